@@ -1,0 +1,175 @@
+"""The wire format: what crosses from the worker to the harness and into the store.
+
+Every record is a pydantic model with a docstring per field; `extra="forbid"` so a record
+read back with an unknown field fails loudly instead of being silently half-read.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+EVALUATOR_VERSION = "0.1.0"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Status(str, Enum):
+    """The outcome of one candidate. Only `correct` candidates are timed."""
+
+    parse_error = "parse_error"        # no usable ModelNew source (syntax error, no class, ...)
+    compile_error = "compile_error"    # importing the candidate (which builds its extensions) failed
+    runtime_error = "runtime_error"    # constructing or calling ModelNew raised
+    timeout = "timeout"                # a phase ran past its limit; the process group was killed
+    crashed = "crashed"                # the worker died without a verdict (signal, os._exit, ...)
+    incorrect = "incorrect"            # ran, but outputs, buffers or inputs were wrong
+    correct = "correct"                # passed the loosest tier in the problem's mode
+    compiled = "compiled"              # --compile-only: built, not run
+
+
+class Phase(str, Enum):
+    """Where in the worker something happened."""
+
+    parse = "parse"
+    compile = "compile"
+    init = "init"
+    check = "check"
+    time = "time"
+
+
+class FlagPolicy(str, Enum):
+    reject = "reject"  # the candidate cannot be ranked
+    flag = "flag"      # shown beside the result
+
+
+class Flag(Record):
+    """Something noteworthy about a candidate, found by a static or dynamic check."""
+
+    name: str = Field(description="Short machine name, e.g. `torch_fallback`.")
+    reason: str = Field(description="What was seen, for people.")
+    policy: FlagPolicy = Field(FlagPolicy.flag, description="`reject` makes the verdict unrankable.")
+
+
+class TensorError(Record):
+    """Worst-case error of one compared tensor against the float64 reference."""
+
+    name: str = Field(description="`output` or a buffer name such as `bn.running_var`.")
+    max_abs_err: float | None = Field(description="max |candidate - reference|; null when not comparable.")
+    max_rel_err: float | None = Field(
+        description="max |candidate - reference| / max(|reference|, smallest atol), per element; null when not comparable.")
+
+
+class ModeCheck(Record):
+    """The result of all trials in one module mode."""
+
+    mode: Literal["train", "eval"] = Field(description="Module mode of these trials.")
+    trials: int = Field(description="Number of forward calls compared.")
+    max_abs_err: float | None = Field(None, description="Worst absolute error over outputs and buffers.")
+    max_rel_err: float | None = Field(None, description="Worst relative error over outputs and buffers.")
+    tiers: dict[str, bool] = Field(default_factory=dict, description="Tolerance tier name -> passed.")
+    tensors: list[TensorError] = Field(default_factory=list, description="Worst error per compared tensor.")
+    failure: str | None = Field(None, description="First hard failure (shape, NaN, input changed, ...).")
+
+
+class Correctness(Record):
+    """How the candidate compared with the reference."""
+
+    tiers: dict[str, bool] = Field(description="Tier -> passed, in the problem's main mode.")
+    max_abs_err: float | None = Field(None, description="Worst absolute error in the main mode.")
+    max_rel_err: float | None = Field(None, description="Worst relative error in the main mode.")
+    main: ModeCheck = Field(description="Trials in the problem's mode (train for BatchNorm problems).")
+    eval_mode: ModeCheck | None = Field(None, description="The extra check in eval mode, reported apart.")
+    distributions: list[str] = Field(description="Input distributions used.")
+    seeds: list[int] = Field(description="Seeds of the trials, to reproduce them.")
+    buffers_checked: list[str] = Field(description="State-dict entries compared after the calls.")
+
+
+class TimingStats(Record):
+    """Per-call times of one callable, in milliseconds."""
+
+    median_ms: float = Field(description="Median time of one call.")
+    mean_ms: float = Field(description="Mean time of one call.")
+    min_ms: float = Field(description="Fastest call.")
+    max_ms: float = Field(description="Slowest call.")
+    iqr_ms: float = Field(description="Interquartile range, a robust spread.")
+    reps: int = Field(description="Timed calls.")
+    warmup: int = Field(description="Untimed calls before them.")
+
+
+class Environment(Record):
+    """Where the verdict was produced."""
+
+    device: str = Field(description="`cuda` or `cpu`.")
+    device_name: str = Field(description="GPU name (or the CPU's), part of every ranking key.")
+    capability: str | None = Field(None, description="CUDA compute capability, e.g. `9.0`.")
+    sm_count: int | None = Field(None, description="Multiprocessors.")
+    torch_version: str = Field(description="torch.__version__ in the worker.")
+    cuda_version: str | None = Field(None, description="torch.version.cuda.")
+    driver: str | None = Field(None, description="NVIDIA driver version, when readable.")
+    sm_clock_mhz: int | None = Field(None, description="SM clock read just before timing, when readable.")
+    python: str = Field(description="Python version of the worker.")
+    hostname: str = Field(description="Machine name.")
+
+
+class Verdict(Record):
+    """Exactly one per evaluated candidate: the worker's answer, completed by the parent."""
+
+    schema_version: int = Field(SCHEMA_VERSION, description="Version of this record's layout.")
+    evaluator_version: str = Field(EVALUATOR_VERSION, description="Version of the evaluation rules.")
+    candidate: str = Field(description="Path of the candidate file, or its id in a run.")
+    source_sha256: str = Field(description="SHA-256 of the candidate source (the build cache key).")
+    problem: str = Field(description="Problem name.")
+    size: str = Field(description="Size preset.")
+    device: str = Field(description="`cuda` or `cpu`.")
+    status: Status = Field(description="The outcome.")
+    error: str | None = Field(None, description="Why it is not correct; null when correct.")
+    phase: Phase | None = Field(None, description="Phase in which the error happened.")
+    correctness: Correctness | None = Field(None, description="Comparison with the reference, if it ran.")
+    runtime_ms: float | None = Field(None, description="Median time of one candidate forward.")
+    timing: TimingStats | None = Field(None, description="Candidate timing statistics.")
+    baselines: dict[str, TimingStats] = Field(default_factory=dict, description="Baseline name -> timing, same process.")
+    speedup: dict[str, float] = Field(default_factory=dict, description="Baseline name -> baseline median / candidate median.")
+    flags: list[Flag] = Field(default_factory=list, description="Static and dynamic check findings.")
+    phase_seconds: dict[str, float] = Field(default_factory=dict, description="Wall time per worker phase.")
+    environment: Environment | None = Field(None, description="Device and versions of the worker.")
+    stdout_tail: str = Field("", description="Last part of the candidate's stdout (capped).")
+    stderr_tail: str = Field("", description="Last part of the candidate's stderr (capped).")
+    stdout_bytes: int = Field(0, description="Total bytes the worker wrote to stdout.")
+    stderr_bytes: int = Field(0, description="Total bytes the worker wrote to stderr.")
+    log_dir: str | None = Field(None, description="Folder holding the capped stdout/stderr logs.")
+
+    @property
+    def rejected(self) -> bool:
+        return any(f.policy == FlagPolicy.reject for f in self.flags)
+
+
+class EvalRequest(Record):
+    """What the parent asks one worker to do (written to a file in the worker's folder)."""
+
+    candidate_path: str = Field(description="The candidate file (copied into the worker's folder).")
+    candidate_name: str = Field(description="How the verdict names the candidate.")
+    problem_dir: str = Field(description="The problem folder.")
+    size: str = Field(description="Size preset.")
+    device: Literal["cuda", "cpu"] = Field(description="Where to run.")
+    compile_only: bool = Field(False, description="Build (import) only; do not run.")
+    baselines: list[str] = Field(description="Baselines to time: eager, eager_tf32, compile, compile_tf32.")
+    seed: int = Field(description="Root seed; each trial derives its own.")
+    timing_budget_s: float = Field(2.0, description="Target seconds of timed calls per callable.")
+    min_reps: int = Field(10, description="Fewest timed calls.")
+    max_reps: int = Field(200, description="Most timed calls.")
+    nonce: str = Field(description="Token the verdict message must carry back (the file is deleted once read).")
+
+
+class WorkerMessage(Record):
+    """One line on the private verdict pipe: a phase start, or the final verdict."""
+
+    kind: Literal["phase", "verdict"] = Field(description="A phase start, or the final verdict.")
+    phase: Phase | None = Field(None, description="The phase starting (kind=phase).")
+    verdict: Verdict | None = Field(None, description="The verdict (kind=verdict).")
+    nonce: str | None = Field(None, description="The request's token, on the verdict message.")
+    error: str | None = Field(None, description="Set by the parent for a malformed channel line.")

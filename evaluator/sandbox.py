@@ -1,0 +1,360 @@
+"""The parent side of evaluation: one fresh worker process per candidate.
+
+The worker runs in its own session (process group) and folder, with a scrubbed
+environment. Its stdout and stderr belong to the candidate: they are read here through
+pipes and only the last `output_cap_bytes` of each are kept. The verdict comes back on a
+private pipe as JSON lines (`WorkerMessage`): phase starts, then exactly one verdict. A
+phase that overruns its limit gets the whole process group killed; a worker that dies
+without a verdict is `crashed`, whatever its exit code.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evaluator.problem import ProblemSpec, load_problem
+from evaluator.records import EvalRequest, Flag, Phase, Status, Verdict, WorkerMessage
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Environment variables whose names contain one of these are not passed to candidates.
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
+VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
+
+
+class CandidateFile(BaseModel):
+    """A candidate source file and the name its verdict will carry."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="How verdicts name it: a path, `run/sample`, or `golden/...`.")
+    path: Path = Field(description="The Python file defining ModelNew.")
+
+
+class EvalOptions(BaseModel):
+    """How to evaluate a batch of candidates. `None` means the problem's or machine's default."""
+
+    model_config = ConfigDict(extra="forbid")
+    problem: str = Field("gemm_scale_bn", description="Problem name or folder.")
+    size: str | None = Field(None, description="Size preset; default depends on the device.")
+    device: Literal["cuda", "cpu"] | None = Field(None, description="cuda when visible, else cpu.")
+    compile_only: bool = Field(False, description="Build without running.")
+    baselines: list[str] | None = Field(None, description="Baselines to time (see DEFAULT_BASELINES).")
+    seed: int | None = Field(None, description="Root seed; random when None (fresh inputs each run).")
+    jobs: int = Field(1, ge=1, description="Candidates built at once before the (serial) checks.")
+    compile_timeout_s: float | None = Field(None, description="Override of the problem's compile timeout.")
+    run_timeout_s: float | None = Field(None, description="Override of the problem's run timeout.")
+    output_cap_bytes: int = Field(1 << 20, description="Bytes of stdout and of stderr kept (the tail).")
+    log_root: Path | None = Field(None, description="Where per-candidate logs go (default .harness/logs).")
+    cache_dir: Path | None = Field(None, description="Extension build cache (default ~/.cache/kernelharness).")
+
+
+def resolve_device(device: str | None) -> str:
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelharness"
+
+
+def source_digest(source: bytes) -> str:
+    return hashlib.sha256(source).hexdigest()
+
+
+def parse_problem(source: str) -> str | None:
+    """Why this source cannot be a candidate (None when it can): checked without importing it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return f"syntax error at line {err.lineno}: {err.msg}"
+    if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
+        return "no top-level `class ModelNew` in the source"
+    return None
+
+
+def static_flags(source: str) -> list[Flag]:
+    try:
+        from evaluator.checks import static_flags as check
+    except ImportError:  # the static checks are optional for the core path
+        return []
+    return check(source)
+
+
+class CappedTail:
+    """Keeps the last `cap` bytes written to it and counts all of them."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.total = 0
+        self.buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.buffer += chunk
+        if len(self.buffer) > 2 * self.cap:  # trim in batches, not on every chunk
+            del self.buffer[: len(self.buffer) - self.cap]
+
+    def tail(self, limit: int | None = None) -> bytes:
+        data = bytes(self.buffer[-self.cap :])
+        return data if limit is None else data[-limit:]
+
+    @property
+    def capped(self) -> bool:
+        return self.total > self.cap
+
+
+def scrubbed_environment(extension_dir: Path, device: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in SECRET_MARKERS)}
+    env["TORCH_EXTENSIONS_DIR"] = str(extension_dir)
+    env.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
+    if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
+        env["CUDA_HOME"] = "/usr/local/cuda"
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exit_description(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class Evaluator:
+    """Evaluates candidates for one problem, size and device."""
+
+    def __init__(self, options: EvalOptions):
+        self.options = options
+        self.problem: ProblemSpec = load_problem(options.problem)
+        self.device = resolve_device(options.device)
+        self.size = options.size or self.problem.default_size_for(self.device)
+        self.problem.size_values(self.size)  # fail now on an unknown size
+        self.baselines = options.baselines if options.baselines is not None else DEFAULT_BASELINES[self.device]
+        self.cache_dir = options.cache_dir or default_cache_dir()
+        self.log_root = options.log_root or Path(".harness") / "logs"
+        self.compile_timeout = options.compile_timeout_s or self.problem.timeouts.compile_s
+        self.run_timeout = options.run_timeout_s or self.problem.timeouts.run_s
+
+    # -- one candidate ---------------------------------------------------------------------------
+
+    def evaluate(self, candidate: CandidateFile, compile_only: bool | None = None) -> Verdict:
+        compile_only = self.options.compile_only if compile_only is None else compile_only
+        base = dict(candidate=candidate.name, problem=self.problem.name, size=self.size, device=self.device)
+        try:
+            source_bytes = candidate.path.read_bytes()
+            source = source_bytes.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            return Verdict(**base, source_sha256="", status=Status.parse_error, phase=Phase.parse,
+                           error=f"cannot read the candidate: {err}")
+        digest = source_digest(source_bytes)
+        reason = parse_problem(source)
+        if reason:
+            return Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse, error=reason)
+        flags = static_flags(source)
+        verdict = self._run_worker(candidate, source_bytes, digest, compile_only, base)
+        verdict.flags = flags + verdict.flags
+        return verdict
+
+    def _run_worker(self, candidate: CandidateFile, source: bytes, digest: str, compile_only: bool,
+                    base: dict) -> Verdict:
+        workdir = Path(tempfile.mkdtemp(prefix="kh-worker-"))
+        nonce = secrets.token_hex(16)
+        module_file = workdir / f"candidate_{digest[:12]}.py"
+        module_file.write_bytes(source)
+        seed = self.options.seed if self.options.seed is not None else secrets.randbits(31)
+        request = EvalRequest(
+            candidate_path=str(module_file), candidate_name=candidate.name, problem_dir=str(self.problem.folder),
+            size=self.size, device=self.device, compile_only=compile_only, baselines=self.baselines, seed=seed,
+            nonce=nonce,
+        )
+        request_file = workdir / "request.json"
+        request_file.write_text(request.model_dump_json())
+        extension_dir = self.cache_dir / "extensions" / digest[:24]
+        extension_dir.mkdir(parents=True, exist_ok=True)
+
+        read_fd, write_fd = os.pipe()
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "evaluator.worker", "--request", str(request_file), "--fd", str(write_fd)],
+                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=workdir, env=scrubbed_environment(extension_dir, self.device), start_new_session=True,
+            )
+        finally:
+            os.close(write_fd)
+        try:
+            outcome = self._supervise(proc, read_fd, nonce)
+        finally:
+            os.close(read_fd)
+            _kill_group(proc)  # stragglers: compilers, forked children, background processes
+            proc.wait()
+        verdict = self._finish(outcome, proc, base, digest, time.monotonic() - started)
+        self._write_logs(verdict, outcome, digest)
+        shutil.rmtree(workdir, ignore_errors=True)
+        return verdict
+
+    def _supervise(self, proc: subprocess.Popen, read_fd: int, nonce: str) -> dict:
+        cap = self.options.output_cap_bytes
+        streams = {proc.stdout.fileno(): CappedTail(cap), proc.stderr.fileno(): CappedTail(cap)}
+        selector = selectors.DefaultSelector()
+        for fd in streams:
+            selector.register(fd, selectors.EVENT_READ)
+        selector.register(read_fd, selectors.EVENT_READ)
+        channel = bytearray()
+        messages: list[WorkerMessage] = []
+        phase, deadline = Phase.compile, time.monotonic() + self.compile_timeout
+        timed_out = None
+        open_fds = set(streams) | {read_fd}
+        while open_fds:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = phase
+                _kill_group(proc)
+                break
+            if proc.poll() is not None and read_fd not in open_fds:
+                # The worker is gone; only a straggler holds stdout/stderr open.
+                break
+            for key, _ in selector.select(timeout=min(remaining, 0.5)):
+                fd = key.fd
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(fd)
+                    open_fds.discard(fd)
+                    continue
+                if fd in streams:
+                    streams[fd].feed(chunk)
+                    continue
+                channel += chunk
+                if len(channel) > 64 << 20:  # a verdict is kilobytes; this is abuse
+                    messages.append(WorkerMessage(kind="phase", error="the verdict channel carried more than 64 MiB"))
+                    _kill_group(proc)
+                    open_fds.clear()
+                    break
+                while b"\n" in channel:
+                    line, _, rest = bytes(channel).partition(b"\n")
+                    channel = bytearray(rest)
+                    try:
+                        message = WorkerMessage.model_validate_json(line)
+                    except ValueError as err:
+                        messages.append(WorkerMessage(kind="phase", error=f"malformed message on the verdict channel: {err}"))
+                        continue
+                    messages.append(message)
+                    if message.kind == "phase" and message.phase is not None:
+                        phase = message.phase
+                        limit = self.compile_timeout if phase == Phase.compile else self.run_timeout
+                        if phase in (Phase.compile, Phase.init):  # the run limit covers init, check and time together
+                            deadline = time.monotonic() + limit
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+        selector.close()
+        return {"messages": messages, "timed_out": timed_out, "phase": phase, "streams": list(streams.values()),
+                "nonce": nonce}
+
+    def _finish(self, outcome: dict, proc: subprocess.Popen, base: dict, digest: str, seconds: float) -> Verdict:
+        stdout, stderr = outcome["streams"]
+        verdict_messages = [m for m in outcome["messages"] if m.kind == "verdict" and m.verdict is not None]
+        channel_errors = [m.error for m in outcome["messages"] if m.error]
+        phase = outcome["phase"]
+        tails = dict(
+            stdout_tail=stdout.tail().decode("utf-8", "replace")[-VERDICT_TAIL_CHARS:],
+            stderr_tail=stderr.tail().decode("utf-8", "replace")[-VERDICT_TAIL_CHARS:],
+            stdout_bytes=stdout.total, stderr_bytes=stderr.total,
+        )
+        if outcome["timed_out"] is not None:
+            limit = self.compile_timeout if phase == Phase.compile else self.run_timeout
+            verdict = Verdict(**base, source_sha256=digest, status=Status.timeout, phase=phase,
+                              error=f"phase `{phase.value}` ran past its {limit:g} s limit; the process group was killed")
+        elif channel_errors:
+            verdict = Verdict(**base, source_sha256=digest, status=Status.crashed, phase=phase,
+                              error="; ".join(channel_errors))
+        elif len(verdict_messages) != 1 or verdict_messages[0].nonce != outcome["nonce"]:
+            how = _exit_description(proc.returncode)
+            if not verdict_messages:
+                error = f"the worker {how} during phase `{phase.value}` without sending a verdict"
+            elif len(verdict_messages) > 1:
+                error = f"the worker sent {len(verdict_messages)} verdicts; exactly one is allowed"
+            else:
+                error = "the verdict did not carry this evaluation's token (forged by the candidate?)"
+            verdict = Verdict(**base, source_sha256=digest, status=Status.crashed, phase=phase, error=error)
+        else:
+            verdict = verdict_messages[0].verdict
+            if proc.returncode not in (0, None) and verdict.status == Status.correct:
+                verdict.flags.append(Flag(name="unclean_exit", reason=f"the worker {_exit_description(proc.returncode)} after its verdict"))
+        for stream, name in ((stdout, "stdout"), (stderr, "stderr")):
+            if stream.capped:
+                verdict.flags.append(Flag(name="output_capped", reason=f"{name}: {stream.total} bytes, only the last {stream.cap} kept"))
+        verdict.phase_seconds.setdefault("total", round(seconds, 3))
+        return verdict.model_copy(update={**tails, "source_sha256": digest})
+
+    def _write_logs(self, verdict: Verdict, outcome: dict, digest: str) -> None:
+        folder = self.log_root / f"{time.strftime('%Y%m%d-%H%M%S')}-{digest[:12]}-{secrets.token_hex(3)}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            stdout, stderr = outcome["streams"]
+            (folder / "stdout.log").write_bytes(stdout.tail())
+            (folder / "stderr.log").write_bytes(stderr.tail())
+            verdict.log_dir = str(folder)
+            (folder / "verdict.json").write_text(verdict.model_dump_json(indent=2))
+        except OSError:
+            verdict.log_dir = None  # logs are a convenience; the verdict itself is what counts
+
+    # -- many candidates -------------------------------------------------------------------------
+
+    def evaluate_all(self, candidates: Sequence[CandidateFile],
+                     on_verdict: Callable[[Verdict], None] | None = None) -> Iterator[Verdict]:
+        """Verdicts in order. With jobs > 1, builds run in parallel first (compile-only workers fill
+        the cache); checks and timings then run one at a time so they never share the device."""
+        build_failures: dict[int, Verdict] = {}
+        if self.options.jobs > 1 and len(candidates) > 1 and not self.options.compile_only:
+            with ThreadPoolExecutor(self.options.jobs) as pool:
+                built = list(pool.map(lambda c: self.evaluate(c, compile_only=True), candidates))
+            build_failures = {i: v for i, v in enumerate(built) if v.status != Status.compiled}
+        for index, candidate in enumerate(candidates):
+            verdict = build_failures.get(index) or self.evaluate(candidate)
+            if on_verdict:
+                on_verdict(verdict)
+            yield verdict
+
+
+def evaluate(candidates: Sequence[CandidateFile], options: EvalOptions | None = None) -> Iterator[Verdict]:
+    """One verdict per candidate, in order. Never raises for a bad candidate."""
+    yield from Evaluator(options or EvalOptions()).evaluate_all(candidates)
