@@ -87,7 +87,7 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
         same = _equal(actual.to(expected.device, expected.dtype), expected)
         return TensorCompare(0.0 if same else float("inf"), 0.0 if same else float("inf"),
                              {tier: same for tier in tolerances},
-                             None if same else f"{name}: {actual.tolist() if actual.numel() < 8 else 'values'} != expected")
+                             None if same else _int_mismatch(name, actual, expected))
     got = actual.detach().to(expected.device, torch.float64)
     finite = _isfinite(got)
     if not bool(_all(finite)):
@@ -148,3 +148,9 @@ class ModeAccumulator:
 
 def _finite(value: float) -> float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+def _int_mismatch(name: str, actual: _Tensor, expected: _Tensor) -> str:
+    if actual.numel() <= 4:
+        return f"{name}: {actual.tolist()}, expected {expected.tolist()}"
+    return f"{name}: integer values differ from the reference"

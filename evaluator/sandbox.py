@@ -59,6 +59,7 @@ class EvalOptions(BaseModel):
     jobs: int = Field(1, ge=1, description="Candidates built at once before the (serial) checks.")
     compile_timeout_s: float | None = Field(None, description="Override of the problem's compile timeout.")
     run_timeout_s: float | None = Field(None, description="Override of the problem's run timeout.")
+    timing_budget_s: float = Field(2.0, description="Target seconds of timed calls per callable.")
     output_cap_bytes: int = Field(1 << 20, description="Bytes of stdout and of stderr kept (the tail).")
     log_root: Path | None = Field(None, description="Where per-candidate logs go (default .harness/logs).")
     cache_dir: Path | None = Field(None, description="Extension build cache (default ~/.cache/kernelharness).")
@@ -151,9 +152,9 @@ def _exit_description(returncode: int | None) -> str:
         return "still running"
     if returncode < 0:
         try:
-            return f"killed by signal {signal.Signals(-returncode).name}"
+            return f"was killed by signal {signal.Signals(-returncode).name}"
         except ValueError:
-            return f"killed by signal {-returncode}"
+            return f"was killed by signal {-returncode}"
     return f"exited with code {returncode}"
 
 
@@ -202,7 +203,7 @@ class Evaluator:
         request = EvalRequest(
             candidate_path=str(module_file), candidate_name=candidate.name, problem_dir=str(self.problem.folder),
             size=self.size, device=self.device, compile_only=compile_only, baselines=self.baselines, seed=seed,
-            nonce=nonce,
+            nonce=nonce, timing_budget_s=self.options.timing_budget_s,
         )
         request_file = workdir / "request.json"
         request_file.write_text(request.model_dump_json())

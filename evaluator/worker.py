@@ -76,6 +76,15 @@ def describe_exception(prefix: str) -> str:
     return f"{prefix}: {text[-ERROR_CHARS:]}"
 
 
+def describe_import_failure(err: BaseException) -> str:
+    """Compiler errors first (they sit deep inside torch's build exception), then the traceback."""
+    text = str(err)
+    errors = [line.strip() for line in text.splitlines() if " error" in line or line.startswith("error")]
+    if "Error building extension" in text and errors:
+        return "build failed: " + "\n".join(errors[:5]) + "\n\n" + describe_exception("traceback")
+    return describe_exception("importing the candidate failed")
+
+
 def read_global_flags() -> dict[str, str]:
     return {name: str(get()) for name, get in GLOBAL_FLAGS.items()}
 
@@ -204,8 +213,8 @@ class Evaluation:
             module = import_file(Path(self.request.candidate_path), "kh_candidate")
         except SystemExit as err:
             raise Judged(Status.compile_error, Phase.compile, f"the candidate called exit({err.code}) at import")
-        except BaseException:
-            raise Judged(Status.compile_error, Phase.compile, describe_exception("importing the candidate failed"))
+        except BaseException as err:
+            raise Judged(Status.compile_error, Phase.compile, describe_import_failure(err))
         self.check_global_flags(flags_before, "importing the candidate")
         if not isinstance(getattr(module, "ModelNew", None), type):
             raise Judged(Status.parse_error, Phase.compile, "the module defines no class ModelNew")

@@ -1,0 +1,149 @@
+"""The `harness` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True)
+
+
+@app.callback()
+def _commands() -> None:
+    """kernelharness: ask a model for faster CUDA kernels, then judge them honestly."""
+
+
+def usage_error(message: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+@app.command("eval")
+def eval_command(
+    files: list[Path] = typer.Argument(..., help="Candidate files defining ModelNew."),
+    problem: str = typer.Option("gemm_scale_bn", help="Problem name (a folder under reference/) or folder path."),
+    size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide (default: the problem's, by device)."),
+    device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
+    compile_only: bool = typer.Option(False, "--compile-only", help="Build without running."),
+    json_lines: bool = typer.Option(False, "--json", help="One verdict JSON object per line on stdout."),
+    jobs: int = typer.Option(1, min=1, help="Candidates built at once before the serial checks."),
+    seed: Optional[int] = typer.Option(None, help="Root seed (default: fresh each run)."),
+    baselines: Optional[str] = typer.Option(None, help="Comma list of eager,eager_tf32,compile,compile_tf32."),
+    compile_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to build a candidate."),
+    run_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to check and time a candidate."),
+) -> None:
+    """Judge candidate files: compile, check against the reference, time against baselines."""
+    from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator
+
+    if device not in (None, "cuda", "cpu"):
+        raise usage_error(f"--device must be cuda or cpu, not {device!r}")
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise usage_error(f"no such file: {', '.join(missing)}")
+    try:
+        options = EvalOptions(
+            problem=problem, size=size, device=device, compile_only=compile_only, jobs=jobs, seed=seed,
+            baselines=[b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None,
+            compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
+        )
+        evaluator = Evaluator(options)
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        raise usage_error(str(err).strip("'\""))
+    if evaluator.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise usage_error("--device cuda, but no CUDA GPU is visible")
+    candidates = [CandidateFile(name=str(f), path=f) for f in files]
+    verdicts = []
+    status = err_console if json_lines else console
+    status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}, device {evaluator.device}"
+                 f"{', compile only' if options.compile_only else ''}: {len(candidates)} candidate(s)[/]")
+    for verdict in evaluator.evaluate_all(candidates):
+        verdicts.append(verdict)
+        if json_lines:
+            sys.stdout.write(verdict.model_dump_json() + "\n")
+            sys.stdout.flush()
+        else:
+            console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
+    if not json_lines:
+        from harness.tables import verdict_table
+
+        console.print(verdict_table(verdicts))
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+# -- generation pipeline commands (harness/pipeline.py holds their implementations) --------------
+
+
+@app.command("prompt")
+def prompt_cli(
+    variant: str = typer.Option("kernelbench", help="Prompt variant: kernelbench|fusion|strict-interface|<your template>."),
+    problem: str = typer.Option("gemm_scale_bn", help="Problem name (a folder under reference/) or folder path."),
+    templates: Optional[Path] = typer.Option(None, help="Folder of your own templates, searched before prompts/."),
+) -> None:
+    """Print the rendered prompt messages (system, user) of a variant."""
+    from harness.pipeline import prompt_command
+
+    raise typer.Exit(prompt_command(variant, problem, templates, console=console))
+
+
+@app.command("run")
+def run_cli(
+    model: Optional[str] = typer.Option(None, help="Model name at the endpoint, or replay:DIR (saved replies)."),
+    samples: Optional[int] = typer.Option(None, min=1, help="Samples per prompt (default: 4)."),
+    variant: Optional[str] = typer.Option(None, help="Prompt variant (default: kernelbench)."),
+    problem: Optional[str] = typer.Option(None, help="Problem name or folder (default: gemm_scale_bn)."),
+    size: Optional[str] = typer.Option(None, help="Size preset (default: the problem's, by device)."),
+    device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (env: OPENAI_BASE_URL)."),
+    api_key_env: Optional[str] = typer.Option(None, help="Variable holding the API key (default: OPENAI_API_KEY)."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: the server's)."),
+    top_p: Optional[float] = typer.Option(None, help="Nucleus sampling (default: the server's)."),
+    max_tokens: Optional[int] = typer.Option(None, help="Most tokens per reply (default: the server's)."),
+    seed: Optional[int] = typer.Option(None, help="Sampling seed; sample i sends seed + i."),
+    extra_body: Optional[str] = typer.Option(None, help='Extra request fields as JSON, e.g. \'{"reasoning_effort": "high"}\'.'),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="Requests in flight (default: 4)."),
+    timeout: Optional[float] = typer.Option(None, help="Seconds per request (default: 600)."),
+    retries: Optional[int] = typer.Option(None, min=0, help="Retries on 429/5xx/timeouts/connection errors (default: 4)."),
+    retry_failed: Optional[bool] = typer.Option(None, "--retry-failed", help="Ask again for stored failed requests."),
+    evaluate: Optional[bool] = typer.Option(None, "--eval/--no-eval", help="Evaluate the candidates (default: on)."),
+    compile_only: Optional[bool] = typer.Option(None, "--compile-only", help="Build candidates without running them."),
+    store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
+    runs_dir: Optional[Path] = typer.Option(None, help="Root of run folders (default: candidates)."),
+    run_id: Optional[str] = typer.Option(None, help="Run id (default: derived from the settings, so reruns resume)."),
+    templates: Optional[Path] = typer.Option(None, help="Folder of your own templates, searched before prompts/."),
+    config: Optional[Path] = typer.Option(None, help="Config file (default: ./harness.toml; env HARNESS_CONFIG)."),
+) -> None:
+    """Ask a model for ModelNew candidates, evaluate them, store everything, print a ranked table."""
+    import json
+
+    from harness.pipeline import run_command
+
+    if device not in (None, "cuda", "cpu"):
+        raise usage_error(f"--device must be cuda or cpu, not {device!r}")
+    body = None
+    if extra_body is not None:
+        try:
+            body = json.loads(extra_body)
+        except ValueError as err:
+            raise usage_error(f"--extra-body is not JSON: {err}")
+        if not isinstance(body, dict):
+            raise usage_error("--extra-body must be a JSON object")
+    options = dict(
+        model=model, samples=samples, variant=variant, problem=problem, size=size, device=device, base_url=base_url,
+        api_key_env=api_key_env, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
+        extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
+        retry_failed=retry_failed, evaluate=evaluate, compile_only=compile_only, store=store, runs_dir=runs_dir,
+        run_id=run_id, templates=templates,
+    )
+    raise typer.Exit(run_command(options, config_file=config, console=console))

@@ -1,0 +1,162 @@
+"""`RunConfig`: every setting of `harness run`, resolved in one place.
+
+Precedence, lowest first: the defaults below < `harness.toml` < environment < command line.
+
+`harness.toml` (in the working folder, or `--config PATH`, or `HARNESS_CONFIG`) holds
+RunConfig fields at its top level or under a `[run]` table, e.g.
+
+    model = "Qwen/Qwen3-32B"
+    base_url = "http://localhost:8000/v1"
+    samples = 8
+    temperature = 0.6
+    [extra_body]
+    reasoning_effort = "high"
+
+Environment: `OPENAI_BASE_URL` (base_url), `HARNESS_MODEL` (model), `HARNESS_STORE`
+(store), `HARNESS_RUNS_DIR` (runs_dir). The API key itself is never part of the config
+(nor of the stored run): the config names the environment variable that holds it
+(`api_key_env`, default `OPENAI_API_KEY`) and `api_key()` reads it when the client is made.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_FILE = "harness.toml"
+DEFAULT_STORE = Path(".harness") / "results.sqlite"
+
+# Environment variable -> RunConfig field.
+ENV_VARS = {
+    "OPENAI_BASE_URL": "base_url",
+    "HARNESS_MODEL": "model",
+    "HARNESS_STORE": "store",
+    "HARNESS_RUNS_DIR": "runs_dir",
+}
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used (bad file, unknown key, wrong type)."""
+
+
+class RunConfig(BaseModel):
+    """Everything a run depends on. Stored with the run (as JSON), so it holds no secret."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # what to solve
+    problem: str = Field("gemm_scale_bn", description="Problem name (a folder under reference/) or a problem folder.")
+    variant: str = Field("kernelbench", description="Prompt variant (a template name).")
+    templates: Path | None = Field(None, description="A folder of user templates, searched before the built-in prompts/.")
+    size: str | None = Field(None, description="Size preset to evaluate at; None = the problem's default for the device.")
+    device: Literal["cuda", "cpu"] | None = Field(None, description="Where to evaluate; None = cuda when visible, else cpu.")
+    # the model
+    model: str | None = Field(None, description="Model name at the endpoint, or `replay:DIR` to read saved replies.")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1; None = OpenAI's.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key.")
+    samples: int = Field(4, ge=1, description="Samples (independent requests) per prompt.")
+    temperature: float | None = Field(None, ge=0, description="Sampling temperature; None = the server's default.")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling; None = the server's default.")
+    max_tokens: int | None = Field(None, ge=1, description="Most tokens per reply; None = the server's default.")
+    seed: int | None = Field(None, description="Sampling seed; sample i sends seed + i. None = not sent.")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra request fields passed through as they are.")
+    concurrency: int = Field(4, ge=1, description="Requests in flight at once.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Seconds one request may take.")
+    max_retries: int = Field(4, ge=0, description="Retries of a request after 429, 5xx, timeout or connection errors.")
+    retry_base_delay_s: float = Field(1.0, ge=0, description="First backoff delay; doubles on each retry (with jitter).")
+    retry_failed: bool = Field(False, description="Ask again for stored samples whose request failed (timeouts, 429, 5xx).")
+    # evaluation and storage
+    evaluate: bool = Field(True, description="Evaluate the parsed candidates (False: generate and parse only).")
+    compile_only: bool = Field(False, description="Build candidates without running them.")
+    eval_seed: int | None = Field(None, description="Root seed of the evaluator's inputs; None = fresh each evaluation.")
+    store: Path = Field(DEFAULT_STORE, description="The SQLite result store.")
+    runs_dir: Path = Field(Path("candidates"), description="Where run folders (<run-id>/<sample>/...) are written.")
+    run_id: str | None = Field(None, description="Run id; None = derived from the settings, so a rerun resumes.")
+
+    def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The API key, read from the variable `api_key_env` names (never stored)."""
+        environ = os.environ if environ is None else environ
+        return environ.get(self.api_key_env) or None
+
+    def stored(self) -> dict[str, Any]:
+        """The config as stored with the run (JSON-safe)."""
+        return self.model_dump(mode="json")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """RunConfig fields from a TOML file (top level or a `[run]` table)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{path}: {err}") from err
+    if "run" in data and isinstance(data["run"], dict):
+        data = {**{k: v for k, v in data.items() if k != "run"}, **data["run"]}
+    unknown = sorted(set(data) - set(RunConfig.model_fields))
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(RunConfig.model_fields)}")
+    return data
+
+
+def find_config_file(explicit: Path | str | None, environ: Mapping[str, str], cwd: Path) -> Path | None:
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    if environ.get("HARNESS_CONFIG"):
+        path = Path(environ["HARNESS_CONFIG"])
+        if not path.is_file():
+            raise ConfigError(f"HARNESS_CONFIG={path}: no such file")
+        return path
+    path = cwd / CONFIG_FILE
+    return path if path.is_file() else None
+
+
+def env_settings(environ: Mapping[str, str]) -> dict[str, Any]:
+    return {field: environ[name] for name, field in ENV_VARS.items() if environ.get(name)}
+
+
+def resolve_config(cli: Mapping[str, Any] | None = None, *, environ: Mapping[str, str] | None = None,
+                   config_file: Path | str | None = None, cwd: Path | None = None) -> RunConfig:
+    """The one place settings meet: defaults < harness.toml < environment < CLI.
+
+    `cli` holds only the options the user gave (None values are ignored: not given).
+    Relative paths in the file are taken relative to the file's folder.
+    """
+    environ = os.environ if environ is None else environ
+    cwd = cwd or Path.cwd()
+    merged: dict[str, Any] = {}
+    path = find_config_file(config_file, environ, cwd)
+    if path is not None:
+        from_file = read_config_file(path)
+        for key in ("store", "runs_dir", "templates"):
+            if isinstance(from_file.get(key), str) and not Path(from_file[key]).is_absolute():
+                from_file[key] = str(path.parent / from_file[key])
+        merged.update(from_file)
+    merged.update(env_settings(environ))
+    merged.update({k: v for k, v in (cli or {}).items() if v is not None})
+    try:
+        return RunConfig(**merged)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        source = f" (from {path})" if path else ""
+        raise ConfigError(f"invalid settings{source}: {problems}") from err
+
+
+def endpoint_configured(cfg: RunConfig, environ: Mapping[str, str] | None = None) -> bool:
+    """True when there is a model to ask: `replay:DIR`, or a model name with a base URL or a key."""
+    if not cfg.model:
+        return False
+    if cfg.model.startswith("replay:"):
+        return True
+    return bool(cfg.base_url or cfg.api_key(environ))

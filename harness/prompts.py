@@ -1,0 +1,191 @@
+"""Prompts: Jinja2 templates rendered with `StrictUndefined` into chat messages.
+
+A template folder holds, for each variant `V`, a user-message template `V.j2` and optionally
+its own system message `V.system.j2` (else the shared `system.j2`). Files whose names start
+with `_` are partials (`{% include "_rules.j2" %}`), `feedback.j2` is the refinement turn,
+and `examples/` holds the worked example pair shown by the `kernelbench` variant. A user
+folder given with `--templates DIR` is searched first, the built-in `prompts/` second, so a
+user folder can add variants, replace one, or replace just a partial.
+
+The context every template gets:
+
+- `problem`: `name`, `title`, `description`, `source`, `mode` (from problem.toml)
+- `reference_source`: the reference `model.py`
+- `hardware`: None, or `name`, `sm_count`, `capability`, `memory_gib` (pass it in; the CLI
+  detects it with `detect_hardware()`, rendering never touches torch)
+- `example`: `reference` and `solution` sources of the worked example pair
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from evaluator.assets import asset_dir
+from evaluator.problem import ProblemSpec
+from harness.records import Hardware, Message
+
+EXAMPLE_REFERENCE = "examples/elementwise_add.py"
+EXAMPLE_SOLUTION = "examples/elementwise_add_new.py"
+NOT_VARIANTS = {"system", "feedback"}
+DEFAULT_VARIANT = "kernelbench"
+
+
+class PromptError(ValueError):
+    """A prompt could not be rendered (unknown variant, missing variable, bad template)."""
+
+
+def builtin_templates() -> Path:
+    return asset_dir("prompts")
+
+
+def template_dirs(templates: Path | str | None = None) -> list[Path]:
+    """The folders searched for templates, first match wins: the user's, then the built-in."""
+    dirs = []
+    if templates is not None:
+        user = Path(templates)
+        if not user.is_dir():
+            raise PromptError(f"template folder {user} does not exist")
+        dirs.append(user)
+    dirs.append(builtin_templates())
+    return dirs
+
+
+def make_environment(templates: Path | str | None = None) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs(templates)]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def available_variants(templates: Path | str | None = None) -> list[str]:
+    """Variant names found in the template folders."""
+    names: set[str] = set()
+    for folder in template_dirs(templates):
+        for path in folder.glob("*.j2"):
+            stem = path.name[: -len(".j2")]
+            if stem.startswith("_") or "." in stem or stem in NOT_VARIANTS:
+                continue
+            names.add(stem)
+    return sorted(names)
+
+
+def _read_asset(name: str, dirs: Sequence[Path]) -> str:
+    for folder in dirs:
+        if (folder / name).is_file():
+            return (folder / name).read_text()
+    raise PromptError(f"template asset {name} not found in {', '.join(map(str, dirs))}")
+
+
+def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None,
+                   templates: Path | str | None = None) -> dict[str, Any]:
+    """The variables every template may use (see the module docstring)."""
+    dirs = template_dirs(templates)
+    if isinstance(hardware, dict):
+        hardware = Hardware(**hardware)
+    return {
+        "problem": {
+            "name": problem.name,
+            "title": problem.title,
+            "description": problem.description,
+            "source": problem.source,
+            "mode": problem.mode,
+        },
+        "reference_source": problem.reference_source(),
+        "hardware": hardware.model_dump() if hardware is not None else None,
+        "example": {
+            "reference": _read_asset(EXAMPLE_REFERENCE, dirs),
+            "solution": _read_asset(EXAMPLE_SOLUTION, dirs),
+        },
+    }
+
+
+def _render(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+    try:
+        return env.get_template(name).render(**context).strip() + "\n"
+    except jinja2.UndefinedError as err:
+        raise PromptError(f"template {name}: {err.message} (a variable it uses was not given)") from err
+    except jinja2.TemplateSyntaxError as err:
+        raise PromptError(f"template {err.filename or name}, line {err.lineno}: {err.message}") from err
+    except jinja2.TemplateNotFound as err:
+        raise PromptError(f"template {err.name} not found") from err
+
+
+def _system_template(env: jinja2.Environment, variant: str) -> str:
+    own = f"{variant}.system.j2"
+    try:
+        env.get_template(own)
+        return own
+    except jinja2.TemplateNotFound:
+        return "system.j2"
+
+
+def render_messages(template: str, context: dict[str, Any], templates: Path | str | None = None,
+                    *, system: str | None = None) -> list[Message]:
+    """Render one user template (a file name such as `fusion.j2`) with the system message."""
+    env = make_environment(templates)
+    variant = template[: -len(".j2")] if template.endswith(".j2") else template
+    system = system or _system_template(env, variant)
+    return [
+        Message(role="system", content=_render(env, system, context)),
+        Message(role="user", content=_render(env, f"{variant}.j2", context)),
+    ]
+
+
+def render_prompt(problem: ProblemSpec, variant: str = DEFAULT_VARIANT, *, hardware: Hardware | dict | None = None,
+                  templates: Path | str | None = None, extra: dict[str, Any] | None = None) -> list[Message]:
+    """The system and user messages of `variant` for `problem`.
+
+    Raises PromptError for an unknown variant or a template that uses a variable not given
+    (templates are rendered with StrictUndefined: nothing silently renders as empty).
+    """
+    variants = available_variants(templates)
+    if variant not in variants:
+        raise PromptError(f"unknown prompt variant {variant!r}; variants: {', '.join(variants)}")
+    context = prompt_context(problem, hardware, templates)
+    context.update(extra or {})
+    return render_messages(variant, context, templates)
+
+
+def render_feedback(problem: ProblemSpec, verdict: Any, previous_source: str, *,
+                    hardware: Hardware | dict | None = None, templates: Path | str | None = None,
+                    log_tail: str | None = None) -> list[Message]:
+    """The refinement turn: given a Verdict (or its dict) of `previous_source`, ask for a fix
+    (or, when it was correct, for more speed). Returns system + user messages."""
+    data = verdict.model_dump(mode="json") if hasattr(verdict, "model_dump") else dict(verdict)
+    context = prompt_context(problem, hardware, templates)
+    context.update(verdict=data, previous_source=previous_source, log_tail=log_tail)
+    return render_messages("feedback", context, templates)
+
+
+def format_messages(messages: Sequence[Message]) -> str:
+    """Messages as Markdown, for prompt.md and `harness prompt`."""
+    parts = []
+    for message in messages:
+        parts.append(f"<!-- {message.role} -->\n{message.content.rstrip()}\n")
+    return "\n".join(parts)
+
+
+def detect_hardware() -> Hardware | None:
+    """The visible GPU, read with torch (only the CLI calls this; rendering takes data)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(0)
+        return Hardware(
+            name=props.name,
+            sm_count=props.multi_processor_count,
+            capability=f"{props.major}.{props.minor}",
+            memory_gib=round(props.total_memory / 2**30, 1),
+        )
+    except Exception:  # a broken driver must not stop a CPU run
+        return None

@@ -1,0 +1,368 @@
+"""The result store: one SQLite file (stdlib sqlite3) holding runs, generations, candidates
+and verdicts.
+
+Each row keeps its full record as JSON (the pydantic model, read back with `extra="forbid"`)
+plus indexed key columns to filter on. Default path: `.harness/results.sqlite` under the
+working folder (`--store PATH` or `HARNESS_STORE` override it).
+
+Tables:
+
+- `schema_version(version)`: one row. A store written by a newer harness is refused.
+- `runs(id, ..., record)`: a `Run` (resolved config, versions, GPU).
+- `generations(key, run_id, sample_index, ok, ..., record)`: a `Generation`, keyed by
+  `generation_key()`: a hash of problem, rendered prompt, model, params and sample index.
+  A rerun with the same settings finds its replies here and asks the model for nothing.
+- `candidates(id, run_id, sample, source_sha256, verdict_key, ..., record)`: a `Candidate`
+  (`<run-id>/<sample>`), with the key of the verdict that judged it.
+- `verdicts(key, source_sha256, problem, size, evaluator_version, device_name, status,
+  runtime_ms, run_id, model, variant, ..., record)`: a `Verdict`, keyed by `verdict_key()`:
+  a hash of source hash, problem, size, evaluator version and device name (GPU name). The
+  same source judged again under the same key is not re-evaluated; `run_id`, `model` and
+  `variant` say which run first produced it, and `candidates.verdict_key` links every run
+  that reuses it.
+
+Reading for a leaderboard: `Store.list_verdicts(run=..., model=..., problem=..., size=...,
+variant=...)` returns `VerdictRow`s, one per candidate of a run that has a verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evaluator.records import EVALUATOR_VERSION, Status, Verdict
+from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
+
+STORE_SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id          TEXT PRIMARY KEY,
+    created     TEXT NOT NULL,
+    updated     TEXT NOT NULL,
+    mode        TEXT NOT NULL,
+    problem     TEXT NOT NULL,
+    model       TEXT,
+    variant     TEXT,
+    device_name TEXT,
+    record      TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS generations (
+    key           TEXT PRIMARY KEY,
+    run_id        TEXT NOT NULL,
+    problem       TEXT NOT NULL,
+    model         TEXT NOT NULL,
+    variant       TEXT NOT NULL,
+    sample_index  INTEGER NOT NULL,
+    ok            INTEGER NOT NULL,
+    finish_reason TEXT,
+    created       TEXT NOT NULL,
+    record        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS generations_run ON generations (run_id, sample_index);
+CREATE TABLE IF NOT EXISTS candidates (
+    id             TEXT PRIMARY KEY,
+    run_id         TEXT NOT NULL,
+    sample         TEXT NOT NULL,
+    problem        TEXT NOT NULL,
+    generation_key TEXT,
+    source_sha256  TEXT,
+    parent         TEXT,
+    parse_ok       INTEGER NOT NULL,
+    parse_reason   TEXT,
+    verdict_key    TEXT,
+    record         TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS candidates_run ON candidates (run_id);
+CREATE INDEX IF NOT EXISTS candidates_source ON candidates (source_sha256);
+CREATE TABLE IF NOT EXISTS verdicts (
+    key               TEXT PRIMARY KEY,
+    source_sha256     TEXT NOT NULL,
+    problem           TEXT NOT NULL,
+    size              TEXT NOT NULL,
+    evaluator_version TEXT NOT NULL,
+    device_name       TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    runtime_ms        REAL,
+    run_id            TEXT,
+    model             TEXT,
+    variant           TEXT,
+    candidate_id      TEXT,
+    created           TEXT NOT NULL,
+    record            TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdicts_lookup ON verdicts (problem, size, device_name, status);
+CREATE INDEX IF NOT EXISTS verdicts_source ON verdicts (source_sha256);
+CREATE INDEX IF NOT EXISTS verdicts_run ON verdicts (run_id);
+"""
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used (newer schema, unreadable file)."""
+
+
+# -- keys (pure) --------------------------------------------------------------------------------
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def generation_key(problem: str, messages: Sequence[Message], params: GenerationParams, sample_index: int) -> str:
+    """SHA-256 of (problem, rendered prompt, model, params, sample index): the resume key of a reply."""
+    return _digest({
+        "problem": problem,
+        "messages": [m.model_dump() for m in messages],
+        "model": params.model,
+        "params": params.model_dump(mode="json", exclude={"sample_index", "model"}),
+        "sample": sample_index,
+    })
+
+
+def verdict_key(source_sha256: str, problem: str, size: str, device_name: str,
+                evaluator_version: str = EVALUATOR_VERSION, compile_only: bool = False) -> str:
+    """SHA-256 of (source hash, problem, size, evaluator version, device name): the resume key of
+    a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation)."""
+    parts = {"source": source_sha256, "problem": problem, "size": size, "evaluator": evaluator_version,
+             "device": device_name}
+    if compile_only:
+        parts["compile_only"] = True
+    return _digest(parts)
+
+
+def source_sha256(source: str) -> str:
+    """SHA-256 of a source's UTF-8 bytes (what the evaluator hashes, too)."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+# -- rows for readers ---------------------------------------------------------------------------
+
+class VerdictRow(BaseModel):
+    """One judged candidate of one run, as `Store.list_verdicts` returns it."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str = Field(description="The run the candidate belongs to.")
+    candidate_id: str = Field(description="`<run-id>/<sample>`.")
+    sample: str = Field(description="Sample name within the run (index, or golden file stem).")
+    model: str | None = Field(description="Model of the run (`golden` for committed candidates).")
+    variant: str | None = Field(description="Prompt variant of the run (None for golden).")
+    problem: str = Field(description="Problem name.")
+    size: str = Field(description="Size preset.")
+    device_name: str = Field(description="GPU name (or the CPU's) the verdict was produced on.")
+    status: Status = Field(description="The verdict's status.")
+    runtime_ms: float | None = Field(description="Median candidate time, when correct.")
+    source_sha256: str = Field(description="SHA-256 of the candidate source.")
+    verdict_key: str = Field(description="The verdict's key in the store.")
+    created: str = Field(description="When the verdict was produced (UTC).")
+    verdict: Verdict = Field(description="The full verdict.")
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+class Store:
+    """A result store on one SQLite file. Use as a context manager, or call `close()`."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(str(path), timeout=30)
+            self.db.execute("PRAGMA busy_timeout = 30000")
+            self._check_schema()
+        except sqlite3.DatabaseError as err:
+            raise StoreError(f"cannot open the result store {path}: {err}") from err
+        try:
+            self.db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.DatabaseError:  # some file systems cannot; the default journal works too
+            pass
+
+    def _check_schema(self) -> None:
+        has_table = self.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+        if has_table:
+            row = self.db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            version = row[0] if row and row[0] is not None else None
+            if version is not None and version > STORE_SCHEMA_VERSION:
+                raise StoreError(
+                    f"the result store {self.path} has schema version {version}, newer than this harness "
+                    f"reads ({STORE_SCHEMA_VERSION}); upgrade kernelharness or use another --store")
+        with self.db:
+            self.db.executescript(_SCHEMA)
+            if self.db.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
+                self.db.execute("INSERT INTO schema_version (version) VALUES (?)", (STORE_SCHEMA_VERSION,))
+
+    @property
+    def schema_version(self) -> int:
+        return self.db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self.db:
+            yield self.db
+
+    # runs ---------------------------------------------------------------------------------------
+
+    def put_run(self, run: Run) -> Run:
+        """Insert or update a run. An existing run keeps its `created` time."""
+        existing = self.get_run(run.id)
+        if existing is not None:
+            run = run.model_copy(update={"created": existing.created})
+        config = run.config
+        model = config.get("model") if run.mode == "generate" else "golden"
+        variant = config.get("variant") if run.mode == "generate" else None
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO runs (id, created, updated, mode, problem, model, variant, device_name, record)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run.id, run.created, run.updated, run.mode, config.get("problem", ""), model, variant,
+                 run.device_name, run.model_dump_json()))
+        return run
+
+    def get_run(self, run_id: str) -> Run | None:
+        row = self.db.execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return Run.model_validate_json(row[0]) if row else None
+
+    def list_runs(self, *, problem: str | None = None, model: str | None = None) -> list[Run]:
+        """Runs, newest first, optionally filtered."""
+        sql, args = "SELECT record FROM runs WHERE 1 = 1", []
+        if problem is not None:
+            sql, args = sql + " AND problem = ?", args + [problem]
+        if model is not None:
+            sql, args = sql + " AND model = ?", args + [model]
+        return [Run.model_validate_json(r[0]) for r in self.db.execute(sql + " ORDER BY updated DESC", args)]
+
+    # generations --------------------------------------------------------------------------------
+
+    def put_generation(self, generation: Generation) -> None:
+        """Insert or replace a generation by its key."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO generations (key, run_id, problem, model, variant, sample_index, ok,"
+                " finish_reason, created, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (generation.key, generation.run_id, generation.problem, generation.params.model, generation.variant,
+                 generation.sample_index, int(generation.completion.ok), generation.completion.finish_reason,
+                 generation.created, generation.model_dump_json()))
+
+    def get_generation(self, key: str) -> Generation | None:
+        row = self.db.execute("SELECT record FROM generations WHERE key = ?", (key,)).fetchone()
+        return Generation.model_validate_json(row[0]) if row else None
+
+    def list_generations(self, run_id: str) -> list[Generation]:
+        """Generations first asked for by `run_id`, by sample index."""
+        rows = self.db.execute("SELECT record FROM generations WHERE run_id = ? ORDER BY sample_index", (run_id,))
+        return [Generation.model_validate_json(r[0]) for r in rows]
+
+    # candidates ---------------------------------------------------------------------------------
+
+    def put_candidate(self, candidate: Candidate, verdict_key: str | None = None) -> None:
+        """Insert or replace a candidate; `verdict_key` links the verdict that judged it."""
+        if verdict_key is None:
+            row = self.db.execute("SELECT verdict_key FROM candidates WHERE id = ?", (candidate.id,)).fetchone()
+            verdict_key = row[0] if row else None
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO candidates (id, run_id, sample, problem, generation_key, source_sha256, parent,"
+                " parse_ok, parse_reason, verdict_key, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (candidate.id, candidate.run_id, candidate.sample, candidate.problem, candidate.generation_key,
+                 candidate.source_sha256, candidate.parent, int(candidate.parse.ok),
+                 candidate.parse.reason.value if candidate.parse.reason else None, verdict_key,
+                 candidate.model_dump_json()))
+
+    def link_verdict(self, candidate_id: str, verdict_key: str) -> None:
+        """Record that `verdict_key` judges candidate `candidate_id`."""
+        with self._tx() as db:
+            db.execute("UPDATE candidates SET verdict_key = ? WHERE id = ?", (verdict_key, candidate_id))
+
+    def get_candidate(self, candidate_id: str) -> Candidate | None:
+        row = self.db.execute("SELECT record FROM candidates WHERE id = ?", (candidate_id,)).fetchone()
+        return Candidate.model_validate_json(row[0]) if row else None
+
+    def list_candidates(self, run_id: str) -> list[Candidate]:
+        rows = self.db.execute("SELECT record FROM candidates WHERE run_id = ? ORDER BY id", (run_id,))
+        return [Candidate.model_validate_json(r[0]) for r in rows]
+
+    # verdicts -----------------------------------------------------------------------------------
+
+    def put_verdict(self, key: str, verdict: Verdict, *, device_name: str, run_id: str | None = None,
+                    model: str | None = None, variant: str | None = None, candidate_id: str | None = None) -> None:
+        """Insert or replace the verdict stored under `key` (see `verdict_key()`), and link it to
+        `candidate_id` when given. `device_name` is the name the key was made with."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO verdicts (key, source_sha256, problem, size, evaluator_version, device_name,"
+                " status, runtime_ms, run_id, model, variant, candidate_id, created, record)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, verdict.source_sha256, verdict.problem, verdict.size, verdict.evaluator_version, device_name,
+                 verdict.status.value, verdict.runtime_ms, run_id, model, variant, candidate_id, utc_now(),
+                 verdict.model_dump_json()))
+            if candidate_id is not None:
+                db.execute("UPDATE candidates SET verdict_key = ? WHERE id = ?", (key, candidate_id))
+
+    def get_verdict(self, key: str) -> Verdict | None:
+        row = self.db.execute("SELECT record FROM verdicts WHERE key = ?", (key,)).fetchone()
+        return Verdict.model_validate_json(row[0]) if row else None
+
+    def list_verdicts(self, *, run: str | None = None, model: str | None = None, problem: str | None = None,
+                      size: str | None = None, variant: str | None = None, status: Status | str | None = None,
+                      device_name: str | None = None, limit: int | None = None) -> list[VerdictRow]:
+        """Judged candidates, one row per candidate of a run that has a verdict, filtered by any of:
+
+        - `run`: run id; `model`: the run's model (`golden` for committed candidates);
+          `variant`: the run's prompt variant;
+        - `problem`, `size`, `device_name` (GPU name), `status`: the verdict's.
+
+        A verdict reused by several runs (same source, problem, size, evaluator version and
+        GPU) appears once per run. Ordered: correct first by runtime, then by status and
+        candidate id. Candidates whose reply had no usable code have a `parse_error` verdict
+        (made by the harness); samples whose request failed have none (see
+        `list_generations`).
+        """
+        sql = (
+            "SELECT c.run_id, c.id, c.sample, r.model, r.variant, v.problem, v.size, v.device_name, v.status,"
+            " v.runtime_ms, v.source_sha256, v.key, v.created, v.record"
+            " FROM candidates c JOIN verdicts v ON v.key = c.verdict_key JOIN runs r ON r.id = c.run_id WHERE 1 = 1"
+        )
+        args: list[Any] = []
+        for column, value in (("c.run_id", run), ("r.model", model), ("r.variant", variant), ("v.problem", problem),
+                              ("v.size", size), ("v.device_name", device_name),
+                              ("v.status", status.value if isinstance(status, Status) else status)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        sql += (" ORDER BY CASE v.status WHEN 'correct' THEN 0 WHEN 'compiled' THEN 1 WHEN 'incorrect' THEN 2 ELSE 3 END,"
+                " v.runtime_ms IS NULL, v.runtime_ms, c.id")
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        rows = []
+        for (run_id, cid, sample, model_, variant_, problem_, size_, device_, status_, runtime, sha, key, created,
+             record) in self.db.execute(sql, args):
+            rows.append(VerdictRow(
+                run_id=run_id, candidate_id=cid, sample=sample, model=model_, variant=variant_, problem=problem_,
+                size=size_, device_name=device_, status=Status(status_), runtime_ms=runtime, source_sha256=sha,
+                verdict_key=key, created=created, verdict=Verdict.model_validate_json(record)))
+        return rows
+
+
+def open_store(path: Path | str) -> Store:
+    """Open (creating if needed) the store at `path`. Raises StoreError for a newer schema."""
+    return Store(path)

@@ -1,0 +1,49 @@
+"""Rich tables of verdicts, shared by `harness eval` and `harness run`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from evaluator.records import Status, Verdict
+
+STATUS_STYLE = {
+    Status.correct: "green", Status.compiled: "cyan", Status.incorrect: "yellow", Status.parse_error: "red",
+    Status.compile_error: "red", Status.runtime_error: "red", Status.timeout: "magenta", Status.crashed: "magenta",
+}
+
+
+def _short(text: str | None, limit: int = 90) -> str:
+    if not text:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    # A traceback's last line says what happened; keep the lead-in and that.
+    if len(lines) > 1 and lines[0].rstrip().endswith("Traceback (most recent call last):"):
+        first = f"{lines[0].split(':')[0]}: {lines[-1]}"
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Table:
+    baselines = sorted({name for v in verdicts for name in v.speedup})
+    gpu = next((v.environment.device_name for v in verdicts if v.environment), None)
+    table = Table(title=title or (f"Verdicts on {gpu}" if gpu else "Verdicts"), show_lines=False)
+    for column in ("candidate", "status", "tiers", "max abs err", "ms"):
+        table.add_column(column, justify="right" if column in ("max abs err", "ms") else "left")
+    for name in baselines:
+        table.add_column(f"× {name}", justify="right")
+    table.add_column("flags")
+    table.add_column("error")
+    for v in verdicts:
+        tiers = ",".join(t for t, ok in (v.correctness.tiers.items() if v.correctness else []) if ok)
+        err = v.correctness.max_abs_err if v.correctness else None
+        row = [
+            v.candidate, f"[{STATUS_STYLE[v.status]}]{v.status.value}[/]", tiers or "-",
+            f"{err:.2e}" if err is not None else "-", f"{v.runtime_ms:.4f}" if v.runtime_ms else "-",
+        ]
+        row += [f"{v.speedup[b]:.2f}" if b in v.speedup else "-" for b in baselines]
+        row.append(", ".join(f.name + ("!" if f.policy.value == "reject" else "") for f in v.flags))
+        row.append(_short(v.error))
+        table.add_row(*row)
+    return table

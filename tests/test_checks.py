@@ -1,0 +1,489 @@
+"""Static checks on candidate source (evaluator/checks.py): table-driven, pure AST, no torch."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from evaluator.checks import DEFAULT_POLICIES, FLAG_DESCRIPTIONS, static_flags
+from evaluator.records import Flag, FlagPolicy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEADER = "import torch\nimport torch.nn as nn\n"
+D = textwrap.dedent
+
+
+def model(forward: str, top: str = "", init: str = "", methods: str = "", header: str = HEADER) -> str:
+    """A ModelNew with the problem's attributes; `forward` is the body of forward(self, x)."""
+    ind = lambda s, n: textwrap.indent(textwrap.dedent(s).strip("\n"), " " * n) + "\n" if s.strip() else ""  # noqa: E731
+    return (
+        header
+        + textwrap.dedent(top)
+        + "\n\nclass ModelNew(nn.Module):\n"
+        + "    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):\n"
+        + "        super().__init__()\n"
+        + "        self.gemm = nn.Linear(in_features, out_features)\n"
+        + "        self.scale = nn.Parameter(torch.randn(scale_shape))\n"
+        + "        self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)\n"
+        + ind(init, 8)
+        + "\n    def forward(self, x):\n"
+        + ind(forward, 8)
+        + ind(methods, 4)
+    )
+
+
+EXT = '''
+from torch.utils.cpp_extension import load_inline
+_src = r"""
+#include <torch/extension.h>
+torch::Tensor fused(torch::Tensor x) { return x; }
+"""
+_ext = load_inline(name="e", cpp_sources=_src, functions=["fused"])
+'''
+
+# (id, source, expected flag names). Policies are checked against DEFAULT_POLICIES.
+CASES: list[tuple[str, str, set[str]]] = [
+    # ------------------------------------------------------------------ negatives: no flags
+    ("clean_extension", model("return _ext.fused(x)", top=EXT), set()),
+    ("elementwise_and_allocations", model("""
+        y = torch.empty(x.shape[0], 512, device=x.device)
+        z = torch.empty_like(y); w = x.new_zeros(3); v = torch.zeros(4, dtype=torch.float32)
+        y = torch.relu(y) * self.scale + torch.exp(z) - x.sum(0).mean()
+        y = torch.clamp(y, 0, 1).contiguous().view(-1, 512)
+        self.bn.num_batches_tracked += 1
+        self.bn.num_batches_tracked.add_(1)
+        with torch.no_grad():
+            self.bn.running_mean.mul_(0.9)
+        return y
+    """), set()),
+    ("stream_word_in_cuda_comment", model("return _ext.fused(x)", top='''
+        from torch.utils.cpp_extension import load_inline
+        src = """
+        // launched on the current stream, never a new stream; clone() is not fork
+        void f(torch::Tensor x) { auto y = x.clone(); auto s = at::cuda::getCurrentCUDAStream();
+          k<<<1, 1, 0, s>>>(); std::filesystem::path p; }
+        """
+        _ext = load_inline(name="e", cpp_sources="", cuda_sources=src, functions=["fused"])
+    '''), set()),
+    ("python_current_stream_is_fine", model("""
+        s = torch.cuda.current_stream(); torch.cuda.synchronize()
+        return _ext.fused(x)
+    """, top=EXT), set()),
+    ("docstrings_are_not_scanned", '"""Uses no std::thread, no cudaStreamCreate, no open(, no fork()."""\n'
+     + model('"""Does not call torch.matmul or cudaEventCreate."""\nreturn _ext.fused(x)', top=EXT), set()),
+    ("extension_methods_named_like_torch", model("""
+        a = _ext.matmul(x, self.gemm.weight)
+        b = self.ext.mm(a, self.gemm.weight)
+        return _get().addmm(b)
+    """, top=EXT + "\n\ndef _get():\n    return _ext\n", init="self.ext = _ext"), set()),
+    ("lru_cache_on_argless_loader", model("return _load().fused(x)", top='''
+        import functools
+        from torch.utils.cpp_extension import load_inline
+        @functools.lru_cache(maxsize=None)
+        def _load():
+            return load_inline(name="e", cpp_sources="", functions=["fused"])
+    '''), set()),
+    ("extension_cache_dict", model("return _get().fused(x)", top='''
+        from torch.utils.cpp_extension import load_inline
+        _cache = {}
+        def _get():
+            if "ext" not in _cache:
+                _cache["ext"] = load_inline(name="e", cpp_sources="", functions=["fused"])
+            return _cache["ext"]
+    '''), set()),
+    ("heavy_ops_outside_forward_path", model("return _ext.fused(x)", top=EXT, init="""
+        with torch.no_grad():
+            self.gemm.weight.copy_(self.gemm.weight @ torch.eye(in_features))
+        w = torch.matmul(self.gemm.weight, self.gemm.weight.t())
+    """), set()),
+    ("param_named_like_builtin", model("return _ext.fused(x)", top=EXT, methods="""
+        def other(self, input, compile=False, open=None):
+            return input + 1
+    """), set()),
+    ("reading_backend_flags_is_fine", model("""
+        if torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() == "high":
+            pass
+        return _ext.fused(x)
+    """, top=EXT), set()),
+    ("custom_op_namespace", model("return torch.ops.mylib.fused(x)", top='''
+        lib = torch.library.Library("mylib", "DEF")
+    '''), set()),
+    ("syntax_error_gives_nothing", "def broken(:\n    torch.allclose = 1\n", set()),
+    # ------------------------------------------------------------------ torch_fallback
+    ("F_linear_alias", model("return F.linear(x, self.gemm.weight)", header=HEADER + "import torch.nn.functional as F\n"),
+     {"torch_fallback"}),
+    ("functional_from_import", model("return functional.linear(x, self.gemm.weight)",
+                                     header=HEADER + "from torch.nn import functional\n"), {"torch_fallback"}),
+    ("from_torch_import_as", model("return mm(x, self.gemm.weight.t())",
+                                   header=HEADER + "from torch import matmul as mm\n"), {"torch_fallback"}),
+    ("from_functional_import_batch_norm", model("return batch_norm(x, None, None, training=True)",
+                                                header=HEADER + "from torch.nn.functional import batch_norm\n"),
+     {"torch_fallback"}),
+    ("full_path_batch_norm", model("return torch.nn.functional.batch_norm(x, None, None, training=True)"),
+     {"torch_fallback"}),
+    ("torch_batch_norm_and_var_mean", model("v, m = torch.var_mean(x, 0)\nreturn torch.batch_norm(x, None, None, None, None, True, 0.1, 1e-5, False)"),
+     {"torch_fallback"}),
+    ("matmul_operator", model("return x @ self.gemm.weight.t()"), {"torch_fallback"}),
+    ("matmul_augassign", model("x @= self.gemm.weight.t()\nreturn x"), {"torch_fallback"}),
+    ("tensor_methods", model("return x.mm(self.gemm.weight.t()).var(0)"), {"torch_fallback"}),
+    ("self_gemm_and_bn", model("return self.bn(self.gemm(x) * self.scale)"), {"torch_fallback"}),
+    ("self_gemm_forward", model("return self.gemm.forward(x)"), {"torch_fallback"}),
+    ("local_alias_of_layer", model("g = self.gemm\nreturn g(x)"), {"torch_fallback"}),
+    ("unbound_module_forward", model("return nn.Linear.forward(self.gemm, x)"), {"torch_fallback"}),
+    ("other_layer_attribute", model("return self.lin(x)", init="self.lin = torch.nn.Linear(4, 4)"),
+     {"torch_fallback"}),
+    ("helper_method", model("return self._mm(x)", methods="""
+        def _mm(self, x):
+            return torch.matmul(x, self.gemm.weight.t())
+    """), {"torch_fallback"}),
+    ("module_level_helper", model("return ref(self, x)", top="""
+        def ref(m, x):
+            return torch.einsum("bk,nk->bn", x, m.gemm.weight)
+    """), {"torch_fallback"}),
+    ("aten_op", model("return torch.ops.aten.addmm.default(self.gemm.bias, x, self.gemm.weight.t())"),
+     {"torch_fallback"}),
+    ("unbound_tensor_method", model("return torch.Tensor.matmul(x, self.gemm.weight.t())"), {"torch_fallback"}),
+    ("getattr_constant", model('return getattr(torch, "matmul")(x, self.gemm.weight.t())'), {"torch_fallback"}),
+    ("rebinding_alias", model("return mm(x, self.gemm.weight.t())", top="mm = torch.mm\n"), {"torch_fallback"}),
+    ("torch_compile", model("return self.fn(x)", init="self.fn = torch.compile(lambda t: t * 2)"),
+     {"torch_fallback"}),
+    ("autograd_function_apply", model("return _Fn.apply(x, self.gemm.weight)", top="""
+        class _Fn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w):
+                return torch.mm(x, w.t())
+    """), {"torch_fallback"}),
+    ("submodule_forward", model("return self.inner(x)", init="self.inner = _Inner(self.gemm)", top="""
+        class _Inner(nn.Module):
+            def __init__(self, lin):
+                super().__init__()
+                self.w = lin.weight
+            def forward(self, x):
+                return torch.addmm(x, x, self.w)
+    """), {"torch_fallback"}),
+    ("cpp_calls_torch_matmul", model("return _ext.fused(x)", top='''
+        from torch.utils.cpp_extension import load_inline
+        _ext = load_inline(name="e", cpp_sources="torch::Tensor fused(torch::Tensor x, torch::Tensor w) { return torch::matmul(x, w); }", functions=["fused"])
+    '''), {"torch_fallback"}),
+    # ------------------------------------------------------------------ cuda_stream
+    ("python_stream_and_event", model("""
+        s = torch.cuda.Stream()
+        e = torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(s):
+            y = _ext.fused(x)
+        return y
+    """, top=EXT), {"cuda_stream"}),
+    ("stream_from_import", model("return _ext.fused(x)", top=EXT, header=HEADER + "from torch.cuda import Stream\n"),
+     {"cuda_stream"}),
+    ("cuda_graph", model("return _ext.fused(x)", top=EXT, init="self.g = torch.cuda.CUDAGraph()"), {"cuda_stream"}),
+    ("cpp_stream_apis", model("return _ext.fused(x)", top=D('''
+        src = """
+        cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        cudaEvent_t e; cudaEventCreate(&e);
+        auto p = at::cuda::getStreamFromPool();
+        """
+    ''') + EXT), {"cuda_stream"}),
+    # ------------------------------------------------------------------ concurrency
+    ("threading", model("""
+        t = threading.Thread(target=lambda: None); t.start()
+        return _ext.fused(x)
+    """, top=EXT, header=HEADER + "import threading\n"), {"concurrency"}),
+    ("thread_pool_from_import", model("return _ext.fused(x)", top=EXT,
+                                      header=HEADER + "from concurrent.futures import ThreadPoolExecutor\n"),
+     {"concurrency"}),
+    ("multiprocessing_and_fork", model("os.fork()\nreturn _ext.fused(x)", top=EXT,
+                                       header=HEADER + "import os\nimport multiprocessing as mp\n"), {"concurrency"}),
+    ("asyncio", model("return asyncio.run(None)", header=HEADER + "import asyncio\n"), {"concurrency"}),
+    ("torch_multiprocessing", model("return x", header=HEADER + "import torch.multiprocessing as tmp\n"),
+     {"concurrency"}),
+    ("cpp_threads", model("return _ext.fused(x)", top=D('''
+        src = "void f() { std::thread t([]{}); pthread_t p; pthread_create(&p, 0, 0, 0); if (fork() == 0) {} }"
+    ''') + EXT), {"concurrency"}),
+    # ------------------------------------------------------------------ monkeypatch
+    ("patch_allclose", model("return x * 0", top="""
+        torch.allclose = lambda *a, **k: True
+        torch.testing.assert_close = lambda *a, **k: None
+    """), {"monkeypatch"}),
+    ("patch_numpy_alias", model("return x", header=HEADER + "import numpy as np\nnp.allclose = lambda *a: True\n"),
+     {"monkeypatch"}),
+    ("patch_event_elapsed_time", model("return x", top="torch.cuda.Event.elapsed_time = lambda s, e: 1e-3\n"),
+     {"monkeypatch"}),
+    ("patch_builtins", model("return x", header=HEADER + "import builtins\nbuiltins.print = None\n"), {"monkeypatch"}),
+    ("setattr_delattr", model("return x", top='setattr(torch, "allclose", None)\ndelattr(torch.testing, "assert_close")\n'),
+     {"monkeypatch"}),
+    ("dict_and_vars_writes", model("return x", top='torch.__dict__["allclose"] = None\nvars(torch)["eq"] = None\n'
+                                   'torch.__dict__.update(x=1)\n'), {"monkeypatch"}),
+    ("augassign_and_del", model("return x", top="torch.x += 1\ndel torch.allclose\n"), {"monkeypatch"}),
+    ("patch_tensor_method", model("return x", top="torch.Tensor.__eq__ = lambda a, b: True\n"), {"monkeypatch"}),
+    ("from_import_then_patch", model("return x", header=HEADER + "from torch import testing\n",
+                                     top="testing.assert_close = print\n"), {"monkeypatch"}),
+    ("getattr_chain_patch", model("return x", top='getattr(torch, "testing").assert_close = print\n'), {"monkeypatch"}),
+    ("patch_inside_forward", model("torch.allclose = lambda *a, **k: True\nreturn x"), {"monkeypatch"}),
+    ("aten_override", model("return x", top='lib = torch.library.Library("aten", "IMPL")\n'
+                            'lib.impl("mm", lambda a, b: a, "CUDA")\n'), {"monkeypatch"}),
+    ("tensor_subclass", model("return _Lazy(x)", top="""
+        class _Lazy(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                return True
+    """), {"monkeypatch"}),
+    ("class_swap", model("y = x * 2\ny.__class__ = Foo\nreturn y", top="class Foo: pass\n"), {"monkeypatch"}),
+    ("cpp_aten_impl", model("return _ext.fused(x)", top='src = "TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl(\\"mm\\", f); }"\n' + EXT),
+     {"monkeypatch"}),
+    # ------------------------------------------------------------------ monkeypatch + introspection
+    ("sys_modules_write", model("return x", header=HEADER + "import sys\n", top='sys.modules["evaluator"] = None\n'),
+     {"monkeypatch"}),
+    ("patch_evaluator", model("return x", header=HEADER + "import evaluator.correctness as c\n",
+                              top="c.compare = lambda *a: True\n"), {"monkeypatch", "introspection"}),
+    # ------------------------------------------------------------------ introspection
+    ("gc", model("gc.collect()\nreturn x", header=HEADER + "import gc\n"), {"introspection"}),
+    ("inspect", model("return x", header=HEADER + "import inspect\n"), {"introspection"}),
+    ("getframe", model("f = sys._getframe(1)\nreturn x", header=HEADER + "import sys\n"), {"introspection"}),
+    ("settrace", model("sys.settrace(None)\nreturn x", header=HEADER + "import sys\n"), {"introspection"}),
+    ("ctypes_from_import", model("return x", header=HEADER + "from ctypes import CDLL\n"), {"introspection"}),
+    ("ctypes_use", model("return x", top="import ctypes\nlib = ctypes.CDLL(None)\n"), {"introspection"}),
+    ("builtins_dunder", model('o = __builtins__["open"]\nreturn x'), {"introspection"}),
+    ("importlib_reload", model("return x", header=HEADER + "import importlib\n", top="importlib.reload(torch)\n"),
+     {"introspection"}),
+    ("frame_walk", model("f = self.forward.__globals__\nreturn x"), {"introspection"}),
+    ("cpp_dlsym", model("return _ext.fused(x)", top='src = "void* p = dlsym(RTLD_NEXT, \\"cudaEventElapsedTime\\");"\n' + EXT),
+     {"introspection"}),
+    # ------------------------------------------------------------------ io_or_network
+    ("open_builtin", model("return x", top='data = open("/tmp/ref.pt", "rb").read()\n'), {"io_or_network"}),
+    ("with_open", model('with open("/tmp/out.txt", "w") as fh:\n    fh.write("x")\nreturn x'), {"io_or_network"}),
+    ("socket_subprocess", model("return x", header=HEADER + "import socket\nimport subprocess\n"), {"io_or_network"}),
+    ("os_system_popen_remove", model('os.system("ls"); os.popen("ls"); os.remove("f")\nreturn x',
+                                     header=HEADER + "import os\n"), {"io_or_network"}),
+    ("urllib_requests_http", model("return x", header=HEADER + "import urllib.request\nimport requests\nimport http.client\n"),
+     {"io_or_network"}),
+    ("pathlib_write", model('Path("/tmp/x").write_text("hi")\nreturn x', header=HEADER + "from pathlib import Path\n"),
+     {"io_or_network"}),
+    ("shutil", model("return x", header=HEADER + "import shutil\n"), {"io_or_network"}),
+    ("environ_writes", model('os.environ["CUDA_LAUNCH_BLOCKING"] = "1"\nos.environ.update(A="1")\nreturn x',
+                             header=HEADER + "import os\n"), {"io_or_network"}),
+    ("torch_save", model('torch.save(x, "/tmp/x.pt")\nreturn x'), {"io_or_network"}),
+    ("cpp_fopen", model("return _ext.fused(x)", top='src = "FILE* f = fopen(\\"/tmp/x\\", \\"w\\");"\n' + EXT),
+     {"io_or_network"}),
+    # ------------------------------------------------------------------ precision_flags (not also monkeypatch)
+    ("tf32_matmul", model("return x", top="torch.backends.cuda.matmul.allow_tf32 = True\n"), {"precision_flags"}),
+    ("tf32_cudnn", model("return x", top="torch.backends.cudnn.allow_tf32 = True\n"), {"precision_flags"}),
+    ("matmul_precision", model('torch.set_float32_matmul_precision("high")\nreturn x'), {"precision_flags"}),
+    ("reduced_precision", model("return x", top="torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True\n"
+                                "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True\n"),
+     {"precision_flags"}),
+    ("default_dtype_deterministic", model("return x", top="torch.set_default_dtype(torch.float16)\n"
+                                          "torch.use_deterministic_algorithms(False)\n"), {"precision_flags"}),
+    ("fp32_precision", model("return x", top='torch.backends.cuda.matmul.fp32_precision = "tf32"\n'
+                             'torch.backends.cudnn.conv.fp32_precision = "tf32"\n'), {"precision_flags"}),
+    ("setattr_tf32", model("return x", top='setattr(torch.backends.cuda.matmul, "allow_tf32", True)\n'),
+     {"precision_flags"}),
+    ("aliased_backends", model("return x", header=HEADER + "import torch.backends.cuda as tbc\n",
+                               top="tbc.matmul.allow_tf32 = True\n"), {"precision_flags"}),
+    ("cpp_global_context", model("return _ext.fused(x)",
+                                 top='src = "at::globalContext().setAllowTF32CuBLAS(true);"\n' + EXT),
+     {"precision_flags"}),
+    # ------------------------------------------------------------------ output_caching
+    ("self_cache_returned", model("""
+        if self._out is None:
+            self._out = _ext.fused(x)
+        return self._out
+    """, top=EXT, init="self._out = None"), {"output_caching"}),
+    ("module_dict_keyed_by_input", model("""
+        if x in _cache:
+            return _cache[x]
+        y = _ext.fused(x)
+        _cache[x] = y
+        return y
+    """, top=EXT + "\n_cache = {}\n"), {"output_caching"}),
+    ("global_last", model("""
+        global _last
+        if _last is None:
+            _last = _ext.fused(x)
+        return _last
+    """, top=EXT + "\n_last = None\n"), {"output_caching"}),
+    ("lru_cache_on_helper_with_args", model("return _run(x)", top=EXT + D("""
+        import functools
+        @functools.lru_cache(maxsize=8)
+        def _run(x):
+            return _ext.fused(x)
+    """)), {"output_caching"}),
+    ("cache_decorator_alias", model("return _ext.fused(x)", top=EXT, header=HEADER + "from functools import cache\n",
+                                    methods="""
+        @cache
+        def forward(self, x):
+            return _ext.fused(x)
+    """), {"output_caching"}),
+    ("data_ptr", model("k = x.data_ptr()\nreturn _ext.fused(x)", top=EXT), {"output_caching"}),
+    # ------------------------------------------------------------------ dynamic_code
+    ("exec_eval_compile", model('exec("y = 1"); eval("2"); compile("3", "f", "eval")\nreturn x'), {"dynamic_code"}),
+    ("computed_import", model("m = __import__(name)\nreturn x", top='name = "g" + "c"\n'), {"dynamic_code"}),
+    ("computed_getattr_on_module", model("f = getattr(torch, name)\nreturn x", top='name = "all" + "close"\n'),
+     {"dynamic_code"}),
+    ("constant_dynamic_import_resolves", model("return x", top='g = __import__("gc")\ng.collect()\n'),
+     {"introspection"}),
+]
+
+
+@pytest.mark.parametrize("source,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_flag_table(source: str, expected: set[str]) -> None:
+    if not source.startswith("def broken"):
+        ast.parse(source)  # a snippet that does not parse would silently give no flags
+    flags = static_flags(source)
+    assert {f.name for f in flags} == expected, "\n".join(f"{f.name}: {f.reason}" for f in flags)
+    for f in flags:
+        assert f.policy == DEFAULT_POLICIES[f.name]
+        assert re.match(r"line \d+: ", f.reason), f.reason
+
+
+def test_default_policies() -> None:
+    P = FlagPolicy
+    assert DEFAULT_POLICIES == {
+        "torch_fallback": P.flag, "cuda_stream": P.flag, "output_caching": P.flag,
+        "concurrency": P.reject, "monkeypatch": P.reject, "introspection": P.reject,
+        "io_or_network": P.reject, "precision_flags": P.reject, "dynamic_code": P.reject,
+    }
+    assert set(FLAG_DESCRIPTIONS) == set(DEFAULT_POLICIES)
+    assert all(d.endswith(".") and d.count(". ") == 0 for d in FLAG_DESCRIPTIONS.values())
+
+
+def test_policy_override() -> None:
+    src = model("return self.gemm(x)")
+    assert [f.policy for f in static_flags(src)] == [FlagPolicy.flag]
+    assert [f.policy for f in static_flags(src, {"torch_fallback": FlagPolicy.reject})] == [FlagPolicy.reject]
+    assert [f.policy for f in static_flags(src, {"torch_fallback": "reject"})] == [FlagPolicy.reject]  # type: ignore[dict-item]
+
+
+def test_one_flag_per_name_and_line_sorted_by_line() -> None:
+    src = (
+        "import torch\nimport gc\n"                                   # 1, 2
+        "torch.allclose = torch.testing.assert_close = None\n"       # 3: two targets, one flag
+        "gc.collect(); gc.collect()\n"                                # 4
+        "torch.backends.cuda.matmul.allow_tf32 = True\n"             # 5
+    )
+    flags = static_flags(src)
+    assert [(f.name, f.reason.split(":")[0]) for f in flags] == [
+        ("introspection", "line 2"), ("monkeypatch", "line 3"), ("introspection", "line 4"),
+        ("precision_flags", "line 5"),
+    ]
+    assert all(isinstance(f, Flag) for f in flags)
+
+
+def test_line_numbers_inside_cpp_strings() -> None:
+    src = 'import torch\nsrc = """\nline two\nline three\ncudaStreamCreate(&s);\n"""\n'
+    (flag,) = static_flags(src)
+    assert flag.name == "cuda_stream" and flag.reason.startswith("line 5:")
+
+
+def test_fallback_reported_on_helper_line() -> None:
+    src = model("return self._mm(x)", methods="""
+        def _mm(self, x):
+            y = x * 2
+            return torch.matmul(y, self.gemm.weight.t())
+    """)
+    (flag,) = static_flags(src)
+    line = next(i for i, t in enumerate(src.splitlines(), 1) if "torch.matmul" in t)
+    assert flag.reason.startswith(f"line {line}:")
+
+
+def test_no_model_new_still_checks_module() -> None:
+    assert [f.name for f in static_flags("import torch\ntorch.allclose = None\nx = torch.mm\n")] == ["monkeypatch"]
+
+
+GOLDEN_STYLE = r'''
+"""A realistic candidate: one fused CUDA kernel pair for Linear -> scale -> BatchNorm1d (train)."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+// Tiled GEMM with the bias and the scale fused into the epilogue; launched on the current stream.
+__global__ void gemm_scale_kernel(const float* x, const float* w, const float* b, const float* s,
+                                  float* out, int B, int K, int N) { /* ... */ }
+__global__ void bn_train_kernel(float* y, const float* g, const float* beta, float* rm, float* rv,
+                                int B, int N, float momentum, float eps) { /* Welford per column */ }
+
+torch::Tensor fused_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor s,
+                            torch::Tensor g, torch::Tensor beta, torch::Tensor rm, torch::Tensor rv,
+                            double momentum, double eps) {
+  auto out = torch::empty({x.size(0), w.size(0)}, x.options());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  gemm_scale_kernel<<<dim3(1), dim3(256), 0, stream>>>(x.data_ptr<float>(), w.data_ptr<float>(),
+      b.data_ptr<float>(), s.data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1), w.size(0));
+  bn_train_kernel<<<dim3(1), dim3(256), 0, stream>>>(out.data_ptr<float>(), g.data_ptr<float>(),
+      beta.data_ptr<float>(), rm.data_ptr<float>(), rv.data_ptr<float>(), x.size(0), w.size(0),
+      (float)momentum, (float)eps);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+"""
+cpp_source = "torch::Tensor fused_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor s, " \
+             "torch::Tensor g, torch::Tensor beta, torch::Tensor rm, torch::Tensor rv, double momentum, double eps);"
+
+_ext = load_inline(name="gemm_scale_bn_fused", cpp_sources=cpp_source, cuda_sources=cuda_source,
+                   functions=["fused_forward"], extra_cuda_cflags=["-O3", "--use_fast_math"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.scale = nn.Parameter(torch.randn(scale_shape))
+        self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+    def forward(self, x):
+        x = x.contiguous()
+        momentum = self.bn.momentum if self.bn.momentum is not None else 0.0
+        if self.training:
+            self.bn.num_batches_tracked.add_(1)
+        return _ext.fused_forward(x, self.gemm.weight, self.gemm.bias, self.scale, self.bn.weight,
+                                  self.bn.bias, self.bn.running_mean, self.bn.running_var,
+                                  momentum, self.bn.eps)
+'''
+
+
+def test_golden_style_candidate_is_clean() -> None:
+    flags = static_flags(GOLDEN_STYLE)
+    assert flags == [], [f.reason for f in flags]
+
+
+GOLDEN = sorted(glob.glob(str(ROOT / "candidates" / "golden" / "*.py")))
+
+
+@pytest.mark.skipif(not GOLDEN, reason="no candidates/golden/*.py yet")
+@pytest.mark.parametrize("path", GOLDEN, ids=[Path(p).name for p in GOLDEN])
+def test_golden_candidates_not_rejected(path: str) -> None:
+    flags = static_flags(Path(path).read_text(encoding="utf-8"))
+    rejected = [f.reason for f in flags if f.policy == FlagPolicy.reject]
+    assert not rejected, f"{path}: {rejected}"
+
+
+HACKS = sorted(glob.glob(str(ROOT / "tests" / "fixtures" / "hacks" / "cpu" / "*.py")))
+
+
+def _declared_static(doc: str) -> set[str]:
+    """`STATIC: name(policy), name(policy)` or `STATIC: none` in a fixture's docstring."""
+    m = re.search(r"^STATIC:\s*(.+)$", doc, re.M)
+    assert m, "hack fixture docstring lacks a STATIC: line"
+    text = m.group(1).strip()
+    return set() if text == "none" else {s.strip() for s in text.split(",")}
+
+
+@pytest.mark.skipif(not HACKS, reason="no hack fixtures")
+@pytest.mark.parametrize("path", HACKS, ids=[Path(p).name for p in HACKS])
+def test_hack_fixtures_match_their_docstring(path: str) -> None:
+    source = Path(path).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    doc = ast.get_docstring(tree) or ""
+    assert "EXPECT:" in doc
+    assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
+    got = {f"{f.name}({f.policy.value})" for f in static_flags(source)}
+    assert got == _declared_static(doc)

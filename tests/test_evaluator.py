@@ -1,0 +1,137 @@
+"""The evaluator on CPU candidates: every bad input gets its exact verdict, and the run goes on."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, expectation
+from evaluator.records import Status
+from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, evaluate, parse_problem
+
+CPU = FIXTURES / "candidates" / "cpu"
+GOOD = CPU / "torch_ops_correct.py"
+BAD_INPUTS = sorted(p for p in CPU.glob("*.py") if p != GOOD)
+
+
+def cpu_options(tmp_path: Path, **overrides) -> EvalOptions:
+    settings = dict(device="cpu", size="small", run_timeout_s=30, timing_budget_s=0.2, baselines=["eager"],
+                    log_root=tmp_path / "logs")
+    settings.update(overrides)
+    return EvalOptions(**settings)
+
+
+@pytest.fixture(scope="module")
+def bad_input_verdicts(tmp_path_factory):
+    """Every fixture followed by the good candidate, in ONE evaluation batch (builds in parallel)."""
+    tmp = tmp_path_factory.mktemp("bad")
+    batch = []
+    for path in BAD_INPUTS:
+        batch += [CandidateFile(name=path.stem, path=path), CandidateFile(name=f"after-{path.stem}", path=GOOD)]
+    verdicts = list(evaluate(batch, cpu_options(tmp, jobs=2)))
+    assert [v.candidate for v in verdicts] == [c.name for c in batch]
+    return {v.candidate: v for v in verdicts}
+
+
+@pytest.mark.parametrize("path", BAD_INPUTS, ids=lambda p: p.stem)
+def test_each_fixture_gets_its_exact_verdict_and_the_next_candidate_still_passes(path, bad_input_verdicts):
+    expected = expectation(path)
+    verdict = bad_input_verdicts[path.stem]
+    assert verdict.status == Status(expected["status"]), verdict.error
+    if verdict.status == Status.correct:
+        assert verdict.error is None and verdict.runtime_ms > 0 and verdict.speedup["eager"] > 0
+    else:
+        assert verdict.error, "a failed verdict must say why"
+    if "flag" in expected:
+        assert expected["flag"] in {f.name for f in verdict.flags}
+    follower = bad_input_verdicts[f"after-{path.stem}"]
+    assert follower.status == Status.correct, follower.error
+
+
+def test_crash_and_timeout_reasons_name_the_phase(bad_input_verdicts):
+    assert "SIGSEGV" in bad_input_verdicts["cpp_segfault"].error
+    assert "exited with code 0" in bad_input_verdicts["os_exit_in_forward"].error
+    assert bad_input_verdicts["os_exit_at_import"].phase.value == "compile"
+    timeout = bad_input_verdicts["infinite_loop"]
+    assert timeout.phase.value in ("check", "init") and "limit" in timeout.error
+    assert "cannot convert" in bad_input_verdicts["cpp_compile_error"].error  # the compiler's own words
+
+
+def test_output_is_captured_capped_and_never_mixed_with_the_verdict(bad_input_verdicts):
+    noisy = bad_input_verdicts["print_100mb"]
+    assert noisy.stdout_bytes >= 100 << 20
+    assert noisy.stdout_tail.rstrip().endswith("END OF NOISE")
+    log = Path(noisy.log_dir) / "stdout.log"
+    assert log.stat().st_size <= 1 << 20
+
+
+def test_correct_verdict_carries_errors_buffers_and_baselines(bad_input_verdicts):
+    v = bad_input_verdicts["cpp_correct"]
+    c = v.correctness
+    assert c.tiers == {"strict": True, "loose": True}
+    assert {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"} <= set(c.buffers_checked)
+    assert c.main.trials == 6 and c.distributions == ["randn", "rand"] and len(set(c.seeds)) == len(c.seeds)
+    assert c.eval_mode is not None and c.eval_mode.tiers["loose"]
+    assert 0 < c.max_abs_err < 1e-4
+    assert set(v.baselines) == {"eager"} and v.speedup["eager"] == pytest.approx(v.baselines["eager"].median_ms / v.runtime_ms)
+    assert v.environment.device == "cpu" and v.source_sha256 == __import__("hashlib").sha256(
+        (CPU / "cpp_correct.py").read_bytes()).hexdigest()
+
+
+def test_secrets_are_scrubbed_and_the_worker_runs_in_a_fresh_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    monkeypatch.setenv("HF_TOKEN", "hf-should-not-leak")
+    probe = FIXTURES / "candidates" / "probes" / "env_probe.py"
+    [verdict] = evaluate([CandidateFile(name="probe", path=probe)], cpu_options(tmp_path))
+    assert verdict.status == Status.correct, verdict.error
+
+
+def test_the_extension_cache_is_keyed_by_source_and_reused(tmp_path):
+    options = cpu_options(tmp_path, cache_dir=tmp_path / "cache", compile_only=True)
+    candidate = CandidateFile(name="cpp", path=CPU / "cpp_correct.py")
+    first = Evaluator(options).evaluate(candidate)
+    assert first.status == Status.compiled
+    [library] = list((tmp_path / "cache").rglob("*.so"))
+    built_at = library.stat().st_mtime_ns
+    second = Evaluator(options).evaluate(candidate)
+    assert second.status == Status.compiled
+    assert list((tmp_path / "cache").rglob("*.so")) == [library] and library.stat().st_mtime_ns == built_at
+    assert first.source_sha256[:24] in str(library)
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("class ModelNew(:\n", "syntax error at line 1"),
+    ("import torch\nclass Model: pass\n", "no top-level `class ModelNew`"),
+    ("def f():\n    class ModelNew: pass\n", "no top-level `class ModelNew`"),
+])
+def test_parse_problems_are_found_without_importing(source, reason):
+    assert reason in parse_problem(source)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HARNESS_LOG_DIR": ""})
+
+
+def test_cli_json_prints_one_verdict_per_line_and_exits_zero_whatever_they_scored(tmp_path):
+    result = run_cli("eval", str(GOOD), str(CPU / "wrong_values.py"), str(CPU / "syntax_error.py"),
+                     "--device", "cpu", "--size", "small", "--json", "--baselines", "eager")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [d["status"] for d in lines] == ["correct", "incorrect", "parse_error"]
+    for record in lines:
+        assert {"candidate", "status", "error", "correctness", "runtime_ms", "speedup", "flags"} <= set(record)
+    assert lines[0]["error"] is None and lines[0]["speedup"]["eager"] > 0
+    assert lines[1]["correctness"]["tiers"] == {"strict": False, "loose": False}
+
+
+def test_cli_table_and_usage_errors():
+    table = run_cli("eval", str(CPU / "nan_output.py"), "--device", "cpu")
+    assert table.returncode == 0 and "incorrect" in table.stdout and "NaN" in table.stdout
+    assert run_cli("eval", "missing.py").returncode == 2
+    assert run_cli("eval", str(GOOD), "--size", "enormous").returncode == 2
+    assert run_cli("eval", str(GOOD), "--problem", "no_such_problem").returncode == 2
+    assert run_cli("eval", str(GOOD), "--device", "tpu").returncode == 2
