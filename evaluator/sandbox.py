@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import os
 import secrets
 import selectors
@@ -126,14 +127,33 @@ class CappedTail:
         return self.total > self.cap
 
 
+def pip_cuda_include_dirs(cuda_home: str | None) -> list[str]:
+    """Header folders of pip's NVIDIA packages, when the toolkit lacks the library headers
+    that torch's CUDA headers include (a toolkit with only the compiler: no cusparse.h)."""
+    if cuda_home and (Path(cuda_home) / "include" / "cusparse.h").is_file():
+        return []
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folders = []
+    for root in spec.submodule_search_locations:
+        folders += sorted(str(p.parent) for p in Path(root).glob("*/include/cusparse.h"))
+    return folders
+
+
 def scrubbed_environment(extension_dir: Path, device: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in SECRET_MARKERS)}
     env["TORCH_EXTENSIONS_DIR"] = str(extension_dir)
     env.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
     if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
         env["CUDA_HOME"] = "/usr/local/cuda"
+    extra_headers = pip_cuda_include_dirs(env.get("CUDA_HOME"))
+    if extra_headers:
+        env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(extra_headers + [p for p in env.get("CPLUS_INCLUDE_PATH", "").split(os.pathsep) if p])
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+        # With no GPU to ask, torch would build CUDA code for every architecture it knows.
+        env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"

@@ -144,15 +144,12 @@ def parse_reply(text: str, finish_reason: str | None = None) -> ParseResult:
     if candidates:
         block = candidates[-1]
         error = _syntax_error(block.body)
-        if error is not None:
-            if truncated_by_length:
-                pass  # fall through to `truncated` below: the cut is the likelier cause
-            else:
-                inner = error.lineno or 1
-                return ParseResult(
-                    reason=ParseReason.syntax_error, line=block.line + inner, blocks=len(complete),
-                    detail=f"line {inner} of the ModelNew block (reply line {block.line + inner}): {error.msg}",
-                )
+        if error is not None:  # the block was closed, so a token limit hit later did not cause this
+            inner = error.lineno or 1
+            return ParseResult(
+                reason=ParseReason.syntax_error, line=block.line + inner, blocks=len(complete),
+                detail=f"line {inner} of the ModelNew block (reply line {block.line + inner}): {error.msg}",
+            )
         elif not _defines_model_new(block.body):
             return ParseResult(reason=ParseReason.no_model_new, line=block.line, blocks=len(complete),
                                detail="`class ModelNew` appears only nested or inside a string, not at the top level")

@@ -62,11 +62,11 @@ EvaluateFn = Callable[[Sequence[Any], Any], Iterable[Verdict]]  # (candidate fil
 UNSTORED = {ProviderErrorKind.replay_missing}
 STATUS_RANK = {
     "correct": 0, "compiled": 1, "incorrect": 2, "runtime_error": 3, "compile_error": 4, "timeout": 5,
-    "crashed": 6, "parse_error": 7, "no_reply": 8, "not_evaluated": 9,
+    "crashed": 6, "parse_error": 7, "no_reply": 8, "not_evaluated": 9, "skipped": 10,
 }
 STATUS_STYLE = {
     "correct": "green", "compiled": "cyan", "incorrect": "yellow", "runtime_error": "red", "compile_error": "red",
-    "timeout": "magenta", "crashed": "magenta", "parse_error": "red", "no_reply": "red", "not_evaluated": "dim",
+    "timeout": "magenta", "crashed": "magenta", "parse_error": "red", "no_reply": "red", "not_evaluated": "dim", "skipped": "dim",
 }
 
 
@@ -92,6 +92,8 @@ class SampleOutcome:
             return self.verdict.status.value
         if self.generation is not None and not self.generation.completion.ok:
             return "no_reply"
+        if self.generation is None:
+            return "skipped"  # the run stopped before this sample was asked for
         return "not_evaluated"
 
     @property
@@ -109,7 +111,7 @@ class RunSummary:
 
     run: Run
     outcomes: list[SampleOutcome] = field(default_factory=list)
-    requests: int = 0            # replies asked for in this invocation (resumed ones excluded)
+    requests: int = 0            # requests sent (retries included) or replay files read, this invocation
     evaluated: int = 0           # candidates sent to the evaluator in this invocation
     fatal_error: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -129,9 +131,11 @@ def slug(text: str, limit: int = 40) -> str:
 
 
 def derive_run_id(cfg: RunConfig, messages: Sequence[Message], size: str, device: str, problem: str) -> str:
-    """A run id from the settings that shape a run (not the sample count): same settings, same id."""
+    """A run id from the settings that shape a run: problem, variant, model, params, rendered prompt,
+    size, device (not the sample count, and not the base URL, like the generation key): same
+    settings, same id."""
     settings = {
-        "problem": problem, "variant": cfg.variant, "model": cfg.model, "base_url": cfg.base_url,
+        "problem": problem, "variant": cfg.variant, "model": cfg.model,
         "params": base_params(cfg).model_dump(mode="json", exclude={"sample_index"}),
         "messages": [m.model_dump() for m in messages], "size": size, "device": device,
         "compile_only": cfg.compile_only,
@@ -211,12 +215,10 @@ def rank_outcomes(outcomes: Sequence[SampleOutcome]) -> list[SampleOutcome]:
     return sorted(outcomes, key=key)
 
 
-def run_table(summary: RunSummary) -> Table:
+def run_table(summary: RunSummary, title: str | None = None) -> Table:
     """The ranked table of a run: sample, status, error (short), runtime, speedup per baseline."""
     outcomes = rank_outcomes(summary.outcomes)
     baselines = sorted({b for o in outcomes if o.verdict is not None for b in o.verdict.speedup})
-    run = summary.run
-    title = f"Run {run.id} on {run.device_name}"
     table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("sample")
@@ -374,7 +376,6 @@ def _generate_run(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, 
                 cfg.model or "", base_url=cfg.base_url, api_key=cfg.api_key(environ), concurrency=cfg.concurrency,
                 request_timeout_s=cfg.request_timeout_s,
                 retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s))
-        summary.requests = len(todo)
         with _progress(console) as progress:
             task = progress.add_task(f"asking {cfg.model}", total=len(todo))
 
@@ -390,6 +391,7 @@ def _generate_run(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, 
                 generations[index] = generation
 
             asyncio.run(_generate(provider, messages, todo, done))
+        summary.requests = getattr(provider, "requests", len(todo))
         fatal = getattr(provider, "fatal", None)
         if fatal is not None:
             summary.fatal_error = fatal.message
@@ -548,9 +550,10 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
     except RunError as err:
         console.print(f"[red]error:[/] {err}")
         return 2
-    if summary.outcomes:
-        console.print(run_table(summary))
     judged = sum(1 for o in summary.outcomes if o.verdict is not None)
+    if any(o.status != "skipped" for o in summary.outcomes):
+        console.print(f"[bold]Run {summary.run.id}[/] on {summary.run.device_name}")
+        console.print(run_table(summary))
     console.print(f"[dim]{judged}/{len(summary.outcomes)} judged; {summary.requests} request(s), "
                   f"{summary.evaluated} evaluation(s) this time; store {cfg.store}[/]")
     return summary.exit_code

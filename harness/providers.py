@@ -147,13 +147,16 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def classify_exception(err: BaseException, base_url: str | None = None) -> tuple[ProviderError, bool, float | None]:
+def classify_exception(err: BaseException, base_url: str | None = None,
+                       timeout_s: float | None = None) -> tuple[ProviderError, bool, float | None]:
     """An exception from the openai client -> (error as data, retryable, Retry-After seconds). Pure."""
     import openai
 
     where = f" at {base_url}" if base_url else ""
     if isinstance(err, openai.APITimeoutError):  # a subclass of APIConnectionError: check it first
-        return ProviderError(kind=ProviderErrorKind.timeout, message=f"no reply{where} within the request timeout"), True, None
+        limit = f" ({timeout_s:g} s)" if timeout_s else ""
+        return ProviderError(kind=ProviderErrorKind.timeout,
+                             message=f"no reply{where} within the request timeout{limit}"), True, None
     if isinstance(err, openai.APIConnectionError):
         cause = err.__cause__ or err.__context__
         detail = f": {_short(cause)}" if cause else ""
@@ -240,7 +243,7 @@ class OpenAIProvider:
                 try:
                     data = await self._send(payload, params)
                 except Exception as err:  # noqa: BLE001 - every failure becomes data
-                    error, retryable, retry_after = classify_exception(err, self.base_url)
+                    error, retryable, retry_after = classify_exception(err, self.base_url, self.request_timeout_s)
                     if error.fatal:
                         self.fatal = self.fatal or error
                         return Completion(error=error, attempts=attempt, latency_s=round(time.monotonic() - started, 4))

@@ -1,0 +1,39 @@
+"""The evaluator on CUDA candidates. Marked `gpu` (skipped without a GPU) except the compile-only check."""
+
+import pytest
+
+from conftest import FIXTURES
+from evaluator.records import Status
+from evaluator.sandbox import CandidateFile, EvalOptions, evaluate
+
+CUDA = FIXTURES / "candidates" / "cuda"
+
+
+def candidate(name: str) -> CandidateFile:
+    return CandidateFile(name=name, path=CUDA / f"{name}.py")
+
+
+def test_a_cuda_candidate_compiles_here_and_says_plainly_it_was_not_run(tmp_path):
+    [verdict] = evaluate([candidate("bn_after_addmm_correct")],
+                         EvalOptions(device="cpu", compile_only=True, log_root=tmp_path))
+    assert verdict.status == Status.compiled, verdict.error
+    assert "not run" in verdict.error and "CUDA" in verdict.error
+
+
+@pytest.mark.gpu
+def test_illegal_address_is_judged_and_the_next_cuda_candidate_is_still_correct(tmp_path):
+    batch = [candidate("illegal_address"), candidate("bn_after_addmm_correct")]
+    bad, good = evaluate(batch, EvalOptions(device="cuda", size="kernelbench", jobs=2, log_root=tmp_path))
+    assert bad.status in (Status.runtime_error, Status.crashed), bad.error
+    assert "illegal" in (bad.error + bad.stderr_tail).lower()
+    assert good.status == Status.correct, good.error
+    assert good.correctness.tiers["loose"] and good.correctness.eval_mode.tiers["loose"]
+    assert set(good.speedup) == {"eager", "eager_tf32", "compile", "compile_tf32"}
+    assert good.environment.device_name and good.runtime_ms > 0
+
+
+@pytest.mark.gpu
+def test_a_kernel_that_never_ends_times_out(tmp_path):
+    [verdict] = evaluate([candidate("never_ends")],
+                         EvalOptions(device="cuda", size="small", run_timeout_s=30, log_root=tmp_path))
+    assert verdict.status == Status.timeout, verdict.error

@@ -1,0 +1,72 @@
+"""RunConfig precedence: defaults < harness.toml < environment < CLI."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError, RunConfig, endpoint_configured, resolve_config
+
+
+def test_defaults(tmp_path):
+    cfg = resolve_config({}, environ={}, cwd=tmp_path)
+    assert cfg == RunConfig()
+    assert cfg.store == Path(".harness/results.sqlite") and cfg.variant == "kernelbench" and cfg.model is None
+
+
+def test_precedence(tmp_path):
+    (tmp_path / "harness.toml").write_text(
+        'model = "from-file"\nbase_url = "http://file/v1"\nsamples = 8\ntemperature = 0.2\n'
+        'store = "db/results.sqlite"\n[extra_body]\nreasoning_effort = "high"\n')
+    env = {"OPENAI_BASE_URL": "http://env/v1", "HARNESS_MODEL": "from-env"}
+    cfg = resolve_config({"model": "from-cli", "samples": None}, environ=env, cwd=tmp_path)
+    assert cfg.model == "from-cli"                   # CLI beats env and file
+    assert cfg.base_url == "http://env/v1"           # env beats file
+    assert cfg.samples == 8 and cfg.temperature == 0.2  # file beats defaults; None on the CLI = not given
+    assert cfg.extra_body == {"reasoning_effort": "high"}
+    assert cfg.store == tmp_path / "db" / "results.sqlite"  # relative to the file
+    assert resolve_config({}, environ={}, cwd=tmp_path).model == "from-file"
+
+
+def test_store_from_env(tmp_path):
+    cfg = resolve_config({}, environ={"HARNESS_STORE": str(tmp_path / "x.sqlite")}, cwd=tmp_path)
+    assert cfg.store == tmp_path / "x.sqlite"
+    assert resolve_config({"store": "cli.sqlite"}, environ={"HARNESS_STORE": "env.sqlite"}, cwd=tmp_path).store == Path("cli.sqlite")
+
+
+def test_run_table_and_explicit_file(tmp_path):
+    path = tmp_path / "other.toml"
+    path.write_text('[run]\nvariant = "fusion"\nconcurrency = 2\n')
+    cfg = resolve_config({}, environ={}, config_file=path, cwd=tmp_path)
+    assert cfg.variant == "fusion" and cfg.concurrency == 2
+    assert resolve_config({}, environ={"HARNESS_CONFIG": str(path)}, cwd=tmp_path).variant == "fusion"
+
+
+def test_bad_settings_are_one_clear_error(tmp_path):
+    (tmp_path / "harness.toml").write_text('modle = "typo"\n')
+    with pytest.raises(ConfigError, match="unknown setting.*modle"):
+        resolve_config({}, environ={}, cwd=tmp_path)
+    (tmp_path / "harness.toml").write_text('samples = "many"\n')
+    with pytest.raises(ConfigError, match="samples"):
+        resolve_config({}, environ={}, cwd=tmp_path)
+    (tmp_path / "harness.toml").write_text('samples = \n')
+    with pytest.raises(ConfigError, match="harness.toml"):
+        resolve_config({}, environ={}, cwd=tmp_path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_config({}, environ={}, config_file=tmp_path / "none.toml", cwd=tmp_path)
+
+
+def test_key_is_never_in_the_config(tmp_path):
+    cfg = resolve_config({"model": "m", "api_key_env": "MY_KEY"}, environ={}, cwd=tmp_path)
+    assert cfg.api_key({"MY_KEY": "sk-secret"}) == "sk-secret"
+    assert "sk-secret" not in str(cfg.stored())
+    (tmp_path / "harness.toml").write_text('api_key = "sk-secret"\n')
+    with pytest.raises(ConfigError):  # not a setting: keys live in the environment
+        resolve_config({}, environ={}, cwd=tmp_path)
+
+
+def test_endpoint_configured():
+    assert not endpoint_configured(RunConfig(), {})
+    assert not endpoint_configured(RunConfig(model="gpt"), {})
+    assert endpoint_configured(RunConfig(model="gpt"), {"OPENAI_API_KEY": "k"})
+    assert endpoint_configured(RunConfig(model="qwen", base_url="http://localhost:8000/v1"), {})
+    assert endpoint_configured(RunConfig(model="replay:some/dir"), {})

@@ -1,0 +1,191 @@
+"""`harness run` logic with a stand-in evaluator (fast): parse, write, store, resume, golden fallback."""
+
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from evaluator.records import Status, Verdict
+from harness.config import RunConfig
+from harness.pipeline import derive_run_id, execute_run, run_table
+from harness.prompts import render_prompt
+from harness.records import Completion, ProviderError, ProviderErrorKind
+from harness.store import Store
+
+REPLIES = Path(__file__).parent / "fixtures" / "replies"
+
+
+class FakeEvaluator:
+    """Judges every candidate `correct` (or `incorrect` when its source mentions `.abs()`)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, candidates, options):
+        for c in candidates:
+            self.seen.append(c.name)
+            source = Path(c.path).read_text()
+            bad = ".abs()" in source
+            yield Verdict(candidate=c.name, source_sha256="x", problem="gemm_scale_bn", size=options.size,
+                          device=options.device, status=Status.incorrect if bad else Status.correct,
+                          error="output mismatch" if bad else None, runtime_ms=None if bad else 1.5,
+                          speedup={} if bad else {"eager": 1.2})
+
+
+class ScriptedProvider:
+    def __init__(self, replies):
+        self.replies = replies  # sample -> Completion
+        self.requests = 0
+        self.fatal = None
+
+    async def generate(self, messages, params):
+        self.requests += 1
+        completion = self.replies[params.sample_index]
+        if completion.error is not None and completion.error.fatal:
+            self.fatal = completion.error
+        return completion
+
+
+def quiet():
+    return Console(file=io.StringIO(), width=200)
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    shutil.copy(REPLIES / "cpu_correct.md", replay / "0.md")
+    shutil.copy(REPLIES / "truncated_final_block.md", replay / "1.md")
+    shutil.copy(REPLIES / "no_model_new.md", replay / "2.md")
+    shutil.copy(REPLIES / "cpu_incorrect.md", replay / "4.md")
+    shutil.copy(REPLIES / "cpu_correct.md", replay / "5.md")  # the same source as sample 0
+    return RunConfig(model=f"replay:{replay}", samples=6, device="cpu", store=tmp_path / "results.sqlite",
+                     runs_dir=tmp_path / "runs")
+
+
+def test_replay_run_and_resume(cfg):
+    evaluator = FakeEvaluator()
+    summary = execute_run(cfg, console=quiet(), evaluate_fn=evaluator, environ={})
+    assert summary.exit_code == 0 and summary.requests == 6
+    status = {o.sample: o.status for o in summary.outcomes}
+    assert status == {"0": "correct", "1": "parse_error", "2": "parse_error", "3": "no_reply", "4": "incorrect",
+                      "5": "correct"}
+    assert len(evaluator.seen) == 2  # samples 0 and 5 share a source: evaluated once
+    outcomes = {o.sample: o for o in summary.outcomes}
+    assert outcomes["1"].verdict.error.startswith("truncated:")
+    assert outcomes["2"].verdict.error.startswith("no_model_new:")
+    assert "replay_missing" in outcomes["3"].error
+
+    run_dir = cfg.runs_dir / summary.run.id
+    for name in ("prompt.md", "reply.md", "generation.json", "candidate.py"):
+        assert (run_dir / "0" / name).is_file()
+    assert (run_dir / "1" / "reply.md").is_file() and not (run_dir / "1" / "candidate.py").exists()
+    assert "class ModelNew" in (run_dir / "0" / "candidate.py").read_text()
+    assert "<!-- user -->" in (run_dir / "0" / "prompt.md").read_text()
+
+    with Store(cfg.store) as store:
+        run = store.get_run(summary.run.id)
+        assert run.config["size"] == "small" and run.config["model"] == cfg.model and run.versions["torch"]
+        assert len(store.list_generations(run.id)) == 5  # the missing replay file is not stored
+        rows = store.list_verdicts(run=run.id)
+        assert [r.sample for r in rows][:2] == ["0", "5"] and len(rows) == 5
+        assert {r.status for r in rows} == {Status.correct, Status.incorrect, Status.parse_error}
+
+    table = Console(file=io.StringIO(), width=200)
+    table.print(run_table(summary))
+    text = table.file.getvalue()
+    assert text.index("correct") < text.index("incorrect") < text.index("parse_error") < text.index("no_reply")
+    assert "× eager" in text and "1.5000" in text
+
+    # rerun: same id, nothing asked except the missing reply, nothing re-evaluated
+    again = execute_run(cfg, console=quiet(), evaluate_fn=evaluator, environ={})
+    assert again.run.id == summary.run.id and again.requests == 1 and len(evaluator.seen) == 2
+    assert [o.status for o in again.outcomes] == [o.status for o in summary.outcomes]
+    assert all(o.reused_generation for o in again.outcomes if o.sample != "3")
+    # the missing reply appears: only it is read and judged
+    shutil.copy(REPLIES / "think_then_final.md", Path(cfg.model[len("replay:"):]) / "3.md")
+    third = execute_run(cfg, console=quiet(), evaluate_fn=evaluator, environ={})
+    assert third.requests == 1 and len(evaluator.seen) == 3
+    assert {o.sample: o.status for o in third.outcomes}["3"] == "correct"
+
+
+def test_more_samples_extend_the_same_run(cfg):
+    small = execute_run(cfg.model_copy(update={"samples": 2}), console=quiet(), evaluate_fn=FakeEvaluator(), environ={})
+    big = execute_run(cfg, console=quiet(), evaluate_fn=FakeEvaluator(), environ={})
+    assert small.run.id == big.run.id and big.requests == 4
+
+
+def test_run_id_follows_settings(cfg):
+    from evaluator.problem import load_problem
+
+    problem = load_problem("gemm_scale_bn")
+    messages = render_prompt(problem, "kernelbench")
+    one = derive_run_id(cfg, messages, "small", "cpu", "gemm_scale_bn")
+    assert one == derive_run_id(cfg.model_copy(update={"samples": 99}), messages, "small", "cpu", "gemm_scale_bn")
+    assert one != derive_run_id(cfg.model_copy(update={"temperature": 0.1}), messages, "small", "cpu", "gemm_scale_bn")
+    assert one != derive_run_id(cfg, messages, "wide", "cpu", "gemm_scale_bn")
+    assert one.startswith("gemm_scale_bn-replay-replay-kernelbench-")
+    named = execute_run(cfg.model_copy(update={"run_id": "mine", "samples": 1}), console=quiet(),
+                        evaluate_fn=FakeEvaluator(), environ={})
+    assert named.run.id == "mine" and (cfg.runs_dir / "mine" / "0" / "candidate.py").is_file()
+
+
+def test_failed_requests_are_kept_unless_retry_failed(tmp_path):
+    cfg = RunConfig(model="m", base_url="http://unused/v1", samples=2, device="cpu", store=tmp_path / "s.sqlite",
+                    runs_dir=tmp_path / "runs")
+    good = Completion(text=(REPLIES / "cpu_correct.md").read_text(), finish_reason="stop")
+    timeout = Completion(error=ProviderError(kind=ProviderErrorKind.timeout, message="no reply within 1 s"))
+    first = ScriptedProvider({0: good, 1: timeout})
+    summary = execute_run(cfg, console=quiet(), provider=first, evaluate_fn=FakeEvaluator(), environ={})
+    assert [o.status for o in summary.outcomes] == ["correct", "no_reply"] and summary.exit_code == 0
+    second = ScriptedProvider({0: good, 1: good})
+    execute_run(cfg, console=quiet(), provider=second, evaluate_fn=FakeEvaluator(), environ={})
+    assert second.requests == 0
+    third = ScriptedProvider({0: good, 1: good})
+    again = execute_run(cfg.model_copy(update={"retry_failed": True}), console=quiet(), provider=third,
+                        evaluate_fn=FakeEvaluator(), environ={})
+    assert third.requests == 1 and [o.status for o in again.outcomes] == ["correct", "correct"]
+
+
+def test_fatal_error_stops_the_run_and_stores_nothing(tmp_path):
+    cfg = RunConfig(model="m", base_url="http://unused/v1", samples=3, device="cpu", store=tmp_path / "s.sqlite",
+                    runs_dir=tmp_path / "runs")
+    auth = Completion(error=ProviderError(kind=ProviderErrorKind.auth, fatal=True, message="authentication failed"))
+    console = quiet()
+    summary = execute_run(cfg, console=console, provider=ScriptedProvider({i: auth for i in range(3)}),
+                          evaluate_fn=FakeEvaluator(), environ={})
+    assert summary.exit_code == 1 and summary.fatal_error == "authentication failed"
+    assert console.file.getvalue().count("authentication failed") == 1
+    with Store(cfg.store) as store:
+        assert store.list_generations(summary.run.id) == []
+        assert store.get_run(summary.run.id).fatal_error == "authentication failed"
+
+
+def test_no_endpoint_evaluates_golden(tmp_path):
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    for name in ("a.py", "b.py"):
+        (golden / name).write_text((REPLIES.parent.parent.parent / "prompts" / "examples" / "elementwise_add_new.py")
+                                   .read_text() + f"# {name}\n")
+    cfg = RunConfig(device="cpu", store=tmp_path / "s.sqlite", runs_dir=tmp_path / "runs")
+    console = quiet()
+    evaluator = FakeEvaluator()
+    summary = execute_run(cfg, console=console, evaluate_fn=evaluator, environ={}, golden=sorted(golden.glob("*.py")))
+    out = console.file.getvalue()
+    assert out.count("No model endpoint configured") == 1 and "golden" in out
+    assert summary.run.mode == "golden" and [o.sample for o in summary.outcomes] == ["a", "b"]
+    assert evaluator.seen == [f"golden-gemm_scale_bn-small-cpu/{n}" for n in ("a", "b")]
+    with Store(cfg.store) as store:
+        assert {r.model for r in store.list_verdicts(run=summary.run.id)} == {"golden"}
+    # a model name without base URL or key is not an endpoint either
+    no_key = execute_run(cfg.model_copy(update={"model": "gpt-x"}), console=quiet(), evaluate_fn=evaluator,
+                         environ={}, golden=sorted(golden.glob("*.py")))
+    assert no_key.run.mode == "golden" and len(evaluator.seen) == 2  # resumed: nothing re-evaluated
+
+
+def test_no_eval_leaves_candidates_unjudged(cfg):
+    evaluator = FakeEvaluator()
+    summary = execute_run(cfg.model_copy(update={"evaluate": False}), console=quiet(), evaluate_fn=evaluator, environ={})
+    assert evaluator.seen == [] and {o.sample: o.status for o in summary.outcomes}["0"] == "not_evaluated"

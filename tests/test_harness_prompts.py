@@ -1,0 +1,114 @@
+"""Prompt rendering: every variant, the hardware block, StrictUndefined, user template folders."""
+
+import pytest
+
+from evaluator.problem import load_problem
+from harness.prompts import (
+    PromptError,
+    available_variants,
+    format_messages,
+    render_feedback,
+    render_prompt,
+)
+from harness.records import Hardware
+
+H100 = Hardware(name="NVIDIA H100 80GB HBM3", sm_count=132, capability="9.0")
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return load_problem("gemm_scale_bn")
+
+
+def test_builtin_variants():
+    assert {"kernelbench", "fusion", "strict-interface"} <= set(available_variants())
+    assert "feedback" not in available_variants() and "system" not in available_variants()
+
+
+@pytest.mark.parametrize("variant", ["kernelbench", "fusion", "strict-interface"])
+def test_each_variant_carries_reference_and_rules(problem, variant):
+    system, user = render_prompt(problem, variant)
+    assert system.role == "system" and user.role == "user"
+    text = user.content
+    assert problem.reference_source().strip() in text          # the reference source, verbatim
+    assert "class `ModelNew(nn.Module)`" in text and "load_inline" in text  # the rules
+    assert "same attribute names" in text or "same names" in text or "attribute names" in text
+    assert "```python" in text and "ONE fenced code block" in text
+    assert "fused_scale_batchnorm_kernel" in text                # kernel names that say what they do
+    assert "Target hardware" not in text                         # no GPU given: no hardware block
+    assert "{{" not in text and "{%" not in text
+
+
+def test_kernelbench_has_the_worked_example(problem):
+    text = render_prompt(problem, "kernelbench")[1].content
+    assert "return a + b" in text and "elementwise_add_kernel" in text
+    assert "class ModelNew" in text.split("The model to optimize")[0]
+
+
+def test_fusion_explains_training_batchnorm(problem):
+    text = render_prompt(problem, "fusion")[1].content
+    for needle in ("batch statistics", "unbiased", "momentum", "N / (N - 1)", "num_batches_tracked", "Welford"):
+        assert needle in text
+
+
+def test_strict_interface_forbids_changes(problem):
+    text = render_prompt(problem, "strict-interface")[1].content
+    assert "do NOT define, change or wrap `get_inputs` or `get_init_inputs`" in text
+    assert "do NOT add, remove or rename" in text
+
+
+def test_hardware_block(problem):
+    text = render_prompt(problem, "kernelbench", hardware=H100)[1].content
+    assert "NVIDIA H100 80GB HBM3" in text and "132 streaming multiprocessors" in text
+    assert "compute capability 9.0" in text
+    as_dict = render_prompt(problem, "fusion", hardware={"name": "NVIDIA L4", "capability": "8.9"})[1].content
+    assert "NVIDIA L4" in as_dict and "streaming multiprocessors" not in as_dict
+
+
+def test_unknown_variant(problem):
+    with pytest.raises(PromptError, match="unknown prompt variant 'nope'"):
+        render_prompt(problem, "nope")
+
+
+def test_user_templates_first_and_strict_undefined(problem, tmp_path):
+    (tmp_path / "mine.j2").write_text("Make {{ problem.name }} fast.\n{% include '_rules.j2' %}")
+    (tmp_path / "typo.j2").write_text("Reference: {{ reference_sorce }}")
+    (tmp_path / "_hardware.j2").write_text("{% if hardware %}GPU={{ hardware.name }}{% endif %}")
+    assert {"mine", "typo", "kernelbench"} <= set(available_variants(tmp_path))
+    system, user = render_prompt(problem, "mine", templates=tmp_path)
+    assert user.content.startswith("Make gemm_scale_bn fast.") and "load_inline" in user.content
+    # a built-in variant picks up the user's partial
+    assert "GPU=NVIDIA H100" in render_prompt(problem, "kernelbench", templates=tmp_path, hardware=H100)[1].content
+    with pytest.raises(PromptError, match="reference_sorce"):
+        render_prompt(problem, "typo", templates=tmp_path)
+
+
+def test_variant_specific_system_message(problem, tmp_path):
+    (tmp_path / "terse.j2").write_text("{{ reference_source }}")
+    (tmp_path / "terse.system.j2").write_text("Answer with code only.")
+    system, _ = render_prompt(problem, "terse", templates=tmp_path)
+    assert system.content.strip() == "Answer with code only."
+
+
+def test_missing_template_folder(problem, tmp_path):
+    with pytest.raises(PromptError, match="does not exist"):
+        render_prompt(problem, "kernelbench", templates=tmp_path / "absent")
+
+
+def test_feedback_turn(problem):
+    from evaluator.records import Status, Verdict
+
+    verdict = Verdict(candidate="r/0", source_sha256="0" * 64, problem=problem.name, size="small", device="cuda",
+                      status=Status.compile_error, phase="compile", error="error: identifier \"foo\" is undefined")
+    system, user = render_feedback(problem, verdict, "class ModelNew: pass\n", log_tail="nvcc failed")
+    assert "compile_error" in user.content and "identifier \"foo\" is undefined" in user.content
+    assert "class ModelNew: pass" in user.content and "nvcc failed" in user.content and "fix it" in user.content
+    good = verdict.model_copy(update={"status": Status.correct, "error": None, "runtime_ms": 1.5,
+                                      "speedup": {"eager": 1.25}})
+    text = render_feedback(problem, good, "x = 1\n")[1].content
+    assert "1.5000 ms" in text and "eager 1.25x" in text and "faster" in text
+
+
+def test_format_messages(problem):
+    text = format_messages(render_prompt(problem, "kernelbench"))
+    assert text.startswith("<!-- system -->") and "<!-- user -->" in text

@@ -1,0 +1,131 @@
+"""`harness run` end to end over real HTTP: the openai client against a local OpenAI-compatible
+server, the real evaluator on the CPU, the store, the ranked table, and a rerun that resumes."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_openai_server import FakeOpenAIServer, Reply, chat_completion, error_body  # noqa: E402
+
+from harness.cli import app  # noqa: E402
+from harness.records import ProviderErrorKind  # noqa: E402
+from harness.store import Store  # noqa: E402
+
+REPLIES = Path(__file__).parent / "fixtures" / "replies"
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A clean working folder and environment: the store, run folders and logs land here."""
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "HARNESS_MODEL", "HARNESS_STORE", "HARNESS_RUNS_DIR",
+                 "HARNESS_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TEST_ENDPOINT_KEY", "sk-test")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    # fast retries for the test, set the way a user would: in harness.toml
+    (tmp_path / "harness.toml").write_text("retry_base_delay_s = 0.05\n")
+    return tmp_path
+
+
+def script(sample, attempt, body):
+    """0: 429 then a correct CPU candidate; 1: cut off (finish_reason length); 2: slower than the
+    request timeout; 3: a reply without code; 4: a wrong CPU candidate."""
+    if sample == 0:
+        if attempt == 1:
+            return Reply(429, error_body("rate limit reached", "rate_limit"), headers={"Retry-After": "0"})
+        return Reply(body=chat_completion((REPLIES / "cpu_correct.md").read_text()))
+    if sample == 1:
+        return Reply(body=chat_completion((REPLIES / "truncated_final_block.md").read_text(), "length"))
+    if sample == 2:
+        return Reply(body=chat_completion("too late"), delay_s=3.0)
+    if sample == 3:
+        return Reply(body=chat_completion((REPLIES / "code_only_in_think.md").read_text()))
+    if sample == 4:
+        return Reply(body=chat_completion((REPLIES / "cpu_incorrect.md").read_text()))
+    return Reply(500, error_body("unexpected sample"))
+
+
+def run_args(url, *extra):
+    return ["run", "--model", "test-model", "--base-url", url, "--api-key-env", "TEST_ENDPOINT_KEY",
+            "--samples", "5", "--size", "small", "--device", "cpu", "--timeout", "1", "--retries", "1",
+            "--concurrency", "5", *extra]
+
+
+def test_run_records_every_outcome_then_resumes(workdir):
+    runner = CliRunner()
+    with FakeOpenAIServer(script) as server:
+        first = runner.invoke(app, run_args(server.url))
+        assert first.exit_code == 0, first.output
+        requests = dict(server.per_sample)
+        assert requests == {0: 2, 1: 1, 2: 2, 3: 1, 4: 1}   # one retry after the 429, two timeouts
+        assert all(body["model"] == "test-model" for _, body in server.requests)
+
+        with Store(workdir / ".harness" / "results.sqlite") as store:
+            (run,) = store.list_runs()
+            gens = {g.sample_index: g for g in store.list_generations(run.id)}
+            assert gens[0].completion.ok and gens[0].completion.attempts == 2
+            assert gens[0].completion.usage.prompt_tokens == 1200 and gens[0].completion.latency_s > 0
+            assert gens[1].completion.finish_reason == "length"
+            assert gens[2].completion.error.kind == ProviderErrorKind.timeout
+            assert gens[3].completion.ok and "<think>" in gens[3].completion.text
+            assert "system" == gens[0].messages[0].role and "class Model(" in gens[0].messages[1].content
+            rows = {r.sample: r for r in store.list_verdicts(run=run.id)}
+            assert rows["0"].status.value == "correct" and rows["0"].runtime_ms > 0
+            assert rows["4"].status.value == "incorrect"
+            assert rows["1"].status.value == "parse_error" and rows["1"].verdict.error.startswith("truncated")
+            assert rows["3"].status.value == "parse_error" and rows["3"].verdict.error.startswith("no_code")
+            assert "2" not in rows
+            assert rows["0"].verdict.environment.device_name == rows["0"].device_name
+            assert run.config["api_key_env"] == "TEST_ENDPOINT_KEY" and "sk-test" not in run.model_dump_json()
+
+        folder = workdir / "candidates" / run.id
+        assert (folder / "0" / "candidate.py").is_file() and (folder / "4" / "candidate.py").is_file()
+        assert (folder / "1" / "reply.md").is_file() and not (folder / "1" / "candidate.py").exists()
+
+        # the ranked table: correct first, then incorrect, parse errors, the failed request
+        table = first.output[first.output.index(f"Run {run.id}"):]
+        order = [m.group(1) for m in re.finditer(r"│\s*\d+\s*│\s*(\d)\s*│", table)]
+        assert order == ["0", "4", "1", "3", "2"], table
+        assert "× eager" in table and "timeout" in table
+
+        # rerun: no request, no evaluation
+        again = runner.invoke(app, run_args(server.url))
+        assert again.exit_code == 0, again.output
+        assert dict(server.per_sample) == requests
+        assert "no requests" in again.output and "0 request(s), 0 evaluation(s)" in again.output
+
+
+def test_auth_error_is_one_line(workdir):
+    runner = CliRunner()
+    with FakeOpenAIServer(lambda s, a, b: Reply(401, error_body("Incorrect API key provided: sk-te****"))) as server:
+        result = runner.invoke(app, run_args(server.url, "--concurrency", "1"))
+        assert server.count == 1
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if "401" in line or "authentication" in line.lower()]
+    assert len(lines) == 1 and "Incorrect API key" in lines[0], result.output
+    assert "Traceback" not in result.output
+
+
+def test_unreachable_server_is_one_line(workdir):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = CliRunner().invoke(app, run_args(f"http://127.0.0.1:{port}/v1"))
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if "cannot connect" in line]
+    assert len(lines) == 1 and "is the server running?" in lines[0], result.output
+    assert "Traceback" not in result.output
+
+
+def test_prompt_command(workdir):
+    result = CliRunner().invoke(app, ["prompt", "--variant", "fusion"])
+    assert result.exit_code == 0 and "unbiased" in result.output and "<!-- system -->" in result.output
+    bad = CliRunner().invoke(app, ["prompt", "--variant", "nope"])
+    assert bad.exit_code == 2
