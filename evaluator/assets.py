@@ -23,3 +23,12 @@ def asset_dir(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"cannot find the {name}/ folder (checkout or installed wheel)")
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def golden_files() -> list[Path]:
+    """The committed golden candidates: `candidates/golden/*.py`, except helpers named `_*.py`."""
+    try:
+        folder = asset_dir("candidates") / "golden"
+    except FileNotFoundError:
+        return []
+    return sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))

@@ -414,6 +414,10 @@ class Evaluation:
         if name.startswith("compile"):
             torch._dynamo.reset()
             model = torch.compile(model)
+        elif name.startswith("part:"):
+            # One sub-module alone (e.g. `part:gemm_tf32`: cuBLAS's GEMM with nothing fused): a ceiling.
+            part = name.removeprefix("part:").removesuffix("_tf32")
+            model = getattr(model, part)
         elif not name.startswith("eager"):
             raise ValueError(f"unknown baseline {name!r}")
         with torch.no_grad():

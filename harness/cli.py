@@ -147,3 +147,19 @@ def run_cli(
         run_id=run_id, templates=templates,
     )
     raise typer.Exit(run_command(options, config_file=config, console=console))
+
+
+@app.command("bench")
+def bench_command(
+    sizes: str = typer.Option("small,kernelbench,wide", help="Comma list of size presets."),
+    problem: str = typer.Option("gemm_scale_bn", help="Problem name or folder."),
+    files: Optional[list[Path]] = typer.Argument(None, help="Candidates (default: candidates/golden/*.py)."),
+    device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
+    out: Path = typer.Option(Path("bench.json"), help="Where the JSON table goes."),
+) -> None:
+    """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
+    from evaluator.sandbox import CandidateFile
+    from harness.bench import run_bench
+
+    candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
+    run_bench([s.strip() for s in sizes.split(",") if s.strip()], problem, candidates, device, out, console)

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evaluator.assets import asset_dir
+from evaluator.assets import golden_files
 from evaluator.problem import ProblemSpec, load_problem
 from evaluator.records import EVALUATOR_VERSION, Phase, Status, Verdict
 from harness.config import ConfigError, RunConfig, endpoint_configured, resolve_config
@@ -287,14 +287,6 @@ def _default_evaluate(candidates: Sequence[Any], options: Any) -> Iterator[Verdi
     from evaluator.sandbox import evaluate
 
     return evaluate(candidates, options)
-
-
-def golden_files() -> list[Path]:
-    try:
-        folder = asset_dir("candidates") / "golden"
-    except FileNotFoundError:
-        return []
-    return sorted(folder.glob("*.py"))
 
 
 def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Hardware | None = None,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluator.assets import golden_files
 from evaluator.checks import DEFAULT_POLICIES, FLAG_DESCRIPTIONS, static_flags
 from evaluator.records import Flag, FlagPolicy
 
@@ -455,7 +456,7 @@ def test_golden_style_candidate_is_clean() -> None:
     assert flags == [], [f.reason for f in flags]
 
 
-GOLDEN = sorted(glob.glob(str(ROOT / "candidates" / "golden" / "*.py")))
+GOLDEN = [str(p) for p in golden_files()]
 
 
 @pytest.mark.skipif(not GOLDEN, reason="no candidates/golden/*.py yet")
