@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Self-check of the golden kernels (run on a GPU): python3 candidates/golden/selfcheck.py
+"""Self-check of the golden kernels (run on a GPU): python3 candidates/golden/_selfcheck.py
 
 For each size and input distribution (randn, rand): the reference Model in float64 and each
 ModelNew variant share one state dict; two training-mode forwards (running stats accumulate),

@@ -28,7 +28,13 @@ for (M, K, N) in [(16384, 4096, 4096), (1024, 8192, 8192), (128, 1024, 512)]:
             def f(ub):
                 e = lib.gbh_forward(P(x), P(W), P(b), P(s), P(g), P(be), P(rm), P(rv), P(nbt), P(out), P(ws), M, N, K, ub, ub, 0.1, 0, 1e-5, force, st)
                 assert e is None, e
-            line += f"{name} train {bench(lambda: f(1)):.3f} eval {bench(lambda: f(0)):.3f} | "
+            line += f"{name} train {bench(lambda: f(1)):.3f} eval {bench(lambda: f(0)):.3f}"
+            if M == 1024:
+                one = torch.ones(N, device="cuda"); zero = torch.zeros(N, device="cuda"); rv1 = torch.full((N,), 1 - 1e-5, device="cuda")
+                e = lib.gbh_forward(P(x), P(W), P(zero), P(one), P(one), P(zero), P(zero), P(rv1), P(nbt), P(out), P(ws), M, N, K, 0, 0, 0.1, 0, 1e-5, force, st)
+                accr = x.double() @ W.double().T
+                line += f" rel {((out.double() - accr).norm() / accr.norm()).item():.1e}"
+            line += " | "
     torch.backends.cuda.matmul.allow_tf32 = True
     line += f"mm_tf32 {bench(lambda: x @ W.T):.3f} addmm_tf32 {bench(lambda: torch.addmm(b, x, W.T)):.3f} copy {bench(lambda: out.mul_(1.0)):.3f} | "
     if M == 16384 and "compile" in sys.argv:

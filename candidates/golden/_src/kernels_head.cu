@@ -49,6 +49,7 @@ __device__ __forceinline__ uint32_t f2tf32(float x) {
 namespace s80 {
 constexpr int BN = 128, BK = 32, STAGES = 3, THREADS = 256;
 constexpr int WM = 64, WN = 32, MT = WM / 16, NT = WN / 8;
+constexpr int FLUSH80 = 4;  // strict: k-tiles between flushes of the mma accumulators
 constexpr int A_ELEMS = BM * BK, B_ELEMS = BN * BK;
 constexpr int SMEM_BYTES = STAGES * (A_ELEMS + B_ELEMS) * 4;  // 98304
 
@@ -118,13 +119,13 @@ gemm_bn_sm80(const float* __restrict__ X, const float* __restrict__ W, float* __
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int KT = (K + BK - 1) / BK;
 
-  float acc[MT][NT][4];
+  float acc[MT][NT][4], tot[MT][NT][4];
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = tot[i][j][q] = 0.f;
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -217,8 +218,27 @@ gemm_bn_sm80(const float* __restrict__ X, const float* __restrict__ W, float* __
           }
       }
     }
+    if (STRICT && ((kt + 1) % FLUSH80) == 0) {  // bound the tensor cores' truncating accumulation
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int q2 = 0; q2 < 4; ++q2) {
+            tot[i][j][q2] += acc[i][j][q2];
+            acc[i][j][q2] = 0.f;
+          }
+    }
   }
   cp_wait<0>();
+  if (STRICT) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q2 = 0; q2 < 4; ++q2) acc[i][j][q2] += tot[i][j][q2];
+  }
 
   // ---------------------------------------------------------------- epilogue
   const int g = lane >> 2, t = lane & 3;
@@ -319,13 +339,17 @@ namespace s90 {
 #ifndef GB_GROUP_M
 #define GB_GROUP_M 16
 #endif
-constexpr int BN = 256, BK = 32, STAGES = 4, THREADS = 384, GROUP_M = GB_GROUP_M;
+// Kernel configs (template <BN, STAGES, FLUSH>):
+//   <256, 4, 0>: 128x256 tiles, 4 stages (TF32; 3xTF32 for K <= 4096)
+//   <128, 6, 8>: 128x128 tiles, 6 stages, 64 accumulators + 64 fp32 register totals per thread
+//                (3xTF32 for K > 4096). The tensor cores' fp32 accumulation truncates; flushing
+//                it into a register total (FADD, round-to-nearest) every FLUSH k-tiles bounds the
+//                resulting bias, which otherwise grows linearly with K.
+constexpr int BK = 32, THREADS = 384, GROUP_M = GB_GROUP_M, NSEG = GB_STRICT ? 3 : 1;
 constexpr int A_BYTES = BM * BK * 4;  // 16 KB
-constexpr int B_BYTES = BN * BK * 4;  // 32 KB
-constexpr int TILES_BYTES = STAGES * (A_BYTES + B_BYTES);  // 192 KB
-constexpr int BAR_BYTES = 2 * STAGES * 8;
-constexpr int RED_FLOATS = 8 * BN + BN;
-constexpr int SMEM_BYTES = 1024 + TILES_BYTES + BAR_BYTES + RED_FLOATS * 4;
+__host__ __device__ constexpr int smem_bytes(int bn, int stages) {
+  return 1024 + stages * (A_BYTES + bn * BK * 4) + 2 * stages * 8 + 9 * bn * 4;
+}
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));

@@ -51,8 +51,6 @@ for (M, K, N) in sizes:
     for name, lib in libs.items():
         tol = 1e-2 if name == "tf32" else 1e-4
         for force in (0, 1):
-            if force == 1 and M * N * K > 2e10 and name == "strict":
-                continue
             for dist in ("randn", "rand"):
                 x = (torch.randn if dist == "randn" else torch.rand)(M, K, device="cuda")
                 bound = 1 / K ** 0.5
@@ -83,26 +81,3 @@ for (M, K, N) in sizes:
                 del x, W, o, ro, accr
                 torch.cuda.empty_cache()
 
-def bench(fn, n=20, w=5):
-    for _ in range(w): fn()
-    ts = []
-    for _ in range(n):
-        e0 = torch.cuda.Event(enable_timing=True); e1 = torch.cuda.Event(enable_timing=True)
-        e0.record(); fn(); e1.record(); torch.cuda.synchronize(); ts.append(e0.elapsed_time(e1))
-    return statistics.median(ts)
-
-for (M, K, N) in [(16384, 4096, 4096), (1024, 8192, 8192)]:
-    x = torch.randn(M, K, device="cuda"); W = torch.randn(N, K, device="cuda") / K ** 0.5
-    b = torch.randn(N, device="cuda"); s = torch.randn(N, device="cuda"); g = torch.ones(N, device="cuda"); be = torch.zeros(N, device="cuda")
-    rm = torch.zeros(N, device="cuda"); rv = torch.ones(N, device="cuda"); nbt = torch.zeros((), dtype=torch.long, device="cuda")
-    line = f"{M}x{K}->{N}: "
-    for name, lib in libs.items():
-        for force in (0, 1):
-            t = bench(lambda: run(lib, x, W, b, s, g, be, rm, rv, nbt, 1, 1, 0.1, force))
-            te = bench(lambda: run(lib, x, W, b, s, g, be, rm, rv, nbt, 0, 0, 0.1, force))
-            line += f"{name}/f{force} train {t:.3f} eval {te:.3f} | "
-    torch.backends.cuda.matmul.allow_tf32 = True
-    line += f"mm_tf32 {bench(lambda: x @ W.T):.3f} addmm_tf32 {bench(lambda: torch.addmm(b, x, W.T)):.3f} | "
-    torch.backends.cuda.matmul.allow_tf32 = False
-    line += f"mm_fp32 {bench(lambda: x @ W.T):.3f}"
-    print(line, flush=True)
