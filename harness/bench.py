@@ -91,7 +91,8 @@ def target_lines(rows: dict) -> list[str]:
 
 
 def run_bench(sizes: list[str], problem: str = "gemm_scale_bn", candidates: list[CandidateFile] | None = None,
-              device: str | None = None, out: Path | None = None, console: Console | None = None) -> dict:
+              device: str | None = None, out: Path | None = None, console: Console | None = None,
+              store: Path | None = None, record: bool = True) -> dict:
     console = console or Console()
     candidates = candidates or golden_candidates()
     spec = load_problem(problem)
@@ -100,15 +101,21 @@ def run_bench(sizes: list[str], problem: str = "gemm_scale_bn", candidates: list
         options = EvalOptions(problem=problem, size=size, device=device, baselines=BENCH_BASELINES, jobs=len(candidates))
         evaluator = Evaluator(options)
         verdicts = list(evaluator.evaluate_all(candidates))
+        if record:  # the leaderboard's golden reference rows come from here
+            from harness.leaderboard import record_eval_verdicts
+
+            record_eval_verdicts(store, candidates, verdicts, problem=spec.name, size=evaluator.size,
+                                 device=evaluator.device, console=console)
         rows = bench_rows(verdicts, spec.flop_count(size))
         report["sizes"][size] = rows
         report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))
         console.print(bench_table(size, rows))
         if size == "kernelbench":
             report["targets"] = target_lines(rows)
+        if out:  # after every size: a long benchmark cut short keeps what it measured
+            out.write_text(json.dumps(report, indent=2))
     for line in report.get("targets", []):
         console.print(line)
     if out:
-        out.write_text(json.dumps(report, indent=2))
         console.print(f"[dim]wrote {out}[/]")
     return report

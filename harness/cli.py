@@ -37,6 +37,8 @@ def eval_command(
     baselines: Optional[str] = typer.Option(None, help="Comma list of eager,eager_tf32,compile,compile_tf32."),
     compile_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to build a candidate."),
     run_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to check and time a candidate."),
+    store: Optional[Path] = typer.Option(None, help="Result store the verdicts go to (run `eval`, or `golden` for candidates/golden/; default as `harness run`)."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts in the result store."),
 ) -> None:
     """Judge candidate files: compile, check against the reference, time against baselines."""
     from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator
@@ -72,6 +74,11 @@ def eval_command(
             sys.stdout.flush()
         else:
             console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
+    if not no_store:
+        from harness.leaderboard import record_eval_verdicts
+
+        record_eval_verdicts(store, candidates, verdicts, problem=evaluator.problem.name, size=evaluator.size,
+                             device=evaluator.device, compile_only=options.compile_only, console=err_console)
     if not json_lines:
         from harness.tables import verdict_table
 
@@ -156,10 +163,55 @@ def bench_command(
     files: Optional[list[Path]] = typer.Argument(None, help="Candidates (default: candidates/golden/*.py)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     out: Path = typer.Option(Path("bench.json"), help="Where the JSON table goes."),
+    store: Optional[Path] = typer.Option(None, help="Result store for the verdicts (default as `harness run`)."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts."),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.sandbox import CandidateFile
     from harness.bench import run_bench
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
-    run_bench([s.strip() for s in sizes.split(",") if s.strip()], problem, candidates, device, out, console)
+    run_bench([s.strip() for s in sizes.split(",") if s.strip()], problem, candidates, device, out, console,
+              store=store, record=not no_store)
+
+
+# -- reading the store (harness/leaderboard.py and harness/report.py hold the implementations) ------
+
+
+@app.command("leaderboard")
+def leaderboard_cli(
+    run: Optional[str] = typer.Option(None, help="Only this run id (`eval`, `golden` for `harness eval` verdicts)."),
+    model: Optional[str] = typer.Option(None, help="Only this model (`-` for `harness eval` verdicts)."),
+    problem: Optional[str] = typer.Option(None, help="Only this problem."),
+    size: Optional[str] = typer.Option(None, help="Only this size preset."),
+    variant: Optional[str] = typer.Option(None, help="Only this prompt variant."),
+    gpu: Optional[str] = typer.Option(None, help="Only this GPU (device name as the verdicts give it)."),
+    tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
+    fmt: str = typer.Option("table", "--format", help="table|json|csv|md."),
+    store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
+) -> None:
+    """Ranked candidates per GPU with their baselines and golden kernels, then summary metrics."""
+    from harness.leaderboard import Filters, leaderboard_command
+
+    filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
+    raise typer.Exit(leaderboard_command(store=store, filters=filters, tier=tier, fmt=fmt, console=console))
+
+
+@app.command("report")
+def report_cli(
+    out: Path = typer.Option(Path("report.html"), help="The HTML file to write."),
+    run: Optional[str] = typer.Option(None, help="Only this run id."),
+    model: Optional[str] = typer.Option(None, help="Only this model."),
+    problem: Optional[str] = typer.Option(None, help="Only this problem."),
+    size: Optional[str] = typer.Option(None, help="Only this size preset."),
+    variant: Optional[str] = typer.Option(None, help="Only this prompt variant."),
+    gpu: Optional[str] = typer.Option(None, help="Only this GPU."),
+    tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
+    store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
+) -> None:
+    """Write one self-contained HTML report (summary, leaderboard, charts, every candidate)."""
+    from harness.leaderboard import Filters
+    from harness.report import report_command
+
+    filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
+    raise typer.Exit(report_command(store=store, filters=filters, tier=tier, out=out, console=console))

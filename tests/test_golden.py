@@ -1,0 +1,56 @@
+"""Regression tests of the golden kernels: each must be judged `correct` by the evaluator on every
+size preset (both input distributions, train and eval mode, BatchNorm buffers included); the TF32
+one at the `loose` tier, the strict one at `strict`. Without a GPU they must at least build."""
+
+import pytest
+
+from evaluator.assets import golden_files
+from evaluator.problem import load_problem
+from evaluator.records import Status
+from evaluator.sandbox import CandidateFile, EvalOptions, evaluate
+
+GOLDEN = {p.stem: p for p in golden_files()}
+REQUIRED_TIER = {"fused_tf32": "loose", "fused_strict": "strict"}
+SIZES = list(load_problem("gemm_scale_bn").sizes)
+
+
+def golden_batch() -> list[CandidateFile]:
+    return [CandidateFile(name=f"golden/{name}", path=path) for name, path in GOLDEN.items()]
+
+
+def test_the_golden_kernels_are_there():
+    assert set(REQUIRED_TIER) <= set(GOLDEN)
+
+
+def test_each_golden_kernel_builds(tmp_path):
+    verdicts = list(evaluate(golden_batch(), EvalOptions(device="cpu", compile_only=True, jobs=2, log_root=tmp_path)))
+    for verdict in verdicts:
+        assert verdict.status == Status.compiled, f"{verdict.candidate}: {verdict.error}"
+        assert not verdict.rejected, verdict.flags
+
+
+@pytest.fixture(scope="module")
+def gpu_verdicts(tmp_path_factory):
+    log_root = tmp_path_factory.mktemp("golden")
+    results = {}
+    for size in SIZES:
+        options = EvalOptions(device="cuda", size=size, baselines=["eager"], timing_budget_s=0.5, jobs=2, log_root=log_root)
+        for verdict in evaluate(golden_batch(), options):
+            results[verdict.candidate.removeprefix("golden/"), size] = verdict
+    return results
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("name", sorted(REQUIRED_TIER))
+def test_golden_kernel_is_correct_at_its_tier_in_train_and_eval_mode(name, size, gpu_verdicts):
+    verdict = gpu_verdicts[name, size]
+    tier = REQUIRED_TIER[name]
+    assert verdict.status == Status.correct, verdict.error
+    correctness = verdict.correctness
+    assert correctness.tiers[tier], correctness.main
+    assert correctness.eval_mode is not None and correctness.eval_mode.tiers[tier], correctness.eval_mode
+    assert correctness.distributions == ["randn", "rand"]
+    assert {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"} <= set(correctness.buffers_checked)
+    assert not verdict.rejected, verdict.flags
+    assert verdict.runtime_ms > 0 and verdict.speedup["eager"] > 0
