@@ -2,11 +2,15 @@
 
 The functions used for the comparison are bound here, when the worker imports this module
 and before it imports the candidate, so a candidate that patches `torch.allclose` or
-`Tensor.sub` afterwards does not change how it is judged.
+`Tensor.sub` afterwards does not change how it is judged. Tensor methods are bound too
+(`Tensor.to`, `Tensor.clone`, `Tensor.item`, ...) and called as plain functions, and every
+comparison runs under `guarded()`: no torch-function subclass or mode, no Python dispatch
+mode, so a lazy tensor subclass or a mode pushed at import cannot see or steer it.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -23,9 +27,49 @@ _clamp_min = torch.clamp_min
 _sub = torch.sub
 _mul = torch.mul
 _add = torch.add
+_div = torch.div
 _le = torch.le
+_eq = torch.eq
+_sum = torch.sum
 _logical_or = torch.logical_or
+_logical_and = torch.logical_and
+_logical_not = torch.logical_not
 _isnan = torch.isnan
+_randn = torch.randn
+_rand = torch.rand
+_empty = torch.empty
+_full = torch.full
+_float64 = torch.float64
+_to = torch.Tensor.to
+_detach = torch.Tensor.detach
+_clone = torch.Tensor.clone
+_copy_ = torch.Tensor.copy_
+_item = torch.Tensor.item
+_numel = torch.Tensor.numel
+_size = torch.Tensor.size
+_view = torch.Tensor.view
+_narrow = torch.narrow
+_is_floating_point = torch.Tensor.is_floating_point
+_untyped_storage = torch.Tensor.untyped_storage
+_storage_ptr = torch.UntypedStorage.data_ptr
+_storage_nbytes = torch.UntypedStorage.nbytes
+_tolist = torch.Tensor.tolist
+_DisableTorchFunction = torch._C.DisableTorchFunction
+_DisableTorchDispatch = torch._C._DisableTorchDispatch
+_Parameter = torch.nn.Parameter
+_object_getattribute = object.__getattribute__
+
+
+@contextlib.contextmanager
+def guarded():
+    """No `__torch_function__` (subclasses and modes) and no Python dispatch (modes, subclasses)."""
+    with _DisableTorchFunction(), _DisableTorchDispatch():
+        yield
+
+
+def is_plain_tensor(value) -> bool:
+    """A real `torch.Tensor` (or an `nn.Parameter`, which is one): never a subclass that can run code."""
+    return type(value) is _Tensor or type(value) is _Parameter
 
 
 def make_inputs(templates: list, distribution: str, generator: torch.Generator, device: str) -> list:
@@ -34,34 +78,133 @@ def make_inputs(templates: list, distribution: str, generator: torch.Generator, 
     for item in templates:
         if isinstance(item, _Tensor) and item.is_floating_point():
             if distribution == "randn":
-                t = torch.randn(item.shape, generator=generator, dtype=item.dtype)
+                t = _randn(item.shape, generator=generator, dtype=item.dtype)
             elif distribution == "rand":
-                t = torch.rand(item.shape, generator=generator, dtype=item.dtype)
+                t = _rand(item.shape, generator=generator, dtype=item.dtype)
             else:
                 raise ValueError(f"unknown input distribution {distribution!r}")
-            fresh.append(t.to(device))
+            fresh.append(_to(t, device))
         elif isinstance(item, _Tensor):
-            fresh.append(item.to(device))
+            fresh.append(_to(item, device))
         else:
             fresh.append(item)
     return fresh
 
 
 def clone_inputs(inputs: list) -> list:
-    return [x.clone() if isinstance(x, _Tensor) else x for x in inputs]
+    return [_clone(x) if isinstance(x, _Tensor) else x for x in inputs]
+
+
+def same_values(a: _Tensor, b: _Tensor) -> bool:
+    """Bitwise-equal values, NaN equal to NaN (shape and dtype must match)."""
+    with guarded():
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype or a.device != b.device:
+            return False
+        if _equal(a, b):
+            return True
+        return bool(_item(_all(_logical_or(_eq(a, b), _logical_and(_isnan(a), _isnan(b))))))
 
 
 def changed_inputs(before: list, after: list) -> list[int]:
     """Positions of tensor inputs whose values changed (NaN-aware bitwise comparison)."""
     changed = []
     for i, (a, b) in enumerate(zip(before, after)):
-        if isinstance(a, _Tensor):
-            same = a.shape == b.shape and a.dtype == b.dtype and (
-                _equal(a, b) or bool(_all(_logical_or(a == b, _isnan(a) & _isnan(b))))
-            )
-            if not same:
-                changed.append(i)
+        if isinstance(a, _Tensor) and not (is_plain_tensor(b) and same_values(a, b)):
+            changed.append(i)
     return changed
+
+
+def storage_range(t: _Tensor) -> tuple[int, int]:
+    """[start, end) bytes of the memory behind `t` (its whole storage: views included)."""
+    with guarded():
+        storage = _untyped_storage(t)
+        start = _storage_ptr(storage)
+        return start, start + _storage_nbytes(storage)
+
+
+def shares_memory(a: _Tensor, b: _Tensor) -> bool:
+    """Whether the storages behind `a` and `b` overlap: views, slices, `as_strided` and
+    tensors built over the same memory by an extension (`from_blob`) all count."""
+    a0, a1 = storage_range(a)
+    b0, b1 = storage_range(b)
+    return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
+
+
+def snapshot(value):
+    """A private copy of a plain tensor (what a consumer sees at this moment); None otherwise."""
+    if not is_plain_tensor(value):
+        return None
+    with guarded():
+        return _clone(_detach(value))
+
+
+class FreshInputs:
+    """Input sets for timed calls: `count` sets drawn before timing and rotated, each refilled
+    before every call with a window of a larger random pool at a random offset, so no two calls
+    see the same values (a cache keyed on pointers, shapes or a content fingerprint never hits)
+    and the refill is a cheap copy, not a random draw. `offsets` says which windows the last
+    set holds, so its values can be rebuilt later (`window`) instead of being copied each call."""
+
+    def __init__(self, templates: list, distribution: str, generator: torch.Generator, device: str,
+                 pick, count: int = 4):
+        self.sets = [make_inputs(templates, distribution, generator, device) for _ in range(count)]
+        self.pick = pick  # pick(n) -> int in [0, n): the worker's private random stream
+        self.pools = {}
+        for position, item in enumerate(self.sets[0]):
+            if isinstance(item, _Tensor) and item.is_floating_point():
+                n = _numel(item)
+                pool_template = _empty(2 * n + 1, dtype=item.dtype)
+                self.pools[position] = make_inputs([pool_template], distribution, generator, device)[0]
+        self.calls = 0
+        self.current: list = self.sets[0]
+        self.offsets: dict[int, int] = {}
+        self.used: dict[int, set[int]] = {position: set() for position in self.pools}
+
+    def next(self) -> list:
+        """The next set, refilled in place with new values."""
+        inputs = self.sets[self.calls % len(self.sets)]
+        self.calls += 1
+        offsets = {}
+        with guarded():
+            for position, pool in self.pools.items():
+                x = inputs[position]
+                n = _numel(x)
+                offsets[position] = offset = self._offset(position, _numel(pool) - n)
+                _copy_(_view(x, -1), _narrow(pool, 0, offset, n))
+        self.current, self.offsets = inputs, offsets
+        return inputs
+
+    def _offset(self, position: int, choices: int) -> int:
+        """A window start not used before (while there are unused ones): no two calls get equal inputs."""
+        used = self.used[position]
+        if len(used) >= choices // 2:
+            used.clear()
+        offset = self.pick(choices)
+        while offset in used:
+            offset = self.pick(choices)
+        used.add(offset)
+        return offset
+
+    def window(self, offsets: dict[int, int]) -> list:
+        """A private copy of the inputs a call with these `offsets` was given."""
+        rebuilt = []
+        with guarded():
+            for position, template in enumerate(self.sets[0]):
+                if position in offsets:
+                    n = _numel(template)
+                    rebuilt.append(_clone(_view(_narrow(self.pools[position], 0, offsets[position], n), template.shape)))
+                elif isinstance(template, _Tensor):
+                    rebuilt.append(_clone(template))
+                else:
+                    rebuilt.append(template)
+        return rebuilt
+
+    def changed(self, inputs: list, offsets: dict[int, int]) -> list[int]:
+        """Positions of `inputs` that no longer hold the window they were given."""
+        with guarded():
+            return [position for position, offset in offsets.items()
+                    if not (is_plain_tensor(inputs[position]) and same_values(
+                        _view(inputs[position], -1), _narrow(self.pools[position], 0, offset, _numel(inputs[position]))))]
 
 
 @dataclass
@@ -74,33 +217,57 @@ class TensorCompare:
     failure: str | None = None
 
 
-def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_floor: float) -> TensorCompare:
-    """`actual` against the float64 `expected`, with allclose semantics per tier."""
+def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_floor: float, *,
+                   dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> TensorCompare:
+    """`actual` against the float64 `expected`, with allclose semantics per tier. With `dtype` or
+    `device`, `actual` must also have them (the output must be what the reference returns)."""
     failed = {tier: False for tier in tolerances}
-    if type(actual) is not _Tensor:
+    if not is_plain_tensor(actual):
         kind = type(actual).__name__
         return TensorCompare(float("inf"), float("inf"), failed, f"{name}: expected a plain torch.Tensor, got {kind}")
-    if tuple(actual.shape) != tuple(expected.shape):
-        return TensorCompare(float("inf"), float("inf"), failed,
-                             f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
-    if not expected.is_floating_point():
-        same = _equal(actual.to(expected.device, expected.dtype), expected)
-        return TensorCompare(0.0 if same else float("inf"), 0.0 if same else float("inf"),
-                             {tier: same for tier in tolerances},
-                             None if same else _int_mismatch(name, actual, expected))
-    got = actual.detach().to(expected.device, torch.float64)
-    finite = _isfinite(got)
-    if not bool(_all(finite)):
-        bad = int((~finite).sum())
-        return TensorCompare(float("inf"), float("inf"), failed, f"{name}: {bad} NaN/Inf values")
-    diff = _abs(_sub(got, expected))
-    ref_abs = _abs(expected)
-    max_abs = float(_amax(diff)) if diff.numel() else 0.0
-    max_rel = float(_amax(diff / _clamp_min(ref_abs, rel_floor))) if diff.numel() else 0.0
-    tiers = {}
-    for tier, tol in tolerances.items():
-        tiers[tier] = bool(_all(_le(diff, _add(_mul(ref_abs, tol.rtol), tol.atol))))
+    with guarded():
+        if tuple(actual.shape) != tuple(expected.shape):
+            return TensorCompare(float("inf"), float("inf"), failed,
+                                 f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+        if dtype is not None and actual.dtype != dtype:
+            return TensorCompare(float("inf"), float("inf"), failed, f"{name}: dtype {actual.dtype}, expected {dtype}")
+        if device is not None and actual.device.type != torch.device(device).type:
+            return TensorCompare(float("inf"), float("inf"), failed,
+                                 f"{name}: on {actual.device.type}, expected on {torch.device(device).type}")
+        if not _is_floating_point(expected):
+            same = _equal(_to(actual, expected.device, expected.dtype), expected)
+            return TensorCompare(0.0 if same else float("inf"), 0.0 if same else float("inf"),
+                                 {tier: same for tier in tolerances},
+                                 None if same else _int_mismatch(name, actual, expected))
+        got = _to(_detach(actual), expected.device, _float64)
+        finite = _isfinite(got)
+        if not bool(_item(_all(finite))):
+            bad = int(_item(_sum(_logical_not(finite))))
+            return TensorCompare(float("inf"), float("inf"), failed, f"{name}: {bad} NaN/Inf values")
+        diff = _abs(_sub(got, expected))
+        ref_abs = _abs(expected)
+        empty = _numel(diff) == 0
+        max_abs = 0.0 if empty else float(_item(_amax(diff)))
+        max_rel = 0.0 if empty else float(_item(_amax(_div(diff, _clamp_min(ref_abs, rel_floor)))))
+        tiers = {}
+        for tier, tol in tolerances.items():
+            tiers[tier] = bool(_item(_all(_le(diff, _add(_mul(ref_abs, tol.rtol), tol.atol)))))
     return TensorCompare(max_abs, max_rel, tiers)
+
+
+def module_tensors(module: torch.nn.Module, prefix: str = "") -> dict[str, _Tensor]:
+    """Parameters and buffers by state-dict name, read from the modules' own registries (not through
+    `state_dict()`, `named_buffers()` or attribute access, which a candidate can override)."""
+    found: dict[str, _Tensor] = {}
+    own = _object_getattribute(module, "__dict__")
+    for registry in ("_parameters", "_buffers"):
+        for name, value in dict(own.get(registry) or {}).items():
+            if value is not None:
+                found[prefix + name] = value
+    for name, child in dict(own.get("_modules") or {}).items():
+        if child is not None:
+            found.update(module_tensors(child, f"{prefix}{name}."))
+    return found
 
 
 @dataclass
@@ -151,6 +318,6 @@ def _finite(value: float) -> float | None:
 
 
 def _int_mismatch(name: str, actual: _Tensor, expected: _Tensor) -> str:
-    if actual.numel() <= 4:
-        return f"{name}: {actual.tolist()}, expected {expected.tolist()}"
+    if _numel(actual) <= 4:
+        return f"{name}: {_tolist(actual)}, expected {_tolist(expected)}"
     return f"{name}: integer values differ from the reference"

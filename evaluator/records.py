@@ -135,6 +135,17 @@ class Verdict(Record):
     baselines: dict[str, TimingStats] = Field(default_factory=dict, description="Baseline name -> timing, same process.")
     speedup: dict[str, float] = Field(default_factory=dict, description="Baseline name -> baseline median / candidate median.")
     flags: list[Flag] = Field(default_factory=list, description="Static and dynamic check findings.")
+    kernels: list[str] = Field(default_factory=list, description=(
+        "What one candidate forward launched, in launch order (at most 256 names, `kernel_count` has the "
+        "total): on CUDA the GPU kernels the profiler saw (memcpy/memset left out); on the CPU the "
+        "functions of the candidate's own extensions that forward called. Empty when not run."))
+    kernel_count: int | None = Field(None, description="Number of launches `kernels` stands for; null when not run.")
+    custom_kernels: list[str] = Field(default_factory=list, description=(
+        "Distinct names among `kernels` that come from the candidate itself (found in its own extension "
+        "libraries, or launched by neither the reference nor a known library); none means `no_custom_kernel`."))
+    runtime_floor_ms: float | None = Field(None, description=(
+        "Physical lower bound of one forward on this device (FLOPs at the tensor-core peak, bytes read at "
+        "the memory bandwidth); a runtime below it is flagged `implausible`."))
     phase_seconds: dict[str, float] = Field(default_factory=dict, description="Wall time per worker phase.")
     environment: Environment | None = Field(None, description="Device and versions of the worker.")
     stdout_tail: str = Field("", description="Last part of the candidate's stdout (capped).")

@@ -37,6 +37,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
 VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
+MEMORY_POLL_S = 0.2  # how often the compile step's memory is read
 
 
 class CandidateFile(BaseModel):
@@ -61,6 +62,10 @@ class EvalOptions(BaseModel):
     compile_timeout_s: float | None = Field(None, description="Override of the problem's compile timeout.")
     run_timeout_s: float | None = Field(None, description="Override of the problem's run timeout.")
     timing_budget_s: float = Field(2.0, description="Target seconds of timed calls per callable.")
+    compile_memory_limit_gb: float | None = Field(16.0, gt=0, description=(
+        "Most resident memory (GiB, private pages summed over the worker's process group: the worker, the "
+        "compilers it starts) while the candidate is imported and built; over it the group is killed and "
+        "the verdict is compile_error. None: no limit."))
     output_cap_bytes: int = Field(1 << 20, description="Bytes of stdout and of stderr kept (the tail).")
     log_root: Path | None = Field(None, description="Where per-candidate logs go (default .harness/logs).")
     cache_dir: Path | None = Field(None, description="Extension build cache (default ~/.cache/kernelharness).")
@@ -158,6 +163,32 @@ def scrubbed_environment(extension_dir: Path, device: str) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def group_resident_bytes(leader: int) -> int:
+    """Private resident memory (RssAnon) summed over the processes of `leader`'s process group or
+    session, read from /proc (no psutil). Processes that left both are not counted."""
+    total = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+            if int(fields[2]) != leader and int(fields[3]) != leader:  # pgrp, session
+                continue
+            with open(f"/proc/{entry}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"RssAnon:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return total
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -262,9 +293,13 @@ class Evaluator:
         messages: list[WorkerMessage] = []
         phase, deadline = Phase.compile, time.monotonic() + self.compile_timeout
         timed_out = None
+        memory_limit = self.options.compile_memory_limit_gb
+        over_memory = None
+        next_poll = time.monotonic()
         open_fds = set(streams) | {read_fd}
         while open_fds:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 timed_out = phase
                 _kill_group(proc)
@@ -272,7 +307,15 @@ class Evaluator:
             if proc.poll() is not None and read_fd not in open_fds:
                 # The worker is gone; only a straggler holds stdout/stderr open.
                 break
-            for key, _ in selector.select(timeout=min(remaining, 0.5)):
+            if memory_limit is not None and phase == Phase.compile and now >= next_poll:
+                next_poll = now + MEMORY_POLL_S
+                resident = group_resident_bytes(proc.pid)
+                if resident > memory_limit * (1 << 30):
+                    over_memory = resident
+                    _kill_group(proc)
+                    break
+            wait = min(remaining, 0.5 if memory_limit is None or phase != Phase.compile else MEMORY_POLL_S)
+            for key, _ in selector.select(timeout=wait):
                 fd = key.fd
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
@@ -308,7 +351,7 @@ class Evaluator:
             _kill_group(proc)
         selector.close()
         return {"messages": messages, "timed_out": timed_out, "phase": phase, "streams": list(streams.values()),
-                "nonce": nonce}
+                "nonce": nonce, "over_memory": over_memory}
 
     def _finish(self, outcome: dict, proc: subprocess.Popen, base: dict, digest: str, seconds: float) -> Verdict:
         stdout, stderr = outcome["streams"]
@@ -320,7 +363,12 @@ class Evaluator:
             stderr_tail=stderr.tail().decode("utf-8", "replace")[-VERDICT_TAIL_CHARS:],
             stdout_bytes=stdout.total, stderr_bytes=stderr.total,
         )
-        if outcome["timed_out"] is not None:
+        if outcome.get("over_memory") is not None:
+            limit = self.options.compile_memory_limit_gb
+            verdict = Verdict(**base, source_sha256=digest, status=Status.compile_error, phase=Phase.compile,
+                              error=f"compile step exceeded {limit:g} GiB of resident memory (the worker's processes "
+                                    f"held {outcome['over_memory'] / (1 << 30):.2f} GiB); the process group was killed")
+        elif outcome["timed_out"] is not None:
             limit = self.compile_timeout if phase == Phase.compile else self.run_timeout
             verdict = Verdict(**base, source_sha256=digest, status=Status.timeout, phase=phase,
                               error=f"phase `{phase.value}` ran past its {limit:g} s limit; the process group was killed")

@@ -4,19 +4,36 @@ CUDA: an L2 flush before each call, CUDA events around it on the current stream,
 device-wide synchronize; the host clock is read around the call and the synchronize too, so
 work hidden on a side stream (which the events do not see) still shows up. CPU: the host
 clock only.
+
+Every function the timing uses (the host clock, `Event.record`, `Event.elapsed_time`,
+`synchronize`) is bound when this module is imported, before any candidate, so patching
+them afterwards changes nothing here. Optional `before`/`after` hooks run outside the timed
+window: the worker uses them to give every call fresh inputs and to keep the output of some
+timed calls for a spot check.
+
+`physical_floor_ms` gives the time under which one forward cannot run on a device: its FLOPs
+at the device's tensor-core peak, or the bytes it must read at its memory bandwidth.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from evaluator.records import TimingStats
 
 _perf_counter = time.perf_counter  # bound before any candidate is imported
+_synchronize = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed_time = torch.cuda.Event.elapsed_time
+_zero_ = torch.Tensor.zero_
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -34,6 +51,19 @@ def summarize(times_ms: list[float], warmup: int) -> TimingStats:
     )
 
 
+@dataclass(frozen=True)
+class Call:
+    """Which call a hook is about: `index` counts every call; `timed` is the position among the
+    timed calls (None for warm-up and the estimate), `reps` their number once known."""
+
+    index: int
+    timed: int | None = None
+    reps: int | None = None
+
+
+Hook = Callable[..., None]
+
+
 class Timer:
     """Times callables with one method, so candidate and baselines are measured alike."""
 
@@ -47,36 +77,127 @@ class Timer:
 
     def _sync(self) -> None:
         if self.device == "cuda":
-            torch.cuda.synchronize()
+            _synchronize()
 
-    def _one(self, fn: Callable[[], object]) -> tuple[float, float]:
-        """(device-event ms, host-clock ms) of one call; equal on the CPU."""
+    def _one(self, fn: Callable[[], object], call: Call, before: Hook | None, after: Hook | None) -> tuple[float, float]:
+        """(device-event ms, host-clock ms) of one call; equal on the CPU. Hooks are not timed."""
+        if before is not None:
+            before(call)
         if self.device != "cuda":
             start = _perf_counter()
-            fn()
+            result = fn()
             wall = (_perf_counter() - start) * 1e3
+            if after is not None:
+                after(call, result)
             return wall, wall
-        self.flush_buffer.zero_()
-        torch.cuda.synchronize()
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        _zero_(self.flush_buffer)
+        _synchronize()
+        begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
         start = _perf_counter()
-        begin.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()  # device-wide: side-stream work finishes inside the host-clock window
+        _record(begin)
+        result = fn()
+        _record(end)
+        _synchronize()  # device-wide: side-stream work finishes inside the host-clock window
         wall = (_perf_counter() - start) * 1e3
-        return begin.elapsed_time(end), wall
+        if after is not None:
+            after(call, result)
+        return _elapsed_time(begin, end), wall
 
-    def time(self, fn: Callable[[], object]) -> tuple[TimingStats, TimingStats]:
-        """(event-timed stats, host-clock stats) over a number of calls fitted to the budget."""
+    def time(self, fn: Callable[[], object], before: Hook | None = None,
+             after: Hook | None = None) -> tuple[TimingStats, TimingStats]:
+        """(event-timed stats, host-clock stats) over a number of calls fitted to the budget.
+        `before(call)` runs before each call (before the L2 flush), `after(call, result)` after it
+        (after the synchronize); neither is inside the timed window."""
+        index = 0
         for _ in range(self.warmup):
-            fn()
+            if before is not None:
+                before(Call(index))
+            result = fn()
+            if after is not None:
+                after(Call(index), result)
+            del result
+            index += 1
         self._sync()
-        estimate = max(self._one(fn)[1], 1e-3)
+        estimate = max(self._one(fn, Call(index), before, after)[1], 1e-3)
+        index += 1
         reps = int(min(self.max_reps, max(self.min_reps, self.budget_s * 1e3 / estimate)))
         events, walls = [], []
-        for _ in range(reps):
-            e, w = self._one(fn)
+        for rep in range(reps):
+            e, w = self._one(fn, Call(index, rep, reps), before, after)
+            index += 1
             events.append(e)
             walls.append(w)
         return summarize(events, self.warmup + 1), summarize(walls, self.warmup + 1)
+
+
+# ----------------------------------------------------------------------------- physical floor
+
+@dataclass(frozen=True)
+class Peak:
+    """Peak rates of one device (dense, no sparsity)."""
+
+    name: str
+    tensor_tflops: float   # fastest dense tensor-core rate a loose-tier fp32 result can use (fp16/bf16)
+    tf32_tflops: float     # dense TF32 tensor-core rate, for the record
+    fp32_tflops: float     # plain fp32 FMA rate, for the record
+    bandwidth_tbs: float   # memory bandwidth, TB/s
+
+
+# Matched against the device name in this order (first match wins), case-insensitive.
+# fp16/bf16 is the floor's FLOP rate, not TF32: an fp32 problem's loose tier (1e-2) can be met
+# with fp16 inputs and fp32 accumulation, which runs at twice the TF32 rate, and the floor must
+# never reject an honest kernel.
+GPU_PEAKS: list[tuple[str, Peak]] = [
+    (r"GB200", Peak("GB200", 2500, 1250, 80, 8.0)),
+    (r"B200", Peak("B200", 2250, 1100, 75, 8.0)),
+    (r"B100", Peak("B100", 1750, 875, 60, 8.0)),
+    (r"H100.*PCIe", Peak("H100 PCIe", 756, 378, 51, 2.0)),
+    (r"H100.*NVL", Peak("H100 NVL", 835, 418, 60, 3.9)),
+    (r"GH200", Peak("GH200", 989, 495, 67, 4.9)),
+    (r"H200", Peak("H200", 989, 495, 67, 4.8)),
+    (r"H100|H800", Peak("H100 SXM", 989, 495, 67, 3.35)),
+    (r"H20\b", Peak("H20", 148, 74, 44, 4.0)),
+    (r"A100.*(80GB|SXM4-80)", Peak("A100 80GB", 312, 156, 19.5, 2.04)),
+    (r"A100|A800", Peak("A100", 312, 156, 19.5, 2.04)),
+    (r"L40S", Peak("L40S", 362, 183, 91.6, 0.864)),
+    (r"RTX 4090", Peak("RTX 4090", 330, 165, 82.6, 1.01)),
+    (r"A10G|\bA10\b", Peak("A10", 125, 62.5, 31.2, 0.6)),
+    (r"L4\b", Peak("L4", 121, 60, 30, 0.3)),
+]
+# An unknown GPU gets the largest known peaks: a generous (low) floor.
+UNKNOWN_GPU = Peak("unknown GPU (largest known peaks)", max(p.tensor_tflops for _, p in GPU_PEAKS),
+                   max(p.tf32_tflops for _, p in GPU_PEAKS), max(p.fp32_tflops for _, p in GPU_PEAKS),
+                   max(p.bandwidth_tbs for _, p in GPU_PEAKS))
+# The CPU: every core at 5 GHz doing 1024 FLOP a cycle (an AMX tile unit's bf16 rate), far above
+# any real fp32 rate. CPU inputs sit in caches between calls (no flush), so no bandwidth floor.
+CPU_FLOP_PER_CYCLE_CORE = 1024
+CPU_GHZ = 5.0
+
+
+def device_peak(device: str, device_name: str) -> Peak:
+    if device == "cpu":
+        cores = os.cpu_count() or 1
+        tflops = cores * CPU_GHZ * CPU_FLOP_PER_CYCLE_CORE / 1e3
+        return Peak(f"CPU x{cores} (generous)", tflops, tflops, tflops, float("inf"))
+    for pattern, peak in GPU_PEAKS:
+        if re.search(pattern, device_name, re.IGNORECASE):
+            return peak
+    return UNKNOWN_GPU
+
+
+def physical_floor_ms(flops: float | None, bytes_read: float | None, device: str,
+                      device_name: str) -> tuple[float | None, str]:
+    """(floor in ms, how it was derived): the larger of FLOPs / tensor-core peak and bytes that
+    must be read / bandwidth. None when the problem gives neither."""
+    peak = device_peak(device, device_name)
+    parts = []
+    floor = None
+    if flops:
+        compute = flops / (peak.tensor_tflops * 1e12) * 1e3
+        parts.append(f"{flops / 1e9:.3g} GFLOP at {peak.tensor_tflops:g} TFLOP/s = {compute * 1e3:.3g} us")
+        floor = compute
+    if bytes_read and peak.bandwidth_tbs != float("inf"):
+        memory = bytes_read / (peak.bandwidth_tbs * 1e12) * 1e3
+        parts.append(f"{bytes_read / 1e6:.3g} MB read at {peak.bandwidth_tbs:g} TB/s = {memory * 1e3:.3g} us")
+        floor = memory if floor is None else max(floor, memory)
+    return floor, f"{peak.name}: " + "; ".join(parts)

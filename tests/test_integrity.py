@@ -1,0 +1,338 @@
+"""Evaluation integrity (issue 6, the dynamic half): every known hack gets its exact verdict.
+
+The CPU hack fixtures (tests/fixtures/hacks/cpu/) are evaluated in ONE batch, together with the
+good CPU candidates, which must stay `correct` with no reject flag. Each fixture states its
+outcome in `EXPECT:` lines of its docstring (`status=...`, and `flag=name(policy)` lines that
+must all be present). Static flags never change a status, so every status asserted here is the
+dynamic checks' doing; where a reject flag also comes from the static checks, the tests below
+assert the dynamic flag separately (the flags left after removing the static ones).
+
+The CUDA twins (tests/fixtures/hacks/cuda/) run on a GPU (`gpu` mark); here one of them is only
+built, to show they compile.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FIXTURES
+from evaluator import correctness as cmp
+from evaluator.checks import static_flags
+from evaluator.problem import load_problem
+from evaluator.records import FlagPolicy, Status
+from evaluator.sandbox import CandidateFile, EvalOptions, evaluate, group_resident_bytes
+from evaluator.timing import Timer, device_peak, physical_floor_ms
+
+HACKS_CPU = sorted((FIXTURES / "hacks" / "cpu").glob("*.py"))
+HACKS_CUDA = sorted((FIXTURES / "hacks" / "cuda").glob("*.py"))
+GOOD_CPU = [FIXTURES / "candidates" / "cpu" / "torch_ops_correct.py", FIXTURES / "candidates" / "cpu" / "cpp_correct.py"]
+GOOD_CUDA = FIXTURES / "candidates" / "cuda" / "bn_after_addmm_correct.py"
+
+
+def expectations(path: Path) -> tuple[str, set[tuple[str, str | None]]]:
+    """(status, {(flag name, policy or None)}) from all `EXPECT:` lines of a fixture."""
+    status, flags = None, set()
+    for line in re.findall(r"^EXPECT:(.*)$", path.read_text(), re.MULTILINE):
+        for part in line.replace('"""', " ").split():
+            key, _, value = part.partition("=")
+            if key == "status":
+                status = value
+            elif key == "flag":
+                match = re.fullmatch(r"([\w-]+)(?:\((\w+)\))?", value)
+                assert match, f"{path.name}: bad flag expectation {value!r}"
+                flags.add((match.group(1), match.group(2)))
+    assert status, f"{path.name} has no EXPECT: status=..."
+    return status, flags
+
+
+def dynamic_flags(verdict, path: Path) -> set[tuple[str, str]]:
+    """The verdict's flags minus the ones the static checks give for this source."""
+    static = {(f.name, f.reason) for f in static_flags(path.read_text())}
+    return {(f.name, f.policy.value) for f in verdict.flags if (f.name, f.reason) not in static}
+
+
+def assert_expected(verdict, path: Path) -> None:
+    status, flags = expectations(path)
+    assert verdict.status == Status(status), f"{path.name}: {verdict.status.value}: {verdict.error}"
+    got = {(f.name, f.policy.value) for f in verdict.flags}
+    for name, policy in flags:
+        assert any(n == name and (policy is None or p == policy) for n, p in got), \
+            f"{path.name}: no flag {name}({policy}) among {sorted(got)}"
+    if verdict.status == Status.correct:
+        assert verdict.error is None and verdict.runtime_ms > 0
+    else:
+        assert verdict.error, "a failed verdict must say why"
+
+
+def options(tmp: Path, **overrides) -> EvalOptions:
+    settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"],
+                    log_root=tmp / "logs", jobs=2)
+    settings.update(overrides)
+    return EvalOptions(**settings)
+
+
+@pytest.fixture(scope="module")
+def cpu_verdicts(tmp_path_factory):
+    """All CPU hack fixtures and the good CPU candidates, in ONE evaluation batch."""
+    batch = [CandidateFile(name=p.stem, path=p) for p in HACKS_CPU]
+    batch += [CandidateFile(name=f"good-{p.stem}", path=p) for p in GOOD_CPU]
+    verdicts = list(evaluate(batch, options(tmp_path_factory.mktemp("integrity"))))
+    assert [v.candidate for v in verdicts] == [c.name for c in batch]
+    return {v.candidate: v for v in verdicts}
+
+
+# --------------------------------------------------------------------------- the CPU hack batch
+
+def test_the_issue_list_of_hacks_has_cpu_fixtures():
+    names = {p.stem for p in HACKS_CPU}
+    for hack in ("output_caching", "reference_freed_memory", "input_mutation", "monkeypatch_compare",
+                 "background_thread", "torch_fallback", "tf32_flag", "correct_first_two_calls",
+                 "correct_first_12_calls", "constant_output", "output_aliases_input", "lazy_tensor_subclass",
+                 "timing_detection", "fingerprint_cache", "dispatch_mode", "patch_perf_counter",
+                 "lazy_running_stats", "fd_inherit_child", "fd_forged_verdict"):
+        assert hack in names
+    cuda = {p.stem for p in HACKS_CUDA}
+    assert {"reference_freed_memory", "side_stream", "correct_first_12_calls", "no_custom_kernel"} <= cuda
+
+
+@pytest.mark.parametrize("path", HACKS_CPU, ids=lambda p: p.stem)
+def test_each_cpu_hack_gets_its_exact_verdict(path, cpu_verdicts):
+    verdict = cpu_verdicts[path.stem]
+    assert_expected(verdict, path)
+    if verdict.status == Status.correct:  # a hack may only pass where it gained nothing or is rejected
+        assert verdict.runtime_ms >= verdict.runtime_floor_ms
+
+
+@pytest.mark.parametrize("path", GOOD_CPU, ids=lambda p: p.stem)
+def test_good_candidates_have_no_false_positive(path, cpu_verdicts):
+    verdict = cpu_verdicts[f"good-{path.stem}"]
+    assert verdict.status == Status.correct, verdict.error
+    assert not verdict.rejected, [f.reason for f in verdict.flags if f.policy == FlagPolicy.reject]
+    assert {f.name for f in verdict.flags} <= {"torch_fallback", "no_custom_kernel"}
+    assert verdict.runtime_floor_ms and verdict.runtime_ms > verdict.runtime_floor_ms
+    assert verdict.kernel_count == len(verdict.kernels)
+
+
+def test_the_kernel_pass_sees_the_candidates_own_extension(cpu_verdicts):
+    cpp = cpu_verdicts["good-cpp_correct"]
+    assert cpp.custom_kernels == ["fixture_cpp_gemm_scale_bn.gemm_scale_batchnorm_train"]
+    assert cpp.kernel_count == 1 and "no_custom_kernel" not in {f.name for f in cpp.flags}
+    plain = cpu_verdicts["good-torch_ops_correct"]
+    assert plain.custom_kernels == [] and "no_custom_kernel" in {f.name for f in plain.flags}
+    flag = next(f for f in plain.flags if f.name == "no_custom_kernel")
+    assert flag.policy == FlagPolicy.flag
+
+
+@pytest.mark.parametrize("name, flag, words", [
+    ("monkeypatch_compare", "monkeypatch", ["torch.allclose", "torch.equal", "torch.testing.assert_close"]),
+    ("patch_perf_counter", "monkeypatch", ["time.perf_counter", "torch.cuda.Event.elapsed_time"]),
+    ("dispatch_mode", "monkeypatch", ["dispatch mode"]),
+    ("tf32_flag", "precision_flags", ["allow_tf32"]),
+])
+def test_the_dynamic_checks_flag_what_the_static_ones_also_see(cpu_verdicts, name, flag, words):
+    verdict = cpu_verdicts[name]
+    path = FIXTURES / "hacks" / "cpu" / f"{name}.py"
+    assert (flag, "reject") in dynamic_flags(verdict, path)
+    reason = " ".join(f.reason for f in verdict.flags if f.name == flag and not f.reason.startswith("line "))
+    for word in words:
+        assert word in reason
+
+
+@pytest.mark.parametrize("name, words", [
+    ("reference_freed_memory", ["NaN"]),                 # the poisoned freed blocks came back
+    ("timing_detection", ["timed call"]),               # caught on the outputs of timed calls
+    ("correct_first_12_calls", ["timed call"]),
+    ("lazy_running_stats", ["bn."]),                     # buffers read from the registries, not state_dict()
+    ("lazy_tensor_subclass", ["plain torch.Tensor"]),
+    ("input_mutation", ["modified its input"]),
+    ("output_aliases_input", ["input"]),
+    ("fd_forged_verdict", ["verdicts"]),                 # two verdicts, one of them forged: refused
+])
+def test_each_hack_is_caught_by_the_intended_check(cpu_verdicts, name, words):
+    error = cpu_verdicts[name].error or ""
+    for word in words:
+        assert word in error, error
+
+
+def test_timed_calls_never_see_the_same_inputs_twice(cpu_verdicts):
+    verdict = cpu_verdicts["fingerprint_cache"]
+    assert verdict.status == Status.correct and "CACHE HIT" not in verdict.stdout_tail
+
+
+def test_a_child_process_cannot_write_to_the_verdict_channel(cpu_verdicts):
+    verdict = cpu_verdicts["fd_inherit_child"]
+    assert verdict.status == Status.correct
+    assert "CHILD COULD NOT WRITE" in verdict.stderr_tail and "Bad file descriptor" in verdict.stderr_tail
+
+
+# --------------------------------------------------------------------------- worker hygiene
+
+def test_the_compile_step_is_killed_over_its_memory_limit(tmp_path):
+    hog = FIXTURES / "candidates" / "probes" / "memory_hog_at_import.py"
+    [verdict] = evaluate([CandidateFile(name="hog", path=hog)],
+                         options(tmp_path, jobs=1, compile_timeout_s=120, compile_memory_limit_gb=1.0))
+    assert verdict.status == Status.compile_error and verdict.phase.value == "compile"
+    assert "compile step exceeded 1 GiB" in verdict.error
+    assert verdict.phase_seconds["total"] < 60  # killed, not timed out
+
+
+def test_group_resident_memory_counts_this_process_group():
+    import os
+
+    assert group_resident_bytes(os.getpgrp()) > 0
+    assert group_resident_bytes(2**22 + 12345) == 0  # no such group
+
+
+# --------------------------------------------------------------------------- building blocks, in process
+
+def test_physical_floor_uses_the_gpu_table_and_generous_defaults():
+    problem = load_problem("gemm_scale_bn")
+    flops = problem.flop_count("kernelbench")
+    floor, how = physical_floor_ms(flops, 0, "cuda", "NVIDIA H100 80GB HBM3")
+    assert floor == pytest.approx(flops / 989e12 * 1e3) and "H100 SXM" in how
+    h200 = device_peak("cuda", "NVIDIA H200")
+    assert h200.bandwidth_tbs == 4.8 and h200.tf32_tflops == 495
+    assert device_peak("cuda", "NVIDIA A100-SXM4-80GB").tf32_tflops == 156
+    unknown = device_peak("cuda", "Some Future GPU")
+    assert unknown.tensor_tflops >= max(device_peak("cuda", n).tensor_tflops for n in ("H100", "B200", "GB200"))
+    memory_bound, _ = physical_floor_ms(1.0, 3.35e9, "cuda", "NVIDIA H100 80GB HBM3")  # 3.35 GB at 3.35 TB/s
+    assert memory_bound == pytest.approx(1.0)
+    cpu_floor, _ = physical_floor_ms(problem.flop_count("small"), 1e9, "cpu", "CPU")
+    assert 0 < cpu_floor < 0.1  # far below any honest CPU time at size small
+
+
+def test_the_comparison_ignores_patched_functions_and_pushed_modes(monkeypatch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    tolerances = load_problem("gemm_scale_bn").tolerances
+    expected = torch.randn(8, 4, dtype=torch.float64)
+    wrong = torch.zeros(8, 4)
+    monkeypatch.setattr(torch, "le", lambda *a, **k: torch.ones(8, 4, dtype=torch.bool))
+    monkeypatch.setattr(torch, "abs", lambda t: torch.zeros_like(t))
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: expected)
+
+    class Agreeable(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.le.Tensor, torch.ops.aten.isfinite.default):
+                return torch.ones_like(args[0], dtype=torch.bool)
+            return func(*args, **(kwargs or {}))
+
+    with Agreeable():
+        result = cmp.compare_tensor("output", wrong, expected, tolerances, 1e-4)
+    assert result.failure is None and not any(result.tiers.values()) and result.max_abs > 0.1
+
+
+def test_outputs_must_be_plain_tensors_of_the_reference_dtype_and_device():
+    tolerances = load_problem("gemm_scale_bn").tolerances
+    expected = torch.randn(4, 4, dtype=torch.float64)
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert "plain torch.Tensor" in cmp.compare_tensor("o", expected.float().as_subclass(Sub), expected, tolerances, 1e-4).failure
+    assert "dtype" in cmp.compare_tensor("o", expected.clone(), expected, tolerances, 1e-4, dtype=torch.float32).failure
+    assert cmp.compare_tensor("o", expected.float(), expected, tolerances, 1e-4, dtype=torch.float32).failure is None
+
+
+def test_memory_sharing_covers_views_slices_and_overlapping_storage():
+    x = torch.randn(16, 32)
+    assert cmp.shares_memory(x[:, :8], x) and cmp.shares_memory(x.t(), x) and cmp.shares_memory(x.view(-1)[5:9], x)
+    assert cmp.shares_memory(torch.as_strided(x, (2, 2), (1, 1), 7), x)
+    assert not cmp.shares_memory(x.clone(), x)
+    flat = torch.randn(64)
+    # a second storage over the same bytes (what from_blob in an extension would give)
+    other = torch.from_numpy(flat.numpy()[8:40])
+    assert other.untyped_storage().data_ptr() != flat.untyped_storage().data_ptr() and cmp.shares_memory(other, flat)
+
+
+def test_fresh_inputs_differ_on_every_call_and_can_be_rebuilt():
+    import random
+
+    rng = random.Random(0)
+    fresh = cmp.FreshInputs([torch.randn(8, 16)], "randn", torch.Generator().manual_seed(0), "cpu",
+                            pick=rng.randrange, count=3)
+    seen, offsets = [], []
+    for _ in range(40):
+        [x] = fresh.next()
+        seen.append(x.clone())
+        offsets.append(dict(fresh.offsets))
+    assert len({tuple(s.reshape(-1)[:4].tolist()) for s in seen}) == 40  # no two calls alike
+    assert torch.equal(fresh.window(offsets[-1])[0], seen[-1])
+    assert fresh.changed(fresh.current, offsets[-1]) == []
+    fresh.current[0].mul_(2)
+    assert fresh.changed(fresh.current, offsets[-1]) == [0]
+
+
+def test_the_state_guard_reports_and_restores_patches():
+    import sys
+    import time
+
+    from torch.overrides import TorchFunctionMode
+
+    from evaluator import worker
+
+    guard = worker.StateGuard()
+    real_allclose, real_perf = torch.allclose, time.perf_counter
+    assert "__eq__" not in vars(torch.Tensor)
+    try:
+        torch.allclose = lambda *a, **k: True
+        time.perf_counter = lambda: 0.0
+        torch.Tensor.__eq__ = lambda self, other: True
+        torch.nn.Linear.__call__ = lambda self, x: x  # added to the class: shadows Module.__call__
+        cmp.float = lambda x: 0.0  # shadows a builtin inside the comparison module
+        TorchFunctionMode().__enter__()
+        changed = guard.changes()
+    finally:
+        torch.allclose, time.perf_counter = real_allclose, real_perf  # in case the guard did not
+        for cls, name in ((torch.Tensor, "__eq__"), (torch.nn.Linear, "__call__")):
+            if name in vars(cls):
+                delattr(cls, name)
+        vars(cmp).pop("float", None)
+        while torch._C._len_torch_function_stack():
+            torch._C._pop_torch_function_stack()
+    assert {"torch.allclose", "time.perf_counter"} <= set(changed)
+    assert "torch.Tensor.__eq__ (added)" in changed  # inherited from TensorBase: a new entry shadows it
+    assert "torch.nn.Linear.__call__ (added)" in changed and "evaluator.correctness.float (added)" in changed
+    assert any("function mode" in c for c in changed)
+    assert guard.changes() == []
+    assert sys.modules["evaluator.worker"] is worker
+
+
+def test_timer_hooks_run_outside_the_timed_calls_and_know_which_call_is_timed():
+    calls = []
+    timer = Timer("cpu", budget_s=0.0, min_reps=5, max_reps=5, warmup=2)
+    events, _ = timer.time(lambda: len(calls), before=lambda call: calls.append(("before", call)),
+                           after=lambda call, result: calls.append(("after", call, result)))
+    timed = [c[1] for c in calls if c[0] == "before" and c[1].timed is not None]
+    assert [c.timed for c in timed] == [0, 1, 2, 3, 4] and {c.reps for c in timed} == {5}
+    assert len([c for c in calls if c[0] == "before"]) == 2 + 1 + 5 and events.reps == 5
+
+
+# --------------------------------------------------------------------------- CUDA twins
+
+def test_a_cuda_hack_fixture_compiles_here(tmp_path):
+    path = FIXTURES / "hacks" / "cuda" / "side_stream.py"
+    [verdict] = evaluate([CandidateFile(name="side_stream", path=path)],
+                         EvalOptions(device="cpu", compile_only=True, log_root=tmp_path))
+    assert verdict.status == Status.compiled, verdict.error
+
+
+@pytest.mark.gpu
+def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
+    batch = [CandidateFile(name=p.stem, path=p) for p in HACKS_CUDA] + [CandidateFile(name="good", path=GOOD_CUDA)]
+    verdicts = {v.candidate: v for v in evaluate(batch, EvalOptions(device="cuda", size="small", jobs=2,
+                                                                     log_root=tmp_path))}
+    for path in HACKS_CUDA:
+        assert_expected(verdicts[path.stem], path)
+    assert "NaN" in verdicts["reference_freed_memory"].error
+    assert "timed call" in verdicts["correct_first_12_calls"].error
+    good = verdicts["good"]
+    assert good.status == Status.correct and not good.rejected, good.error
+    assert {"scale_batch_stats", "scale_normalize"} <= {k.split("(")[0].split()[-1] for k in good.custom_kernels}
+    assert good.kernel_count >= 3 and good.runtime_ms > good.runtime_floor_ms > 0
+    unused = verdicts["no_custom_kernel"]
+    assert unused.custom_kernels == [] and unused.kernel_count > 0
