@@ -54,6 +54,7 @@ from harness.records import (
     utc_now,
 )
 from harness.store import Store, StoreError, generation_key, source_sha256, verdict_key
+from harness.tables import STATUS_STYLE
 
 log = logging.getLogger("harness.pipeline")
 
@@ -63,10 +64,6 @@ UNSTORED = {ProviderErrorKind.replay_missing}
 STATUS_RANK = {
     "correct": 0, "compiled": 1, "incorrect": 2, "runtime_error": 3, "compile_error": 4, "timeout": 5,
     "crashed": 6, "parse_error": 7, "no_reply": 8, "not_evaluated": 9, "skipped": 10,
-}
-STATUS_STYLE = {
-    "correct": "green", "compiled": "cyan", "incorrect": "yellow", "runtime_error": "red", "compile_error": "red",
-    "timeout": "magenta", "crashed": "magenta", "parse_error": "red", "no_reply": "red", "not_evaluated": "dim", "skipped": "dim",
 }
 
 

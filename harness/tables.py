@@ -6,11 +6,13 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from evaluator.records import Status, Verdict
+from evaluator.records import Verdict
 
+# Keyed by status value; the extra keys are `harness run` outcomes that never reached the evaluator.
 STATUS_STYLE = {
-    Status.correct: "green", Status.compiled: "cyan", Status.incorrect: "yellow", Status.parse_error: "red",
-    Status.compile_error: "red", Status.runtime_error: "red", Status.timeout: "magenta", Status.crashed: "magenta",
+    "correct": "green", "compiled": "cyan", "incorrect": "yellow", "parse_error": "red", "compile_error": "red",
+    "runtime_error": "red", "timeout": "magenta", "crashed": "magenta",
+    "no_reply": "red", "not_evaluated": "dim", "skipped": "dim",
 }
 
 
@@ -39,7 +41,7 @@ def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Tabl
         tiers = ",".join(t for t, ok in (v.correctness.tiers.items() if v.correctness else []) if ok)
         err = v.correctness.max_abs_err if v.correctness else None
         row = [
-            v.candidate, f"[{STATUS_STYLE[v.status]}]{v.status.value}[/]", tiers or "-",
+            v.candidate, f"[{STATUS_STYLE[v.status.value]}]{v.status.value}[/]", tiers or "-",
             f"{err:.2e}" if err is not None else "-", f"{v.runtime_ms:.4f}" if v.runtime_ms else "-",
         ]
         row += [f"{v.speedup[b]:.2f}" if b in v.speedup else "-" for b in baselines]

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,9 @@ def test_parse_problems_are_found_without_importing(source, reason):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
+    store = Path(tempfile.mkdtemp(prefix="kh-cli-")) / "results.sqlite"  # never the checkout's own store
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HARNESS_LOG_DIR": ""})
+                          env={**os.environ, "HARNESS_STORE": str(store)})
 
 
 def test_cli_json_prints_one_verdict_per_line_and_exits_zero_whatever_they_scored(tmp_path):
