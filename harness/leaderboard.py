@@ -46,6 +46,7 @@ from rich.text import Text
 from evaluator.records import Flag, FlagPolicy, Status, Verdict
 from harness.records import Candidate, ParseReason, ParseResult, Run
 from harness.store import Store, StoreError, VerdictRow, open_store, verdict_key
+from harness.tables import STATUS_STYLE
 
 TIERS = ("strict", "loose")
 SPEEDUP_BASELINES = ("eager", "compile", "eager_tf32", "compile_tf32")  # the columns, in this order
@@ -60,11 +61,7 @@ OUTCOME_ORDER = (
     "correct", "below_tier", "rejected", "compiled", "incorrect", "runtime_error", "compile_error", "timeout",
     "crashed", "parse_error", "no_reply", "not_evaluated",
 )
-OUTCOME_STYLE = {
-    "correct": "green", "below_tier": "yellow", "rejected": "red", "compiled": "cyan", "incorrect": "yellow",
-    "runtime_error": "red", "compile_error": "red", "timeout": "magenta", "crashed": "magenta",
-    "parse_error": "red", "no_reply": "red", "not_evaluated": "dim",
-}
+OUTCOME_STYLE = {**STATUS_STYLE, "below_tier": "yellow", "rejected": "red"}
 COUNTED_STATUSES = ("parse_error", "compile_error", "runtime_error", "timeout", "crashed", "incorrect", "correct")
 
 
@@ -539,14 +536,15 @@ def leaderboard_table(board: Board) -> Table:
 
 
 SUMMARY_OUTCOME_COLUMNS = ("samples", "parse_error", "compile_error", "runtime_error", "timeout", "crashed",
-                           "incorrect", "correct", "correct@tier", "no_reply", "tokens", "latency s")
+                           "incorrect", "correct", "correct@tier", "not judged", "tokens", "latency s")
 
 
 def summary_cells(s: SummaryRow) -> dict[str, str]:
     cells = {
         "model": s.model + (" (reference)" if s.reference else ""), "variant": s.variant, "samples": str(s.samples),
         **{k: str(s.counts.get(k, 0)) for k in COUNTED_STATUSES},
-        "correct@tier": str(s.ranked), "no_reply": str(s.counts.get("no_reply", 0) + s.counts.get("not_evaluated", 0)),
+        # not judged: the request failed (no_reply) or the candidate was never evaluated
+        "correct@tier": str(s.ranked), "not judged": str(s.counts.get("no_reply", 0) + s.counts.get("not_evaluated", 0)),
         "tokens": f"{s.total_tokens:,}" if s.requests else "-",
         "latency s": f"{s.latency_s:.1f}" if s.requests else "-",
     }
