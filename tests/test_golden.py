@@ -2,6 +2,9 @@
 size preset (both input distributions, train and eval mode, BatchNorm buffers included); the TF32
 one at the `loose` tier, the strict one at `strict`. Without a GPU they must at least build."""
 
+import subprocess
+import sys
+
 import pytest
 
 from evaluator.assets import golden_files
@@ -20,6 +23,13 @@ def golden_batch() -> list[CandidateFile]:
 
 def test_the_golden_kernels_are_there():
     assert set(REQUIRED_TIER) <= set(GOLDEN)
+
+
+def test_the_golden_files_are_what_their_generator_writes(tmp_path):
+    generator = next(iter(GOLDEN.values())).parent / "_src" / "gen.py"
+    subprocess.run([sys.executable, str(generator), str(tmp_path)], check=True, capture_output=True)
+    for name in REQUIRED_TIER:
+        assert (tmp_path / f"{name}.py").read_text() == GOLDEN[name].read_text(), f"regenerate {name}.py with _src/gen.py"
 
 
 def test_each_golden_kernel_builds(tmp_path):

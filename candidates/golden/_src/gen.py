@@ -1,9 +1,12 @@
-# Generates ../fused_tf32.py and ../fused_strict.py from kernels_*.cu, wgmma_inc.txt, wrapper.cu, template.py
+# Generates ../fused_tf32.py and ../fused_strict.py from kernels_*.cu, wgmma_inc.txt, wrapper.cu, template.py.
+# `python3 gen.py [OUTDIR]`: OUTDIR defaults to the golden folder (tests/test_golden.py checks they agree).
 import os
+import sys
 here = os.path.dirname(os.path.abspath(__file__))
+out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..")
 rd = lambda n: open(os.path.join(here, n)).read()
 kern = rd("kernels_head.cu") + "#if GB_SM90A\n" + rd("wgmma_inc.txt") + "#endif\n" + rd("kernels_tail.cu")
-open(os.path.join(here, "kernels.cu"), "w").write(kern)
+open(os.path.join(out_dir if len(sys.argv) > 1 else here, "kernels.cu"), "w").write(kern)
 tmpl = rd("template.py")
 for strict in (0, 1):
     src = kern.replace("#ifndef GB_STRICT\n#define GB_STRICT 0\n#endif", "#define GB_STRICT %d" % strict) + rd("wrapper.cu")
@@ -25,5 +28,5 @@ for strict in (0, 1):
         name, prec = "golden_fused_tf32_v1", "TF32 tensor cores"
     out = tmpl.replace("@@DOC@@", doc).replace("@@CUDA@@", src).replace("@@NAME@@", name).replace("@@PREC@@", prec)
     fn = "fused_strict.py" if strict else "fused_tf32.py"
-    open(os.path.join(here, "..", fn), "w").write(out)
+    open(os.path.join(out_dir, fn), "w").write(out)
     print("wrote", fn, len(out.splitlines()), "lines")
