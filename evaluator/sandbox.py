@@ -101,6 +101,11 @@ def parse_problem(source: str) -> str | None:
     return None
 
 
+def uses_cuda_source(source: str) -> bool:
+    """Whether the candidate carries CUDA code, which cannot run without a GPU."""
+    return "cuda_sources" in source or "__global__" in source
+
+
 def static_flags(source: str) -> list[Flag]:
     try:
         from evaluator.checks import static_flags as check
@@ -240,6 +245,8 @@ class Evaluator:
         if reason:
             return Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse, error=reason)
         flags = static_flags(source)
+        if self.device == "cpu" and uses_cuda_source(source):
+            compile_only = True  # running it would only fail; build it and say plainly it was not run
         verdict = self._run_worker(candidate, source_bytes, digest, compile_only, base)
         verdict.flags = flags + verdict.flags
         return verdict

@@ -58,6 +58,7 @@ from evaluator.problem import load_problem
 from evaluator.records import (
     Correctness, EvalRequest, Environment, Flag, FlagPolicy, Phase, Status, Verdict, WorkerMessage,
 )
+from evaluator.sandbox import uses_cuda_source
 from evaluator.timing import Call, Timer, physical_floor_ms
 
 ERROR_CHARS = 6000
@@ -335,11 +336,6 @@ def import_file(path: Path, module_name: str):
     return module
 
 
-def uses_cuda_source(path: Path) -> bool:
-    text = path.read_text(errors="replace")
-    return "cuda_sources" in text or "__global__" in text
-
-
 # -- the candidate's own code: extension libraries and kernel names --------------------------------
 
 # Kernels that come from torch, its libraries or torch.compile, never from a candidate's own source.
@@ -540,8 +536,8 @@ class Evaluation:
         )
 
     def compile_only_note(self) -> str:
-        note = "built only (--compile-only): not run, so neither checked nor timed"
-        if self.device == "cpu" and uses_cuda_source(Path(self.request.candidate_path)):
+        note = "built only: not run, so neither checked nor timed"
+        if self.device == "cpu" and uses_cuda_source(Path(self.request.candidate_path).read_text(errors="replace")):
             visible = torch.cuda.is_available()
             note += "; this is a CUDA candidate and " + ("it was not run on the GPU" if visible else
                                                          "there is no CUDA GPU on this machine to run it")
