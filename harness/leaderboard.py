@@ -46,7 +46,7 @@ from rich.text import Text
 from evaluator.records import Flag, FlagPolicy, Status, Verdict
 from harness.records import Candidate, ParseReason, ParseResult, Run
 from harness.store import Store, StoreError, VerdictRow, open_store, verdict_key
-from harness.tables import STATUS_STYLE
+from harness.tables import STATUS_STYLE, short_text
 
 TIERS = ("strict", "loose")
 SPEEDUP_BASELINES = ("eager", "compile", "eager_tf32", "compile_tf32")  # the columns, in this order
@@ -85,20 +85,6 @@ def geomean(values: Iterable[float]) -> float | None:
 
 def is_implausible(flag: Flag) -> bool:
     return flag.name == "implausible" or flag.name.startswith("implausible")
-
-
-def short_text(text: str | None, limit: int = 100) -> str:
-    """One line out of an error: a traceback's last line, else the first line."""
-    if not text:
-        return ""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    first = lines[0]
-    if len(lines) > 1 and first.endswith("Traceback (most recent call last):"):
-        lead = first[: -len("Traceback (most recent call last):")].strip()
-        first = f"{lead} {lines[-1]}".strip()
-    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def classify(verdict: Verdict, tier: str) -> tuple[str, str | None]:

@@ -54,7 +54,7 @@ from harness.records import (
     utc_now,
 )
 from harness.store import Store, StoreError, generation_key, source_sha256, verdict_key
-from harness.tables import STATUS_STYLE
+from harness.tables import STATUS_STYLE, short_text
 
 log = logging.getLogger("harness.pipeline")
 
@@ -191,16 +191,6 @@ def parse_error_verdict(candidate: Candidate, reply: str, size: str, device: str
                    error=f"{parse.reason.value if parse.reason else 'unparsed'}: {parse.detail or ''}{where}".rstrip(": "))
 
 
-def short_error(text: str | None, limit: int = 80) -> str:
-    if not text:
-        return ""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    first = lines[-1] if lines[0].startswith("Traceback") and len(lines) > 1 else lines[0]
-    return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
 # -- the table ------------------------------------------------------------------------------------
 
 def rank_outcomes(outcomes: Sequence[SampleOutcome]) -> list[SampleOutcome]:
@@ -230,7 +220,7 @@ def run_table(summary: RunSummary, title: str | None = None) -> Table:
         if o.reused_verdict or o.reused_generation:
             status += " [dim](stored)[/]"
         ms = f"{o.verdict.runtime_ms:.4f}" if o.verdict is not None and o.verdict.runtime_ms is not None else "-"
-        row = [str(rank), o.sample, status, short_error(o.error), ms]
+        row = [str(rank), o.sample, status, short_text(o.error, 80), ms]
         row += [f"{o.verdict.speedup[b]:.2f}" if o.verdict is not None and b in o.verdict.speedup else "-"
                 for b in baselines]
         table.add_row(*row)

@@ -16,14 +16,17 @@ STATUS_STYLE = {
 }
 
 
-def _short(text: str | None, limit: int = 90) -> str:
+def short_text(text: str | None, limit: int = 100) -> str:
+    """One line out of an error: a traceback's last line, else the first line."""
     if not text:
         return ""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    first = lines[0] if lines else ""
-    # A traceback's last line says what happened; keep the lead-in and that.
-    if len(lines) > 1 and lines[0].rstrip().endswith("Traceback (most recent call last):"):
-        first = f"{lines[0].split(':')[0]}: {lines[-1]}"
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if len(lines) > 1 and first.endswith("Traceback (most recent call last):"):
+        lead = first[: -len("Traceback (most recent call last):")].strip()
+        first = f"{lead} {lines[-1]}".strip()
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
@@ -46,6 +49,6 @@ def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Tabl
         ]
         row += [f"{v.speedup[b]:.2f}" if b in v.speedup else "-" for b in baselines]
         row.append(", ".join(f.name + ("!" if f.policy.value == "reject" else "") for f in v.flags))
-        row.append(_short(v.error))
+        row.append(short_text(v.error, 90))
         table.add_row(*row)
     return table

@@ -137,3 +137,15 @@ def test_cli_table_and_usage_errors():
     assert run_cli("eval", str(GOOD), "--size", "enormous").returncode == 2
     assert run_cli("eval", str(GOOD), "--problem", "no_such_problem").returncode == 2
     assert run_cli("eval", str(GOOD), "--device", "tpu").returncode == 2
+
+
+def test_a_second_problem_is_just_a_folder(tmp_path):
+    folder = FIXTURES / "problems" / "scaled_relu"
+    options = cpu_options(tmp_path, problem=str(folder), size=None)
+    good, bad = evaluate([CandidateFile(name="good", path=folder / "candidate_correct.py"),
+                          CandidateFile(name="bad", path=folder / "candidate_wrong.py")], options)
+    assert (good.problem, good.size, good.status) == ("scaled_relu", "tiny", Status.correct), good.error
+    assert good.correctness.tiers == {"strict": True} and good.correctness.main.trials == 4
+    assert bad.status == Status.incorrect
+    prompt = run_cli("prompt", "--problem", str(folder))
+    assert prompt.returncode == 0 and "torch.relu(x) * self.scale" in prompt.stdout
