@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -247,7 +248,12 @@ class Evaluator:
         flags = static_flags(source)
         if self.device == "cpu" and uses_cuda_source(source):
             compile_only = True  # running it would only fail; build it and say plainly it was not run
-        verdict = self._run_worker(candidate, source_bytes, digest, compile_only, base)
+        try:
+            verdict = self._run_worker(candidate, source_bytes, digest, compile_only, base)
+        except Exception as err:  # the harness's own failure: recorded, so the rest of the batch goes on
+            return Verdict(**base, source_sha256=digest, status=Status.crashed, flags=flags,
+                           error=f"the evaluator failed around this candidate: {type(err).__name__}: {err}\n"
+                                 + traceback.format_exc()[-VERDICT_TAIL_CHARS:])
         verdict.flags = flags + verdict.flags
         return verdict
 

@@ -149,3 +149,20 @@ def test_a_second_problem_is_just_a_folder(tmp_path):
     assert bad.status == Status.incorrect
     prompt = run_cli("prompt", "--problem", str(folder))
     assert prompt.returncode == 0 and "torch.relu(x) * self.scale" in prompt.stdout
+
+
+def test_a_failure_of_the_harness_itself_is_recorded_and_the_batch_goes_on(tmp_path, monkeypatch):
+    evaluator = Evaluator(cpu_options(tmp_path))
+    real = evaluator._run_worker
+    calls = []
+
+    def flaky(candidate, *args):
+        calls.append(candidate.name)
+        if len(calls) == 1:
+            raise OSError("fork failed: resource temporarily unavailable")
+        return real(candidate, *args)
+
+    monkeypatch.setattr(evaluator, "_run_worker", flaky)
+    first, second = evaluator.evaluate_all([CandidateFile(name="a", path=GOOD), CandidateFile(name="b", path=GOOD)])
+    assert first.status == Status.crashed and "fork failed" in first.error
+    assert second.status == Status.correct, second.error
