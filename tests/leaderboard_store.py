@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
-from test_harness_run_http import run_args, script  # noqa: E402
+from test_harness_run_http import enter_clean_workdir, run_args, script  # noqa: E402
 
 from harness.cli import app  # noqa: E402
 
@@ -80,13 +80,7 @@ def build_store(tmp_path_factory: pytest.TempPathFactory) -> BuiltStore:
     files = [*EVAL_FILES, "noisy_loose.py", "candidates/golden/ref_torch_ops.py"]
     runner = CliRunner()
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "HARNESS_MODEL", "HARNESS_STORE", "HARNESS_RUNS_DIR",
-                     "HARNESS_CONFIG"):
-            mp.delenv(name, raising=False)
-        mp.setenv("TEST_ENDPOINT_KEY", "sk-test")
-        mp.setenv("HARNESS_CACHE_DIR", str(workdir / "cache"))
-        mp.chdir(workdir)
-        (workdir / "harness.toml").write_text("retry_base_delay_s = 0.05\n")
+        enter_clean_workdir(mp, workdir)
         evaluated = runner.invoke(app, ["eval", "--device", "cpu", "--size", "small", "--store", str(store), *files])
         assert evaluated.exit_code == 0, evaluated.output
         with FakeOpenAIServer(script) as server:

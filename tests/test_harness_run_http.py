@@ -18,18 +18,22 @@ from harness.store import Store  # noqa: E402
 REPLIES = Path(__file__).parent / "fixtures" / "replies"
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    """A clean working folder and environment: the store, run folders and logs land here."""
+def enter_clean_workdir(monkeypatch, folder):
+    """A clean working folder and environment: the store, run folders and logs land in `folder`."""
     for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "HARNESS_MODEL", "HARNESS_STORE", "HARNESS_RUNS_DIR",
                  "HARNESS_CONFIG"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TEST_ENDPOINT_KEY", "sk-test")
-    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(folder / "cache"))
+    monkeypatch.chdir(folder)
     # fast retries for the test, set the way a user would: in harness.toml
-    (tmp_path / "harness.toml").write_text("retry_base_delay_s = 0.05\n")
-    return tmp_path
+    (folder / "harness.toml").write_text("retry_base_delay_s = 0.05\n")
+    return folder
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    return enter_clean_workdir(monkeypatch, tmp_path)
 
 
 def script(sample, attempt, body):
