@@ -424,9 +424,17 @@ class Evaluator:
     def evaluate_all(self, candidates: Sequence[CandidateFile],
                      on_verdict: Callable[[Verdict], None] | None = None) -> Iterator[Verdict]:
         """Verdicts in order. With jobs > 1, builds run in parallel first (compile-only workers fill
-        the cache); checks and timings then run one at a time so they never share the device."""
+        the cache); checks and timings then run one at a time so they never share the device.
+        With `compile_only` the parallel builds are the whole work."""
+        if self.options.jobs > 1 and len(candidates) > 1 and self.options.compile_only:
+            with ThreadPoolExecutor(self.options.jobs) as pool:
+                for verdict in pool.map(lambda c: self.evaluate(c, compile_only=True), candidates):
+                    if on_verdict:
+                        on_verdict(verdict)
+                    yield verdict
+            return
         build_failures: dict[int, Verdict] = {}
-        if self.options.jobs > 1 and len(candidates) > 1 and not self.options.compile_only:
+        if self.options.jobs > 1 and len(candidates) > 1:
             with ThreadPoolExecutor(self.options.jobs) as pool:
                 built = list(pool.map(lambda c: self.evaluate(c, compile_only=True), candidates))
             build_failures = {i: v for i, v in enumerate(built) if v.status != Status.compiled}

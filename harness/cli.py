@@ -125,6 +125,7 @@ def run_cli(
     retry_failed: Optional[bool] = typer.Option(None, "--retry-failed", help="Ask again for stored failed requests."),
     evaluate: Optional[bool] = typer.Option(None, "--eval/--no-eval", help="Evaluate the candidates (default: on)."),
     compile_only: Optional[bool] = typer.Option(None, "--compile-only", help="Build candidates without running them."),
+    jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once before the serial checks (default: half the cores, at most 8)."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     runs_dir: Optional[Path] = typer.Option(None, help="Root of run folders (default: candidates)."),
     run_id: Optional[str] = typer.Option(None, help="Run id (default: derived from the settings, so reruns resume)."),
@@ -150,7 +151,7 @@ def run_cli(
         model=model, samples=samples, variant=variant, problem=problem, size=size, device=device, base_url=base_url,
         api_key_env=api_key_env, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
         extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
-        retry_failed=retry_failed, evaluate=evaluate, compile_only=compile_only, store=store, runs_dir=runs_dir,
+        retry_failed=retry_failed, evaluate=evaluate, compile_only=compile_only, jobs=jobs, store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )
     raise typer.Exit(run_command(options, config_file=config, console=console))

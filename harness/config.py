@@ -79,6 +79,7 @@ class RunConfig(BaseModel):
     evaluate: bool = Field(True, description="Evaluate the parsed candidates (False: generate and parse only).")
     compile_only: bool = Field(False, description="Build candidates without running them.")
     eval_seed: int | None = Field(None, description="Root seed of the evaluator's inputs; None = fresh each evaluation.")
+    jobs: int | None = Field(None, ge=1, description="Candidates built at once before the serial checks; None = half the cores, at most 8.")
     store: Path = Field(DEFAULT_STORE, description="The SQLite result store.")
     runs_dir: Path = Field(Path("candidates"), description="Where run folders (<run-id>/<sample>/...) are written.")
     run_id: str | None = Field(None, description="Run id; None = derived from the settings, so a rerun resumes.")
@@ -87,6 +88,11 @@ class RunConfig(BaseModel):
         """The API key, read from the variable `api_key_env` names (never stored)."""
         environ = os.environ if environ is None else environ
         return environ.get(self.api_key_env) or None
+
+    def build_jobs(self) -> int:
+        """How many candidates are built at once: `jobs`, else half the cores (each build runs
+        its own compilers), at most 8 (each compiler of torch's headers takes a GiB or more)."""
+        return self.jobs or max(1, min(8, (os.cpu_count() or 1) // 2))
 
     def stored(self) -> dict[str, Any]:
         """The config as stored with the run (JSON-safe)."""

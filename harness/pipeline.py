@@ -443,7 +443,7 @@ def _evaluate(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, devi
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
     options = EvalOptions(problem=str(problem.folder), size=size, device=device, compile_only=cfg.compile_only,
-                          seed=cfg.eval_seed)
+                          seed=cfg.eval_seed, jobs=cfg.build_jobs())
     evaluate_fn = evaluate_fn or _default_evaluate
     warned = False
     with _progress(console) as progress:

@@ -103,6 +103,35 @@ def test_the_extension_cache_is_keyed_by_source_and_reused(tmp_path):
     assert first.source_sha256[:24] in str(library)
 
 
+# Each import waits for the other's: built one after the other, the first would never see the second.
+RENDEZVOUS = """
+import time
+from pathlib import Path
+import torch.nn as nn
+HERE, OTHER = Path({here!r}), Path({other!r})
+HERE.touch()
+deadline = time.monotonic() + 60
+while not OTHER.exists():
+    if time.monotonic() > deadline:
+        raise RuntimeError("the other candidate was not being built at the same time")
+    time.sleep(0.05)
+class ModelNew(nn.Module):
+    pass
+"""
+
+
+def test_compile_only_with_jobs_builds_the_candidates_at_the_same_time(tmp_path):
+    a, b = tmp_path / "a.flag", tmp_path / "b.flag"
+    batch = []
+    for name, here, other in (("a", a, b), ("b", b, a)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(RENDEZVOUS.format(here=str(here), other=str(other)))
+        batch.append(CandidateFile(name=name, path=path))
+    verdicts = list(evaluate(batch, cpu_options(tmp_path, compile_only=True, jobs=2)))
+    assert [v.candidate for v in verdicts] == ["a", "b"]
+    assert [v.status for v in verdicts] == [Status.compiled] * 2, [v.error for v in verdicts]
+
+
 @pytest.mark.parametrize("source, reason", [
     ("class ModelNew(:\n", "syntax error at line 1"),
     ("import torch\nclass Model: pass\n", "no top-level `class ModelNew`"),

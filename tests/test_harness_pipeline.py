@@ -24,6 +24,7 @@ class FakeEvaluator:
         self.seen = []
 
     def __call__(self, candidates, options):
+        self.options = options
         for c in candidates:
             self.seen.append(c.name)
             source = Path(c.path).read_text()
@@ -189,3 +190,10 @@ def test_no_eval_leaves_candidates_unjudged(cfg):
     evaluator = FakeEvaluator()
     summary = execute_run(cfg.model_copy(update={"evaluate": False}), console=quiet(), evaluate_fn=evaluator, environ={})
     assert evaluator.seen == [] and {o.sample: o.status for o in summary.outcomes}["0"] == "not_evaluated"
+
+
+def test_candidates_are_built_with_the_configured_number_of_jobs(cfg):
+    evaluator = FakeEvaluator()
+    execute_run(cfg.model_copy(update={"jobs": 3}), console=quiet(), evaluate_fn=evaluator, environ={})
+    assert evaluator.options.jobs == 3
+    assert 1 <= RunConfig().build_jobs() <= 8
