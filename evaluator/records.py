@@ -111,7 +111,7 @@ class Environment(Record):
     torch_version: str = Field(description="torch.__version__ in the worker.")
     cuda_version: str | None = Field(None, description="torch.version.cuda.")
     driver: str | None = Field(None, description="NVIDIA driver version, when readable.")
-    sm_clock_mhz: int | None = Field(None, description="SM clock read just before timing, when readable.")
+    sm_clock_mhz: int | None = Field(None, description="SM clock read just after the candidate's timed calls, when readable.")
     python: str = Field(description="Python version of the worker.")
     hostname: str = Field(description="Machine name.")
 

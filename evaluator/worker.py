@@ -307,6 +307,23 @@ def _remove(namespace, key: str) -> None:
         pass
 
 
+def nvidia_smi(fields: str) -> list[str] | None:
+    """One `nvidia-smi --query-gpu` row for the current device, or None when it cannot be read."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits",
+                              f"--id={torch.cuda.current_device()}"], capture_output=True, text=True, timeout=10).stdout
+        return [part.strip() for part in out.strip().splitlines()[0].split(",")]
+    except Exception:  # informational only: never the candidate's verdict
+        return None
+
+
+def read_sm_clock_mhz() -> int | None:
+    row = nvidia_smi("clocks.sm")
+    return int(row[0]) if row and row[0].isdigit() else None
+
+
 def describe_environment(device: str) -> Environment:
     env = dict(device=device, torch_version=torch.__version__, cuda_version=torch.version.cuda,
                python=platform.python_version(), hostname=socket.gethostname())
@@ -314,15 +331,9 @@ def describe_environment(device: str) -> Environment:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
                    sm_count=props.multi_processor_count)
-        if shutil.which("nvidia-smi"):
-            try:
-                out = subprocess.run(
-                    ["nvidia-smi", "--query-gpu=driver_version,clocks.sm", "--format=csv,noheader,nounits",
-                     f"--id={torch.cuda.current_device()}"], capture_output=True, text=True, timeout=10).stdout
-                driver, clock = (part.strip() for part in out.strip().splitlines()[0].split(","))
-                env.update(driver=driver, sm_clock_mhz=int(clock) if clock.isdigit() else None)
-            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-                pass
+        row = nvidia_smi("driver_version")
+        if row:
+            env.update(driver=row[0])
     else:
         env.update(device_name=f"CPU {platform.processor() or platform.machine()} x{os.cpu_count()}")
     return Environment(**env)
@@ -833,6 +844,10 @@ class Evaluation:
         except BaseException:
             raise Judged(Status.runtime_error, Phase.time, describe_exception("ModelNew.forward raised while timed"))
         self.check_global_flags(flags_before, "the timed calls to ModelNew.forward")
+        if self.device == "cuda" and self.environment is not None:
+            # Read straight after the timed calls: read before them it shows the idle clock (345 MHz
+            # on an H100 here, 1980 MHz while the calls ran).
+            self.environment.sm_clock_mhz = read_sm_clock_mhz()
         self.timing = events
         # Work the events do not see (a side stream, a thread) shows up on the host clock.
         if walls.median_ms > 1.5 * events.median_ms + 0.1:

@@ -30,6 +30,7 @@ def test_illegal_address_is_judged_and_the_next_cuda_candidate_is_still_correct(
     assert good.correctness.tiers["loose"] and good.correctness.eval_mode.tiers["loose"]
     assert set(good.speedup) == {"eager", "eager_tf32", "compile", "compile_tf32"}
     assert good.environment.device_name and good.runtime_ms > 0
+    assert good.environment.sm_clock_mhz, "read after the timed calls (nvidia-smi is there on a GPU machine)"
 
 
 @pytest.mark.gpu
