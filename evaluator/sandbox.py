@@ -425,21 +425,16 @@ class Evaluator:
                      on_verdict: Callable[[Verdict], None] | None = None) -> Iterator[Verdict]:
         """Verdicts in order. With jobs > 1, builds run in parallel first (compile-only workers fill
         the cache); checks and timings then run one at a time so they never share the device.
-        With `compile_only` the parallel builds are the whole work."""
-        if self.options.jobs > 1 and len(candidates) > 1 and self.options.compile_only:
-            with ThreadPoolExecutor(self.options.jobs) as pool:
-                for verdict in pool.map(lambda c: self.evaluate(c, compile_only=True), candidates):
-                    if on_verdict:
-                        on_verdict(verdict)
-                    yield verdict
-            return
-        build_failures: dict[int, Verdict] = {}
+        With `compile_only` the parallel builds are the verdicts."""
+        built: list[Verdict] = []
         if self.options.jobs > 1 and len(candidates) > 1:
             with ThreadPoolExecutor(self.options.jobs) as pool:
                 built = list(pool.map(lambda c: self.evaluate(c, compile_only=True), candidates))
-            build_failures = {i: v for i, v in enumerate(built) if v.status != Status.compiled}
         for index, candidate in enumerate(candidates):
-            verdict = build_failures.get(index) or self.evaluate(candidate)
+            if built and (self.options.compile_only or built[index].status != Status.compiled):
+                verdict = built[index]
+            else:
+                verdict = self.evaluate(candidate)
             if on_verdict:
                 on_verdict(verdict)
             yield verdict
