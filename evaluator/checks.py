@@ -1,7 +1,7 @@
 """Static checks on candidate source: flags found by reading the code, never by running it.
 
-`static_flags(source)` parses the candidate with `ast` and returns `Flag` records, one per
-(flag name, line) at most, ordered by line. Python is only ever read through its syntax
+`static_flags(source, rules=problem.rules)` parses the candidate with `ast` and returns `Flag`
+records, one per (flag name, line) at most, ordered by line. Python is only ever read through its syntax
 tree; the string constants of the module (the C++/CUDA text handed to `load_inline`) are
 scanned for a few identifiers, since they are C++ and have no Python syntax tree.
 
@@ -15,7 +15,10 @@ What is seen and how names are resolved:
 * `torch_fallback` looks only at code reachable from `ModelNew.forward` (and `__call__`):
   methods called on `self`, module-level helpers called by name, `forward` of local
   `nn.Module` attributes and of local `autograd.Function` classes (`X.apply`), lambdas stored
-  on `self`. Element-wise ops, reductions other than variance, and allocations are fine.
+  on `self`. What counts as heavy is the problem's (`[rules.heavy]` in its problem.toml, else
+  evaluator.problem.GENERIC_HEAVY_OPS), and so are the layers ModelNew shares with Model
+  (`[rules] layers`), which count even where ModelNew builds them out of sight. torch.compile
+  always counts. Anything else (element-wise ops, allocations) is fine.
 * String scanning covers every string constant except bare expression statements
   (docstrings and the like, which cannot reach `load_inline`). Comments inside C++ text are
   not stripped: the word "stream" alone is harmless, but a comment that names
@@ -33,10 +36,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from evaluator.problem import DEFAULT_PROBLEM, Rules, load_problem
 from evaluator.records import Flag, FlagPolicy
 
 __all__ = ["DEFAULT_POLICIES", "FLAG_DESCRIPTIONS", "static_flags"]
@@ -44,8 +50,8 @@ __all__ = ["DEFAULT_POLICIES", "FLAG_DESCRIPTIONS", "static_flags"]
 # --------------------------------------------------------------------------- policies
 
 DEFAULT_POLICIES: dict[str, FlagPolicy] = {
-    # PyTorch (or torch.compile) computes the GEMM or the BatchNorm: the result may be correct
-    # and even fast, but it is not the candidate's kernel. Shown beside the result.
+    # PyTorch (or torch.compile) does the problem's heavy work (for gemm_scale_bn the GEMM or the
+    # BatchNorm): the result may be correct and even fast, but it is not the candidate's kernel.
     "torch_fallback": FlagPolicy.flag,
     # Side streams and events: legitimate uses exist; timing synchronizes the whole device.
     "cuda_stream": FlagPolicy.flag,
@@ -71,8 +77,8 @@ DEFAULT_POLICIES: dict[str, FlagPolicy] = {
 }
 
 FLAG_DESCRIPTIONS: dict[str, str] = {
-    "torch_fallback": "PyTorch does the heavy lifting in ModelNew.forward (F.linear, matmul/@, "
-    "the nn.Linear/BatchNorm modules, batch_norm, var_mean, torch.compile) instead of the candidate's kernel.",
+    "torch_fallback": "PyTorch does the problem's heavy work in ModelNew.forward (a function, tensor method, "
+    "aten or C++ op or nn module the problem's rules name as heavy, or torch.compile) instead of the candidate's kernel.",
     "cuda_stream": "The candidate creates CUDA streams, events or graphs (in Python or in its C++/CUDA source).",
     "concurrency": "The candidate uses threads, processes or asyncio (threading, multiprocessing, "
     "concurrent.futures, os.fork, std::thread, pthread_create), so work may finish outside the timed call.",
@@ -94,31 +100,7 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
-_HEAVY_FUNCS = frozenset(
-    "torch." + n
-    for n in (
-        "nn.functional.linear", "nn.functional.bilinear", "_C._nn.linear",
-        "matmul", "mm", "addmm", "bmm", "baddbmm", "addbmm", "einsum", "tensordot", "mv", "addmv",
-        "inner", "chain_matmul", "_addmm_activation", "linalg.matmul", "linalg.multi_dot", "linalg.vecdot",
-        "nn.functional.batch_norm", "batch_norm", "native_batch_norm", "_native_batch_norm_legit",
-        "_native_batch_norm_legit_functional", "cudnn_batch_norm", "batch_norm_stats",
-        "nn.functional.layer_norm", "layer_norm", "nn.functional.group_norm", "group_norm",
-        "nn.functional.instance_norm", "instance_norm",
-        "var_mean", "std_mean", "var", "std",
-    )
-)
-_HEAVY_METHODS = frozenset(
-    ("matmul", "mm", "addmm", "addmm_", "bmm", "baddbmm", "mv", "addmv", "__matmul__", "__rmatmul__", "var", "std")
-)
-_ATEN_HEAVY = frozenset(
-    ("mm", "addmm", "matmul", "linear", "bmm", "baddbmm", "native_batch_norm", "batch_norm",
-     "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "cudnn_batch_norm", "var_mean", "var")
-)
 _COMPILE_FUNCS = frozenset(("torch.compile", "torch.jit.script", "torch.jit.trace", "torch._dynamo.optimize"))
-_LAYER_RE = re.compile(
-    r"(Lazy)?(Linear|Bilinear|BatchNorm\w*|SyncBatchNorm|LayerNorm|GroupNorm|InstanceNorm\w*|Conv\w*|Sequential)$"
-)
-_PROBLEM_LAYERS = {"gemm": "nn.Linear", "bn": "nn.BatchNorm1d"}  # required attributes of ModelNew
 
 _CUDA_STREAM_NAMES = frozenset(
     "torch." + n
@@ -203,11 +185,43 @@ _CPP_RULES: list[tuple[str, re.Pattern[str], str]] = [
     ("precision_flags", re.compile(
         r"\b(setAllowTF32\w*|setFloat32MatmulPrecision|setAllowFP16Reduction\w*|setAllowBF16Reduction\w*"
         r"|setDeterministicAlgorithms)\b"), "changes a global precision setting"),
-    ("torch_fallback", re.compile(
-        r"\b(?:torch|at)::(?:matmul|mm|addmm|bmm|baddbmm|linear|einsum|tensordot|batch_norm|native_batch_norm"
-        r"|_native_batch_norm_legit|cudnn_batch_norm|var_mean|var)\s*\(|\.(?:matmul|mm|addmm)\s*\("),
-     "calls a PyTorch GEMM/BatchNorm from C++"),
 ]
+
+
+# --------------------------------------------------------------------------- the problem's rules
+
+@functools.lru_cache(maxsize=1)
+def _default_rules() -> Rules:
+    return load_problem(DEFAULT_PROBLEM).rules
+
+
+@dataclass(frozen=True)
+class _Heavy:
+    """A problem's `Rules` in the form the checker looks them up."""
+
+    functions: frozenset[str]
+    methods: frozenset[str]
+    aten: frozenset[str]
+    modules: tuple[str, ...]                 # globs on torch.nn class names
+    layers: dict[str, str]                   # ModelNew attribute -> "nn.Linear"
+    cpp_rule: tuple[str, re.Pattern[str], str] | None
+
+    @classmethod
+    def of(cls, rules: Rules) -> _Heavy:
+        h = rules.heavy
+        calls = []
+        if h.cpp:
+            calls.append(r"\b(?:torch|at)::(?:" + "|".join(map(re.escape, h.cpp)) + r")\s*\(")
+        if h.cpp_methods:
+            calls.append(r"\.(?:" + "|".join(map(re.escape, h.cpp_methods)) + r")\s*\(")
+        cpp_rule = ("torch_fallback", re.compile("|".join(calls)), f"calls a PyTorch {h.label} from C++") \
+            if calls else None
+        return cls(frozenset(h.functions), frozenset(h.methods), frozenset(h.aten), tuple(h.modules),
+                   {attr: "nn." + kind.rsplit(".", 1)[-1] for attr, kind in rules.layers.items()}, cpp_rule)
+
+    def module(self, name: str) -> bool:
+        """Whether a torch.nn class of this name does the problem's heavy work."""
+        return any(fnmatch.fnmatchcase(name, glob) for glob in self.modules)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -288,9 +302,10 @@ class _ClassInfo:
 # --------------------------------------------------------------------------- the checker
 
 class _Checker:
-    def __init__(self, tree: ast.Module, policies: dict[str, FlagPolicy]):
+    def __init__(self, tree: ast.Module, policies: dict[str, FlagPolicy], heavy: _Heavy):
         self.tree = tree
         self.policies = policies
+        self.rules = heavy
         self.found: dict[tuple[str, int], Flag] = {}
         self.lines: dict[tuple[str, int], int] = {}
         self.aliases: dict[str, str] = {}
@@ -510,7 +525,7 @@ class _Checker:
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in bare:
                 continue
             text = node.value
-            for name, pattern, what in _CPP_RULES:
+            for name, pattern, what in _CPP_RULES + ([self.rules.cpp_rule] if self.rules.cpp_rule else []):
                 for m in pattern.finditer(text):
                     line = min(node.lineno + text.count("\n", 0, m.start()), node.end_lineno or node.lineno)
                     self.add(name, line, f"C++/CUDA source {what}: {m.group(0).strip()}")
@@ -588,7 +603,7 @@ class _Checker:
                             continue
                         v = node.value
                         q = self.resolve(v.func) if isinstance(v, ast.Call) else None
-                        if q and _under(q, "torch.nn") and _LAYER_RE.search(q.rsplit(".", 1)[-1]):
+                        if q and _under(q, "torch.nn") and self.rules.module(q.rsplit(".", 1)[-1]):
                             info.layers[t.attr] = "nn." + q.rsplit(".", 1)[-1]
                         elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in classes:
                             info.submodules[t.attr] = v.func.id
@@ -619,12 +634,12 @@ class _Checker:
         return None
 
     def heavy(self, q: str) -> bool:
-        if q in _HEAVY_FUNCS:
+        if q in self.rules.functions:
             return True
         if q.startswith("torch.ops.aten."):
-            return q.split(".")[3] in _ATEN_HEAVY
+            return q.split(".")[3] in self.rules.aten
         if q.startswith("torch.Tensor."):
-            return q.split(".")[2] in _HEAVY_METHODS
+            return q.split(".")[2] in self.rules.methods
         return False
 
     def scan_forward(self) -> None:
@@ -636,9 +651,8 @@ class _Checker:
         module_names = {x.id for n in self.tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                         for x in _targets(t) if isinstance(x, ast.Name)}
-        for cname in ("ModelNew",):
-            for attr, kind in _PROBLEM_LAYERS.items():
-                classes[cname].layers.setdefault(attr, kind)
+        for attr, kind in self.rules.layers.items():  # the layers ModelNew shares with Model, however built
+            classes["ModelNew"].layers.setdefault(attr, kind)
 
         # (class name or None, function node, name of self inside it)
         todo: list[tuple[str | None, ast.AST, str | None]] = []
@@ -656,6 +670,7 @@ class _Checker:
             enqueue("ModelNew", self.lookup("ModelNew", "methods", entry))
 
         reached: list[tuple[str | None, ast.AST, str | None]] = []
+        matmul_heavy = "__matmul__" in self.rules.methods  # `@` is Tensor.__matmul__
         while todo:
             item = todo.pop(0)
             reached.append(item)
@@ -675,9 +690,9 @@ class _Checker:
                     q = self.resolve(node)
                     if q and self.heavy(q):
                         self.add("torch_fallback", line, f"uses {q} in ModelNew.forward's path")
-                elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) and matmul_heavy:
                     self.add("torch_fallback", line, "uses the @ operator (a PyTorch matmul) in ModelNew.forward's path")
-                elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.MatMult):
+                elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.MatMult) and matmul_heavy:
                     self.add("torch_fallback", line, "uses @= (a PyTorch matmul) in ModelNew.forward's path")
                 elif isinstance(node, ast.Call):
                     q = self.resolve(node.func) if isinstance(node.func, ast.Call) else None
@@ -734,7 +749,7 @@ class _Checker:
             enqueue(recv.id, self.lookup(recv.id, "methods", "forward"), "")
             return
         # x.mm(w), y.var(0): tensor methods on anything that is not a module or an extension
-        if func.attr in _HEAVY_METHODS and not q_recv and not self.is_ext(recv, info, me):
+        if func.attr in self.rules.methods and not q_recv and not self.is_ext(recv, info, me):
             self.add("torch_fallback", line, f"calls .{func.attr}(...) on a tensor in ModelNew.forward's path")
 
     def output_caching(self, reached, module_names: set[str]) -> None:
@@ -801,10 +816,12 @@ class _Checker:
                     break
 
 
-def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None) -> list[Flag]:
+def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None, rules: Rules | None = None) -> list[Flag]:
     """Flags found by reading `source` (no execution). [] when it does not parse.
 
-    `policies` overrides `DEFAULT_POLICIES` per flag name.
+    `policies` overrides `DEFAULT_POLICIES` per flag name. `rules` are the problem's
+    (`ProblemSpec.rules`: its heavy ops and the layers ModelNew shares with Model); None means
+    the rules of DEFAULT_PROBLEM, which existing callers judging that problem rely on.
     """
     try:
         tree = ast.parse(source)
@@ -813,7 +830,7 @@ def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None) -> 
     merged = dict(DEFAULT_POLICIES)
     for name, pol in (policies or {}).items():
         merged[name] = FlagPolicy(pol)
-    checker = _Checker(tree, merged)
+    checker = _Checker(tree, merged, _Heavy.of(rules if rules is not None else _default_rules()))
     checker.collect_names()
     checker.scan_module()
     checker.scan_forward()
@@ -826,10 +843,15 @@ def _iter_sources(paths: Iterable[str]) -> Iterator[tuple[str, str]]:  # pragma:
             yield p, fh.read()
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m evaluator.checks FILE...`
-    import sys
+if __name__ == "__main__":  # pragma: no cover - `python -m evaluator.checks [--problem P] FILE...`
+    import argparse
 
-    for path, text in _iter_sources(sys.argv[1:]):
+    parser = argparse.ArgumentParser(description="Static checks on candidate files.")
+    parser.add_argument("--problem", default=DEFAULT_PROBLEM, help="Problem name, folder or bare .py file.")
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args()
+    problem_rules = load_problem(args.problem).rules
+    for path, text in _iter_sources(args.files):
         print(path)
-        for flag in static_flags(text):
+        for flag in static_flags(text, rules=problem_rules):
             print(f"  {flag.name} ({flag.policy.value}): {flag.reason}")

@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.problem import ProblemSpec, load_problem
+from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
 from evaluator.records import EvalRequest, Flag, Phase, Status, Verdict, WorkerMessage
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ class EvalOptions(BaseModel):
     """How to evaluate a batch of candidates. `None` means the problem's or machine's default."""
 
     model_config = ConfigDict(extra="forbid")
-    problem: str = Field("gemm_scale_bn", description="Problem name or folder.")
+    problem: str = Field(DEFAULT_PROBLEM, description="Problem name, folder or bare KernelBench-format .py file.")
     size: str | None = Field(None, description="Size preset; default depends on the device.")
     device: Literal["cuda", "cpu"] | None = Field(None, description="cuda when visible, else cpu.")
     compile_only: bool = Field(False, description="Build without running.")
@@ -107,12 +107,12 @@ def uses_cuda_source(source: str) -> bool:
     return "cuda_sources" in source or "__global__" in source
 
 
-def static_flags(source: str) -> list[Flag]:
+def static_flags(source: str, rules: Rules) -> list[Flag]:
     try:
         from evaluator.checks import static_flags as check
     except ImportError:  # the static checks are optional for the core path
         return []
-    return check(source)
+    return check(source, rules=rules)
 
 
 class CappedTail:
@@ -245,7 +245,7 @@ class Evaluator:
         reason = parse_problem(source)
         if reason:
             return Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse, error=reason)
-        flags = static_flags(source)
+        flags = static_flags(source, self.problem.rules)
         if self.device == "cpu" and uses_cuda_source(source):
             compile_only = True  # running it would only fail; build it and say plainly it was not run
         try:
@@ -265,7 +265,7 @@ class Evaluator:
         module_file.write_bytes(source)
         seed = self.options.seed if self.options.seed is not None else secrets.randbits(31)
         request = EvalRequest(
-            candidate_path=str(module_file), candidate_name=candidate.name, problem_dir=str(self.problem.folder),
+            candidate_path=str(module_file), candidate_name=candidate.name, problem_dir=str(self.problem.location),
             size=self.size, device=self.device, compile_only=compile_only, baselines=self.baselines, seed=seed,
             nonce=nonce, timing_budget_s=self.options.timing_budget_s,
         )

@@ -178,23 +178,30 @@ def restore_global_flags(saved: dict[str, str]) -> None:
 _PLAIN_DATA = (str, bytes, int, float, complex, bool, type(None))
 
 
-def _watched_namespaces() -> list[tuple[str, object]]:
+def _watched_namespaces(problem_watch: list[str] | tuple[str, ...] = ()) -> list[tuple[str, object]]:
     """Namespaces whose entries must keep their identity from before the candidate's import on.
     Modules: their functions, classes and submodules (not plain data, which torch changes itself).
-    Classes: every entry, and no new ones (a new entry can shadow an inherited method)."""
+    Classes: every entry, and no new ones (a new entry can shadow an inherited method).
+    `problem_watch`: the problem's own classes (`[rules] watch`, dotted names), e.g. the layers
+    its reference runs through."""
     import copy as copy_module
+    import pkgutil
+
     import torch.nn.functional as functional
-    from torch.nn.modules import batchnorm
 
     from evaluator import records, timing
 
     this = sys.modules[__name__]
+    problem_spaces = []
+    for name in problem_watch:
+        try:
+            problem_spaces.append((name, pkgutil.resolve_name(name)))
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ValueError(f"the problem's rules watch {name!r}, which cannot be resolved: {err}") from err
     spaces: list[tuple[str, object]] = [
         ("builtins", builtins), ("time", time), ("os", os), ("sys", sys), ("copy", copy_module),
         ("torch", torch), ("torch.Tensor", torch.Tensor), ("torch.nn.functional", functional),
-        ("torch.nn.Module", torch.nn.Module), ("torch.nn.Linear", torch.nn.Linear),
-        ("torch.nn.modules.batchnorm._NormBase", batchnorm._NormBase),
-        ("torch.nn.modules.batchnorm._BatchNorm", batchnorm._BatchNorm), ("torch.nn.BatchNorm1d", torch.nn.BatchNorm1d),
+        ("torch.nn.Module", torch.nn.Module), *problem_spaces,
         ("torch.nn.Parameter", torch.nn.Parameter), ("torch.cuda", torch.cuda), ("torch.cuda.Event", torch.cuda.Event),
         ("torch.cuda.Stream", torch.cuda.Stream), ("torch.testing", torch.testing), ("torch.backends", torch.backends),
         ("torch.autograd.grad_mode.no_grad", torch.no_grad), ("torch.UntypedStorage", torch.UntypedStorage),
@@ -223,8 +230,8 @@ class StateGuard:
     the reference use, and the torch-function / Python-dispatch mode stacks (both `monkeypatch`).
     Whatever changed is reported and put back, so the judging that follows is honest."""
 
-    def __init__(self):
-        self.spaces = _watched_namespaces()
+    def __init__(self, problem_watch: list[str] | tuple[str, ...] = ()):
+        self.spaces = _watched_namespaces(problem_watch)
         self.saved = {label: _entries(ns) for label, ns in self.spaces}
         self.modes = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
 
@@ -562,7 +569,8 @@ class Evaluation:
                 any(name.startswith("compile") for name in self.request.baselines):
             prepare_torch_compile()  # on CUDA the profiler of the kernel pass imports it too
         flags_before = read_global_flags()
-        self.guard = StateGuard()  # identities of torch's and our functions, before the candidate exists
+        # identities of torch's, the problem's and our functions, before the candidate exists
+        self.guard = StateGuard(self.problem.rules.watch)
         try:
             module = import_file(Path(self.request.candidate_path), "kh_candidate")
         except SystemExit as err:
@@ -1008,7 +1016,7 @@ class Evaluation:
                 torch.cuda.synchronize()
         except Exception:
             return  # the kernel pass will say what failed
-        self.guard = StateGuard()
+        self.guard = StateGuard(self.problem.rules.watch)
 
     def cuda_kernels(self, reference, candidate, inputs, spot: Spot, fresh) -> tuple[list[str], list[str]]:
         from torch.autograd import DeviceType
@@ -1057,6 +1065,12 @@ class Evaluation:
         return calls, list(dict.fromkeys(calls))
 
 
+def _problem_name(location: str) -> str:
+    """The problem's name when its spec could not be read: a folder's name, a bare file's stem."""
+    path = Path(location)
+    return path.stem if path.suffix == ".py" else path.name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--request", required=True)
@@ -1071,7 +1085,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         verdict = Evaluation(request, channel).run()
     except BaseException:
-        verdict = Verdict(candidate=request.candidate_name, source_sha256="", problem=Path(request.problem_dir).name,
+        verdict = Verdict(candidate=request.candidate_name, source_sha256="", problem=_problem_name(request.problem_dir),
                           size=request.size, device=request.device, status=Status.runtime_error,
                           error=describe_exception("the evaluator failed"))
     channel.verdict(verdict)

@@ -1,14 +1,18 @@
 """`harness bench`: the golden kernels against every baseline, per size preset, in one run.
 
 Each candidate is evaluated by the ordinary evaluator (fresh worker, correctness first), with
-the extra ceiling baseline `part:gemm_tf32` (the reference's `gemm` sub-module alone, cuBLAS
-with TF32: what a fused kernel's GEMM cannot beat by much). Ratios compare numbers measured
-in the same worker process. The table goes to the terminal and, with every number, to JSON.
+the problem's ceiling baselines (`[bench] ceilings` in its problem.toml; for gemm_scale_bn
+`part:gemm_tf32`, the reference's `gemm` sub-module alone, cuBLAS with TF32: what a fused
+kernel's GEMM cannot beat by much). Ratios compare numbers measured in the same worker
+process. The problem's `[[bench.targets]]` are judged at its `[bench] size`. The table goes to
+the terminal and, with every number, to JSON.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import operator
 import platform
 from pathlib import Path
 
@@ -16,11 +20,17 @@ from rich.console import Console
 from rich.table import Table
 
 from evaluator.assets import golden_files
-from evaluator.problem import load_problem
+from evaluator.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem
 from evaluator.records import Status, Verdict
 from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator
 
-BENCH_BASELINES = ["eager", "eager_tf32", "compile", "compile_tf32", "part:gemm_tf32"]
+STANDARD_BASELINES = ["eager", "eager_tf32", "compile", "compile_tf32"]
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+def bench_baselines(spec: ProblemSpec) -> list[str]:
+    """The usual baselines, then the problem's ceilings."""
+    return STANDARD_BASELINES + [c for c in spec.bench.ceilings if c not in STANDARD_BASELINES]
 
 
 def golden_candidates() -> list[CandidateFile]:
@@ -52,53 +62,72 @@ def bench_rows(verdicts: list[Verdict], flops: float | None) -> dict:
     return rows
 
 
-def bench_table(size: str, rows: dict) -> Table:
+def bench_table(size: str, rows: dict, ceilings: list[str] = ()) -> Table:
+    """One size's table; a `÷ NAME` column per ceiling (the candidate's time over the ceiling's)."""
     table = Table(title=f"size {size}")
-    for column in ("row", "status", "median ms", "TFLOP/s", "× eager", "× compile_tf32", "÷ gemm_tf32", "kernels"):
+    columns = ["row", "status", "median ms", "TFLOP/s", "× eager", "× compile_tf32",
+               *(f"÷ {c.removeprefix('part:')}" for c in ceilings), "kernels"]
+    for column in columns:
         table.add_column(column, justify="left" if column in ("row", "status") else "right")
     fmt = lambda x, spec: "-" if x is None else format(x, spec)  # noqa: E731
     baseline_source = next((r for r in rows.values() if r["baselines_ms"]), None)
     for name, r in rows.items():
-        gemm = r["baselines_ms"].get("part:gemm_tf32")
+        ratios = [fmt(ceiling_ratio(r, c), ".3f") for c in ceilings]
         table.add_row(name, r["status"], fmt(r["median_ms"], ".3f"), fmt(r["tflops"], ".1f"),
                       fmt(r["speedup"].get("eager"), ".2f"), fmt(r["speedup"].get("compile_tf32"), ".2f"),
-                      fmt(r["median_ms"] / gemm if gemm and r["median_ms"] else None, ".3f"),
-                      str(len(r["kernels"])) if r["kernels"] else "-")
+                      *ratios, str(len(r["kernels"])) if r["kernels"] else "-")
     if baseline_source:
         eager = baseline_source["baselines_ms"].get("eager")
         for name, ms in baseline_source["baselines_ms"].items():
             table.add_row(f"[dim]baseline {name}[/]", "", fmt(ms, ".3f"), fmt(baseline_source["baselines_tflops"][name], ".1f"),
-                          fmt(eager / ms if eager else None, ".2f"), "", "", "")
+                          fmt(eager / ms if eager else None, ".2f"), "", *([""] * len(ceilings)), "")
     return table
 
 
-def target_lines(rows: dict) -> list[str]:
-    """The golden targets of the kernelbench preset, judged from the measured numbers."""
+def ceiling_ratio(row: dict, baseline: str) -> float | None:
+    """The candidate's median over `baseline`'s (below 1: faster than it)."""
+    ms = row["baselines_ms"].get(baseline)
+    return row["median_ms"] / ms if ms and row["median_ms"] else None
+
+
+def target_met(row: dict, target: BenchTarget) -> bool:
+    if target.metric == "tier":
+        return bool(row["tiers"].get(target.tier, False))
+    value = row["speedup"].get(target.baseline) if target.metric == "speedup" else ceiling_ratio(row, target.baseline)
+    return value is not None and _OPS[target.op](value, target.threshold)
+
+
+def applies(target: BenchTarget, candidate: str) -> bool:
+    return fnmatch.fnmatchcase(candidate, target.candidates) and not (
+        target.excluding and fnmatch.fnmatchcase(candidate, target.excluding))
+
+
+def target_lines(rows: dict, targets: list[BenchTarget]) -> list[str]:
+    """The problem's targets, judged from one size's measured numbers: a line per candidate that
+    any target applies to."""
     lines = []
     for name, r in rows.items():
+        mine = [t for t in targets if applies(t, name)]
+        if not mine:
+            continue
         if r["status"] != Status.correct.value:
             lines.append(f"{name}: not correct ({r['error']}), no target can be met")
             continue
-        s = r["speedup"]
-        gemm_ratio = r["median_ms"] / r["baselines_ms"]["part:gemm_tf32"] if "part:gemm_tf32" in r["baselines_ms"] else None
-        if "strict" in name:
-            checks = [("strict tier", r["tiers"].get("strict", False)), (">= 2x eager fp32", s.get("eager", 0) >= 2)]
-        else:
-            checks = [(">= 5x eager fp32", s.get("eager", 0) >= 5), ("faster than compile TF32", s.get("compile_tf32", 0) > 1),
-                      ("<= 1.15x cuBLAS TF32 addmm", gemm_ratio is not None and gemm_ratio <= 1.15)]
-        lines.append(f"{name}: " + ", ".join(f"{label} {'MET' if ok else 'missed'}" for label, ok in checks))
+        lines.append(f"{name}: " + ", ".join(f"{t.label} {'MET' if target_met(r, t) else 'missed'}" for t in mine))
     return lines
 
 
-def run_bench(sizes: list[str], problem: str = "gemm_scale_bn", candidates: list[CandidateFile] | None = None,
+def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list[CandidateFile] | None = None,
               device: str | None = None, out: Path | None = None, console: Console | None = None,
               store: Path | None = None, record: bool = True) -> dict:
     console = console or Console()
     candidates = candidates or golden_candidates()
     spec = load_problem(problem)
+    target_size = spec.bench.size or spec.default_size
     report = {"problem": spec.name, "python": platform.python_version(), "sizes": {}}
     for size in sizes:
-        options = EvalOptions(problem=problem, size=size, device=device, baselines=BENCH_BASELINES, jobs=len(candidates))
+        options = EvalOptions(problem=str(spec.location), size=size, device=device, baselines=bench_baselines(spec),
+                              jobs=len(candidates))
         evaluator = Evaluator(options)
         verdicts = list(evaluator.evaluate_all(candidates))
         if record:  # the leaderboard's golden reference rows come from here
@@ -109,9 +138,9 @@ def run_bench(sizes: list[str], problem: str = "gemm_scale_bn", candidates: list
         rows = bench_rows(verdicts, spec.flop_count(size))
         report["sizes"][size] = rows
         report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))
-        console.print(bench_table(size, rows))
-        if size == "kernelbench":
-            report["targets"] = target_lines(rows)
+        console.print(bench_table(size, rows, spec.bench.ceilings))
+        if size == target_size and spec.bench.targets:
+            report["targets"] = target_lines(rows, spec.bench.targets)
         if out:  # after every size: a long benchmark cut short keeps what it measured
             out.write_text(json.dumps(report, indent=2))
     for line in report.get("targets", []):
