@@ -11,7 +11,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evaluator.identity import Judge
+
 SCHEMA_VERSION = 1
+# The package's version, for people. Verdicts are keyed by `Verdict.judge` (hashes of the
+# evaluator's sources and the problem), never by this string.
 EVALUATOR_VERSION = "0.1.0"
 
 
@@ -120,7 +124,10 @@ class Verdict(Record):
     """Exactly one per evaluated candidate: the worker's answer, completed by the parent."""
 
     schema_version: int = Field(SCHEMA_VERSION, description="Version of this record's layout.")
-    evaluator_version: str = Field(EVALUATOR_VERSION, description="Version of the evaluation rules.")
+    evaluator_version: str = Field(EVALUATOR_VERSION, description="The evaluator package's version (for people).")
+    judge: Judge | None = Field(None, description=(
+        "What judged it: hashes of the evaluator's sources and the problem's files, torch and CUDA versions. "
+        "Its fingerprint is part of the verdict's key; None on verdicts stored before fingerprints."))
     candidate: str = Field(description="Path of the candidate file, or its id in a run.")
     source_sha256: str = Field(description="SHA-256 of the candidate source (the build cache key).")
     problem: str = Field(description="Problem name.")

@@ -11,6 +11,7 @@ without a verdict is `crashed`, whatever its exit code.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import os
@@ -30,6 +31,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evaluator import identity
+from evaluator.identity import Judge
 from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
 from evaluator.records import EvalRequest, Flag, Phase, Status, Verdict, WorkerMessage
 
@@ -232,7 +235,27 @@ class Evaluator:
 
     # -- one candidate ---------------------------------------------------------------------------
 
+    @functools.cached_property
+    def judge(self) -> Judge:
+        """What judges this batch (see evaluator.identity): stamped on every verdict here, in the
+        parent, whatever the worker sent."""
+        return identity.judge_identity(self.problem)
+
+    @functools.cached_property
+    def device_name(self) -> str:
+        """The device name verdicts of this batch are keyed by."""
+        return identity.device_name(self.device)
+
+    def key(self, verdict: Verdict, compile_only: bool | None = None) -> str:
+        """The store key of a verdict made by this evaluator."""
+        compile_only = self.options.compile_only if compile_only is None else compile_only
+        return identity.verdict_key(verdict.source_sha256, self.problem.name, self.size, self.device_name, self.judge,
+                                    compile_only=compile_only)
+
     def evaluate(self, candidate: CandidateFile, compile_only: bool | None = None) -> Verdict:
+        return self._evaluate(candidate, compile_only).model_copy(update={"judge": self.judge})
+
+    def _evaluate(self, candidate: CandidateFile, compile_only: bool | None) -> Verdict:
         compile_only = self.options.compile_only if compile_only is None else compile_only
         base = dict(candidate=candidate.name, problem=self.problem.name, size=self.size, device=self.device)
         try:

@@ -54,6 +54,7 @@ from pathlib import Path
 import torch
 
 from evaluator import correctness as cmp
+from evaluator import identity
 from evaluator.problem import load_problem
 from evaluator.records import (
     Correctness, EvalRequest, Environment, Flag, FlagPolicy, Phase, Status, Verdict, WorkerMessage,
@@ -334,15 +335,13 @@ def read_sm_clock_mhz() -> int | None:
 def describe_environment(device: str) -> Environment:
     env = dict(device=device, torch_version=torch.__version__, cuda_version=torch.version.cuda,
                python=platform.python_version(), hostname=socket.gethostname())
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        env.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
-                   sm_count=props.multi_processor_count)
+    hardware = identity.gpu_hardware() if device == "cuda" else None
+    env.update(device_name=identity.device_name(device, hardware))
+    if hardware is not None:
+        env.update(capability=hardware.capability, sm_count=hardware.sm_count)
         row = nvidia_smi("driver_version")
         if row:
             env.update(driver=row[0])
-    else:
-        env.update(device_name=f"CPU {platform.processor() or platform.machine()} x{os.cpu_count()}")
     return Environment(**env)
 
 

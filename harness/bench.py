@@ -131,10 +131,9 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
         evaluator = Evaluator(options)
         verdicts = list(evaluator.evaluate_all(candidates))
         if record:  # the leaderboard's golden reference rows come from here
-            from harness.leaderboard import record_eval_verdicts
+            from harness.commands import record_eval_verdicts
 
-            record_eval_verdicts(store, candidates, verdicts, problem=spec.name, size=evaluator.size,
-                                 device=evaluator.device, console=console)
+            record_eval_verdicts(store, evaluator, candidates, verdicts, console=console)
         rows = bench_rows(verdicts, spec.flop_count(size))
         report["sizes"][size] = rows
         report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))

@@ -41,7 +41,8 @@ def eval_command(
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts in the result store."),
 ) -> None:
     """Judge candidate files: compile, check against the reference, time against baselines."""
-    from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator
+    from evaluator.sandbox import EvalOptions
+    from harness.commands import eval_command as run_eval
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
@@ -54,42 +55,16 @@ def eval_command(
             baselines=[b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None,
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
         )
-        evaluator = Evaluator(options)
-    except (FileNotFoundError, KeyError, ValueError) as err:
-        raise usage_error(str(err).strip("'\""))
-    if evaluator.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise usage_error("--device cuda, but no CUDA GPU is visible")
-    candidates = [CandidateFile(name=str(f), path=f) for f in files]
-    verdicts = []
-    status = err_console if json_lines else console
-    status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}, device {evaluator.device}"
-                 f"{', compile only' if options.compile_only else ''}: {len(candidates)} candidate(s)[/]")
-    for verdict in evaluator.evaluate_all(candidates):
-        verdicts.append(verdict)
-        if json_lines:
-            sys.stdout.write(verdict.model_dump_json() + "\n")
-            sys.stdout.flush()
-        else:
-            console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
-    if not no_store:
-        from harness.leaderboard import record_eval_verdicts
-
-        record_eval_verdicts(store, candidates, verdicts, problem=evaluator.problem.name, size=evaluator.size,
-                             device=evaluator.device, compile_only=options.compile_only, console=err_console)
-    if not json_lines:
-        from harness.tables import verdict_table
-
-        console.print(verdict_table(verdicts))
+    except ValueError as err:
+        raise usage_error(str(err))
+    raise typer.Exit(run_eval(files, options, json_lines=json_lines, store=store, record=not no_store, console=console))
 
 
 def main() -> None:  # pragma: no cover
     app()
 
 
-# -- generation pipeline commands (harness/pipeline.py holds their implementations) --------------
+# -- generation pipeline commands (harness/commands.py holds their implementations) --------------
 
 
 @app.command("prompt")
@@ -99,7 +74,7 @@ def prompt_cli(
     templates: Optional[Path] = typer.Option(None, help="Folder of your own templates, searched before prompts/."),
 ) -> None:
     """Print the rendered prompt messages (system, user) of a variant."""
-    from harness.pipeline import prompt_command
+    from harness.commands import prompt_command
 
     raise typer.Exit(prompt_command(variant, problem, templates, console=console))
 
@@ -135,7 +110,7 @@ def run_cli(
     """Ask a model for ModelNew candidates, evaluate them, store everything, print a ranked table."""
     import json
 
-    from harness.pipeline import run_command
+    from harness.commands import run_command
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
@@ -176,7 +151,7 @@ def bench_command(
               store=store, record=not no_store)
 
 
-# -- reading the store (harness/leaderboard.py and harness/report.py hold the implementations) ------
+# -- reading the store (harness/commands.py holds the implementations) -----------------------------
 
 
 @app.command("leaderboard")
@@ -192,7 +167,8 @@ def leaderboard_cli(
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
 ) -> None:
     """Ranked candidates per GPU with their baselines and golden kernels, then summary metrics."""
-    from harness.leaderboard import Filters, leaderboard_command
+    from harness.board import Filters
+    from harness.commands import leaderboard_command
 
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
     raise typer.Exit(leaderboard_command(store=store, filters=filters, tier=tier, fmt=fmt, console=console))
@@ -211,8 +187,8 @@ def report_cli(
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
 ) -> None:
     """Write one self-contained HTML report (summary, leaderboard, charts, every candidate)."""
-    from harness.leaderboard import Filters
-    from harness.report import report_command
+    from harness.board import Filters
+    from harness.commands import report_command
 
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
     raise typer.Exit(report_command(store=store, filters=filters, tier=tier, out=out, console=console))

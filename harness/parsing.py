@@ -126,6 +126,17 @@ def _defines_model_new(source: str) -> bool:
     return any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body)
 
 
+def parse_source(source: str) -> ParseResult:
+    """A candidate file's source as it is (no reply around it): usable, or why not. Pure."""
+    err = _syntax_error(source)
+    if err is not None:
+        return ParseResult(reason=ParseReason.syntax_error, line=err.lineno,
+                           detail=f"syntax error at line {err.lineno}: {err.msg}")
+    if not _defines_model_new(source):
+        return ParseResult(reason=ParseReason.no_model_new, detail="no top-level `class ModelNew` in the source")
+    return ParseResult(source=source)
+
+
 def parse_reply(text: str, finish_reason: str | None = None) -> ParseResult:
     """The candidate source in `text` (a model's reply), or why there is none. Pure."""
     visible = strip_reasoning(text)

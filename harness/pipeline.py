@@ -6,9 +6,10 @@ generation.json, candidate.py}`, evaluates each parsed candidate in the evaluato
 stores every record and ends with a ranked table.
 
 Resume: a reply is stored under its generation key (problem, rendered prompt, model, params,
-sample index) and a verdict under its verdict key (source hash, problem, size, evaluator
-version, device name), so running the same settings again asks the model for nothing and
-re-evaluates nothing already judged. The default run id is derived from the settings, so a
+sample index) and a verdict under its verdict key (source hash, problem, size, device name
+and the fingerprint of the rules that judged it: evaluator.identity), so running the same
+settings again asks the model for nothing and re-evaluates nothing already judged, while a
+change to the evaluator or the problem re-judges everything. The default run id is derived from the settings, so a
 rerun also lands in the same run folder. Failed requests (timeouts, 429s) are stored too and
 reused; `--retry-failed` asks for them again.
 
@@ -32,14 +33,16 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from evaluator import identity
 from evaluator.assets import golden_files
+from evaluator.identity import Judge
 from evaluator.problem import ProblemSpec, load_problem
 from evaluator.records import EVALUATOR_VERSION, Phase, Status, Verdict
-from harness.config import ConfigError, RunConfig, endpoint_configured, resolve_config
+from harness.config import RunConfig, endpoint_configured
+from harness.outcomes import Outcome
 from harness.parsing import parse_reply
-from harness.prompts import PromptError, detect_hardware, format_messages, render_prompt
+from harness.prompts import PromptError, format_messages, render_prompt
 from harness.providers import Provider, RetryPolicy, is_replay, make_provider
 from harness.records import (
     Candidate,
@@ -53,18 +56,13 @@ from harness.records import (
     Run,
     utc_now,
 )
-from harness.store import Store, StoreError, generation_key, source_sha256, verdict_key
-from harness.tables import STATUS_STYLE, short_text
+from harness.store import Store, StoreError, generation_key, source_sha256
 
 log = logging.getLogger("harness.pipeline")
 
 EvaluateFn = Callable[[Sequence[Any], Any], Iterable[Verdict]]  # (candidate files, EvalOptions) -> verdicts
 
 UNSTORED = {ProviderErrorKind.replay_missing}
-STATUS_RANK = {
-    "correct": 0, "compiled": 1, "incorrect": 2, "runtime_error": 3, "compile_error": 4, "timeout": 5,
-    "crashed": 6, "parse_error": 7, "no_reply": 8, "not_evaluated": 9, "skipped": 10,
-}
 
 
 class RunError(RuntimeError):
@@ -84,14 +82,14 @@ class SampleOutcome:
     reused_verdict: bool = False
 
     @property
-    def status(self) -> str:
+    def status(self) -> Outcome:
         if self.verdict is not None:
-            return self.verdict.status.value
+            return Outcome.of(self.verdict.status)
         if self.generation is not None and not self.generation.completion.ok:
-            return "no_reply"
+            return Outcome.no_reply
         if self.generation is None:
-            return "skipped"  # the run stopped before this sample was asked for
-        return "not_evaluated"
+            return Outcome.skipped  # the run stopped before this sample was asked for
+        return Outcome.not_evaluated
 
     @property
     def error(self) -> str | None:
@@ -116,6 +114,34 @@ class RunSummary:
     @property
     def exit_code(self) -> int:
         return 1 if self.fatal_error else 0
+
+    def ranked_outcomes(self) -> list[SampleOutcome]:
+        """Best first: by outcome, then runtime, then sample number."""
+        def key(o: SampleOutcome):
+            runtime = o.verdict.runtime_ms if o.verdict is not None and o.verdict.runtime_ms is not None else float("inf")
+            return (o.status.order, runtime, int(o.sample) if o.sample.isdigit() else 10**9, o.sample)
+
+        return sorted(self.outcomes, key=key)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every step of one run needs, resolved once by `execute_run`."""
+
+    cfg: RunConfig
+    problem: ProblemSpec
+    size: str
+    device: str
+    device_name: str             # what verdicts are keyed by (evaluator.identity.device_name)
+    hardware: Hardware | None
+    judge: Judge                 # the rules verdicts are judged by now (evaluator.identity.judge_identity)
+    store: Store
+    console: Console
+    evaluate_fn: EvaluateFn | None = None
+
+    def verdict_key(self, source_sha: str) -> str:
+        return identity.verdict_key(source_sha, self.problem.name, self.size, self.device_name, self.judge,
+                                    compile_only=self.cfg.compile_only)
 
 
 # -- small pure helpers ---------------------------------------------------------------------------
@@ -157,16 +183,6 @@ def sample_params(cfg: RunConfig, index: int) -> GenerationParams:
     return params.model_copy(update={"sample_index": index, "seed": None if cfg.seed is None else cfg.seed + index})
 
 
-def device_name_for(device: str, hardware: Hardware | None) -> str:
-    """The device name verdicts are keyed by; the same string the evaluator's worker reports."""
-    if device == "cuda":
-        if hardware is not None:
-            return hardware.name
-        detected = detect_hardware()
-        return detected.name if detected else "cuda"
-    return f"CPU {platform.processor() or platform.machine()} x{os.cpu_count()}"
-
-
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -181,50 +197,14 @@ def versions() -> dict[str, str]:
     return out
 
 
-def parse_error_verdict(candidate: Candidate, reply: str, size: str, device: str) -> Verdict:
+def parse_error_verdict(candidate: Candidate, reply: str, ctx: RunContext) -> Verdict:
     """The harness's own verdict for a reply without usable code (status `parse_error`).
     Its `source_sha256` is the hash of the reply, as there is no source."""
     parse = candidate.parse
     where = f" (reply line {parse.line})" if parse.line else ""
-    return Verdict(candidate=candidate.id, source_sha256=source_sha256(reply), problem=candidate.problem, size=size,
-                   device=device, status=Status.parse_error, phase=Phase.parse,
+    return Verdict(candidate=candidate.id, source_sha256=source_sha256(reply), problem=candidate.problem,
+                   size=ctx.size, device=ctx.device, status=Status.parse_error, phase=Phase.parse, judge=ctx.judge,
                    error=f"{parse.reason.value if parse.reason else 'unparsed'}: {parse.detail or ''}{where}".rstrip(": "))
-
-
-# -- the table ------------------------------------------------------------------------------------
-
-def rank_outcomes(outcomes: Sequence[SampleOutcome]) -> list[SampleOutcome]:
-    def key(o: SampleOutcome):
-        runtime = o.verdict.runtime_ms if o.verdict is not None and o.verdict.runtime_ms is not None else float("inf")
-        sample = int(o.sample) if o.sample.isdigit() else 10**9
-        return (STATUS_RANK.get(o.status, 99), runtime, sample, o.sample)
-
-    return sorted(outcomes, key=key)
-
-
-def run_table(summary: RunSummary, title: str | None = None) -> Table:
-    """The ranked table of a run: sample, status, error (short), runtime, speedup per baseline."""
-    outcomes = rank_outcomes(summary.outcomes)
-    baselines = sorted({b for o in outcomes if o.verdict is not None for b in o.verdict.speedup})
-    table = Table(title=title, title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("sample")
-    table.add_column("status")
-    table.add_column("error", overflow="fold", max_width=80)
-    table.add_column("ms", justify="right")
-    for name in baselines:
-        table.add_column(f"× {name}", justify="right")
-    for rank, o in enumerate(outcomes, 1):
-        style = STATUS_STYLE.get(o.status, "")
-        status = f"[{style}]{o.status}[/]" if style else o.status
-        if o.reused_verdict or o.reused_generation:
-            status += " [dim](stored)[/]"
-        ms = f"{o.verdict.runtime_ms:.4f}" if o.verdict is not None and o.verdict.runtime_ms is not None else "-"
-        row = [str(rank), o.sample, status, short_text(o.error, 80), ms]
-        row += [f"{o.verdict.speedup[b]:.2f}" if o.verdict is not None and b in o.verdict.speedup else "-"
-                for b in baselines]
-        table.add_row(*row)
-    return table
 
 
 # -- run folders ----------------------------------------------------------------------------------
@@ -298,43 +278,42 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
         problem.size_values(size)
     except KeyError as err:
         raise RunError(str(err).strip("'\"")) from err
-    device_name = device_name_for(device, hardware)
     try:
         store = Store(cfg.store)
     except StoreError as err:
         raise RunError(str(err)) from err
     with store:
+        ctx = RunContext(cfg=cfg, problem=problem, size=size, device=device,
+                         device_name=identity.device_name(device, hardware), hardware=hardware,
+                         judge=identity.judge_identity(problem), store=store, console=console, evaluate_fn=evaluate_fn)
         use_model = endpoint_configured(cfg, environ) or provider is not None
         if not use_model:
             what = "no model" if not cfg.model else f"model {cfg.model!r} but neither a base URL nor ${cfg.api_key_env}"
             console.print(f"[yellow]No model endpoint configured ({what}; set --model with --base-url or "
                           f"{cfg.api_key_env}, or harness.toml): evaluating the golden candidates instead.[/]")
-            return _golden_run(cfg, problem, size, device, device_name, hardware, store, console, evaluate_fn, golden)
-        return _generate_run(cfg, problem, size, device, device_name, hardware, store, console, provider,
-                             evaluate_fn, environ)
+            return _golden_run(ctx, golden)
+        return _generate_run(ctx, provider, environ)
 
 
-def _new_run(cfg: RunConfig, run_id: str, mode: str, hardware: Hardware | None, device_name: str,
-             messages: Sequence[Message], size: str, device: str) -> Run:
-    config = cfg.stored()
-    config.update(size=size, device=device, run_id=run_id)
-    return Run(id=run_id, mode=mode, config=config, versions=versions(), hardware=hardware, device_name=device_name,
-               messages=list(messages), updated=utc_now())
+def _new_run(ctx: RunContext, run_id: str, mode: str, messages: Sequence[Message]) -> Run:
+    config = ctx.cfg.stored()
+    config.update(size=ctx.size, device=ctx.device, run_id=run_id)
+    return Run(id=run_id, mode=mode, config=config, versions=versions(), hardware=ctx.hardware,
+               device_name=ctx.device_name, messages=list(messages), updated=utc_now())
 
 
-def _generate_run(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, device_name: str,
-                  hardware: Hardware | None, store: Store, console: Console, provider: Provider | None,
-                  evaluate_fn: EvaluateFn | None, environ: dict[str, str]) -> RunSummary:
+def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str, str]) -> RunSummary:
+    cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
     try:
-        messages = render_prompt(problem, cfg.variant, hardware=hardware, templates=cfg.templates)
+        messages = render_prompt(problem, cfg.variant, hardware=ctx.hardware, templates=cfg.templates)
     except PromptError as err:
         raise RunError(str(err)) from err
-    run_id = cfg.run_id or derive_run_id(cfg, messages, size, device, problem.name)
-    run = store.put_run(_new_run(cfg, run_id, "generate", hardware, device_name, messages, size, device))
+    run_id = cfg.run_id or derive_run_id(cfg, messages, ctx.size, ctx.device, problem.name)
+    run = store.put_run(_new_run(ctx, run_id, "generate", messages))
     summary = RunSummary(run=run)
     run_dir = cfg.runs_dir / run_id
     console.print(f"[bold]run {run_id}[/]: {problem.name}, variant {cfg.variant}, model {cfg.model}, "
-                  f"{cfg.samples} sample(s), size {size}, device {device} -> {run_dir}")
+                  f"{cfg.samples} sample(s), size {ctx.size}, device {ctx.device} -> {run_dir}")
 
     # 1. replies: stored ones are reused, the rest are asked for concurrently
     generations: dict[int, Generation] = {}
@@ -403,32 +382,29 @@ def _generate_run(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, 
         outcome.candidate = candidate
         store.put_candidate(candidate)
         if source is None:
-            verdict = parse_error_verdict(candidate, completion.text, size, device)
-            key = verdict_key(verdict.source_sha256, problem.name, size, device_name, compile_only=cfg.compile_only)
-            store.put_verdict(key, verdict, device_name=device_name, run_id=run_id, model=cfg.model,
-                              variant=cfg.variant, candidate_id=candidate.id)
+            verdict = parse_error_verdict(candidate, completion.text, ctx)
+            store.put_verdict(ctx.verdict_key(verdict.source_sha256), verdict, device_name=ctx.device_name,
+                              run_id=run_id, model=cfg.model, variant=cfg.variant, candidate_id=candidate.id)
             outcome.verdict = verdict
         else:
             files.append((outcome, path))
 
     # 3. verdicts
-    _evaluate(cfg, problem, size, device, device_name, store, console, files, evaluate_fn, summary,
-              model=cfg.model, variant=cfg.variant)
+    _evaluate(ctx, files, summary, model=cfg.model, variant=cfg.variant)
     store.put_run(summary.run.model_copy(update={"fatal_error": summary.fatal_error}))
     return summary
 
 
-def _evaluate(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, device_name: str, store: Store,
-              console: Console, files: Sequence[tuple[SampleOutcome, Path]], evaluate_fn: EvaluateFn | None,
-              summary: RunSummary, *, model: str | None, variant: str | None) -> None:
+def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summary: RunSummary, *,
+              model: str | None, variant: str | None) -> None:
     """Judge each (outcome, file): reuse stored verdicts, evaluate the rest once per source."""
     from evaluator.sandbox import CandidateFile, EvalOptions
 
+    store = ctx.store
     pending: dict[str, list[tuple[SampleOutcome, Path]]] = {}
     for outcome, path in files:
         sha = outcome.candidate.source_sha256 if outcome.candidate else None
-        sha = sha or source_sha256(path.read_text())
-        key = verdict_key(sha, problem.name, size, device_name, compile_only=cfg.compile_only)
+        key = ctx.verdict_key(sha or source_sha256(path.read_text()))
         stored = store.get_verdict(key)
         if stored is not None:
             outcome.verdict, outcome.reused_verdict = stored, True
@@ -437,24 +413,28 @@ def _evaluate(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, devi
             pending.setdefault(key, []).append((outcome, path))
     if not pending:
         return
-    if not cfg.evaluate:
-        console.print(f"[dim]{len(pending)} candidate(s) not evaluated (evaluation is off)[/]")
+    if not ctx.cfg.evaluate:
+        ctx.console.print(f"[dim]{len(pending)} candidate(s) not evaluated (evaluation is off)[/]")
         return
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
-    options = EvalOptions(problem=str(problem.folder), size=size, device=device, compile_only=cfg.compile_only,
-                          seed=cfg.eval_seed, jobs=cfg.build_jobs())
-    evaluate_fn = evaluate_fn or _default_evaluate
-    warned = False
-    with _progress(console) as progress:
-        task = progress.add_task(f"evaluating on {device}", total=len(batch))
+    options = EvalOptions(problem=str(ctx.problem.folder), size=ctx.size, device=ctx.device,
+                          compile_only=ctx.cfg.compile_only, seed=ctx.cfg.eval_seed, jobs=ctx.cfg.build_jobs())
+    evaluate_fn = ctx.evaluate_fn or _default_evaluate
+    warned: set[str] = set()
+    with _progress(ctx.console) as progress:
+        task = progress.add_task(f"evaluating on {ctx.device}", total=len(batch))
         for key, verdict in zip(order, evaluate_fn(batch, options)):
             env_name = verdict.environment.device_name if verdict.environment else None
-            if env_name and env_name != device_name and not warned:
-                log.warning("the evaluator reports device %r, the harness keyed verdicts by %r", env_name, device_name)
-                warned = True
+            if env_name and env_name != ctx.device_name and "device" not in warned:
+                log.warning("the evaluator reports device %r, the harness keyed verdicts by %r", env_name, ctx.device_name)
+                warned.add("device")
+            if verdict.judge != ctx.judge and "judge" not in warned:
+                log.warning("the evaluator judged by %s, the harness keyed verdicts by %s",
+                            verdict.judge.short if verdict.judge else "unknown rules", ctx.judge.short)
+                warned.add("judge")
             first = pending[key][0][0]
-            store.put_verdict(key, verdict, device_name=device_name, run_id=summary.run.id, model=model,
+            store.put_verdict(key, verdict, device_name=ctx.device_name, run_id=summary.run.id, model=model,
                               variant=variant, candidate_id=first.candidate_id)
             for outcome, _ in pending[key]:
                 outcome.verdict = verdict
@@ -463,88 +443,25 @@ def _evaluate(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, devi
             progress.advance(task)
 
 
-def _golden_run(cfg: RunConfig, problem: ProblemSpec, size: str, device: str, device_name: str,
-                hardware: Hardware | None, store: Store, console: Console, evaluate_fn: EvaluateFn | None,
-                golden: list[Path] | None) -> RunSummary:
+def _golden_run(ctx: RunContext, golden: list[Path] | None) -> RunSummary:
     files = golden if golden is not None else golden_files()
-    run_id = cfg.run_id or golden_run_id(problem.name, size, device)
-    run = store.put_run(_new_run(cfg, run_id, "golden", hardware, device_name, [], size, device))
+    run_id = ctx.cfg.run_id or golden_run_id(ctx.problem.name, ctx.size, ctx.device)
+    run = ctx.store.put_run(_new_run(ctx, run_id, "golden", []))
     summary = RunSummary(run=run)
     if not files:
         summary.fatal_error = "no golden candidates found (candidates/golden/*.py)"
-        console.print(f"[red]error:[/] {summary.fatal_error}")
+        ctx.console.print(f"[red]error:[/] {summary.fatal_error}")
         return summary
     pairs = []
     for path in files:
         source = path.read_text()
         sample = path.stem
-        candidate = Candidate(id=f"{run_id}/{sample}", run_id=run_id, sample=sample, problem=problem.name,
+        candidate = Candidate(id=f"{run_id}/{sample}", run_id=run_id, sample=sample, problem=ctx.problem.name,
                               source=source, source_sha256=source_sha256(source),
                               parse=ParseResult(source=source), path=str(path))
-        store.put_candidate(candidate)
+        ctx.store.put_candidate(candidate)
         outcome = SampleOutcome(sample=sample, candidate_id=candidate.id, candidate=candidate)
         summary.outcomes.append(outcome)
         pairs.append((outcome, path))
-    _evaluate(cfg, problem, size, device, device_name, store, console, pairs, evaluate_fn, summary,
-              model="golden", variant=None)
+    _evaluate(ctx, pairs, summary, model="golden", variant=None)
     return summary
-
-
-# -- command implementations (the CLI calls these) ------------------------------------------------
-
-def prompt_command(variant: str, problem: str = "gemm_scale_bn", templates: Path | None = None,
-                   console: Console | None = None, hardware: Hardware | None | bool = True) -> int:
-    """`harness prompt`: print the rendered messages. `hardware=True` detects the GPU."""
-    console = console or Console()
-    if hardware is True:
-        hardware = detect_hardware()
-    try:
-        messages = render_prompt(load_problem(problem), variant, hardware=hardware or None, templates=templates)
-    except (PromptError, FileNotFoundError, ValueError) as err:
-        Console(stderr=True).print(f"[red]error:[/] {err}")
-        return 2
-    console.print(format_messages(messages), markup=False, highlight=False, soft_wrap=True)
-    return 0
-
-
-def run_command(options: dict[str, Any], *, config_file: Path | None = None, console: Console | None = None,
-                environ: dict[str, str] | None = None) -> int:
-    """`harness run`: resolve the config (defaults < harness.toml < env < these options), detect
-    the GPU, run, print the ranked table. Returns the exit code: 0 when the samples were
-    judged (whatever they scored), 1 when the run stopped early (auth error, unreachable
-    server, nothing to evaluate), 2 for unusable settings."""
-    console = console or Console()
-    try:
-        cfg = resolve_config(options, environ=environ, config_file=config_file)
-    except ConfigError as err:
-        console.print(f"[red]error:[/] {err}")
-        return 2
-    _setup_logging(console)
-    hardware = detect_hardware()
-    if cfg.device == "cuda" and hardware is None:
-        console.print("[red]error:[/] --device cuda, but no CUDA GPU is visible")
-        return 2
-    try:
-        summary = execute_run(cfg, console=console, hardware=hardware, environ=environ)
-    except RunError as err:
-        console.print(f"[red]error:[/] {err}")
-        return 2
-    judged = sum(1 for o in summary.outcomes if o.verdict is not None)
-    if any(o.status != "skipped" for o in summary.outcomes):
-        console.print(f"[bold]Run {summary.run.id}[/] on {summary.run.device_name}")
-        console.print(run_table(summary))
-    console.print(f"[dim]{judged}/{len(summary.outcomes)} judged; {summary.requests} request(s), "
-                  f"{summary.evaluated} evaluation(s) this time; store {cfg.store}[/]")
-    return summary.exit_code
-
-
-def _setup_logging(console: Console) -> None:
-    from rich.logging import RichHandler
-
-    logger = logging.getLogger("harness")
-    for handler in [h for h in logger.handlers if getattr(h, "_harness_run", False)]:
-        logger.removeHandler(handler)
-    handler = RichHandler(console=console, show_path=False, show_time=False, markup=False)
-    handler._harness_run = True  # type: ignore[attr-defined]
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)

@@ -12,7 +12,7 @@ The context every template gets:
 - `problem`: `name`, `title`, `description`, `source`, `mode` (from problem.toml)
 - `reference_source`: the reference `model.py`
 - `hardware`: None, or `name`, `sm_count`, `capability`, `memory_gib` (pass it in; the CLI
-  detects it with `detect_hardware()`, rendering never touches torch)
+  detects it with `evaluator.identity.gpu_hardware()`, rendering never touches torch)
 - `example`: `reference` and `solution` sources of the worked example pair
 """
 
@@ -171,21 +171,3 @@ def format_messages(messages: Sequence[Message]) -> str:
     for message in messages:
         parts.append(f"<!-- {message.role} -->\n{message.content.rstrip()}\n")
     return "\n".join(parts)
-
-
-def detect_hardware() -> Hardware | None:
-    """The visible GPU, read with torch (only the CLI calls this; rendering takes data)."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        props = torch.cuda.get_device_properties(0)
-        return Hardware(
-            name=props.name,
-            sm_count=props.multi_processor_count,
-            capability=f"{props.major}.{props.minor}",
-            memory_gib=round(props.total_memory / 2**30, 1),
-        )
-    except Exception:  # a broken driver must not stop a CPU run
-        return None

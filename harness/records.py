@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evaluator.identity import Hardware  # noqa: F401  (re-exported: runs record the GPU)
+
 HARNESS_SCHEMA_VERSION = 1
 
 
@@ -166,15 +168,6 @@ class Candidate(Record):
 # -- a run ----------------------------------------------------------------------------------------
 
 
-class Hardware(Record):
-    """The GPU the prompt describes and the verdicts are keyed by."""
-
-    name: str = Field(description="Device name, e.g. `NVIDIA H100 80GB HBM3`.")
-    sm_count: int | None = Field(None, description="Streaming multiprocessors.")
-    capability: str | None = Field(None, description="Compute capability, e.g. `9.0`.")
-    memory_gib: float | None = Field(None, description="Device memory in GiB.")
-
-
 class Run(Record):
     """One `harness run`: the resolved configuration and where it ran."""
 
@@ -182,7 +175,8 @@ class Run(Record):
     id: str = Field(description="Run id: folder name under the runs folder and key in the store.")
     created: str = Field(default_factory=utc_now, description="When the run was first started (UTC).")
     updated: str = Field(default_factory=utc_now, description="When it was last (re)started (UTC).")
-    mode: Literal["generate", "golden"] = Field(description="`generate`: ask a model; `golden`: evaluate committed candidates.")
+    mode: Literal["generate", "golden", "eval"] = Field(description=(
+        "`generate`: ask a model; `golden`: evaluate committed golden candidates; `eval`: `harness eval` of other files."))
     config: dict[str, Any] = Field(description="The resolved RunConfig (no secrets: only the name of the key's variable).")
     versions: dict[str, str] = Field(description="harness, evaluator, torch, openai, python versions.")
     hardware: Hardware | None = Field(None, description="The GPU, when one is visible.")

@@ -5,50 +5,33 @@ Everything is inline: the stylesheet, the charts (matplotlib, Agg backend, PNG a
 stylesheet, font or image: the file opens straight from disk and asks the network for nothing.
 
 Per GPU (rows from different GPUs are never mixed): the summary metrics, the leaderboard
-(reference rows, ranked candidates, the rest grouped by outcome; the same rows as
-`harness leaderboard`), a speedup chart per problem and size (a bar per timed candidate, the
-baselines and golden kernels as vertical lines), a chart of outcomes per model x variant, and
-a detail section per candidate: the correctness numbers, timings, flags, the error and log
-tails, and the source.
+(reference rows, ranked candidates, the rest grouped by outcome; the same rows and columns
+as `harness leaderboard`), a speedup chart per problem and size (a bar per timed candidate,
+the baselines and golden kernels as vertical lines), a chart of outcomes per model x
+variant, and a detail section per candidate: the correctness numbers, timings, flags, the
+error and log tails, and the source. The page is `templates/report.html.j2` (Jinja2,
+autoescaped); this module computes what it shows.
 """
 
 from __future__ import annotations
 
 import base64
-import html
+import hashlib
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from harness.leaderboard import (
-    OUTCOME_ORDER,
-    SUMMARY_OUTCOME_COLUMNS,
-    Board,
-    Entry,
-    Filters,
-    board_groups,
-    board_title,
-    build_boards,
-    candidate_source,
-    default_store_path,
-    display_columns,
-    entry_cells,
-    fmt_err,
-    fmt_ms,
-    fmt_speedup,
-    speed_columns,
-    summary_cells,
-)
+from harness.board import Board, Entry, Filters
+from harness.columns import OUTCOME_VIEW, SPEED_VIEW, Column, compact_view, summary_view
+from harness.outcomes import Outcome
 from harness.records import utc_now
-from harness.store import Store, StoreError, open_store
+from harness.store import Store
+from harness.text import fmt_err, fmt_ms, fmt_speedup
 
-OUTCOME_COLORS = {
-    "correct": "#2e7d32", "below_tier": "#f9a825", "rejected": "#c62828", "compiled": "#00838f",
-    "incorrect": "#ef6c00", "runtime_error": "#d32f2f", "compile_error": "#ad1457", "timeout": "#6a1b9a",
-    "crashed": "#4527a0", "parse_error": "#795548", "no_reply": "#616161", "not_evaluated": "#bdbdbd",
-}
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 BASELINE_COLORS = {"eager": "#424242", "compile": "#1565c0", "eager_tf32": "#757575", "compile_tf32": "#42a5f5"}
 
 CSS = """
@@ -80,10 +63,6 @@ pre.log { background: #fafafa; border: 1px solid #eee; padding: 6px; max-height:
 .note { color: #616161; font-size: 0.85em; }
 code { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; }
 """
-
-
-def _e(text: object) -> str:
-    return html.escape("" if text is None else str(text), quote=True)
 
 
 # -- charts ---------------------------------------------------------------------------------------
@@ -122,7 +101,7 @@ def speedup_charts(board: Board) -> list[tuple[str, str]]:
         ax = fig.add_subplot(1, 1, 1)
         if bars:
             names = [e.name if len(e.name) <= 48 else "…" + e.name[-47:] for e in bars]
-            colors = [OUTCOME_COLORS.get(e.outcome, "#9e9e9e") for e in bars]
+            colors = [e.outcome.color for e in bars]
             ax.barh(range(len(bars)), [e.speedup["eager"] for e in bars], color=colors, height=0.6)
             ax.set_yticks(range(len(bars)))
             ax.set_yticklabels(names, fontsize=8)
@@ -148,8 +127,8 @@ def speedup_charts(board: Board) -> list[tuple[str, str]]:
         if bars:
             from matplotlib.patches import Patch
 
-            shown = [o for o in OUTCOME_ORDER if any(e.outcome == o for e in bars)]
-            handles += [Patch(color=OUTCOME_COLORS.get(o, "#9e9e9e"), label=o) for o in shown]
+            shown = [o for o in Outcome if any(e.outcome == o for e in bars)]
+            handles += [Patch(color=o.color, label=o.value) for o in shown]
         if handles:
             ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         charts.append((f"Speedup vs eager: {key[0]} / {key[1]}", _png(fig)))
@@ -169,12 +148,12 @@ def outcome_chart(board: Board) -> str | None:
     fig = _figure(9.5, 1.4 + 0.45 * len(labels))
     ax = fig.add_subplot(1, 1, 1)
     left = [0] * len(labels)
-    for outcome in OUTCOME_ORDER:
+    for outcome in Outcome:
         widths = [groups[g].get(outcome, 0) for g in labels]
         if not any(widths):
             continue
-        ax.barh(range(len(labels)), widths, left=left, color=OUTCOME_COLORS.get(outcome, "#9e9e9e"), height=0.6,
-                label=outcome)
+        ax.barh(range(len(labels)), widths, left=left, color=outcome.color, height=0.6,
+                label=outcome.value)
         for i, w in enumerate(widths):
             if w:
                 ax.text(left[i] + w / 2, i, str(w), ha="center", va="center", fontsize=8, color="white")
@@ -188,62 +167,7 @@ def outcome_chart(board: Board) -> str | None:
     return _png(fig)
 
 
-# -- html pieces ----------------------------------------------------------------------------------
-
-def _anchor(board_index: int, entry_index: int) -> str:
-    return f"c{board_index}-{entry_index}"
-
-
-def _summary_html(board: Board) -> str:
-    outcome_cols = ("model", "variant", *SUMMARY_OUTCOME_COLUMNS)
-    speed_cols = ("model", "variant", *speed_columns())
-    parts = []
-    for caption, cols in ((f"Outcomes (correct@tier: correct at {board.tier} and not rejected)", outcome_cols),
-                          ("Speed (fast_p: share of ALL samples correct@tier with speedup &gt; p; geomean and best "
-                           "over correct@tier samples)", speed_cols)):
-        rows = []
-        for s in board.summary:
-            cells = summary_cells(s)
-            cls = "summary-row" + (" summary-all" if s.model == "all" else "") + (" row-reference" if s.reference else "")
-            rows.append(f'<tr class="{cls}">' + "".join(
-                f'<td class="{"num" if c not in ("model", "variant") else ""}">{_e(cells[c])}</td>' for c in cols)
-                + "</tr>")
-        parts.append(f'<table class="summary"><caption class="note">{caption}</caption><thead><tr>'
-                     + "".join(f"<th>{_e(c)}</th>" for c in cols) + "</tr></thead><tbody>" + "".join(rows)
-                     + "</tbody></table>")
-    return "\n".join(parts)
-
-
-def _leaderboard_html(board: Board, board_index: int, anchors: dict[int, str]) -> str:
-    cols = display_columns(board)
-    groups = board_groups(board)
-    rows = []
-    for e in board.rows:
-        cells = entry_cells(e)
-        cls = f"row-{e.section}" + (" row-candidate" if e.kind == "candidate" else f" row-{e.kind}")
-        tds = []
-        for col in cols:
-            value = col.text(cells)
-            if col.header == "candidate" and id(e) in anchors:
-                content = f'<a href="#{anchors[id(e)]}">{_e(value)}</a>'
-            else:
-                content = _e(value)
-            if col.header == "status":
-                color = OUTCOME_COLORS.get(e.outcome, "#424242")
-                tds.append(f'<td class="status" style="color:{color}">{content}</td>')
-            elif col.numeric:
-                tds.append(f'<td class="num">{content}</td>')
-            elif col.header in ("reason", "candidate"):
-                tds.append(f'<td class="{"cand" if col.header == "candidate" else "reason"}">{content}</td>')
-            else:
-                tds.append(f"<td>{content}</td>")
-        rows.append(f'<tr class="{cls}" data-outcome="{_e(e.outcome)}">' + "".join(tds) + "</tr>")
-    caption = (f"<caption class='note'>{_e(groups[0])}; columns of baselines never timed on this GPU are left "
-               f"out</caption>" if len(groups) == 1 else "")
-    return (f'<div class="scroll"><table class="leaderboard" id="leaderboard-{board_index}">{caption}<thead><tr>'
-            + "".join(f"<th>{_e(c.header)}</th>" for c in cols) + "</tr></thead><tbody>" + "\n".join(rows)
-            + "</tbody></table></div>")
-
+# -- what the page shows -------------------------------------------------------------------------
 
 def highlight_source(source: str) -> str:
     from pygments import highlight
@@ -253,12 +177,30 @@ def highlight_source(source: str) -> str:
     return highlight(source, PythonLexer(), HtmlFormatter(noclasses=True, linenos="inline", style="default"))
 
 
-def _kv_table(rows: Sequence[tuple[str, str]], cls: str = "kv") -> str:
-    return (f'<table class="{cls}"><tbody>' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
-            + "</tbody></table>")
+def candidate_source(store: Store, entry: Entry) -> str | None:
+    """The candidate's source: from the store's candidates table, else from the verdict's
+    candidate path when that file still holds the judged source."""
+    paths: list[str] = []
+    if entry.candidate_id:
+        candidate = store.get_candidate(entry.candidate_id)
+        if candidate is not None and candidate.source:
+            return candidate.source
+        if candidate is not None and candidate.path:
+            paths.append(candidate.path)
+    if entry.verdict is not None:
+        paths.append(entry.verdict.candidate)
+    for p in paths:
+        try:
+            data = Path(p).read_bytes()
+        except OSError:
+            continue
+        if entry.source_sha256 and hashlib.sha256(data).hexdigest() == entry.source_sha256:
+            return data.decode("utf-8", "replace")
+    return None
 
 
-def _detail_html(e: Entry, anchor: str, source: str | None) -> str:
+def detail_head(e: Entry) -> list[tuple[str, str]]:
+    """The key/value rows at the top of a candidate's detail section."""
     v = e.verdict
     head = [("status", e.status + (f" ({e.outcome})" if e.outcome != e.status else "")),
             ("model / variant", f"{e.model} / {e.variant}"), ("problem / size", f"{e.problem} / {e.size}"),
@@ -269,60 +211,68 @@ def _detail_html(e: Entry, anchor: str, source: str | None) -> str:
         head.append(("reason", e.reason))
     if v is not None:
         head += [("candidate file", v.candidate), ("source sha256", v.source_sha256[:16] + "…"),
-                 ("evaluator", v.evaluator_version)]
+                 ("evaluator", v.evaluator_version),
+                 ("judged by", f"evaluator {v.judge.evaluator_sha256[:12]}, problem {v.judge.problem_sha256[:12]} "
+                               f"(fingerprint {v.judge.short})" if v.judge else "not recorded (stored before fingerprints)")]
         if v.environment is not None:
             env = v.environment
             head.append(("environment", f"torch {env.torch_version}, CUDA {env.cuda_version or '-'}, driver "
                                         f"{env.driver or '-'}, SM clock {env.sm_clock_mhz or '-'} MHz, {env.hostname}"))
-    parts = [f'<section class="detail" id="{anchor}"><h3>{_e(e.name)}</h3>', _kv_table(head)]
-    if v is not None and v.correctness is not None:
-        c = v.correctness
-        modes = [c.main] + ([c.eval_mode] if c.eval_mode is not None else [])
-        rows = []
-        for m in modes:
-            tiers = ", ".join(f"{t} {'pass' if ok else 'FAIL'}" for t, ok in m.tiers.items())
-            rows.append(f"<tr><td>{_e(m.mode)}</td><td class='num'>{m.trials}</td><td>{_e(tiers)}</td>"
-                        f"<td class='num'>{fmt_err(m.max_abs_err)}</td><td class='num'>{fmt_err(m.max_rel_err)}</td>"
-                        f"<td>{_e(m.failure or '')}</td></tr>")
-        parts.append("<h4>Correctness</h4><table class='correctness'><thead><tr><th>mode</th><th>trials</th>"
-                     "<th>tiers</th><th>max abs err</th><th>max rel err</th><th>failure</th></tr></thead><tbody>"
-                     + "".join(rows) + "</tbody></table>")
-        tensors = "".join(f"<tr><td>{_e(t.name)}</td><td class='num'>{fmt_err(t.max_abs_err)}</td>"
-                          f"<td class='num'>{fmt_err(t.max_rel_err)}</td></tr>" for t in c.main.tensors)
-        if tensors:
-            parts.append("<table class='tensors'><thead><tr><th>tensor (main mode)</th><th>max abs err</th>"
-                         "<th>max rel err</th></tr></thead><tbody>" + tensors + "</tbody></table>")
-        parts.append(f"<p class='note'>distributions {_e(', '.join(c.distributions))}; seeds "
-                     f"{_e(', '.join(map(str, c.seeds)))}; buffers checked {_e(', '.join(c.buffers_checked))}</p>")
-    if v is not None and (v.timing is not None or v.baselines):
-        rows = []
-        timings = ([("candidate", v.timing)] if v.timing is not None else []) + list(v.baselines.items())
-        for name, t in timings:
-            ratio = "" if name == "candidate" else fmt_speedup(v.speedup.get(name))
-            rows.append(f"<tr><td>{_e(name)}</td><td class='num'>{fmt_ms(t.median_ms)}</td>"
-                        f"<td class='num'>{fmt_ms(t.iqr_ms)}</td><td class='num'>{fmt_ms(t.min_ms)}</td>"
-                        f"<td class='num'>{t.reps}</td><td class='num'>{_e(ratio)}</td></tr>")
-        parts.append("<h4>Timing (ms, one evaluation)</h4><table class='timing'><thead><tr><th>callable</th>"
-                     "<th>median</th><th>IQR</th><th>min</th><th>reps</th><th>candidate speedup vs it</th></tr>"
-                     "</thead><tbody>" + "".join(rows) + "</tbody></table>")
-    if e.flags:
-        parts.append("<h4>Flags</h4><ul>" + "".join(
-            f"<li><b>{_e(f.name)}</b> ({_e(f.policy.value)}): {_e(f.reason)}</li>" for f in e.flags) + "</ul>")
-    error = v.error if v is not None else e.reason
-    if error:
-        parts.append(f"<h4>Error</h4><pre class='log'>{_e(error[-6000:])}</pre>")
-    if v is not None:
-        for name, tail, total in (("stdout", v.stdout_tail, v.stdout_bytes), ("stderr", v.stderr_tail, v.stderr_bytes)):
-            if tail.strip():
-                parts.append(f"<h4>{name} tail ({total} bytes in all)</h4><pre class='log'>{_e(tail[-4000:])}</pre>")
-        if v.log_dir:
-            parts.append(f"<p class='note'>logs: <code>{_e(v.log_dir)}</code></p>")
-    if source:
-        parts.append("<h4>Source</h4><div class='source'>" + highlight_source(source) + "</div>")
-    else:
-        parts.append("<p class='note'>source not available (no usable code, or the file is gone)</p>")
-    parts.append("</section>")
-    return "\n".join(parts)
+    return head
+
+
+@dataclass
+class RowView:
+    entry: Entry
+    anchor: str | None = None            # candidates and golden kernels have a detail section
+    head: list[tuple[str, str]] | None = None
+    timings: list | None = None
+    source_html: str | None = None
+
+
+@dataclass
+class SummaryView:
+    caption: str
+    columns: list[Column]
+
+
+@dataclass
+class BoardView:
+    board: Board
+    columns: list[Column]
+    rows: list[RowView]
+    summaries: list[SummaryView]
+    speedup_charts: list[tuple[str, str]]
+    outcome_chart: str | None
+
+
+def board_view(board: Board, index: int, store: Store | None) -> BoardView:
+    rows = []
+    for e in board.rows:
+        row = RowView(entry=e)
+        if e.kind != "baseline":
+            row.anchor = f"c{index}-{sum(1 for r in rows if r.anchor)}"
+            row.head = detail_head(e)
+            v = e.verdict
+            if v is not None:
+                row.timings = ([("candidate", v.timing)] if v.timing is not None else []) + list(v.baselines.items())
+            source = candidate_source(store, e) if store is not None else None
+            row.source_html = highlight_source(source) if source else None
+        rows.append(row)
+    summaries = [
+        SummaryView(f"Outcomes (correct@tier: correct at {board.tier} and not rejected)", summary_view(OUTCOME_VIEW)),
+        SummaryView("Speed (fast_p: share of ALL samples correct@tier with speedup > p; geomean and best over "
+                    "correct@tier samples)", summary_view(SPEED_VIEW)),
+    ]
+    return BoardView(board=board, columns=compact_view(board), rows=rows, summaries=summaries,
+                     speedup_charts=speedup_charts(board), outcome_chart=outcome_chart(board))
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
+                      undefined=StrictUndefined, keep_trailing_newline=True)
+    env.globals.update(fmt_err=fmt_err, fmt_ms=fmt_ms, fmt_speedup=fmt_speedup)
+    return env
 
 
 def render_report(boards: Sequence[Board], store: Store | None = None, *, store_path: str = "",
@@ -331,69 +281,7 @@ def render_report(boards: Sequence[Board], store: Store | None = None, *, store_
     import harness
 
     filters = filters or Filters()
-    gpus = ", ".join(b.gpu for b in boards) or "none"
-    body = [f"<h1>kernelharness report</h1><p class='meta'>GPU: <b>{_e(gpus)}</b> · tier <b>{_e(tier)}</b> · "
-            f"store <code>{_e(store_path)}</code> · filters {_e(filters.to_dict() or 'none')} · generated "
-            f"{_e(utc_now())} by kernelharness {_e(harness.__version__)}</p>",
-            "<p class='note'>Ranked: verdict <i>correct</i>, passing the chosen tolerance tier, no <i>reject</i> or "
-            "<i>implausible</i> flag; ordered by speedup vs eager fp32. Every speedup is a ratio measured in one "
-            "evaluation (candidate and baseline in the same worker process on the same GPU); rows from different "
-            "GPUs are never mixed. Reference rows: each baseline (median of its per-evaluation medians; its speedup "
-            "columns are ratios within each evaluation, then the median) and the golden kernels.</p>"]
-    if not boards:
-        body.append("<p><b>No verdicts in the store match.</b></p>")
-    for bi, board in enumerate(boards):
-        body.append(f"<h2 id='gpu-{bi}'>{_e(board_title(board))}</h2>")
-        body.append(f"<p class='meta'>GPU: <b class='gpu-name'>{_e(board.gpu)}</b> · "
-                    f"{len(board.candidates)} candidate(s), {len(board.ranked)} ranked</p>")
-        body.append("<h3>Summary</h3>" + _summary_html(board))
-        anchors: dict[int, str] = {}
-        detailed = [e for e in board.rows if e.kind != "baseline"]
-        for ei, e in enumerate(detailed):
-            anchors[id(e)] = _anchor(bi, ei)
-        body.append("<h3>Leaderboard</h3>" + _leaderboard_html(board, bi, anchors))
-        body.append("<h3>Charts</h3>")
-        for caption, uri in speedup_charts(board):
-            body.append(f"<figure class='chart speedup-chart'><img alt='{_e(caption)}' src='{uri}'>"
-                        f"<figcaption class='note'>{_e(caption)}; bars coloured by outcome; dashed lines: baselines; "
-                        f"dotted: golden kernels</figcaption></figure>")
-        uri = outcome_chart(board)
-        if uri:
-            body.append(f"<figure class='chart outcome-chart'><img alt='Outcomes by status' src='{uri}'>"
-                        f"<figcaption class='note'>Samples by outcome per model / variant</figcaption></figure>")
-        body.append("<h3>Candidates</h3>")
-        for e in detailed:
-            source = candidate_source(store, e) if store is not None else None
-            body.append(_detail_html(e, anchors[id(e)], source))
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>kernelharness report: {_e(gpus)}</title><style>{CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
-
-
-def report_command(*, store: Path | None, filters: Filters, tier: str = "loose", out: Path = Path("report.html"),
-                   console: Console | None = None) -> int:
-    """`harness report`: write the HTML file. Returns the exit code (0, or 2 for a bad option or store)."""
-    from harness.leaderboard import TIERS
-
-    console = console or Console()
-    err = Console(stderr=True)
-    if tier not in TIERS:
-        err.print(f"[red]error:[/] --tier must be one of {', '.join(TIERS)}, not {tier!r}")
-        return 2
-    path = store or default_store_path()
-    if not Path(path).is_file():
-        err.print(f"[red]error:[/] no result store at {path} (run `harness run` or `harness eval` first, or pass --store)")
-        return 2
-    try:
-        with open_store(path) as db:
-            boards = build_boards(db, filters, tier)
-            document = render_report(boards, db, store_path=str(path), filters=filters, tier=tier)
-    except StoreError as error:
-        err.print(f"[red]error:[/] {error}")
-        return 2
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(document, encoding="utf-8")
-    count = sum(len(b.candidates) for b in boards)
-    console.print(f"wrote {out} ({count} candidate(s) on {len(boards)} GPU(s): "
-                  f"{', '.join(b.gpu for b in boards) or 'none'})")
-    return 0
+    return _environment().get_template("report.html.j2").render(
+        gpus=", ".join(b.gpu for b in boards) or "none", tier=tier, store_path=store_path,
+        filters=filters.to_dict() or "none", generated=utc_now(), version=harness.__version__, css=CSS,
+        boards=[board_view(b, i, store) for i, b in enumerate(boards)])

@@ -7,19 +7,24 @@ working folder (`--store PATH` or `HARNESS_STORE` override it).
 
 Tables:
 
-- `schema_version(version)`: one row. A store written by a newer harness is refused.
-- `runs(id, ..., record)`: a `Run` (resolved config, versions, GPU).
+- `schema_version(version)`: one row. A store written by a newer harness is refused; an
+  older one is migrated in place when opened (see `_MIGRATIONS`).
+- `runs(id, mode, ..., record)`: a `Run` (resolved config, versions, GPU). Modes: `generate`
+  (`harness run` asking a model), `golden` (committed golden kernels, from `harness run`
+  without a model or `harness eval`/`bench` of files under candidates/golden/), `eval`
+  (`harness eval` of any other files: one run named `eval`).
 - `generations(key, run_id, sample_index, ok, ..., record)`: a `Generation`, keyed by
   `generation_key()`: a hash of problem, rendered prompt, model, params and sample index.
   A rerun with the same settings finds its replies here and asks the model for nothing.
 - `candidates(id, run_id, sample, source_sha256, verdict_key, ..., record)`: a `Candidate`
   (`<run-id>/<sample>`), with the key of the verdict that judged it.
-- `verdicts(key, source_sha256, problem, size, evaluator_version, device_name, status,
-  runtime_ms, run_id, model, variant, ..., record)`: a `Verdict`, keyed by `verdict_key()`:
-  a hash of source hash, problem, size, evaluator version and device name (GPU name). The
-  same source judged again under the same key is not re-evaluated; `run_id`, `model` and
-  `variant` say which run first produced it, and `candidates.verdict_key` links every run
-  that reuses it.
+- `verdicts(key, source_sha256, problem, size, fingerprint, device_name, status,
+  runtime_ms, run_id, model, variant, ..., record)`: a `Verdict`, keyed by
+  `evaluator.identity.verdict_key()`: a hash of source hash, problem, size, device name and
+  the fingerprint of what judged it (evaluator sources, problem files, torch/CUDA). The same
+  source judged again under the same key is not re-evaluated; a change to any check gives new
+  keys, so nothing judged before it is reused. `run_id`, `model` and `variant` say which run
+  first produced it, and `candidates.verdict_key` links every run that reuses it.
 
 Reading for a leaderboard: `Store.list_verdicts(run=..., model=..., problem=..., size=...,
 variant=...)` returns `VerdictRow`s, one per candidate of a run that has a verdict.
@@ -37,10 +42,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.records import EVALUATOR_VERSION, Status, Verdict
+from evaluator.records import Status, Verdict
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
+NO_MODEL = "-"  # the model and variant columns of runs no model answered (`harness eval`)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -91,6 +97,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     problem           TEXT NOT NULL,
     size              TEXT NOT NULL,
     evaluator_version TEXT NOT NULL,
+    fingerprint       TEXT,
     device_name       TEXT NOT NULL,
     status            TEXT NOT NULL,
     runtime_ms        REAL,
@@ -105,6 +112,18 @@ CREATE INDEX IF NOT EXISTS verdicts_lookup ON verdicts (problem, size, device_na
 CREATE INDEX IF NOT EXISTS verdicts_source ON verdicts (source_sha256);
 CREATE INDEX IF NOT EXISTS verdicts_run ON verdicts (run_id);
 """
+
+
+# Schema changes, each (version it brings the store to, statements). Run in order on an older store.
+_MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (2, (
+        # verdicts are keyed by what judged them; the old rows have no fingerprint, so their keys
+        # never match a new one and the leaderboard shows them as `stale`
+        "ALTER TABLE verdicts ADD COLUMN fingerprint TEXT",
+        # `harness eval` runs were written as mode `golden` and told apart by their id
+        "UPDATE runs SET mode = 'eval', record = json_set(record, '$.mode', 'eval') WHERE id = 'eval'",
+    )),
+)
 
 
 class StoreError(RuntimeError):
@@ -128,15 +147,11 @@ def generation_key(problem: str, messages: Sequence[Message], params: Generation
     })
 
 
-def verdict_key(source_sha256: str, problem: str, size: str, device_name: str,
-                evaluator_version: str = EVALUATOR_VERSION, compile_only: bool = False) -> str:
-    """SHA-256 of (source hash, problem, size, evaluator version, device name): the resume key of
-    a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation)."""
-    parts = {"source": source_sha256, "problem": problem, "size": size, "evaluator": evaluator_version,
-             "device": device_name}
-    if compile_only:
-        parts["compile_only"] = True
-    return _digest(parts)
+def default_listing(run: Run) -> tuple[str | None, str | None]:
+    """The (model, variant) a run's candidates are listed under, by its mode."""
+    if run.mode == "generate":
+        return run.config.get("model"), run.config.get("variant")
+    return ("golden", None) if run.mode == "golden" else (NO_MODEL, NO_MODEL)
 
 
 def source_sha256(source: str) -> str:
@@ -189,6 +204,7 @@ class Store:
     def _check_schema(self) -> None:
         has_table = self.db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+        version = None
         if has_table:
             row = self.db.execute("SELECT MAX(version) FROM schema_version").fetchone()
             version = row[0] if row and row[0] is not None else None
@@ -196,10 +212,18 @@ class Store:
                 raise StoreError(
                     f"the result store {self.path} has schema version {version}, newer than this harness "
                     f"reads ({STORE_SCHEMA_VERSION}); upgrade kernelharness or use another --store")
-        with self.db:
+        if version is None:  # a new store
             self.db.executescript(_SCHEMA)
-            if self.db.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
+            with self.db:
                 self.db.execute("INSERT INTO schema_version (version) VALUES (?)", (STORE_SCHEMA_VERSION,))
+            return
+        with self.db:  # one transaction: a migration is never left half done
+            for target, statements in _MIGRATIONS:
+                if version < target:
+                    for statement in statements:
+                        self.db.execute(statement)
+                    self.db.execute("UPDATE schema_version SET version = ?", (target,))
+                    version = target
 
     @property
     def schema_version(self) -> int:
@@ -221,19 +245,19 @@ class Store:
 
     # runs ---------------------------------------------------------------------------------------
 
-    def put_run(self, run: Run) -> Run:
-        """Insert or update a run. An existing run keeps its `created` time."""
+    def put_run(self, run: Run, *, listed_as: tuple[str | None, str | None] | None = None) -> Run:
+        """Insert or update a run. An existing run keeps its `created` time. `listed_as` is the
+        (model, variant) the leaderboard lists its candidates under; by default the run's own
+        for `generate`, (`golden`, None) for `golden` and (`-`, `-`) for `eval`."""
         existing = self.get_run(run.id)
         if existing is not None:
             run = run.model_copy(update={"created": existing.created})
-        config = run.config
-        model = config.get("model") if run.mode == "generate" else "golden"
-        variant = config.get("variant") if run.mode == "generate" else None
+        model, variant = listed_as or default_listing(run)
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO runs (id, created, updated, mode, problem, model, variant, device_name, record)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run.id, run.created, run.updated, run.mode, config.get("problem", ""), model, variant,
+                (run.id, run.created, run.updated, run.mode, run.config.get("problem", ""), model, variant,
                  run.device_name, run.model_dump_json()))
         return run
 
@@ -304,18 +328,31 @@ class Store:
 
     def put_verdict(self, key: str, verdict: Verdict, *, device_name: str, run_id: str | None = None,
                     model: str | None = None, variant: str | None = None, candidate_id: str | None = None) -> None:
-        """Insert or replace the verdict stored under `key` (see `verdict_key()`), and link it to
-        `candidate_id` when given. `device_name` is the name the key was made with."""
+        """Insert or replace the verdict stored under `key` (see `evaluator.identity.verdict_key`),
+        and link it to `candidate_id` when given. `device_name` is the name the key was made with."""
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO verdicts (key, source_sha256, problem, size, evaluator_version, device_name,"
-                " status, runtime_ms, run_id, model, variant, candidate_id, created, record)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, verdict.source_sha256, verdict.problem, verdict.size, verdict.evaluator_version, device_name,
-                 verdict.status.value, verdict.runtime_ms, run_id, model, variant, candidate_id, utc_now(),
-                 verdict.model_dump_json()))
+                "INSERT OR REPLACE INTO verdicts (key, source_sha256, problem, size, evaluator_version, fingerprint,"
+                " device_name, status, runtime_ms, run_id, model, variant, candidate_id, created, record)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, verdict.source_sha256, verdict.problem, verdict.size, verdict.evaluator_version,
+                 verdict.judge.fingerprint if verdict.judge else None, device_name, verdict.status.value,
+                 verdict.runtime_ms, run_id, model, variant, candidate_id, utc_now(), verdict.model_dump_json()))
             if candidate_id is not None:
                 db.execute("UPDATE candidates SET verdict_key = ? WHERE id = ?", (key, candidate_id))
+
+    def record_eval(self, run: Run, judged: Sequence[tuple[Candidate, str, Verdict]], *, device_name: str,
+                    listed_as: tuple[str | None, str | None] | None = None) -> int:
+        """Store verdicts judged outside a generate run (`harness eval`, `harness bench`): the run
+        (mode `eval` or `golden`), then each (candidate, verdict key, verdict), the verdict linked
+        to its candidate. Returns how many were stored."""
+        self.put_run(run, listed_as=listed_as)
+        model, variant = listed_as or default_listing(run)
+        for candidate, key, verdict in judged:
+            self.put_candidate(candidate)
+            self.put_verdict(key, verdict, device_name=device_name, run_id=run.id, model=model, variant=variant,
+                             candidate_id=candidate.id)
+        return len(judged)
 
     def get_verdict(self, key: str) -> Verdict | None:
         row = self.db.execute("SELECT record FROM verdicts WHERE key = ?", (key,)).fetchone()
@@ -330,9 +367,8 @@ class Store:
           `variant`: the run's prompt variant;
         - `problem`, `size`, `device_name` (GPU name), `status`: the verdict's.
 
-        A verdict reused by several runs (same source, problem, size, evaluator version and
-        GPU) appears once per run. Ordered: correct first by runtime, then by status and
-        candidate id. Candidates whose reply had no usable code have a `parse_error` verdict
+        A verdict reused by several runs (same source, problem, size, GPU and judge) appears
+        once per run. Ordered by candidate id (the board orders what it shows). Candidates whose reply had no usable code have a `parse_error` verdict
         (made by the harness); samples whose request failed have none (see
         `list_generations`).
         """
@@ -348,8 +384,7 @@ class Store:
             if value is not None:
                 sql += f" AND {column} = ?"
                 args.append(value)
-        sql += (" ORDER BY CASE v.status WHEN 'correct' THEN 0 WHEN 'compiled' THEN 1 WHEN 'incorrect' THEN 2 ELSE 3 END,"
-                " v.runtime_ms IS NULL, v.runtime_ms, c.id")
+        sql += " ORDER BY c.id"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))

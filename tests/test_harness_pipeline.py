@@ -7,18 +7,22 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from evaluator.identity import judge_identity
+from evaluator.problem import load_problem
 from evaluator.records import Status, Verdict
 from harness.config import RunConfig
-from harness.pipeline import derive_run_id, execute_run, run_table
+from harness.pipeline import derive_run_id, execute_run
 from harness.prompts import render_prompt
 from harness.records import Completion, ProviderError, ProviderErrorKind
+from harness.render import run_table
 from harness.store import Store
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"
 
 
 class FakeEvaluator:
-    """Judges every candidate `correct` (or `incorrect` when its source mentions `.abs()`)."""
+    """Judges every candidate `correct` (or `incorrect` when its source mentions `.abs()`), and
+    stamps the rules it judged by, as evaluator.sandbox.Evaluator does."""
 
     def __init__(self):
         self.seen = []
@@ -32,7 +36,8 @@ class FakeEvaluator:
             yield Verdict(candidate=c.name, source_sha256="x", problem="gemm_scale_bn", size=options.size,
                           device=options.device, status=Status.incorrect if bad else Status.correct,
                           error="output mismatch" if bad else None, runtime_ms=None if bad else 1.5,
-                          speedup={} if bad else {"eager": 1.2})
+                          speedup={} if bad else {"eager": 1.2},
+                          judge=judge_identity(load_problem(options.problem)))
 
 
 class ScriptedProvider:
@@ -91,7 +96,7 @@ def test_replay_run_and_resume(cfg):
         assert run.config["size"] == "small" and run.config["model"] == cfg.model and run.versions["torch"]
         assert len(store.list_generations(run.id)) == 5  # the missing replay file is not stored
         rows = store.list_verdicts(run=run.id)
-        assert [r.sample for r in rows][:2] == ["0", "5"] and len(rows) == 5
+        assert [o.sample for o in summary.ranked_outcomes()][:2] == ["0", "5"] and len(rows) == 5
         assert {r.status for r in rows} == {Status.correct, Status.incorrect, Status.parse_error}
 
     table = Console(file=io.StringIO(), width=200)
@@ -119,8 +124,6 @@ def test_more_samples_extend_the_same_run(cfg):
 
 
 def test_run_id_follows_settings(cfg):
-    from evaluator.problem import load_problem
-
     problem = load_problem("gemm_scale_bn")
     messages = render_prompt(problem, "kernelbench")
     one = derive_run_id(cfg, messages, "small", "cpu", "gemm_scale_bn")
@@ -192,8 +195,12 @@ def test_no_eval_leaves_candidates_unjudged(cfg):
     assert evaluator.seen == [] and {o.sample: o.status for o in summary.outcomes}["0"] == "not_evaluated"
 
 
-def test_candidates_are_built_with_the_configured_number_of_jobs(cfg):
+def test_candidates_are_built_with_the_configured_number_of_jobs(cfg, monkeypatch):
     evaluator = FakeEvaluator()
     execute_run(cfg.model_copy(update={"jobs": 3}), console=quiet(), evaluate_fn=evaluator, environ={})
     assert evaluator.options.jobs == 3
-    assert 1 <= RunConfig().build_jobs() <= 8
+    monkeypatch.setattr("harness.config.os.cpu_count", lambda: 12)  # unset: half the cores (test_harness_config.py)
+    default = FakeEvaluator()
+    execute_run(cfg.model_copy(update={"store": cfg.store.with_name("default.sqlite")}), console=quiet(),
+                evaluate_fn=default, environ={})
+    assert default.options.jobs == 6

@@ -15,6 +15,7 @@ from harness.records import (
     Run,
     Usage,
 )
+from evaluator.identity import verdict_key
 from harness.store import (
     STORE_SCHEMA_VERSION,
     Store,
@@ -22,10 +23,10 @@ from harness.store import (
     generation_key,
     open_store,
     source_sha256,
-    verdict_key,
 )
 
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="u")]
+JUDGE = "judge-fingerprint"  # verdict keys take the judge's fingerprint (evaluator.identity)
 
 
 def make_run(run_id="r1", model="m", variant="kernelbench"):
@@ -55,11 +56,11 @@ def test_generation_key_depends_on_everything_it_should():
 
 
 def test_verdict_key():
-    base = verdict_key("abc", "p", "small", "GPU")
-    assert base == verdict_key("abc", "p", "small", "GPU")
-    assert len({base, verdict_key("abd", "p", "small", "GPU"), verdict_key("abc", "p", "wide", "GPU"),
-                verdict_key("abc", "p", "small", "GPU2"), verdict_key("abc", "p", "small", "GPU", "0.2.0"),
-                verdict_key("abc", "p", "small", "GPU", compile_only=True)}) == 6
+    base = verdict_key("abc", "p", "small", "GPU", JUDGE)
+    assert base == verdict_key("abc", "p", "small", "GPU", JUDGE)
+    assert len({base, verdict_key("abd", "p", "small", "GPU", JUDGE), verdict_key("abc", "p", "wide", "GPU", JUDGE),
+                verdict_key("abc", "p", "small", "GPU2", JUDGE), verdict_key("abc", "p", "small", "GPU", "other-judge"),
+                verdict_key("abc", "p", "small", "GPU", JUDGE, compile_only=True)}) == 6
 
 
 def test_round_trip(tmp_path):
@@ -78,7 +79,7 @@ def test_round_trip(tmp_path):
                          parse=ParseResult(source="class ModelNew: pass\n"))
         store.put_candidate(cand)
         verdict = make_verdict()
-        key = verdict_key(verdict.source_sha256, "gemm_scale_bn", "small", "NVIDIA H100")
+        key = verdict_key(verdict.source_sha256, "gemm_scale_bn", "small", "NVIDIA H100", JUDGE)
         store.put_verdict(key, verdict, device_name="NVIDIA H100", run_id="r1", model="m", variant="kernelbench",
                           candidate_id="r1/0")
     with Store(path) as store:  # reopened
@@ -114,10 +115,10 @@ def test_list_verdicts_filters_and_order(tmp_path):
             store.put_candidate(Candidate(id=cid, run_id=run_id, sample=sample, problem="gemm_scale_bn", source=source,
                                           source_sha256=source_sha256(source), parse=ParseResult(source=source)))
             v = make_verdict(status, runtime, source)
-            store.put_verdict(verdict_key(v.source_sha256, "gemm_scale_bn", "small", "GPU"), v, device_name="GPU",
+            store.put_verdict(verdict_key(v.source_sha256, "gemm_scale_bn", "small", "GPU", JUDGE), v, device_name="GPU",
                               run_id=run_id, candidate_id=cid)
-        rows = store.list_verdicts(run="a")
-        assert [(r.sample, r.status) for r in rows] == [("1", Status.correct), ("0", Status.correct),
+        rows = store.list_verdicts(run="a")  # by candidate id: the board orders what it shows
+        assert [(r.sample, r.status) for r in rows] == [("0", Status.correct), ("1", Status.correct),
                                                          ("2", Status.incorrect)]
         assert [r.candidate_id for r in store.list_verdicts(model="m2")] == ["b/0"]
         assert [r.candidate_id for r in store.list_verdicts(variant="fusion")] == ["b/0"]
@@ -129,7 +130,7 @@ def test_list_verdicts_filters_and_order(tmp_path):
         store.put_run(make_run("c", "m3"))
         store.put_candidate(Candidate(id="c/0", run_id="c", sample="0", problem="gemm_scale_bn", source=source,
                                       source_sha256=source_sha256(source), parse=ParseResult(source=source)))
-        store.link_verdict("c/0", verdict_key(source_sha256(source), "gemm_scale_bn", "small", "GPU"))
+        store.link_verdict("c/0", verdict_key(source_sha256(source), "gemm_scale_bn", "small", "GPU", JUDGE))
         assert [r.runtime_ms for r in store.list_verdicts(run="c")] == [1.0]
 
 

@@ -17,17 +17,12 @@ from leaderboard_store import EXPECTED_EVAL_STATUS, GOLDEN_NAME, build_store  # 
 
 from evaluator.records import FlagPolicy, Status  # noqa: E402
 from harness.cli import app  # noqa: E402
-from harness.leaderboard import (  # noqa: E402
-    CSV_FIELDS,
-    Entry,
-    Filters,
-    build_boards,
-    fast_p,
-    geomean,
-    summarize,
-)
+from evaluator.identity import verdict_key  # noqa: E402
+from harness.board import Entry, Filters, build_boards, fast_p, geomean, summarize  # noqa: E402
+from harness.columns import CSV_VIEW  # noqa: E402
+from harness.outcomes import Outcome  # noqa: E402
 from harness.records import Candidate, ParseResult, Run  # noqa: E402
-from harness.store import Store, verdict_key  # noqa: E402
+from harness.store import Store  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +41,7 @@ def lb_json(built, *args):
 
 
 def rankable(row, tier):
-    """Written apart from harness.leaderboard: correct, passing `tier`, no reject/implausible flag."""
+    """Written apart from harness.board: correct, passing `tier`, no reject/implausible flag."""
     v = row.verdict
     return (v.status == Status.correct and v.correctness.tiers.get(tier, False)
             and not any(f.policy == FlagPolicy.reject or f.name.startswith("implausible") for f in v.flags))
@@ -154,10 +149,10 @@ def test_fast_p_pure_function_by_hand():
     assert geomean([2.0, 8.0]) == pytest.approx(4.0) and geomean([]) is None
     entries = [Entry(kind="candidate", name=f"r/{i}", gpu="G", problem="p", size="s", status=st, outcome=oc,
                      speedup=sp) for i, (st, oc, sp) in enumerate([
-                         ("correct", "correct", {"eager": 3.0, "compile": 1.2}),
-                         ("correct", "correct", {"eager": 1.2, "compile": 0.5}),
-                         ("correct", "below_tier", {"eager": 9.0, "compile": 4.0}),
-                         ("incorrect", "incorrect", {}), ("no_reply", "no_reply", {})])]
+                         ("correct", Outcome.correct, {"eager": 3.0, "compile": 1.2}),
+                         ("correct", Outcome.correct, {"eager": 1.2, "compile": 0.5}),
+                         ("correct", Outcome.below_tier, {"eager": 9.0, "compile": 4.0}),
+                         ("incorrect", Outcome.incorrect, {}), ("no_reply", Outcome.no_reply, {})])]
     row = summarize(entries, "m", "v", timed={"eager", "compile"})
     assert row.samples == 5 and row.ranked == 2 and row.below_tier == 1
     assert row.fast_p["eager"] == {"fast_0": 0.4, "fast_1": 0.4, "fast_1.5": 0.2, "fast_2": 0.2}
@@ -221,8 +216,8 @@ def test_json_csv_md_formats(built):
     sections = [r["section"] for r in board["rows"]]
     assert sections == sorted(sections, key=["reference", "ranked", "unranked"].index)
     reader = list(csv.reader(io.StringIO(lb(built, "--format", "csv"))))
-    assert tuple(reader[0]) == CSV_FIELDS and len(reader) == 1 + n_rows
-    by_name = {row[4]: dict(zip(CSV_FIELDS, row)) for row in reader[1:]}
+    assert tuple(reader[0]) == CSV_VIEW and len(reader) == 1 + n_rows
+    by_name = {row[4]: dict(zip(CSV_VIEW, row)) for row in reader[1:]}
     assert by_name["eval/noisy_loose.py"]["section"] == "ranked" and by_name["eval/noisy_loose.py"]["gpu"] == board["gpu"]
     md = lb(built, "--format", "md")
     assert f"## Leaderboard on {board['gpu']}" in md
@@ -264,7 +259,7 @@ def test_gpus_are_never_mixed(built, tmp_path):
                           versions={}, device_name=other))
         store.put_candidate(Candidate(id="h100-run/0", run_id="h100-run", sample="0", problem="gemm_scale_bn",
                                       source="x", source_sha256=row.source_sha256, parse=ParseResult(source="x")))
-        key = verdict_key(row.source_sha256, "gemm_scale_bn", "small", other)
+        key = verdict_key(row.source_sha256, "gemm_scale_bn", "small", other, row.verdict.judge)
         store.put_verdict(key, verdict, device_name=other, run_id="h100-run", model="m2", variant="kernelbench",
                           candidate_id="h100-run/0")
         boards = build_boards(store)

@@ -14,7 +14,7 @@ from evaluator.records import Status
 from harness.config import RunConfig
 from harness.parsing import parse_reply
 from harness.pipeline import execute_run
-from harness.prompts import detect_hardware
+from evaluator.identity import gpu_hardware
 
 REPLAYS = Path(__file__).parent / "fixtures" / "replays" / "cuda"
 REPLIES = sorted(REPLAYS.glob("[0-9]*.md"))
@@ -34,7 +34,7 @@ def test_each_cuda_reply_parses_to_its_own_cuda_candidate():
 def test_the_replay_run_judges_each_sample_and_a_rerun_does_nothing_again(tmp_path):
     cfg = RunConfig(model=f"replay:{REPLAYS}", samples=len(REPLIES), size="small", device="cuda",
                     store=tmp_path / "results.sqlite", runs_dir=tmp_path / "runs")
-    hardware = detect_hardware()
+    hardware = gpu_hardware()
     console = Console(file=io.StringIO(), width=200)
     summary = execute_run(cfg, console=console, hardware=hardware, environ={})
     verdicts = {o.sample: o.verdict for o in summary.outcomes}

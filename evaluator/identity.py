@@ -1,0 +1,134 @@
+"""What a verdict is keyed by: the device that judged it and the rules that judged it.
+
+One module for the parent and the worker alike, so a verdict's key never depends on which
+side worked it out:
+
+- `device_name(device)`: the GPU's name (`NVIDIA H100 80GB HBM3`) or the CPU's
+  (`CPU x86_64 x16`); `gpu_hardware()` the visible GPU's details for prompts and run records.
+- `judge_identity(problem)`: a `Judge`, the hashes of the evaluator's own sources and of the
+  problem's definition files, plus the torch and CUDA versions. Its `fingerprint` changes
+  whenever any of them does, so a verdict judged before a change to a check, a tolerance, the
+  reference or torch is never served as current. Nothing here is bumped by hand.
+- `verdict_key(...)`: the one function that keys a verdict in the result store, for `harness
+  run`, `harness eval` and `harness bench` alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from evaluator.problem import ProblemSpec
+
+EVALUATOR_DIR = Path(__file__).resolve().parent
+
+
+class Hardware(BaseModel):
+    """The GPU the prompt describes and the verdicts are keyed by."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="Device name, e.g. `NVIDIA H100 80GB HBM3`.")
+    sm_count: int | None = Field(None, description="Streaming multiprocessors.")
+    capability: str | None = Field(None, description="Compute capability, e.g. `9.0`.")
+    memory_gib: float | None = Field(None, description="Device memory in GiB.")
+
+
+class Judge(BaseModel):
+    """What judged a verdict. Two verdicts with the same fingerprint were judged by the same rules."""
+
+    model_config = ConfigDict(extra="forbid")
+    evaluator_sha256: str = Field(description="SHA-256 over the evaluator package's sources (names and bytes).")
+    problem_sha256: str = Field(description="SHA-256 over the problem's definition files (spec and reference).")
+    torch_version: str = Field(description="torch.__version__ of the judging interpreter.")
+    cuda_version: str | None = Field(description="torch.version.cuda (None for a CPU-only torch).")
+
+    @property
+    def fingerprint(self) -> str:
+        return _digest(self.model_dump(mode="json"))
+
+    @property
+    def short(self) -> str:
+        """Twelve hex digits of the fingerprint, for people."""
+        return self.fingerprint[:12]
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _files_digest(files: list[Path], root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in files:
+        try:
+            name = str(path.resolve().relative_to(root.resolve()))
+        except ValueError:
+            name = path.name
+        data = path.read_bytes()
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def evaluator_sha256() -> str:
+    """SHA-256 over every Python source of the evaluator package: any change to a check, the
+    worker, the timing or the records changes it."""
+    return _files_digest(sorted(EVALUATOR_DIR.rglob("*.py")), EVALUATOR_DIR)
+
+
+def problem_sha256(problem: ProblemSpec) -> str:
+    """SHA-256 over the files that define `problem` (its spec, reference and rule files)."""
+    return _files_digest(sorted(problem.definition_files()), problem.folder)
+
+
+def judge_identity(problem: ProblemSpec) -> Judge:
+    """The Judge of verdicts on `problem` made by this interpreter (imports torch)."""
+    import torch
+
+    return Judge(evaluator_sha256=evaluator_sha256(), problem_sha256=problem_sha256(problem),
+                 torch_version=torch.__version__, cuda_version=torch.version.cuda)
+
+
+def cpu_name() -> str:
+    return f"CPU {platform.processor() or platform.machine()} x{os.cpu_count()}"
+
+
+def gpu_hardware(index: int | None = None) -> Hardware | None:
+    """The visible GPU (`index`, default the current one), read with torch; None without one."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
+        return Hardware(name=props.name, sm_count=props.multi_processor_count, capability=f"{props.major}.{props.minor}",
+                        memory_gib=round(props.total_memory / 2**30, 1))
+    except Exception:  # a broken driver must not stop a CPU run
+        return None
+
+
+def device_name(device: str, hardware: Hardware | None = None) -> str:
+    """The name verdicts are keyed by: the GPU's (`hardware`, else the visible one) or the CPU's."""
+    if device != "cuda":
+        return cpu_name()
+    hardware = hardware or gpu_hardware()
+    return hardware.name if hardware is not None else "cuda"
+
+
+def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, judge: Judge | str,
+                compile_only: bool = False) -> str:
+    """SHA-256 of (source hash, problem, size, device name, judge fingerprint): the resume key of
+    a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation)."""
+    fingerprint = judge if isinstance(judge, str) else judge.fingerprint
+    parts = {"source": source_sha256, "problem": problem, "size": size, "device": device_name, "judge": fingerprint}
+    if compile_only:
+        parts["compile_only"] = True
+    return _digest(parts)

@@ -1,0 +1,450 @@
+"""The leaderboard as data: boards built from the result store, and the metrics over them.
+
+Pure functions of what the store holds (no printing; `harness.render` and `harness.report`
+draw them). Reading rules (what makes a ranking honest):
+
+- Rows from different GPUs are never mixed: one board per `environment.device_name` (the
+  store's key column when a verdict has no environment, e.g. a parse error).
+- A speedup is the one the worker measured: candidate and baseline timed in the same process
+  on the same GPU (`Verdict.speedup`). Nothing here divides numbers from two evaluations.
+- Ranked: candidates whose verdict is `correct`, that pass the chosen tolerance tier
+  (`--tier`, default `loose`), carry no `reject` flag nor an `implausible` flag, and were
+  judged by this harness's rules (`Verdict.judge`, see evaluator.identity: a verdict from an
+  older evaluator or an edited problem is `stale` until it is judged again); ordered by
+  speedup vs `eager` (fastest first; those without an eager speedup last, by runtime).
+  Everything else is listed below, grouped by outcome (harness.outcomes), with its reason.
+- Reference rows sit beside the ranking: each baseline (median of its medians over the same
+  evaluations, and its speedup vs `eager` etc. computed inside each evaluation, then the
+  median), and the golden kernels (runs of mode `golden`).
+
+Summary metrics per model x prompt variant (and overall, golden kernels excluded):
+outcome counts, `fast_p` (KernelBench: the share of ALL samples that are correct and faster
+than p times the baseline), the geometric mean and the best speedup over correct samples,
+and the tokens and request latency spent (from the generations table). A sample is a
+requested generation: samples whose request failed (`no_reply`) or that were not evaluated
+(`not_evaluated`) count in the denominator too.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluator.records import Flag, FlagPolicy, Status, Verdict
+from harness.outcomes import Outcome
+from harness.records import Run
+from harness.store import NO_MODEL, Store, VerdictRow
+from harness.text import short_text
+
+TIERS = ("strict", "loose")
+SPEEDUP_BASELINES = ("eager", "compile", "eager_tf32", "compile_tf32")  # the columns, in this order
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+FAST_P_BASELINES = ("eager", "compile")
+
+# Whether a verdict was judged by the current rules: (verdict) -> None when it was, else why not.
+StalenessCheck = Callable[[Verdict], "str | None"]
+
+
+# -- pure metrics ---------------------------------------------------------------------------------
+
+def fast_p(samples: Sequence[tuple[bool, float | None]], p: float) -> float | None:
+    """KernelBench's fast_p: the share of ALL `samples` (correct, speedup) that are correct and
+    have speedup > p. None for no samples."""
+    if not samples:
+        return None
+    return sum(1 for ok, s in samples if ok and s is not None and s > p) / len(samples)
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    """Geometric mean of positive values (None for none)."""
+    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def is_implausible(flag: Flag) -> bool:
+    return flag.name.startswith("implausible")
+
+
+def classify(verdict: Verdict, tier: str, stale: str | None = None) -> tuple[Outcome, str | None]:
+    """(outcome, reason): `correct` only when rankable at `tier`; `stale` when `stale` says why the
+    verdict's rules are not the current ones; `below_tier` when it is correct at a looser tier
+    only; `rejected` for a reject or implausible flag; else the status."""
+    if stale is not None:
+        return Outcome.stale, stale
+    if verdict.status != Status.correct:
+        return Outcome.of(verdict.status), short_text(verdict.error) or None
+    blocking = [f for f in verdict.flags if f.policy == FlagPolicy.reject or is_implausible(f)]
+    if blocking:
+        return Outcome.rejected, "; ".join(f"{f.name}: {short_text(f.reason, 80)}" for f in blocking)
+    tiers = verdict.correctness.tiers if verdict.correctness else {}
+    if not tiers.get(tier, False):
+        passed = [t for t, ok in tiers.items() if ok]
+        err = verdict.correctness.max_abs_err if verdict.correctness else None
+        detail = f" (max abs err {err:.2e})" if err is not None else ""
+        return Outcome.below_tier, (f"passes {', '.join(passed) or 'no tier'}, not {tier}{detail}"
+                                    if tier in tiers else f"no tier {tier!r} in this verdict")
+    return Outcome.correct, None
+
+
+# -- the entries ----------------------------------------------------------------------------------
+
+@dataclass
+class Entry:
+    """One row of a board: a candidate, a golden kernel or a baseline."""
+
+    kind: str                     # candidate | golden | baseline
+    name: str                     # run/sample, golden/..., baseline/<name>
+    gpu: str
+    problem: str
+    size: str
+    status: str                   # the verdict's status (`no_reply`, `not_evaluated` without one; `baseline`)
+    outcome: Outcome
+    reason: str | None = None
+    run_id: str | None = None
+    sample: str | None = None
+    candidate_id: str | None = None
+    model: str | None = None
+    variant: str | None = None
+    rank: int | None = None
+    tiers: list[str] = field(default_factory=list)
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    runtime_ms: float | None = None
+    speedup: dict[str, float] = field(default_factory=dict)
+    flags: list[Flag] = field(default_factory=list)
+    evaluations: int | None = None  # baselines: how many evaluations the medians are over
+    verdict: Verdict | None = None
+    verdict_key: str | None = None
+    source_sha256: str | None = None
+    created: str | None = None
+
+    @property
+    def section(self) -> str:
+        if self.kind in ("golden", "baseline"):
+            return "reference"
+        return "ranked" if self.rank is not None else "unranked"
+
+    @property
+    def shown_status(self) -> str:
+        """The status column: the board's own outcome where it overrides the verdict's status."""
+        return self.outcome.value if self.outcome in (Outcome.below_tier, Outcome.rejected, Outcome.stale) \
+            else self.status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "section": self.section, "rank": self.rank, "kind": self.kind, "candidate": self.name, "gpu": self.gpu,
+            "run_id": self.run_id, "sample": self.sample, "candidate_id": self.candidate_id, "model": self.model,
+            "variant": self.variant, "problem": self.problem, "size": self.size, "status": self.status,
+            "outcome": self.outcome.value, "tiers": self.tiers, "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err, "runtime_ms": self.runtime_ms,
+            **{f"speedup_{b}": self.speedup.get(b) for b in SPEEDUP_BASELINES},
+            "speedup": dict(self.speedup),
+            "flags": [f.model_dump(mode="json") for f in self.flags], "reason": self.reason,
+            "evaluations": self.evaluations, "verdict_key": self.verdict_key, "source_sha256": self.source_sha256,
+            "created": self.created,
+        }
+
+
+@dataclass
+class SummaryRow:
+    """Metrics of one model x variant (or `all`) on one GPU."""
+
+    model: str
+    variant: str
+    samples: int
+    counts: dict[str, int]            # by verdict status, plus no_reply / not_evaluated
+    ranked: int                       # correct at the tier, not rejected: the `correct` of fast_p
+    below_tier: int
+    rejected: int
+    fast_p: dict[str, dict[str, float | None]]   # baseline -> "fast_<p>" -> share
+    geomean: dict[str, float | None]             # baseline -> geometric mean over ranked samples
+    best: dict[str, float | None]                # baseline -> best speedup among ranked samples
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    latency_s: float = 0.0
+    reference: bool = False            # golden kernels: not part of `all`
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "variant": self.variant, "samples": self.samples, "counts": self.counts,
+            "correct_at_tier": self.ranked, "below_tier": self.below_tier, "rejected": self.rejected,
+            "fast_p": self.fast_p, "geomean_speedup": self.geomean, "best_speedup": self.best,
+            "requests": self.requests, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "total_tokens": self.total_tokens,
+            "latency_s": round(self.latency_s, 3), "reference": self.reference,
+        }
+
+
+@dataclass
+class Board:
+    """Everything measured on one GPU."""
+
+    gpu: str
+    tier: str
+    references: list[Entry] = field(default_factory=list)   # baselines, then golden kernels
+    ranked: list[Entry] = field(default_factory=list)
+    unranked: list[Entry] = field(default_factory=list)
+    summary: list[SummaryRow] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> list[Entry]:
+        return self.ranked + self.unranked
+
+    @property
+    def rows(self) -> list[Entry]:
+        return self.references + self.ranked + self.unranked
+
+    @property
+    def groups(self) -> list[str]:
+        """The problem/size pairs on the board."""
+        return sorted({f"{e.problem}/{e.size}" for e in self.rows})
+
+    @property
+    def title(self) -> str:
+        return f"Leaderboard on {self.gpu} (ranked by speedup vs eager; tier {self.tier})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "tier": self.tier, "rows": [e.to_dict() for e in self.rows],
+                "summary": [s.to_dict() for s in self.summary]}
+
+
+@dataclass
+class Filters:
+    run: str | None = None
+    model: str | None = None
+    problem: str | None = None
+    size: str | None = None
+    variant: str | None = None
+    gpu: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+# -- from store rows to entries -------------------------------------------------------------------
+
+def _row_gpu(row: VerdictRow) -> str:
+    env = row.verdict.environment
+    return env.device_name if env is not None and env.device_name else row.device_name
+
+
+def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: StalenessCheck | None = None) -> Entry:
+    v = row.verdict
+    golden = run is not None and run.mode == "golden"
+    outcome, reason = classify(v, tier, staleness(v) if staleness is not None else None)
+    return Entry(
+        kind="golden" if golden else "candidate", name=f"golden/{row.sample}" if golden else f"{row.run_id}/{row.sample}",
+        gpu=_row_gpu(row), problem=row.problem, size=row.size, status=v.status.value, outcome=outcome, reason=reason,
+        run_id=row.run_id, sample=row.sample, candidate_id=row.candidate_id, model=row.model or NO_MODEL,
+        variant=row.variant or NO_MODEL,
+        tiers=[t for t, ok in (v.correctness.tiers.items() if v.correctness else []) if ok],
+        max_abs_err=v.correctness.max_abs_err if v.correctness else None,
+        max_rel_err=v.correctness.max_rel_err if v.correctness else None,
+        runtime_ms=v.runtime_ms, speedup=dict(v.speedup), flags=list(v.flags), verdict=v,
+        verdict_key=row.verdict_key, source_sha256=row.source_sha256, created=row.created,
+    )
+
+
+def _run_problem(run: Run) -> str:
+    return Path(str(run.config.get("problem", ""))).name
+
+
+def _run_matches(run: Run, f: Filters) -> bool:
+    cfg = run.config
+    return ((f.run is None or run.id == f.run) and (f.model is None or cfg.get("model") == f.model)
+            and (f.variant is None or cfg.get("variant") == f.variant)
+            and (f.problem is None or _run_problem(run) == f.problem or cfg.get("problem") == f.problem)
+            and (f.size is None or cfg.get("size") == f.size) and (f.gpu is None or run.device_name == f.gpu))
+
+
+def missing_sample_entries(store: Store, run: Run, judged: set[str]) -> list[Entry]:
+    """Samples of a generate run without a verdict: failed requests and unevaluated candidates."""
+    samples = int(run.config.get("samples") or 0)
+    generations = {g.sample_index: g for g in store.list_generations(run.id)}
+    candidates = {c.id: c for c in store.list_candidates(run.id)}
+    entries = []
+    for index in sorted(set(range(samples)) | set(generations)):
+        cid = f"{run.id}/{index}"
+        if cid in judged:
+            continue
+        gen = generations.get(index)
+        if cid in candidates:
+            outcome, reason = Outcome.not_evaluated, "parsed, never evaluated (--no-eval, or the run stopped)"
+        elif gen is not None and gen.completion.error is not None:
+            outcome = Outcome.no_reply
+            reason = f"{gen.completion.error.kind.value}: {short_text(gen.completion.error.message, 80)}"
+        else:
+            outcome, reason = Outcome.no_reply, "no reply stored (request not made, or a replay file missing)"
+        entries.append(Entry(
+            kind="candidate", name=cid, gpu=run.device_name, problem=_run_problem(run),
+            size=str(run.config.get("size") or ""), status=outcome.value, outcome=outcome, reason=reason,
+            run_id=run.id, sample=str(index), candidate_id=cid, model=run.config.get("model") or NO_MODEL,
+            variant=run.config.get("variant") or NO_MODEL))
+    return entries
+
+
+def baseline_entries(entries: Sequence[Entry], gpu: str) -> list[Entry]:
+    """One reference row per baseline per (problem, size): medians over the evaluations that
+    timed it (each evaluation counted once), speedups computed inside each evaluation. Stale
+    verdicts are left out: their baselines were timed under other rules."""
+    by_group: dict[tuple[str, str], dict[str, Verdict]] = {}
+    for e in entries:
+        if e.verdict is not None and e.verdict.baselines and e.verdict_key and e.outcome != Outcome.stale:
+            by_group.setdefault((e.problem, e.size), {})[e.verdict_key] = e.verdict
+    out = []
+    for (problem, size), verdicts in sorted(by_group.items()):
+        names = sorted({b for v in verdicts.values() for b in v.baselines},
+                       key=lambda b: (SPEEDUP_BASELINES.index(b) if b in SPEEDUP_BASELINES else 99, b))
+        for name in names:
+            timed = [v for v in verdicts.values() if name in v.baselines]
+            ms = statistics.median(v.baselines[name].median_ms for v in timed)
+            speedup = {}
+            for other in names:
+                ratios = [v.baselines[other].median_ms / v.baselines[name].median_ms for v in timed
+                          if other in v.baselines and v.baselines[name].median_ms > 0]
+                if ratios:
+                    speedup[other] = statistics.median(ratios)
+            out.append(Entry(kind="baseline", name=f"baseline/{name}", gpu=gpu, problem=problem, size=size,
+                             status="baseline", outcome=Outcome.reference, runtime_ms=ms, speedup=speedup,
+                             evaluations=len(timed), model=NO_MODEL, variant=NO_MODEL,
+                             reason=f"median over {len(timed)} evaluation(s)"))
+    return out
+
+
+def _rank_key(e: Entry) -> tuple:
+    s = e.speedup.get("eager")
+    return (s is None, -(s or 0.0), e.runtime_ms if e.runtime_ms is not None else math.inf, e.name)
+
+
+def _outcome_key(e: Entry) -> tuple:
+    return (e.outcome.order, e.name)
+
+
+def timed_baselines(entries: Iterable[Entry]) -> set[str]:
+    """Baselines timed in any of these entries' evaluations."""
+    return {b for e in entries if e.verdict is not None for b in e.verdict.baselines}
+
+
+def summarize(entries: Sequence[Entry], model: str, variant: str, runs: Sequence[Run] = (),
+              generations: dict[str, list] | None = None, reference: bool = False,
+              timed: set[str] | None = None) -> SummaryRow:
+    """Summary metrics over candidate entries (see the module docstring). `timed`: the
+    baselines timed on this GPU (fast_p vs a baseline never timed there is None, not 0)."""
+    counts: dict[str, int] = {}
+    for e in entries:
+        counts[e.status] = counts.get(e.status, 0) + 1
+    for outcome in Outcome:
+        if outcome.counted:
+            counts.setdefault(outcome.value, 0)
+    fast: dict[str, dict[str, float | None]] = {}
+    geo: dict[str, float | None] = {}
+    best: dict[str, float | None] = {}
+    ranked = [e for e in entries if e.outcome == Outcome.correct]
+    for b in FAST_P_BASELINES:
+        measured = b in (timed if timed is not None else timed_baselines(entries))
+        pairs = [(e.outcome == Outcome.correct, e.speedup.get(b)) for e in entries]
+        fast[b] = {f"fast_{p:g}": (fast_p(pairs, p) if measured else None) for p in FAST_P}
+        values = [e.speedup[b] for e in ranked if b in e.speedup]
+        geo[b] = geomean(values)
+        best[b] = max(values) if values else None
+    row = SummaryRow(model=model, variant=variant, samples=len(entries), counts=counts, ranked=len(ranked),
+                     below_tier=sum(e.outcome == Outcome.below_tier for e in entries),
+                     rejected=sum(e.outcome == Outcome.rejected for e in entries), fast_p=fast, geomean=geo,
+                     best=best, reference=reference)
+    for run in runs:
+        for g in (generations or {}).get(run.id, []):
+            usage = g.completion.usage
+            row.requests += g.completion.attempts
+            row.prompt_tokens += usage.prompt_tokens or 0
+            row.completion_tokens += usage.completion_tokens or 0
+            row.total_tokens += usage.total_tokens or ((usage.prompt_tokens or 0) + (usage.completion_tokens or 0))
+            row.latency_s += g.completion.latency_s
+    return row
+
+
+def build_boards(store: Store, filters: Filters | None = None, tier: str = "loose",
+                 staleness: StalenessCheck | None = None) -> list[Board]:
+    """The boards (one per GPU) of everything in `store` that passes `filters`. `staleness`
+    tells which verdicts were judged by other rules than the current ones (see
+    `current_rules`); None trusts every verdict."""
+    f = filters or Filters()
+    rows = store.list_verdicts(run=f.run, model=f.model, problem=f.problem, size=f.size, variant=f.variant)
+    runs = {r.id: r for r in store.list_runs()}
+    entries = [entry_from_row(r, runs.get(r.run_id), tier, staleness) for r in rows]
+    judged = {r.candidate_id for r in rows}
+    gen_runs = [run for run in runs.values() if run.mode == "generate" and _run_matches(run, f)]
+    for run in gen_runs:
+        entries += missing_sample_entries(store, run, judged)
+    if f.gpu is not None:
+        entries = [e for e in entries if e.gpu == f.gpu]
+    generations = {run.id: store.list_generations(run.id) for run in gen_runs}
+    boards = []
+    for gpu in sorted({e.gpu for e in entries}):
+        mine = [e for e in entries if e.gpu == gpu]
+        board = Board(gpu=gpu, tier=tier)
+        golden = sorted((e for e in mine if e.kind == "golden"), key=lambda e: (e.outcome.order, _rank_key(e)))
+        board.references = baseline_entries(mine, gpu) + golden
+        cands = [e for e in mine if e.kind == "candidate"]
+        board.ranked = sorted((e for e in cands if e.outcome == Outcome.correct), key=_rank_key)
+        for i, e in enumerate(board.ranked, 1):
+            e.rank = i
+        board.unranked = sorted((e for e in cands if e.outcome != Outcome.correct), key=_outcome_key)
+        # summaries: per model x variant, then overall, then the golden kernels as a reference group
+        groups: dict[tuple[str, str], list[Entry]] = {}
+        for e in cands:
+            groups.setdefault((e.model or NO_MODEL, e.variant or NO_MODEL), []).append(e)
+        board_runs = [run for run in gen_runs if run.device_name == gpu]
+        timed = timed_baselines(mine)
+        for (model, variant), members in sorted(groups.items()):
+            members_runs = [run for run in board_runs if (run.config.get("model") or NO_MODEL) == model
+                            and (run.config.get("variant") or NO_MODEL) == variant]
+            board.summary.append(summarize(members, model, variant, members_runs, generations, timed=timed))
+        if cands:
+            board.summary.append(summarize(cands, "all", "all", board_runs, generations, timed=timed))
+        if golden:
+            board.summary.append(summarize(golden, "golden", NO_MODEL, reference=True, timed=timed))
+        boards.append(board)
+    return boards
+
+
+def current_rules() -> StalenessCheck:
+    """The staleness check of this harness: a verdict is current when its judge's evaluator hash
+    is this evaluator's and its problem hash is that of the problem as it is now (when the
+    problem can still be found). Torch and CUDA versions are measurement context, shown but not
+    judged here: a store read on another machine is not stale for that."""
+    from evaluator.identity import evaluator_sha256, problem_sha256
+    from evaluator.problem import load_problem
+
+    mine = evaluator_sha256()
+    problems: dict[str, str | None] = {}
+
+    def problem_hash(name: str) -> str | None:
+        if name not in problems:
+            try:
+                problems[name] = problem_sha256(load_problem(name))
+            except (FileNotFoundError, ValueError, OSError):
+                problems[name] = None  # not findable from here: its hash cannot be compared
+        return problems[name]
+
+    def check(verdict: Verdict) -> str | None:
+        judge = verdict.judge
+        if judge is None:
+            return (f"judged before verdicts carried their rules (evaluator {verdict.evaluator_version}): "
+                    f"judge it again to rank it")
+        if judge.evaluator_sha256 != mine:
+            return (f"judged by evaluator {judge.evaluator_sha256[:12]}, this one is {mine[:12]}: "
+                    f"judge it again to rank it")
+        current = problem_hash(verdict.problem)
+        if current is not None and judge.problem_sha256 != current:
+            return f"problem {verdict.problem} changed since it was judged: judge it again to rank it"
+        return None
+
+    return check

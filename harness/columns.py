@@ -1,0 +1,139 @@
+"""The columns of a board, defined once: how each is read from an entry (or a summary row) and
+printed. The renderers (terminal, markdown, CSV, HTML) only pick which columns, in which order.
+
+- `ENTRY_COLUMNS`: one `Column` per field of a board row, by key.
+- `FULL_VIEW` (markdown), `CSV_VIEW` (raw values) and `compact_view(board)` (terminal and
+  HTML: model and variant share a column, problem/size only when the board has several,
+  speedup columns only for baselines timed on the board's GPU) are lists of those keys.
+- `SUMMARY_COLUMNS`, `OUTCOME_VIEW`, `SPEED_VIEW`: the same for the summary rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.board import FAST_P, FAST_P_BASELINES, SPEEDUP_BASELINES, Board, Entry, SummaryRow
+from harness.store import NO_MODEL
+from harness.text import fmt_err, fmt_flags, fmt_ms, fmt_share, fmt_speedup
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: `text` prints it for people, `raw` gives the value for CSV (default: `text`)."""
+
+    key: str
+    header: str
+    text: Callable[[Any], str]
+    raw: Callable[[Any], Any] | None = None
+    numeric: bool = False
+    short_header: str | None = None  # the terminal's narrower header
+
+    def value(self, row: Any) -> Any:
+        return (self.raw or self.text)(row)
+
+
+def _rank(e: Entry) -> str:
+    return str(e.rank) if e.rank is not None else ("ref" if e.section == "reference" else "-")
+
+
+def _speedup_column(baseline: str) -> Column:
+    return Column(f"speedup_{baseline}", f"× {baseline}", lambda e: fmt_speedup(e.speedup.get(baseline)),
+                  raw=lambda e: e.speedup.get(baseline), numeric=True)
+
+
+_ENTRY_COLUMNS = [
+    Column("gpu", "gpu", lambda e: e.gpu),
+    Column("section", "section", lambda e: e.section),
+    Column("rank", "rank", _rank, raw=lambda e: e.rank, numeric=True),
+    Column("kind", "kind", lambda e: e.kind),
+    Column("candidate", "candidate", lambda e: e.name),
+    Column("model", "model", lambda e: e.model or NO_MODEL, raw=lambda e: e.model),
+    Column("variant", "variant", lambda e: e.variant or NO_MODEL, raw=lambda e: e.variant),
+    Column("model_variant", "model / variant", lambda e: f"{e.model or NO_MODEL} / {e.variant or NO_MODEL}"),
+    Column("problem", "problem", lambda e: e.problem),
+    Column("size", "size", lambda e: e.size),
+    Column("problem_size", "problem/size", lambda e: f"{e.problem}/{e.size}"),
+    Column("status", "status", lambda e: e.shown_status, raw=lambda e: e.status),
+    Column("outcome", "outcome", lambda e: e.outcome.value),
+    Column("tiers", "tiers", lambda e: ",".join(e.tiers) or "-", raw=lambda e: ",".join(e.tiers)),
+    Column("max_abs_err", "max abs err", lambda e: fmt_err(e.max_abs_err), raw=lambda e: e.max_abs_err,
+           numeric=True, short_header="max err"),
+    Column("max_rel_err", "max rel err", lambda e: fmt_err(e.max_rel_err), raw=lambda e: e.max_rel_err, numeric=True),
+    Column("runtime_ms", "ms", lambda e: fmt_ms(e.runtime_ms), raw=lambda e: e.runtime_ms, numeric=True),
+    *[_speedup_column(b) for b in SPEEDUP_BASELINES],
+    Column("flags", "flags", lambda e: fmt_flags(e.flags)),
+    Column("reason", "reason", lambda e: e.reason or ""),
+    Column("run_id", "run", lambda e: e.run_id or "", raw=lambda e: e.run_id),
+    Column("sample", "sample", lambda e: e.sample or "", raw=lambda e: e.sample),
+    Column("evaluations", "evaluations", lambda e: str(e.evaluations or ""), raw=lambda e: e.evaluations,
+           numeric=True),
+]
+ENTRY_COLUMNS: dict[str, Column] = {c.key: c for c in _ENTRY_COLUMNS}
+
+SPEEDUP_KEYS = tuple(f"speedup_{b}" for b in SPEEDUP_BASELINES)
+FULL_VIEW = ("rank", "candidate", "model", "variant", "problem_size", "status", "tiers", "max_abs_err", "runtime_ms",
+             *SPEEDUP_KEYS, "flags", "reason")
+CSV_VIEW = ("gpu", "section", "rank", "kind", "candidate", "model", "variant", "problem", "size", "status", "outcome",
+            "tiers", "max_abs_err", "max_rel_err", "runtime_ms", *SPEEDUP_KEYS, "flags", "reason", "run_id", "sample",
+            "evaluations")
+
+
+def compact_view(board: Board) -> list[Column]:
+    """The columns the terminal and the HTML report show for `board` (see the module docstring)."""
+    timed = {b for e in board.rows for b in e.speedup}
+    keys = ["rank", "candidate", "model_variant"] + (["problem_size"] if len(board.groups) > 1 else [])
+    keys += ["status", "tiers", "max_abs_err", "runtime_ms"]
+    keys += [f"speedup_{b}" for b in SPEEDUP_BASELINES if b == "eager" or b in timed]
+    return [ENTRY_COLUMNS[k] for k in keys + ["flags", "reason"]]
+
+
+def view(keys: tuple[str, ...]) -> list[Column]:
+    return [ENTRY_COLUMNS[k] for k in keys]
+
+
+# -- summary rows ---------------------------------------------------------------------------------
+
+# The verdict statuses counted per summary row, worst first (the outcome type's order is best first).
+COUNTED_COLUMNS = ("parse_error", "compile_error", "runtime_error", "timeout", "crashed", "incorrect", "correct")
+
+
+def _count(status: str) -> Column:
+    return Column(status, status, lambda s: str(s.counts.get(status, 0)), numeric=True)
+
+
+def _fast(baseline: str, p: float) -> Column:
+    key = f"fast_{p:g}"
+    return Column(f"{key} {baseline}", f"{key} {baseline}", lambda s: fmt_share(s.fast_p[baseline][key]), numeric=True)
+
+
+def _speed_columns(baseline: str) -> list[Column]:
+    return [*[_fast(baseline, p) for p in FAST_P],
+            Column(f"geomean {baseline}", f"geomean {baseline}", lambda s: fmt_speedup(s.geomean[baseline]), numeric=True),
+            Column(f"best {baseline}", f"best {baseline}", lambda s: fmt_speedup(s.best[baseline]), numeric=True)]
+
+
+def _not_judged(s: SummaryRow) -> str:
+    # the request failed (no_reply) or the candidate was never evaluated
+    return str(s.counts.get("no_reply", 0) + s.counts.get("not_evaluated", 0))
+
+
+_SUMMARY_COLUMNS = [
+    Column("model", "model", lambda s: s.model + (" (reference)" if s.reference else "")),
+    Column("variant", "variant", lambda s: s.variant),
+    Column("samples", "samples", lambda s: str(s.samples), numeric=True),
+    *[_count(status) for status in COUNTED_COLUMNS],
+    Column("correct@tier", "correct@tier", lambda s: str(s.ranked), numeric=True),
+    Column("not judged", "not judged", _not_judged, numeric=True),
+    Column("tokens", "tokens", lambda s: f"{s.total_tokens:,}" if s.requests else "-", numeric=True),
+    Column("latency s", "latency s", lambda s: f"{s.latency_s:.1f}" if s.requests else "-", numeric=True),
+    *[c for b in FAST_P_BASELINES for c in _speed_columns(b)],
+]
+SUMMARY_COLUMNS: dict[str, Column] = {c.key: c for c in _SUMMARY_COLUMNS}
+OUTCOME_VIEW = ("model", "variant", "samples", *COUNTED_COLUMNS, "correct@tier", "not judged", "tokens", "latency s")
+SPEED_VIEW = ("model", "variant", *[c.key for b in FAST_P_BASELINES for c in _speed_columns(b)])
+
+
+def summary_view(keys: tuple[str, ...]) -> list[Column]:
+    return [SUMMARY_COLUMNS[k] for k in keys]

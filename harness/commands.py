@@ -1,0 +1,312 @@
+"""What each `harness` command does, behind the option parsing of `harness.cli`: resolve the
+settings, call the module that does the work, print, return the exit code.
+
+`eval` judges files and records them (`record_eval_verdicts`), `run` is `pipeline.execute_run`,
+`leaderboard` and `report` draw `board.build_boards`, `prompt` renders a prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from evaluator.identity import gpu_hardware
+from evaluator.records import Status, Verdict
+from harness.board import TIERS, Filters, build_boards, current_rules
+from harness.parsing import parse_source
+from harness.records import Candidate, Hardware, ParseResult, Run
+from harness.render import FORMATS, print_tables, to_csv, to_json, to_markdown
+from harness.store import Store, StoreError, open_store
+
+EVAL_RUN, GOLDEN_RUN = "eval", "golden"
+
+_err = Console(stderr=True)
+
+
+def default_store_path() -> Path:
+    """The store `harness run` uses: harness.toml / HARNESS_STORE / `.harness/results.sqlite`."""
+    from harness.config import DEFAULT_STORE, ConfigError, resolve_config
+
+    try:
+        return resolve_config({}).store
+    except ConfigError:
+        return Path(os.environ.get("HARNESS_STORE") or DEFAULT_STORE)
+
+
+def _bad_tier(tier: str) -> bool:
+    if tier not in TIERS:
+        _err.print(f"[red]error:[/] --tier must be one of {', '.join(TIERS)}, not {tier!r}")
+        return True
+    return False
+
+
+def _open_existing(path: Path) -> Store:
+    """An existing store (never creating one). Raises StoreError."""
+    if str(path) != ":memory:" and not Path(path).is_file():
+        raise StoreError(f"no result store at {path} (run `harness run` or `harness eval` first, or pass --store)")
+    return open_store(path)
+
+
+# -- reading the store ----------------------------------------------------------------------------
+
+def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "loose", fmt: str = "table",
+                        console: Console | None = None, out: io.TextIOBase | None = None) -> int:
+    """`harness leaderboard`. Returns the exit code (0, or 2 for a bad option or store)."""
+    console = console or Console()
+    if _bad_tier(tier):
+        return 2
+    if fmt not in FORMATS:
+        _err.print(f"[red]error:[/] --format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        return 2
+    path = store or default_store_path()
+    try:
+        with _open_existing(path) as db:
+            boards = build_boards(db, filters, tier, staleness=current_rules())
+    except StoreError as error:
+        _err.print(f"[red]error:[/] {error}")
+        return 2
+    out = out or sys.stdout
+    if fmt == "table":
+        if not boards:
+            console.print(f"[yellow]no verdicts in {path}{' matching the filters' if filters.to_dict() else ''}[/]")
+            return 0
+        print_tables(boards, console)
+        console.print(f"[dim]store {path}[/]")
+    elif fmt == "json":
+        out.write(to_json(boards, filters, tier, str(path)) + "\n")
+    elif fmt == "csv":
+        out.write(to_csv(boards))
+    else:
+        out.write(to_markdown(boards) if boards else "_no verdicts_\n")
+    out.flush()
+    return 0
+
+
+def report_command(*, store: Path | None, filters: Filters, tier: str = "loose", out: Path = Path("report.html"),
+                   console: Console | None = None) -> int:
+    """`harness report`: write the HTML file. Returns the exit code (0, or 2 for a bad option or store)."""
+    from harness.report import render_report
+
+    console = console or Console()
+    if _bad_tier(tier):
+        return 2
+    path = store or default_store_path()
+    try:
+        with _open_existing(path) as db:
+            boards = build_boards(db, filters, tier, staleness=current_rules())
+            document = render_report(boards, db, store_path=str(path), filters=filters, tier=tier)
+    except StoreError as error:
+        _err.print(f"[red]error:[/] {error}")
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(document, encoding="utf-8")
+    count = sum(len(b.candidates) for b in boards)
+    console.print(f"wrote {out} ({count} candidate(s) on {len(boards)} GPU(s): "
+                  f"{', '.join(b.gpu for b in boards) or 'none'})")
+    return 0
+
+
+# -- `harness eval` -------------------------------------------------------------------------------
+
+def is_golden_path(path: Path) -> bool:
+    """True for a file under `candidates/golden/` (the project's, or any such folder)."""
+    resolved = path.resolve()
+    try:
+        from evaluator.assets import asset_dir
+
+        if resolved.is_relative_to((asset_dir("candidates") / "golden").resolve()):
+            return True
+    except FileNotFoundError:
+        pass
+    parts = resolved.parts
+    return any(parts[i] == "candidates" and parts[i + 1] == "golden" for i in range(len(parts) - 1))
+
+
+def eval_sample_name(path: Path, golden: bool, cwd: Path | None = None) -> str:
+    """How a `harness eval` file is named in its run: a golden file's path under golden/ without
+    `.py`; another file's path relative to the working folder (absolute when outside it)."""
+    resolved = path.resolve()
+    if golden:
+        parts = resolved.parts
+        for i in range(len(parts) - 2, -1, -1):
+            if parts[i] == "candidates" and parts[i + 1] == "golden":
+                return str(Path(*parts[i + 2:]).with_suffix(""))
+        return resolved.stem
+    try:
+        return str(resolved.relative_to((cwd or Path.cwd()).resolve()))
+    except ValueError:
+        return str(resolved)
+
+
+def _eval_candidate(run_id: str, path: Path, verdict: Verdict, scope: str) -> Candidate:
+    """The candidate record of one judged file: its source when the file still holds what was
+    judged (kept even when it does not parse, for the report), and how that source parses."""
+    sample = eval_sample_name(path, run_id == GOLDEN_RUN)
+    source = None
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() == verdict.source_sha256:
+            source = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    if source is not None:
+        parse = parse_source(source)
+    else:  # unreadable, gone or changed since: the evaluator's words are all there is
+        parse = ParseResult(detail=verdict.error if verdict.status == Status.parse_error else None)
+    return Candidate(id=f"{run_id}/{sample}@{scope[:8]}", run_id=run_id, sample=sample, problem=verdict.problem,
+                     source=source, source_sha256=verdict.source_sha256 or None, parse=parse,
+                     path=str(path.resolve()))
+
+
+def record_eval_verdicts(store_path: Path | None, evaluator: Any, files: Sequence[Any], verdicts: Sequence[Verdict],
+                         *, console: Console | None = None) -> int:
+    """Store verdicts judged by `evaluator` (an `evaluator.sandbox.Evaluator`) outside a generate
+    run: one run per kind (`eval`, or `golden` for files under candidates/golden/), model and
+    variant `-`, the candidate source when the file still holds it. `files` are the evaluated
+    `CandidateFile`s (or paths), in the verdicts' order. Returns the number stored; a store
+    that cannot be opened is reported, not raised."""
+    from harness.pipeline import versions
+
+    console = console or _err
+    path = store_path or default_store_path()
+    hardware = gpu_hardware() if evaluator.device == "cuda" else None
+    try:
+        store = open_store(path)
+    except StoreError as err:
+        console.print(f"[red]error:[/] verdicts not stored: {err}")
+        return 0
+    compile_only = evaluator.options.compile_only
+    judged: dict[str, list[tuple[Candidate, str, Verdict]]] = {EVAL_RUN: [], GOLDEN_RUN: []}
+    for file, verdict in zip(files, verdicts):
+        file_path = Path(getattr(file, "path", file))
+        run_id = GOLDEN_RUN if is_golden_path(file_path) else EVAL_RUN
+        # one candidate row per file and setting, so a rerun under new rules replaces the verdict it links
+        scope = hashlib.sha256(json.dumps([verdict.problem, verdict.size, evaluator.device_name,
+                                           compile_only]).encode()).hexdigest()
+        judged[run_id].append((_eval_candidate(run_id, file_path, verdict, scope), evaluator.key(verdict), verdict))
+    stored = 0
+    with store:
+        for run_id, items in judged.items():
+            if not items:
+                continue
+            run = Run(id=run_id, mode="golden" if run_id == GOLDEN_RUN else "eval",
+                      config={"problem": evaluator.problem.name, "size": evaluator.size, "device": evaluator.device,
+                              "model": "-", "variant": "-", "compile_only": compile_only, "command": "harness eval"},
+                      versions=versions(), hardware=hardware, device_name=evaluator.device_name)
+            stored += store.record_eval(run, items, device_name=evaluator.device_name, listed_as=("-", "-"))
+    console.print(f"[dim]stored {stored} verdict(s) in {path}[/]")
+    return stored
+
+
+def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None, record: bool,
+                 console: Console) -> int:
+    """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
+    record the verdicts. Returns the exit code: 0 when every file was judged, 2 for bad settings."""
+    from evaluator.sandbox import CandidateFile, Evaluator
+    from harness.render import verdict_table
+
+    try:
+        evaluator = Evaluator(options)
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        _err.print(f"[red]error:[/] {str(err).strip(chr(39) + chr(34))}")
+        return 2
+    if evaluator.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            _err.print("[red]error:[/] --device cuda, but no CUDA GPU is visible")
+            return 2
+    candidates = [CandidateFile(name=str(f), path=f) for f in files]
+    verdicts = []
+    status = _err if json_lines else console
+    status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}, device {evaluator.device}"
+                 f"{', compile only' if options.compile_only else ''}: {len(candidates)} candidate(s)[/]")
+    for verdict in evaluator.evaluate_all(candidates):
+        verdicts.append(verdict)
+        if json_lines:
+            sys.stdout.write(verdict.model_dump_json() + "\n")
+            sys.stdout.flush()
+        else:
+            console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
+    if record:
+        record_eval_verdicts(store, evaluator, candidates, verdicts)
+    if not json_lines:
+        console.print(verdict_table(verdicts))
+    return 0
+
+
+# -- `harness run` and `harness prompt` -----------------------------------------------------------
+
+def prompt_command(variant: str, problem: str, templates: Path | None = None, console: Console | None = None,
+                   hardware: Hardware | None | bool = True) -> int:
+    """`harness prompt`: print the rendered messages. `hardware=True` detects the GPU."""
+    from evaluator.problem import load_problem
+    from harness.prompts import PromptError, format_messages, render_prompt
+
+    console = console or Console()
+    if hardware is True:
+        hardware = gpu_hardware()
+    try:
+        messages = render_prompt(load_problem(problem), variant, hardware=hardware or None, templates=templates)
+    except (PromptError, FileNotFoundError, ValueError) as err:
+        _err.print(f"[red]error:[/] {err}")
+        return 2
+    console.print(format_messages(messages), markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def run_command(options: dict[str, Any], *, config_file: Path | None = None, console: Console | None = None,
+                environ: dict[str, str] | None = None) -> int:
+    """`harness run`: resolve the config (defaults < harness.toml < env < these options), detect
+    the GPU, run, print the ranked table. Returns the exit code: 0 when the samples were
+    judged (whatever they scored), 1 when the run stopped early (auth error, unreachable
+    server, nothing to evaluate), 2 for unusable settings."""
+    from harness.config import ConfigError, resolve_config
+    from harness.outcomes import Outcome
+    from harness.pipeline import RunError, execute_run
+    from harness.render import run_table
+
+    console = console or Console()
+    try:
+        cfg = resolve_config(options, environ=environ, config_file=config_file)
+    except ConfigError as err:
+        console.print(f"[red]error:[/] {err}")
+        return 2
+    _setup_logging(console)
+    hardware = gpu_hardware()
+    if cfg.device == "cuda" and hardware is None:
+        console.print("[red]error:[/] --device cuda, but no CUDA GPU is visible")
+        return 2
+    try:
+        summary = execute_run(cfg, console=console, hardware=hardware, environ=environ)
+    except RunError as err:
+        console.print(f"[red]error:[/] {err}")
+        return 2
+    judged = sum(1 for o in summary.outcomes if o.verdict is not None)
+    if any(o.status != Outcome.skipped for o in summary.outcomes):
+        console.print(f"[bold]Run {summary.run.id}[/] on {summary.run.device_name}")
+        console.print(run_table(summary))
+    console.print(f"[dim]{judged}/{len(summary.outcomes)} judged; {summary.requests} request(s), "
+                  f"{summary.evaluated} evaluation(s) this time; store {cfg.store}[/]")
+    return summary.exit_code
+
+
+def _setup_logging(console: Console) -> None:
+    from rich.logging import RichHandler
+
+    logger = logging.getLogger("harness")
+    for handler in [h for h in logger.handlers if getattr(h, "_harness_run", False)]:
+        logger.removeHandler(handler)
+    handler = RichHandler(console=console, show_path=False, show_time=False, markup=False)
+    handler._harness_run = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)

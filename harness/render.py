@@ -1,0 +1,181 @@
+"""Boards and verdicts as text: rich tables for the terminal, JSON, CSV and markdown.
+
+Every cell comes from `harness.columns`; every colour from `harness.outcomes`. The HTML
+report is `harness.report`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from evaluator.records import Verdict
+from harness.board import Board, Filters
+from harness.columns import (
+    CSV_VIEW,
+    FULL_VIEW,
+    OUTCOME_VIEW,
+    SPEED_VIEW,
+    Column,
+    compact_view,
+    summary_view,
+    view,
+)
+from harness.outcomes import Outcome
+from harness.text import fmt_flags, short_text
+
+if TYPE_CHECKING:
+    from harness.pipeline import RunSummary
+
+FORMATS = ("table", "json", "csv", "md")
+
+
+# -- boards ---------------------------------------------------------------------------------------
+
+def leaderboard_table(board: Board) -> Table:
+    """The rich table of a board (the compact columns)."""
+    groups = board.groups
+    title = board.title + (f" · {groups[0]}" if len(groups) == 1 else "")
+    cols = compact_view(board)
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for col in cols:
+        table.add_column(col.short_header or col.header, overflow="fold", justify="right" if col.numeric else "left",
+                         no_wrap=col.key in ("candidate", "status"), min_width=30 if col.key == "reason" else None)
+    sections = [s for s in (board.references, board.ranked, board.unranked) if s]
+    for i, section in enumerate(sections):
+        for j, e in enumerate(section):
+            row = []
+            for col in cols:
+                value = col.text(e)
+                if col.key == "reason" and len(value) > 120:
+                    value = value[:119] + "…"
+                text = Text(value)
+                if col.key == "status" and e.outcome != Outcome.reference:
+                    text.stylize(e.outcome.style)
+                row.append(text)
+            row_style = "dim" if e.kind == "baseline" else ("italic" if e.kind == "golden" else None)
+            table.add_row(*row, style=row_style, end_section=(j == len(section) - 1 and i < len(sections) - 1))
+    return table
+
+
+def _summary_table(board: Board, title: str, columns: list[Column]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        table.add_column(c.header, justify="right" if c.numeric else "left")
+    for s in board.summary:
+        style = "bold" if s.model == "all" else ("dim" if s.reference else None)
+        table.add_row(*[Text(c.text(s)) for c in columns], style=style)
+    return table
+
+
+def summary_tables(board: Board) -> list[Table]:
+    return [
+        _summary_table(board, f"Outcomes on {board.gpu} (correct@tier: correct at {board.tier}, not rejected)",
+                       summary_view(OUTCOME_VIEW)),
+        _summary_table(board, f"Speed on {board.gpu} (fast_p: share of all samples correct@tier with speedup > p)",
+                       summary_view(SPEED_VIEW)),
+    ]
+
+
+def print_tables(boards: Sequence[Board], console: Console) -> None:
+    for board in boards:
+        console.print(leaderboard_table(board))
+        for table in summary_tables(board):
+            console.print(table)
+        console.print()
+
+
+def to_json(boards: Sequence[Board], filters: Filters, tier: str, store_path: str | None = None) -> str:
+    return json.dumps({"tier": tier, "filters": filters.to_dict(), "store": store_path,
+                       "boards": [b.to_dict() for b in boards]}, indent=2)
+
+
+def to_csv(boards: Sequence[Board]) -> str:
+    columns = view(CSV_VIEW)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([c.key for c in columns])
+    for board in boards:
+        for e in board.rows:
+            writer.writerow(["" if (value := c.value(e)) is None else value for c in columns])
+    return buffer.getvalue()
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(columns: Sequence[Column], rows: Iterable[object]) -> str:
+    lines = ["| " + " | ".join(_md_escape(c.header) for c in columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(_md_escape(c.text(row)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def to_markdown(boards: Sequence[Board]) -> str:
+    parts = []
+    for board in boards:
+        parts.append(f"## {board.title}\n")
+        parts.append(md_table(view(FULL_VIEW), board.rows) + "\n")
+        parts.append(f"### Outcomes on {board.gpu}\n")
+        parts.append(md_table(summary_view(OUTCOME_VIEW), board.summary) + "\n")
+        parts.append(f"### Speed on {board.gpu}\n")
+        parts.append(md_table(summary_view(SPEED_VIEW), board.summary) + "\n")
+    return "\n".join(parts)
+
+
+# -- verdicts and runs ----------------------------------------------------------------------------
+
+def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Table:
+    """`harness eval`'s table: one row per verdict."""
+    baselines = sorted({name for v in verdicts for name in v.speedup})
+    gpu = next((v.environment.device_name for v in verdicts if v.environment), None)
+    table = Table(title=title or (f"Verdicts on {gpu}" if gpu else "Verdicts"), show_lines=False)
+    for column in ("candidate", "status", "tiers", "max abs err", "ms"):
+        table.add_column(column, justify="right" if column in ("max abs err", "ms") else "left")
+    for name in baselines:
+        table.add_column(f"× {name}", justify="right")
+    table.add_column("flags")
+    table.add_column("error")
+    for v in verdicts:
+        tiers = ",".join(t for t, ok in (v.correctness.tiers.items() if v.correctness else []) if ok)
+        err = v.correctness.max_abs_err if v.correctness else None
+        row = [
+            v.candidate, Outcome.of(v.status).styled(), tiers or "-",
+            f"{err:.2e}" if err is not None else "-", f"{v.runtime_ms:.4f}" if v.runtime_ms else "-",
+        ]
+        row += [f"{v.speedup[b]:.2f}" if b in v.speedup else "-" for b in baselines]
+        row.append(fmt_flags(v.flags))
+        row.append(short_text(v.error, 90))
+        table.add_row(*row)
+    return table
+
+
+def run_table(summary: RunSummary, title: str | None = None) -> Table:
+    """`harness run`'s table: samples best first, with status, error, runtime, speedup per baseline."""
+    outcomes = summary.ranked_outcomes()
+    baselines = sorted({b for o in outcomes if o.verdict is not None for b in o.verdict.speedup})
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("sample")
+    table.add_column("status")
+    table.add_column("error", overflow="fold", max_width=80)
+    table.add_column("ms", justify="right")
+    for name in baselines:
+        table.add_column(f"× {name}", justify="right")
+    for rank, o in enumerate(outcomes, 1):
+        status = o.status.styled()
+        if o.reused_verdict or o.reused_generation:
+            status += " [dim](stored)[/]"
+        ms = f"{o.verdict.runtime_ms:.4f}" if o.verdict is not None and o.verdict.runtime_ms is not None else "-"
+        row = [str(rank), o.sample, status, short_text(o.error, 80), ms]
+        row += [f"{o.verdict.speedup[b]:.2f}" if o.verdict is not None and b in o.verdict.speedup else "-"
+                for b in baselines]
+        table.add_row(*row)
+    return table

@@ -1,0 +1,49 @@
+"""Short text out of records: one line of an error, numbers as the tables print them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from evaluator.records import Flag, FlagPolicy
+
+
+def short_text(text: str | None, limit: int = 100) -> str:
+    """One line out of an error: a traceback's last line, else the first line."""
+    if not text:
+        return ""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if len(lines) > 1 and first.endswith("Traceback (most recent call last):"):
+        lead = first[: -len("Traceback (most recent call last):")].strip()
+        first = f"{lead} {lines[-1]}".strip()
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def fmt_speedup(value: float | None) -> str:
+    return f"{value:.2f}×" if value is not None else "-"
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if value < 10 else f"{value:.2f}"
+
+
+def fmt_err(value: float | None) -> str:
+    return f"{value:.2e}" if value is not None else "-"
+
+
+def fmt_share(value: float | None) -> str:
+    return f"{100 * value:.0f}%" if value is not None else "-"
+
+
+def fmt_flags(flags: Sequence[Flag]) -> str:
+    """Flag names, each once, `!` after those that reject."""
+    names: list[str] = []
+    for flag in flags:
+        label = flag.name + ("!" if flag.policy == FlagPolicy.reject else "")
+        if label not in names:
+            names.append(label)
+    return ", ".join(names)
