@@ -9,6 +9,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from evaluator.problem import DEFAULT_PROBLEM
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True)
@@ -27,7 +29,7 @@ def usage_error(message: str) -> typer.Exit:
 @app.command("eval")
 def eval_command(
     files: list[Path] = typer.Argument(..., help="Candidate files defining ModelNew."),
-    problem: str = typer.Option("gemm_scale_bn", help="Problem name (a folder under reference/) or folder path."),
+    problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name (a folder under reference/), folder, or KernelBench-format .py file."),
     size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build without running."),
@@ -70,7 +72,7 @@ def main() -> None:  # pragma: no cover
 @app.command("prompt")
 def prompt_cli(
     variant: str = typer.Option("kernelbench", help="Prompt variant: kernelbench|fusion|strict-interface|<your template>."),
-    problem: str = typer.Option("gemm_scale_bn", help="Problem name (a folder under reference/) or folder path."),
+    problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name (a folder under reference/), folder, or KernelBench-format .py file."),
     templates: Optional[Path] = typer.Option(None, help="Folder of your own templates, searched before prompts/."),
 ) -> None:
     """Print the rendered prompt messages (system, user) of a variant."""
@@ -84,7 +86,7 @@ def run_cli(
     model: Optional[str] = typer.Option(None, help="Model name at the endpoint, or replay:DIR (saved replies)."),
     samples: Optional[int] = typer.Option(None, min=1, help="Samples per prompt (default: 4)."),
     variant: Optional[str] = typer.Option(None, help="Prompt variant (default: kernelbench)."),
-    problem: Optional[str] = typer.Option(None, help="Problem name or folder (default: gemm_scale_bn)."),
+    problem: Optional[str] = typer.Option(None, help=f"Problem name, folder, or KernelBench-format .py file (default: {DEFAULT_PROBLEM})."),
     size: Optional[str] = typer.Option(None, help="Size preset (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (env: OPENAI_BASE_URL)."),
@@ -135,7 +137,7 @@ def run_cli(
 @app.command("bench")
 def bench_command(
     sizes: str = typer.Option("small,kernelbench,wide", help="Comma list of size presets."),
-    problem: str = typer.Option("gemm_scale_bn", help="Problem name or folder."),
+    problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name, folder, or KernelBench-format .py file."),
     files: Optional[list[Path]] = typer.Argument(None, help="Candidates (default: candidates/golden/*.py)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     out: Path = typer.Option(Path("bench.json"), help="Where the JSON table goes."),

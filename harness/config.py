@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evaluator.problem import DEFAULT_PROBLEM
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -55,7 +57,8 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # what to solve
-    problem: str = Field("gemm_scale_bn", description="Problem name (a folder under reference/) or a problem folder.")
+    problem: str = Field(DEFAULT_PROBLEM, description=(
+        "Problem name (a folder under reference/), a problem folder, or a KernelBench-format .py file."))
     variant: str = Field("kernelbench", description="Prompt variant (a template name).")
     templates: Path | None = Field(None, description="A folder of user templates, searched before the built-in prompts/.")
     size: str | None = Field(None, description="Size preset to evaluate at; None = the problem's default for the device.")
