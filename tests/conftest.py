@@ -1,9 +1,38 @@
+"""Shared test setup.
+
+Isolation: no test writes into the checkout or the user's own caches and settings.
+- One build cache for the session (`HARNESS_CACHE_DIR`, a temporary folder): each extension is
+  built once per session, never into ~/.cache/kernelharness.
+- Settings that point the harness at a developer's own store, config, run folder or endpoint
+  (`HARNESS_STORE`, `OPENAI_API_KEY`, ...) are unset for the session.
+- Every test (and every module or session fixture) runs in a fresh temporary working folder,
+  so the defaults relative to it (`.harness/logs`, `.harness/results.sqlite`, `candidates/<run>`,
+  `harness.toml`, `report.html`, `bench.json`) land there. Subprocesses still import this
+  checkout: its root is put first on PYTHONPATH.
+
+Guard: when the tests run from a git checkout, the session FAILS if the checkout gained or changed
+files while they ran (`git status --porcelain --ignored --untracked-files=all`, plus each listed
+file's size and mtime, before and after). Python's and pytest's own caches (`__pycache__/`,
+`.pytest_cache/`) are not counted.
+"""
+
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# Environment settings that would send the tests to a developer's own files or model endpoint.
+USER_SETTINGS = ("HARNESS_STORE", "HARNESS_CONFIG", "HARNESS_RUNS_DIR", "HARNESS_MODEL", "OPENAI_BASE_URL",
+                 "OPENAI_API_KEY")
+# Written by Python and pytest themselves whatever the tests do (and ignored by .gitignore).
+TOOL_CACHES = ("__pycache__", ".pytest_cache")
 
 
 def cuda_visible() -> bool:
@@ -29,3 +58,122 @@ def expectation(path: Path) -> dict[str, str]:
     match = re.search(r"^EXPECT:(.*)$", path.read_text(), re.MULTILINE)
     assert match, f"{path} has no EXPECT line"
     return dict(part.split("=", 1) for part in match.group(1).replace('"""', " ").split())
+
+
+# -- isolation ----------------------------------------------------------------------------------
+
+_SESSION_ENV = pytest.MonkeyPatch()
+_session_folder = pytest.StashKey[Path]()
+_checkout_before = pytest.StashKey["dict | None"]()
+_checkout_changes = pytest.StashKey[list]()
+
+
+def pytest_configure(config):
+    """Set before collection, so that modules imported while collecting see it too."""
+    folder = Path(tempfile.mkdtemp(prefix="kernelharness-tests-"))
+    config.stash[_session_folder] = folder
+    _SESSION_ENV.setenv("HARNESS_CACHE_DIR", str(folder / "build-cache"))
+    _SESSION_ENV.setenv("MPLCONFIGDIR", str(folder / "matplotlib"))
+    for name in USER_SETTINGS:
+        _SESSION_ENV.delenv(name, raising=False)
+    python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    _SESSION_ENV.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *python_path]))
+    config.stash[_checkout_before] = checkout_state(ROOT)
+
+
+def pytest_unconfigure(config):
+    _SESSION_ENV.undo()
+    folder = config.stash.get(_session_folder, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_workdir(tmp_path_factory):
+    """Module and session fixtures run in a temporary folder too, never in the checkout."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("session-cwd"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def isolated_workdir(session_workdir, tmp_path_factory, monkeypatch):
+    """Each test starts in its own empty working folder (not its tmp_path, which it owns)."""
+    folder = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(folder)
+    return folder
+
+
+# -- the guard ----------------------------------------------------------------------------------
+
+def checkout_state(root: Path) -> dict[str, tuple[str, tuple[int, int] | None]] | None:
+    """path -> (git status code, (size, mtime_ns)) for every untracked, ignored or changed file of
+    the git checkout at `root`; None when `root` is not the top of a git checkout."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
+                             timeout=60)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain=v1", "-z", "--ignored", "--untracked-files=all"],
+                                cwd=root, capture_output=True, check=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # git lists no empty folder: the top level's entries are compared too (e.g. a new `.benchmarks/`)
+    state = {f"{entry.name}/" if entry.is_dir() else entry.name: ("top", None) for entry in os.scandir(root)
+             if entry.name not in TOOL_CACHES}
+    records = iter(status.decode("utf-8", "surrogateescape").split("\0"))
+    for record in records:
+        if not record:
+            continue
+        code, path = record[:2], record[3:]
+        if code[0] in "RC":
+            next(records, None)  # a rename's or copy's source path follows
+        if any(part in TOOL_CACHES for part in Path(path).parts):
+            continue
+        try:
+            st = (root / path).stat()
+            signature = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            signature = None
+        state[path] = (code, signature)
+    return state
+
+
+def checkout_changes(before: dict, after: dict) -> list[str]:
+    changes = []
+    for path in sorted(set(before) | set(after)):
+        if path not in before:
+            changes.append(f"new     {after[path][0]} {path}")
+        elif path not in after:
+            changes.append(f"cleaned {before[path][0]} {path}")
+        elif before[path] != after[path]:
+            changes.append(f"changed {after[path][0]} {path}")
+    return changes
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = session.config.stash.get(_checkout_before, None)
+    if before is None:
+        return
+    changes = checkout_changes(before, checkout_state(ROOT) or {})
+    if changes:
+        session.config.stash[_checkout_changes] = changes
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if session.config.pluginmanager.get_plugin("terminalreporter") is None:
+            print("\n".join(guard_report(changes)))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    changes = config.stash.get(_checkout_changes, None)
+    if changes:
+        terminalreporter.write_sep("=", "checkout guard FAILED", red=True, bold=True)
+        for line in guard_report(changes):
+            terminalreporter.write_line(line, red=True)
+
+
+def guard_report(changes: list[str]) -> list[str]:
+    lines = [f"the tests wrote into the checkout {ROOT} (they must write only to temporary folders):",
+             *(f"  {c}" for c in changes[:50])]
+    if len(changes) > 50:
+        lines.append(f"  ... and {len(changes) - 50} more")
+    return lines

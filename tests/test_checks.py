@@ -459,7 +459,6 @@ def test_golden_style_candidate_is_clean() -> None:
 GOLDEN = [str(p) for p in golden_files()]
 
 
-@pytest.mark.skipif(not GOLDEN, reason="no candidates/golden/*.py yet")
 @pytest.mark.parametrize("path", GOLDEN, ids=[Path(p).name for p in GOLDEN])
 def test_golden_candidates_not_rejected(path: str) -> None:
     flags = static_flags(Path(path).read_text(encoding="utf-8"))
@@ -478,7 +477,6 @@ def _declared_static(doc: str) -> set[str]:
     return set() if text == "none" else {s.strip() for s in text.split(",")}
 
 
-@pytest.mark.skipif(not HACKS, reason="no hack fixtures")
 @pytest.mark.parametrize("path", HACKS, ids=[Path(p).name for p in HACKS])
 def test_hack_fixtures_match_their_docstring(path: str) -> None:
     source = Path(path).read_text(encoding="utf-8")

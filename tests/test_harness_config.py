@@ -70,3 +70,18 @@ def test_endpoint_configured():
     assert endpoint_configured(RunConfig(model="gpt"), {"OPENAI_API_KEY": "k"})
     assert endpoint_configured(RunConfig(model="qwen", base_url="http://localhost:8000/v1"), {})
     assert endpoint_configured(RunConfig(model="replay:some/dir"), {})
+
+
+@pytest.mark.parametrize("cpus, jobs", [(None, 1), (1, 1), (2, 1), (3, 1), (4, 2), (9, 4), (16, 8), (17, 8), (128, 8)])
+def test_build_jobs_default_is_half_the_cores_at_least_one_at_most_8(monkeypatch, cpus, jobs):
+    monkeypatch.setattr("harness.config.os.cpu_count", lambda: cpus)
+    assert RunConfig().build_jobs() == jobs
+
+
+def test_build_jobs_setting_is_used_as_given(monkeypatch):
+    monkeypatch.setattr("harness.config.os.cpu_count", lambda: 2)
+    assert RunConfig(jobs=3).build_jobs() == 3
+    assert RunConfig(jobs=12).build_jobs() == 12   # the cap of 8 is only the default's
+    assert resolve_config({"jobs": 5}, environ={}, cwd=Path("/nonexistent")).build_jobs() == 5
+    with pytest.raises(ValueError):
+        RunConfig(jobs=0)

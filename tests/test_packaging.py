@@ -1,6 +1,7 @@
 """Prompts, problems and golden kernels are found from an installed wheel, not only from a checkout."""
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,10 +23,25 @@ print("ok", asset_dir("prompts"))
 """
 
 
+def copy_project(dest: Path) -> Path:
+    """The files a wheel is built from, copied: setuptools writes build/ and *.egg-info into the
+    folder it builds, which must not be the checkout."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.egg-info", "build", "dist")
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+    for folder in ("harness", "evaluator", "prompts", "reference", "candidates/golden"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=skip)
+    return dest
+
+
 def test_an_installed_wheel_carries_the_data_folders(tmp_path):
-    wheel_dir, site = tmp_path / "wheel", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(wheel_dir), str(ROOT)], check=True, capture_output=True, timeout=300)
+    source, wheel_dir, site = tmp_path / "source", tmp_path / "wheel", tmp_path / "site"
+    copy_project(source)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "--no-cache-dir", "-w", str(wheel_dir), str(source)], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
     [wheel] = wheel_dir.glob("*.whl")
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site), "PROBE_SITE": str(site)}
