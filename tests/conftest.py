@@ -44,7 +44,16 @@ def cuda_visible() -> bool:
         return False
 
 
+# Module fixtures that evaluate a batch of candidates for real (builds, checks, timing: up to minutes
+# on 2 cores): every test using one is `slow`, like every `gpu` test (each builds CUDA code).
+SLOW_FIXTURES = {"bad_input_verdicts", "cpu_verdicts", "gpu_verdicts", "built", "report"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "gpu" in item.keywords or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     if cuda_visible():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible)")

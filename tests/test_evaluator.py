@@ -82,6 +82,7 @@ def test_correct_verdict_carries_errors_buffers_and_baselines(bad_input_verdicts
         (CPU / "cpp_correct.py").read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_secrets_are_scrubbed_and_the_worker_runs_in_a_fresh_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
     monkeypatch.setenv("HF_TOKEN", "hf-should-not-leak")
@@ -90,6 +91,7 @@ def test_secrets_are_scrubbed_and_the_worker_runs_in_a_fresh_folder(tmp_path, mo
     assert verdict.status == Status.correct, verdict.error
 
 
+@pytest.mark.slow
 def test_the_extension_cache_is_keyed_by_source_and_reused(tmp_path):
     options = cpu_options(tmp_path, cache_dir=tmp_path / "cache", compile_only=True)
     candidate = CandidateFile(name="cpp", path=CPU / "cpp_correct.py")
@@ -120,6 +122,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_compile_only_with_jobs_builds_the_candidates_at_the_same_time(tmp_path):
     a, b = tmp_path / "a.flag", tmp_path / "b.flag"
     batch = []
@@ -147,6 +150,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "HARNESS_STORE": str(store)})
 
 
+@pytest.mark.slow
 def test_cli_json_prints_one_verdict_per_line_and_exits_zero_whatever_they_scored(tmp_path):
     result = run_cli("eval", str(GOOD), str(CPU / "wrong_values.py"), str(CPU / "syntax_error.py"),
                      "--device", "cpu", "--size", "small", "--json", "--baselines", "eager")
@@ -159,6 +163,7 @@ def test_cli_json_prints_one_verdict_per_line_and_exits_zero_whatever_they_score
     assert lines[1]["correctness"]["tiers"] == {"strict": False, "loose": False}
 
 
+@pytest.mark.slow
 def test_cli_table_and_usage_errors():
     table = run_cli("eval", str(CPU / "nan_output.py"), "--device", "cpu")
     assert table.returncode == 0 and "incorrect" in table.stdout and "NaN" in table.stdout
@@ -168,6 +173,7 @@ def test_cli_table_and_usage_errors():
     assert run_cli("eval", str(GOOD), "--device", "tpu").returncode == 2
 
 
+@pytest.mark.slow
 def test_a_second_problem_is_just_a_folder(tmp_path):
     folder = FIXTURES / "problems" / "scaled_relu"
     options = cpu_options(tmp_path, problem=str(folder), size=None)
@@ -180,6 +186,7 @@ def test_a_second_problem_is_just_a_folder(tmp_path):
     assert prompt.returncode == 0 and "torch.relu(x) * self.scale" in prompt.stdout
 
 
+@pytest.mark.slow
 def test_a_failure_of_the_harness_itself_is_recorded_and_the_batch_goes_on(tmp_path, monkeypatch):
     evaluator = Evaluator(cpu_options(tmp_path))
     real = evaluator._run_worker

@@ -32,6 +32,7 @@ def test_the_golden_files_are_what_their_generator_writes(tmp_path):
         assert (tmp_path / f"{name}.py").read_text() == GOLDEN[name].read_text(), f"regenerate {name}.py with _src/gen.py"
 
 
+@pytest.mark.slow
 def test_each_golden_kernel_builds(tmp_path):
     verdicts = list(evaluate(golden_batch(), EvalOptions(device="cpu", compile_only=True, jobs=2, log_root=tmp_path)))
     for verdict in verdicts:

@@ -13,6 +13,7 @@ def candidate(name: str) -> CandidateFile:
     return CandidateFile(name=name, path=CUDA / f"{name}.py")
 
 
+@pytest.mark.slow
 def test_a_cuda_candidate_compiles_here_and_says_plainly_it_was_not_run(tmp_path):
     [verdict] = evaluate([candidate("bn_after_addmm_correct")],
                          EvalOptions(device="cpu", compile_only=True, log_root=tmp_path))

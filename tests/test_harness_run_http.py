@@ -60,6 +60,7 @@ def run_args(url, *extra):
             "--concurrency", "5", *extra]
 
 
+@pytest.mark.slow
 def test_run_records_every_outcome_then_resumes(workdir):
     runner = CliRunner()
     with FakeOpenAIServer(script) as server:

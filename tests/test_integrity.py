@@ -171,6 +171,7 @@ def test_a_child_process_cannot_write_to_the_verdict_channel(cpu_verdicts):
 
 # --------------------------------------------------------------------------- worker hygiene
 
+@pytest.mark.slow
 def test_the_compile_step_is_killed_over_its_memory_limit(tmp_path):
     hog = FIXTURES / "candidates" / "probes" / "memory_hog_at_import.py"
     [verdict] = evaluate([CandidateFile(name="hog", path=hog)],
@@ -314,6 +315,7 @@ def test_timer_hooks_run_outside_the_timed_calls_and_know_which_call_is_timed():
 
 # --------------------------------------------------------------------------- CUDA twins
 
+@pytest.mark.slow
 def test_a_cuda_hack_fixture_compiles_here(tmp_path):
     path = FIXTURES / "hacks" / "cuda" / "side_stream.py"
     [verdict] = evaluate([CandidateFile(name="side_stream", path=path)],

@@ -301,6 +301,7 @@ class ModelNew(nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_a_bare_file_problem_is_evaluated(tmp_path):
     good = tmp_path / "good.py"
     good.write_text(CORRECT_BARE)
@@ -316,6 +317,7 @@ def test_a_bare_file_problem_is_evaluated(tmp_path):
     assert bad.correctness.tiers == {"strict": False, "loose": False}
 
 
+@pytest.mark.slow
 def test_the_evaluator_applies_the_problems_rules(tmp_path):
     candidate = tmp_path / "relu.py"
     candidate.write_text(RELU_CANDIDATE)
