@@ -55,7 +55,7 @@ import torch
 
 from evaluator import correctness as cmp
 from evaluator import identity
-from evaluator.problem import load_problem
+from evaluator.problem import DEFAULT_PROBLEM, load_problem
 from evaluator.records import (
     Correctness, EvalRequest, Environment, Flag, FlagPolicy, Phase, Status, Verdict, WorkerMessage,
 )
@@ -179,7 +179,7 @@ def restore_global_flags(saved: dict[str, str]) -> None:
 _PLAIN_DATA = (str, bytes, int, float, complex, bool, type(None))
 
 
-def _watched_namespaces(problem_watch: list[str] | tuple[str, ...] = ()) -> list[tuple[str, object]]:
+def _watched_namespaces(problem_watch: list[str]) -> list[tuple[str, object]]:
     """Namespaces whose entries must keep their identity from before the candidate's import on.
     Modules: their functions, classes and submodules (not plain data, which torch changes itself).
     Classes: every entry, and no new ones (a new entry can shadow an inherited method).
@@ -231,7 +231,10 @@ class StateGuard:
     the reference use, and the torch-function / Python-dispatch mode stacks (both `monkeypatch`).
     Whatever changed is reported and put back, so the judging that follows is honest."""
 
-    def __init__(self, problem_watch: list[str] | tuple[str, ...] = ()):
+    def __init__(self, problem_watch: list[str] | None = None):
+        """`problem_watch`: the problem's `[rules] watch`; None: DEFAULT_PROBLEM's."""
+        if problem_watch is None:
+            problem_watch = load_problem(DEFAULT_PROBLEM).rules.watch
         self.spaces = _watched_namespaces(problem_watch)
         self.saved = {label: _entries(ns) for label, ns in self.spaces}
         self.modes = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
