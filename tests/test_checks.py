@@ -342,13 +342,10 @@ def test_flag_table(source: str, expected: set[str]) -> None:
         assert re.match(r"line \d+: ", f.reason), f.reason
 
 
-def test_default_policies() -> None:
-    P = FlagPolicy
-    assert DEFAULT_POLICIES == {
-        "torch_fallback": P.flag, "cuda_stream": P.flag, "output_caching": P.flag,
-        "concurrency": P.reject, "monkeypatch": P.reject, "introspection": P.reject,
-        "io_or_network": P.reject, "precision_flags": P.reject, "dynamic_code": P.reject,
-    }
+def test_every_flag_has_a_case_a_policy_and_a_description() -> None:
+    raised = set().union(*(expected for _, _, expected in CASES))
+    assert raised == set(DEFAULT_POLICIES), "each flag needs a case of CASES that raises it; cases name only known flags"
+    assert set(DEFAULT_POLICIES.values()) == set(FlagPolicy)
     assert set(FLAG_DESCRIPTIONS) == set(DEFAULT_POLICIES)
     assert all(d.endswith(".") and d.count(". ") == 0 for d in FLAG_DESCRIPTIONS.values())
 
