@@ -418,7 +418,7 @@ def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summ
         return
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
-    options = EvalOptions(problem=str(ctx.problem.folder), size=ctx.size, device=ctx.device,
+    options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
                           compile_only=ctx.cfg.compile_only, seed=ctx.cfg.eval_seed, jobs=ctx.cfg.build_jobs())
     evaluate_fn = ctx.evaluate_fn or _default_evaluate
     warned: set[str] = set()
