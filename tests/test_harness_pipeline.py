@@ -189,6 +189,17 @@ def test_no_endpoint_evaluates_golden(tmp_path):
     assert no_key.run.mode == "golden" and len(evaluator.seen) == 2  # resumed: nothing re-evaluated
 
 
+def test_a_bare_kernelbench_file_is_a_problem_for_a_run(tmp_path):
+    problem = Path(__file__).parent / "fixtures" / "problems" / "kb_leaky_relu_scale.py"
+    golden = tmp_path / "solution.py"
+    golden.write_text("class ModelNew: pass\n")
+    cfg = RunConfig(problem=str(problem), device="cpu", store=tmp_path / "s.sqlite", runs_dir=tmp_path / "runs")
+    evaluator = FakeEvaluator()
+    summary = execute_run(cfg, console=quiet(), evaluate_fn=evaluator, environ={}, golden=[golden])
+    assert Path(evaluator.options.problem) == problem.resolve()  # the worker is given the file itself
+    assert evaluator.options.size == "default" and summary.run.id == "golden-kb_leaky_relu_scale-default-cpu"
+
+
 def test_no_eval_leaves_candidates_unjudged(cfg):
     evaluator = FakeEvaluator()
     summary = execute_run(cfg.model_copy(update={"evaluate": False}), console=quiet(), evaluate_fn=evaluator, environ={})
