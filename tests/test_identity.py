@@ -73,6 +73,7 @@ def _run(cfg: RunConfig, golden: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.slow  # real (CPU) evaluations
 def test_a_changed_check_rejudges_what_was_stored(tmp_path, edited_evaluator):
     cfg, golden = _golden_cfg(tmp_path)
     first = _run(cfg, golden)
@@ -136,6 +137,7 @@ def _write_v1_store(path: Path, cfg: RunConfig, golden: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow  # real (CPU) evaluations
 def test_an_old_store_is_migrated_and_its_verdicts_rejudged(tmp_path):
     cfg, golden = _golden_cfg(tmp_path)
     cfg = cfg.model_copy(update={"compile_only": False})
