@@ -72,7 +72,6 @@ def _run(cfg: RunConfig, golden: Path):
     return execute_run(cfg, console=Console(file=io.StringIO()), environ={}, golden=[golden])
 
 
-@pytest.mark.slow
 @pytest.mark.slow  # real (CPU) evaluations
 def test_a_changed_check_rejudges_what_was_stored(tmp_path, edited_evaluator):
     cfg, golden = _golden_cfg(tmp_path)
@@ -136,7 +135,6 @@ def _write_v1_store(path: Path, cfg: RunConfig, golden: Path) -> None:
     db.close()
 
 
-@pytest.mark.slow
 @pytest.mark.slow  # real (CPU) evaluations
 def test_an_old_store_is_migrated_and_its_verdicts_rejudged(tmp_path):
     cfg, golden = _golden_cfg(tmp_path)
