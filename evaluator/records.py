@@ -120,6 +120,30 @@ class Environment(Record):
     hostname: str = Field(description="Machine name.")
 
 
+class Mechanism(Record):
+    """One kernel mechanism the launcher applied to the worker (see evaluator.containment)."""
+
+    name: str = Field(description=(
+        "`pid_namespace`, `user_namespace`, `net_namespace`, `landlock` (filesystem), `landlock_net` (TCP), "
+        "`landlock_scope` (signals, abstract unix sockets) or `seccomp` (syscalls: sockets, ptrace, setsid, ...)."))
+    state: Literal["verified", "applied", "missing"] = Field(description=(
+        "`verified`: in force, and a probe it must refuse was refused; `applied`: in force, the probe was "
+        "inconclusive; `missing`: not in force (`detail` says why)."))
+    detail: str = Field("", description="What it does here, or why it is missing.")
+
+
+class Containment(Record):
+    """How the worker and every process it started were confined, from before the worker started
+    to its exit: as the launcher reported it, judged by the parent, which asked for every mechanism."""
+
+    mechanisms: list[Mechanism] = Field(default_factory=list, description="Every mechanism asked for, with its state.")
+    missing: list[str] = Field(default_factory=list, description=(
+        "Requirements no working mechanism covered (`files`, `sockets`, `processes`, `ptrace`, `signals`); "
+        "any one makes the verdict carry the `unsandboxed` flag."))
+    writable: list[str] = Field(default_factory=list, description=(
+        "The folders it could write under (its own folder, holding HOME, TMPDIR and caches, and its build folder)."))
+
+
 class Verdict(Record):
     """Exactly one per evaluated candidate: the worker's answer, completed by the parent."""
 
@@ -160,6 +184,8 @@ class Verdict(Record):
     stdout_bytes: int = Field(0, description="Total bytes the worker wrote to stdout.")
     stderr_bytes: int = Field(0, description="Total bytes the worker wrote to stderr.")
     log_dir: str | None = Field(None, description="Folder holding the capped stdout/stderr logs.")
+    containment: Containment | None = Field(None, description=(
+        "How the worker was confined (namespaces, Landlock, seccomp) and what was missing; null when no worker ran."))
 
     @property
     def rejected(self) -> bool:
@@ -186,8 +212,10 @@ class EvalRequest(Record):
 class WorkerMessage(Record):
     """One line on the private verdict pipe: a phase start, or the final verdict."""
 
-    kind: Literal["phase", "verdict"] = Field(description="A phase start, or the final verdict.")
+    kind: Literal["phase", "verdict", "containment"] = Field(description=(
+        "A phase start, the final verdict, or (first, from the launcher) how the worker is confined."))
     phase: Phase | None = Field(None, description="The phase starting (kind=phase).")
     verdict: Verdict | None = Field(None, description="The verdict (kind=verdict).")
+    containment: Containment | None = Field(None, description="The launcher's report (kind=containment).")
     nonce: str | None = Field(None, description="The request's token, on the verdict message.")
     error: str | None = Field(None, description="Set by the parent for a malformed channel line.")

@@ -1,7 +1,10 @@
 """The parent side of evaluation: one fresh worker process per candidate.
 
-The worker runs in its own session (process group) and folder, with a scrubbed
-environment. Its stdout and stderr belong to the candidate: they are read here through
+The worker runs in its own session (process group) and folder, with a scrubbed environment
+(HOME, TMPDIR and the caches inside its folder), contained from before it starts to its exit by
+evaluator.containment (a PID namespace, Landlock, seccomp: see there), which reports what it
+applied first on the verdict channel; a verdict lacking any of it carries the `unsandboxed` flag.
+Its stdout and stderr belong to the candidate: they are read here through
 pipes and only the last `output_cap_bytes` of each are kept. The verdict comes back on a
 private pipe as JSON lines (`WorkerMessage`): phase starts, then exactly one verdict. A
 phase that overruns its limit gets the whole process group killed; a worker that dies
@@ -14,6 +17,7 @@ import ast
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import secrets
 import selectors
@@ -31,14 +35,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator import identity
+from evaluator import containment, identity
 from evaluator.identity import Judge
 from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
-from evaluator.records import EvalRequest, Flag, Phase, Status, Verdict, WorkerMessage
+from evaluator.records import Containment, EvalRequest, Flag, Phase, Status, Verdict, WorkerMessage
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Environment variables whose names contain one of these are not passed to candidates.
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+# Nor are the harness's own settings (where its store, runs and endpoint are) or the user's runtime folder.
+HIDDEN_PREFIXES = ("HARNESS_", "OPENAI_", "XDG_RUNTIME_DIR", "DBUS_", "SSH_")
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
 VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
 MEMORY_POLL_S = 0.2  # how often the compile step's memory is read
@@ -155,8 +161,31 @@ def pip_cuda_include_dirs(cuda_home: str | None) -> list[str]:
     return folders
 
 
-def scrubbed_environment(extension_dir: Path, device: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in SECRET_MARKERS)}
+def private_folders(workdir: Path) -> dict[str, str]:
+    """HOME, TMPDIR and every cache the worker, its compilers and torch.compile write to: inside the
+    worker's own folder (created here), the only place besides its build folder it may write."""
+    home, tmp, cache = workdir / "home", workdir / "tmp", workdir / "cache"
+    for folder in (home, tmp, cache):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "HOME": str(home), "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp),
+        "XDG_CACHE_HOME": str(cache), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_STATE_HOME": str(home / ".local/state"), "MPLCONFIGDIR": str(cache / "matplotlib"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TRITON_HOME": str(home), "TORCH_HOME": str(cache / "torch"), "CUDA_CACHE_PATH": str(cache / "nv"),
+    }
+
+
+def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not any(m in k.upper() for m in SECRET_MARKERS) and not k.upper().startswith(HIDDEN_PREFIXES)}
+    if workdir is not None:
+        import site
+
+        user_base = site.getuserbase()  # HOME moves: keep the user's own site-packages importable
+        if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+            env.setdefault("PYTHONUSERBASE", user_base)
+        env.update(private_folders(workdir))
     env["TORCH_EXTENSIONS_DIR"] = str(extension_dir)
     env.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
     if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
@@ -201,10 +230,44 @@ def group_resident_bytes(leader: int) -> int:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the worker's process group, then to every process left in its session (ninja
+    puts each compiler in a group of its own; seccomp keeps them all in the session). Whatever
+    runs in the worker's PID namespace dies with its init, which dies with the launcher."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in containment.session_members(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def protected_paths(evaluator: "Evaluator") -> list[Path]:
+    """What no worker may read, even inside a hierarchy it can read: the result store (the default
+    `.harness/` here and HARNESS_STORE with SQLite's side files), the logs, the build cache (other
+    candidates' builds; its own folder is granted by name) and, run from a checkout, the checkout
+    (of which the worker reads only the evaluator package and the problem)."""
+    paths = [Path.cwd() / ".harness", evaluator.log_root, evaluator.cache_dir]
+    store = os.environ.get("HARNESS_STORE")
+    if store:
+        paths += [Path(store + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+    if (PROJECT_ROOT / "pyproject.toml").is_file():
+        paths.append(PROJECT_ROOT)
+    return [p.absolute() for p in paths]
+
+
+def contained(verdict: Verdict, messages: list[WorkerMessage]) -> Verdict:
+    """The verdict with the launcher's containment report (the first one on the channel: it is
+    written before the worker, let alone the candidate, runs), judged against what was asked for:
+    every mechanism. An `unsandboxed` flag (flag, not reject) names what was not contained."""
+    first = next((m.containment for m in messages if m.kind == "containment"), None)
+    record, missing = containment.assess(first.model_dump() if first is not None else None)
+    verdict.containment = Containment.model_validate(record)
+    if missing:
+        verdict.flags.append(Flag(name="unsandboxed", reason=containment.unsandboxed_reason(record, missing)))
+    return verdict
 
 
 def _exit_description(returncode: int | None) -> str:
@@ -296,14 +359,18 @@ class Evaluator:
         request_file.write_text(request.model_dump_json())
         extension_dir = self.cache_dir / "extensions" / digest[:24]
         extension_dir.mkdir(parents=True, exist_ok=True)
+        env = scrubbed_environment(extension_dir, self.device, workdir)
+        env[containment.PLAN_ENV] = json.dumps(containment.plan(
+            workdir, extension_dir, self.problem.location, env, protect=protected_paths(self),
+            disable=containment.disabled_mechanisms(os.environ)))
 
         read_fd, write_fd = os.pipe()
         started = time.monotonic()
         try:
+            worker = [sys.executable, "-m", "evaluator.worker", "--request", str(request_file), "--fd", str(write_fd)]
             proc = subprocess.Popen(
-                [sys.executable, "-m", "evaluator.worker", "--request", str(request_file), "--fd", str(write_fd)],
-                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=workdir, env=scrubbed_environment(extension_dir, self.device), start_new_session=True,
+                containment.launch_command(worker), pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=env, start_new_session=True,
             )
         finally:
             os.close(write_fd)
@@ -313,7 +380,7 @@ class Evaluator:
             os.close(read_fd)
             _kill_group(proc)  # stragglers: compilers, forked children, background processes
             proc.wait()
-        verdict = self._finish(outcome, proc, base, digest, time.monotonic() - started)
+        verdict = contained(self._finish(outcome, proc, base, digest, time.monotonic() - started), outcome["messages"])
         self._write_logs(verdict, outcome, digest)
         shutil.rmtree(workdir, ignore_errors=True)
         return verdict

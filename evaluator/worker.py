@@ -1084,7 +1084,15 @@ def main(argv: list[str] | None = None) -> int:
     request = EvalRequest.model_validate_json(request_path.read_text())
     request_path.unlink()
     channel = Channel(args.fd, request.nonce)
+    # Started by evaluator.containment, which applied the namespaces, Landlock and seccomp before
+    # exec (they hold for every thread and child of this process) and reported them on the channel:
+    # confirm here, before the candidate exists, that they are in force, or do not run it.
+    from evaluator import containment
+
+    not_in_force = containment.confirm_in_worker(os.environ.pop(containment.IN_FORCE_ENV, ""))
     try:
+        if not_in_force:
+            raise RuntimeError(not_in_force)
         verdict = Evaluation(request, channel).run()
     except BaseException:
         verdict = Verdict(candidate=request.candidate_name, source_sha256="", problem=_problem_name(request.problem_dir),
