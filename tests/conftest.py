@@ -2,7 +2,9 @@
 
 Isolation: no test writes into the checkout or the user's own caches and settings.
 - One build cache for the session (`HARNESS_CACHE_DIR`, a temporary folder): each extension is
-  built once per session, never into ~/.cache/kernelharness.
+  built once per session, never into ~/.cache/kernelharness. `KERNELHARNESS_TEST_CACHE_DIR`
+  names another folder to use instead, by choice (.ci/gpu prebuilds every CUDA source into
+  one in parallel before the tests, which would otherwise build them again one by one).
 - Settings that point the harness at a developer's own store, config, run folder or endpoint
   (`HARNESS_STORE`, `OPENAI_API_KEY`, ...) are unset for the session.
 - Every test (and every module or session fixture) runs in a fresh temporary working folder,
@@ -81,7 +83,7 @@ def pytest_configure(config):
     """Set before collection, so that modules imported while collecting see it too."""
     folder = Path(tempfile.mkdtemp(prefix="kernelharness-tests-"))
     config.stash[_session_folder] = folder
-    _SESSION_ENV.setenv("HARNESS_CACHE_DIR", str(folder / "build-cache"))
+    _SESSION_ENV.setenv("HARNESS_CACHE_DIR", os.environ.get("KERNELHARNESS_TEST_CACHE_DIR") or str(folder / "build-cache"))
     _SESSION_ENV.setenv("MPLCONFIGDIR", str(folder / "matplotlib"))
     for name in USER_SETTINGS:
         _SESSION_ENV.delenv(name, raising=False)
