@@ -55,18 +55,19 @@ from pathlib import Path
 PLAN_ENV = "KH_CONTAINMENT_PLAN"
 # Set by the launcher for the worker: the mechanisms it verified, which the worker confirms in itself.
 IN_FORCE_ENV = "KH_CONTAINMENT_IN_FORCE"
+OFF_ENV = "KH_CONTAINMENT_OFF"  # and those left out on purpose (the worker never sees HARNESS_* settings)
 # Mechanisms to leave out, comma-separated (`all` for every one): for checking what each one stops.
 # Verdicts made so carry the `unsandboxed` flag like any other missing mechanism.
 DISABLE_ENV = "HARNESS_CONTAINMENT_OFF"
 
 MECHANISMS = ("pid_namespace", "user_namespace", "net_namespace", "landlock", "landlock_net", "landlock_scope",
-              "seccomp")
+              "seccomp", "seccomp_unix")
 # What the issue asks for -> the mechanisms that give it (any one verified is enough).
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     # writes only under its own folders, the store neither writable nor readable
     "files": ("landlock",),
-    # no TCP, UDP, unix, raw or netlink socket
-    "sockets": ("seccomp",),
+    # no TCP, UDP, unix, raw or netlink socket (unix ones are closed once CUDA is initialised)
+    "sockets": ("seccomp_unix",),
     # every process it starts dies with it: a PID namespace, or setsid denied (nothing leaves the
     # session) and the parent killing the whole session
     "processes": ("pid_namespace", "seccomp"),
@@ -84,10 +85,10 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 
 # Denied with EPERM by the seccomp filter (names this libseccomp does not know are skipped).
 DENIED_SYSCALLS = (
-    "socket",                                        # every family: no network, no unix sockets
     "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "process_madvise",
     "setsid",                                        # nothing leaves the worker's session
     "unshare", "setns",                              # no new namespaces (clone's flags below)
@@ -139,6 +140,11 @@ def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mappin
     read: list[str] = list(SYSTEM_READ) + [p for p in sys.path if p]
     for name in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
         read += [p for p in env.get(name, "").split(os.pathsep) if p]
+    # a toolchain on PATH (`/opt/gcc/bin`) reads its own prefix (`/opt/gcc/lib/gcc/...`)
+    for folder in env.get("PATH", "").split(os.pathsep):
+        prefix = os.path.dirname(os.path.realpath(folder)) if os.path.isabs(folder) else "/"
+        if os.path.basename(folder.rstrip("/")) in ("bin", "sbin") and prefix != "/":
+            read.append(prefix)
     listed = [str(evaluator_dir.parent)]  # names only: Python's import system lists the folders on sys.path
     if Path(problem_location).is_file():
         listed.append(str(Path(problem_location).parent))
@@ -169,14 +175,17 @@ def launch_command(worker_argv: list[str]) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--", *worker_argv]
 
 
-def assess(report: dict | None) -> tuple[dict, list[str]]:
-    """The verdict's `containment` (a dict for records.Containment) from the launcher's report,
-    and the requirements no verified mechanism covers (empty: fully contained)."""
+def assess(report: dict | None, updates: Iterable[dict] = ()) -> tuple[dict, list[str]]:
+    """The verdict's `containment` (a dict for records.Containment) from the launcher's report and
+    the worker's `updates` (mechanism entries it applied itself before the candidate's import), and
+    the requirements no working mechanism covers (empty: fully contained)."""
+    if report is not None:
+        report = {**report, "mechanisms": list(report.get("mechanisms", [])) + list(updates)}
     if report is None:
         mechanisms = [{"name": name, "state": "missing", "detail": "the launcher sent no containment report"}
                       for name in MECHANISMS]
     else:
-        by_name = {m.get("name"): m for m in report.get("mechanisms", []) if isinstance(m, dict)}
+        by_name = {m.get("name"): m for m in report.get("mechanisms", []) if isinstance(m, dict)}  # later wins
         mechanisms = []
         for name in MECHANISMS:  # the parent asked for every one: one absent from the report is missing
             entry = by_name.get(name) or {"state": "missing", "detail": "not reported"}
@@ -229,7 +238,7 @@ def confirm_in_worker(in_force: str) -> str | None:
         wrong.append("no_new_privs is not set")
     if "seccomp" in names and status.get("Seccomp", "").strip() != "2":
         wrong.append(f"seccomp mode is {status.get('Seccomp', '?').strip()}, not 2 (filter)")
-    if "pid_namespace" in names and len(status.get("NSpid", "").split()) < 2:
+    if "pid_namespace" in names and os.getpid() != 2 and len(status.get("NSpid", "").split()) < 2:
         wrong.append("the worker is not in a PID namespace of its own")
     return "containment reported by the launcher is not in force in the worker: " + "; ".join(wrong) if wrong else None
 
@@ -241,6 +250,7 @@ class Report:
         self.plan = plan
         self.disabled = set(plan.get("disable", []))
         self.mechanisms: dict[str, dict] = {}
+        self.proc = False  # whether the init is to mount a /proc of its PID namespace
 
     def set(self, name: str, state: str, detail: str) -> None:
         self.mechanisms[name] = {"name": name, "state": state, "detail": detail}
@@ -286,7 +296,8 @@ def enter_namespaces(report: Report) -> bool:
         for net in (True, False):
             if (user and "user_namespace" in report.disabled) or (net and "net_namespace" in report.disabled):
                 continue
-            attempts.append((CLONE_NEWPID | (CLONE_NEWUSER if user else 0) | (CLONE_NEWNET if net else 0), user, net))
+            attempts.append((CLONE_NEWPID | CLONE_NEWNS | (CLONE_NEWUSER if user else 0) | (CLONE_NEWNET if net else 0),
+                             user, net))
     errors = []
     for flags, user, net in attempts:
         if libc.unshare(flags) != 0:
@@ -308,7 +319,15 @@ def enter_namespaces(report: Report) -> bool:
             report.set("net_namespace", "applied", "a network namespace of its own (loopback only, down)")
         elif "net_namespace" not in report.disabled:
             report.set("net_namespace", "missing", "; ".join(e for e in errors if "net" in e) or "not attempted")
-        report.set("pid_namespace", "applied", "PID 1 of a namespace of its own is the worker's init")
+        # A mount namespace of its own, so that the init can mount a /proc of the new PID namespace
+        # (CUDA reads /proc/<its pid>/...): first make every mount private, so nothing propagates out.
+        if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            report.set("pid_namespace", "applied", "PID namespace, but mounts could not be made private "
+                       f"({os.strerror(ctypes.get_errno())}): /proc stays the host's")
+            report.proc = False
+        else:
+            report.set("pid_namespace", "applied", "PID 1 of a namespace of its own is the worker's init")
+            report.proc = True
         return True
     detail = "; ".join(errors) or "not attempted"
     for name in ("pid_namespace", "user_namespace", "net_namespace"):
@@ -416,6 +435,10 @@ def apply_landlock(report: Report) -> None:
     for path in devices:
         allow(path, device)
     allow("/dev", A.READ_DIR & handled)
+    # Its own /proc/<pid> (the worker keeps this process's pid through exec): the CUDA driver writes
+    # there while it initialises (cudaGetDeviceCount fails with error 304 otherwise; /proc/self/task/*/comm
+    # and the like). No other process's /proc entries.
+    allow(os.path.realpath("/proc/self"), (A.READ_FILE | A.READ_DIR | A.WRITE_FILE | A.TRUNCATE) & handled)
     ruleset.restrict()  # also sets no_new_privs
     ruleset.close()
 
@@ -506,17 +529,45 @@ def apply_seccomp(report: Report) -> None:
             unknown.append("clone3")
         for flag in NAMESPACE_FLAGS:
             rules.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        # Every socket family but AF_UNIX: the CUDA driver opens unix sockets while it initialises
+        # (cudaGetDeviceCount fails with error 304 without them); the worker closes them too once
+        # CUDA is up (`deny_unix_sockets`).
+        rules.add_rule(deny, "socket", sc.Arg(0, sc.NE, socket.AF_UNIX))
         rules.load()
     except Exception as err:  # noqa: BLE001 - a kernel without seccomp filters, ...
         report.set("seccomp", "missing", f"the filter could not be loaded: {type(err).__name__}: {err}")
         return
     try:
-        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
     except PermissionError:
-        report.set("seccomp", "verified", f"{sc.__name__}: socket(2) refused; {len(DENIED_SYSCALLS) - len(unknown)} "
-                   "syscalls denied" + (f" (unknown here: {', '.join(unknown)})" if unknown else ""))
+        report.set("seccomp", "verified", f"{sc.__name__}: socket(2) refused for every family but AF_UNIX (a UDP "
+                   f"socket was refused); ptrace, setsid, ... denied: {len(DENIED_SYSCALLS) - len(unknown)} syscalls"
+                   + (f" (unknown here: {', '.join(unknown)})" if unknown else ""))
     else:
         report.set("seccomp", "missing", "socket(2) still worked after the filter was loaded")
+
+
+def deny_unix_sockets(disabled: Iterable[str] = ()) -> dict:
+    """Run by the worker once CUDA is initialised and before the candidate is imported: a second
+    seccomp filter, on every thread (TSYNC), refusing socket(2) altogether. The mechanism entry
+    (`seccomp_unix`) for the verdict's containment."""
+    name = "seccomp_unix"
+    if name in set(disabled):
+        return {"name": name, "state": "missing", "detail": f"disabled by {DISABLE_ENV}"}
+    try:
+        sc = _seccomp_module()
+        rules = sc.SyscallFilter(sc.ALLOW)
+        rules.set_attr(sc.Attr.CTL_TSYNC, 1)
+        rules.add_rule(sc.ERRNO(errno.EPERM), "socket")
+        rules.load()
+    except Exception as err:  # noqa: BLE001 - no bindings, no seccomp: reported
+        return {"name": name, "state": "missing", "detail": f"{type(err).__name__}: {err}"[:300]}
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+    except PermissionError:
+        return {"name": name, "state": "verified", "detail": "socket(2) refused on every thread from before the "
+                "candidate's import (a unix socket was refused)"}
+    return {"name": name, "state": "missing", "detail": "a unix socket could still be made"}
 
 
 def check_namespaces(report: Report) -> None:
@@ -524,7 +575,8 @@ def check_namespaces(report: Report) -> None:
     if report.mechanisms.get("pid_namespace", {}).get("state") == "applied":
         if os.getpid() == 2:
             report.set("pid_namespace", "verified", "the worker is PID 2 of its own PID namespace; when it exits, "
-                       "PID 1 exits and the kernel kills every process left in it")
+                       "PID 1 exits and the kernel kills every process left in it; "
+                       + report.mechanisms["pid_namespace"]["detail"])
         else:
             report.set("pid_namespace", "missing", f"the worker is PID {os.getpid()}, not 2")
     if report.mechanisms.get("net_namespace", {}).get("state") == "applied":
@@ -560,6 +612,7 @@ def become_worker(argv: list[str], report: Report, channel_fd: int | None) -> No
     env = dict(os.environ)
     env.pop(PLAN_ENV, None)
     env[IN_FORCE_ENV] = ",".join(n for n, m in report.mechanisms.items() if m["state"] != "missing")
+    env[OFF_ENV] = ",".join(sorted(report.disabled))
     os.execve(argv[0], argv, env)
 
 
@@ -578,6 +631,13 @@ def run_init(argv: list[str], report: Report, channel_fd: int | None, status_fd:
     exits when the worker does, which makes the kernel kill everything left in the namespace. Not
     restricted itself, so the worker's Landlock domain cannot signal or trace it."""
     _set_pdeathsig()
+    if report.proc:
+        libc = _libc()
+        if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+            report.mechanisms["pid_namespace"]["detail"] += (f"; /proc of the namespace could not be mounted "
+                                                             f"({os.strerror(ctypes.get_errno())})")
+        else:
+            report.mechanisms["pid_namespace"]["detail"] += "; its own /proc (no other process visible)"
     worker = os.fork()
     if worker == 0:
         os.close(status_fd)

@@ -259,11 +259,18 @@ def protected_paths(evaluator: "Evaluator") -> list[Path]:
 
 
 def contained(verdict: Verdict, messages: list[WorkerMessage]) -> Verdict:
-    """The verdict with the launcher's containment report (the first one on the channel: it is
-    written before the worker, let alone the candidate, runs), judged against what was asked for:
-    every mechanism. An `unsandboxed` flag (flag, not reject) names what was not contained."""
-    first = next((m.containment for m in messages if m.kind == "containment"), None)
-    record, missing = containment.assess(first.model_dump() if first is not None else None)
+    """The verdict with the containment reports sent before the first phase message (so before any
+    candidate code existed: the launcher's, written before the worker started, then the worker's
+    own), judged against what was asked for: every mechanism. An `unsandboxed` flag (flag, not
+    reject) names what was not contained."""
+    reports = []
+    for message in messages:
+        if message.kind != "containment":
+            break
+        if message.containment is not None:
+            reports.append(message.containment.model_dump())
+    updates = [m for r in reports[1:] for m in r["mechanisms"]]
+    record, missing = containment.assess(reports[0] if reports else None, updates)
     verdict.containment = Containment.model_validate(record)
     if missing:
         verdict.flags.append(Flag(name="unsandboxed", reason=containment.unsandboxed_reason(record, missing)))

@@ -132,6 +132,12 @@ class Channel:
         self.stream.write(WorkerMessage(kind="phase", phase=phase).model_dump_json() + "\n")
         self.stream.flush()
 
+    def containment(self, containment: Containment) -> None:
+        """What the worker itself confined, before the candidate's import (the parent trusts only
+        containment reports that come before the first phase)."""
+        self.stream.write(WorkerMessage(kind="containment", containment=containment).model_dump_json() + "\n")
+        self.stream.flush()
+
     def verdict(self, verdict: Verdict) -> None:
         self.stream.write(WorkerMessage(kind="verdict", verdict=verdict, nonce=self.nonce).model_dump_json() + "\n")
         self.stream.flush()
@@ -1088,8 +1094,16 @@ def main(argv: list[str] | None = None) -> int:
     # exec (they hold for every thread and child of this process) and reported them on the channel:
     # confirm here, before the candidate exists, that they are in force, or do not run it.
     from evaluator import containment
+    from evaluator.records import Containment, Mechanism
 
     not_in_force = containment.confirm_in_worker(os.environ.pop(containment.IN_FORCE_ENV, ""))
+    off = os.environ.pop(containment.OFF_ENV, "").split(",")
+    if request.device == "cuda" and not not_in_force:
+        try:
+            torch.cuda.init()  # the driver opens unix sockets while it initialises; after it, none may be made
+        except Exception:
+            pass  # the evaluation will say what is wrong with CUDA
+    channel.containment(Containment(mechanisms=[Mechanism(**containment.deny_unix_sockets(off))]))
     try:
         if not_in_force:
             raise RuntimeError(not_in_force)
