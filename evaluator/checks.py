@@ -1,24 +1,43 @@
 """Static checks on candidate source: flags found by reading the code, never by running it.
 
 `static_flags(source, rules=problem.rules)` parses the candidate with `ast` and returns `Flag`
-records, one per (flag name, line) at most, ordered by line. Python is only ever read through its syntax
-tree; the string constants of the module (the C++/CUDA text handed to `load_inline`) are
-scanned for a few identifiers, since they are C++ and have no Python syntax tree.
+records, one per flag name, whose reason names every place it was seen (`line 3: ...; lines 7, 9:
+...`), ordered by the first place. Python is only ever read through its syntax tree; the string
+constants of the module (the C++/CUDA text handed to `load_inline`) are scanned for a few
+identifiers, since they are C++ and have no Python syntax tree.
 
 What is seen and how names are resolved:
 
 * Import aliases are resolved (`import torch.nn.functional as F`, `from torch import matmul
   as mm`, `from torch.nn import functional`), as are plain re-bindings (`mm = torch.matmul`),
-  `getattr(mod, "name")`, `__import__("x")`, `importlib.import_module("x")`, `vars(mod)` and
-  `sys.modules["x"]`. A name that is not an import and not a builtin resolves to nothing, so
+  `getattr(mod, "name")`, `__import__("x")`, `importlib.import_module("x")`, `vars(mod)`,
+  `sys.modules["x"]`, module-level helpers returning one imported name and loop variables over a
+  literal tuple of them. A name that is not an import and not a builtin resolves to nothing, so
   `x.mm(w)` on a local tensor is a *method* call, judged by the method name.
+* A dotted name is also judged as the name it has in each standard module it passes through:
+  `logging.threading.Thread` is `threading.Thread`, `torch.utils.cpp_extension.subprocess.run` is
+  `subprocess.run`, `os.sys.modules` is `sys.modules`.
+* Attribute names are judged wherever they appear: `.tb_frame`, `getattr(x, "tb_frame")`,
+  `operator.attrgetter("tb_frame")`, a string constant `"f_back"` (introspection); a write of
+  `_buffers` or another module registry, or of a class reached through an object (`type(x).forward =`,
+  `x.__class__`, `__mro__`), `setattr` passed around as a value, a local helper that writes to a
+  parameter and is handed an imported module (monkeypatch); an attribute name computed at run time,
+  except a read of ModelNew's own objects (`getattr(self, name)`), is dynamic_code.
+* nn.Module subclasses of the candidate that override what the evaluator calls to load the
+  reference's weights and read the buffers back (`load_state_dict`, `_load_from_state_dict`,
+  `state_dict`, `named_buffers`, `_apply`, `__getattr__`, ...) or register state-dict hooks are
+  monkeypatch: `load_state_dict` is handed the reference's own tensors.
 * `torch_fallback` looks only at code reachable from `ModelNew.forward` (and `__call__`):
   methods called on `self`, module-level helpers called by name, `forward` of local
   `nn.Module` attributes and of local `autograd.Function` classes (`X.apply`), lambdas stored
   on `self`. What counts as heavy is the problem's (`[rules.heavy]` in its problem.toml, else
   evaluator.problem.GENERIC_HEAVY_OPS), and so are the layers ModelNew shares with Model
   (`[rules] layers`), which count even where ModelNew builds them out of sight. torch.compile
-  always counts. Anything else (element-wise ops, allocations) is fine.
+  always counts, and so do other spellings of the same ops (`operator.matmul` where `__matmul__` is
+  heavy, `torch._C._VariableFunctions.mm`, `torch._C.TensorBase.mm`). In C++ the problem's op names
+  are matched in every ATen/torch namespace and variant (`at::addmm_out`, `at::native::addmm_out_cuda`,
+  `at::_ops::mm::call`, `torch::nn::functional::batch_norm`, `x.addmm_(`) and its module globs as C++
+  modules (`torch::nn::Linear`). Anything else (element-wise ops, allocations) is fine.
 * String scanning covers every string constant except bare expression statements
   (docstrings and the like, which cannot reach `load_inline`). Comments inside C++ text are
   not stripped: the word "stream" alone is harmless, but a comment that names
@@ -81,19 +100,22 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "aten or C++ op or nn module the problem's rules name as heavy, or torch.compile) instead of the candidate's kernel.",
     "cuda_stream": "The candidate creates CUDA streams, events or graphs (in Python or in its C++/CUDA source).",
     "concurrency": "The candidate uses threads, processes or asyncio (threading, multiprocessing, "
-    "concurrent.futures, os.fork, std::thread, pthread_create), so work may finish outside the timed call.",
+    "concurrent.futures, os.fork, detached processes, sys.setswitchinterval, std::thread, at::launch, "
+    "pthread_create), so work may finish outside the timed call.",
     "monkeypatch": "The candidate modifies torch, the evaluator or another imported module (attribute "
-    "assignment, setattr, __dict__ or sys.modules writes, aten overrides, torch-function tensor subclasses).",
-    "introspection": "The candidate inspects or controls the process around it (gc, inspect, frames, ctypes, "
-    "__builtins__, sys.modules, evaluator imports, signals, dlopen).",
+    "assignment, setattr, __dict__ or sys.modules writes, classes patched through type(x), global module hooks, "
+    "aten overrides, torch-function tensor subclasses) or how the evaluator loads and reads ModelNew's state "
+    "(load_state_dict and state_dict overrides or hooks, replaced module registries).",
+    "introspection": "The candidate inspects or controls the process around it (gc, inspect, frames and "
+    "tracebacks, ctypes, __builtins__, sys.modules, evaluator imports, signals, dlopen).",
     "io_or_network": "The candidate touches files, sockets, subprocesses or the environment (open, socket, "
     "subprocess, os.system, urllib, shutil, os.environ writes, torch.load/save).",
     "precision_flags": "The candidate changes global numeric settings (TF32, float32 matmul precision, "
     "reduced-precision reductions, default dtype, deterministic algorithms) that also govern the baseline.",
     "output_caching": "The candidate may reuse results across calls (lru_cache on functions taking inputs, "
     "outputs kept on self or in module globals and returned, data_ptr()/id() keys).",
-    "dynamic_code": "The candidate builds code at run time (exec, eval, compile, computed imports or "
-    "getattr on modules), which static checks cannot read.",
+    "dynamic_code": "The candidate builds code at run time (exec, eval, compile, code and runpy, computed "
+    "imports or attribute names), which static checks cannot read.",
 }
 
 # --------------------------------------------------------------------------- name tables
@@ -111,7 +133,8 @@ _CUDA_STREAM_NAMES = frozenset(
     )
 )
 _CONCURRENCY_ROOTS = frozenset(("threading", "_thread", "multiprocessing", "concurrent", "asyncio"))
-_CONCURRENCY_NAMES = frozenset(("os.fork", "os.forkpty", "os.register_at_fork", "torch.multiprocessing"))
+_CONCURRENCY_NAMES = frozenset(("os.fork", "os.forkpty", "os.register_at_fork", "torch.multiprocessing",
+                                "sys.setswitchinterval", "logging.handlers.QueueListener"))
 _INTROSPECTION_ROOTS = frozenset(
     ("gc", "inspect", "ctypes", "_ctypes", "evaluator", "harness", "signal", "atexit", "faulthandler", "resource")
 )
@@ -120,11 +143,15 @@ _INTROSPECTION_NAMES = frozenset(
         "sys._getframe", "sys.settrace", "sys.setprofile", "sys._current_frames", "sys.modules",
         "sys.addaudithook", "sys.setrecursionlimit", "importlib.reload", "builtins.__builtins__",
         "os._exit", "os.kill", "os.killpg", "os.abort", "threading.settrace", "threading.setprofile",
+        # tracebacks lead to frames: sys.exc_info()[2].tb_frame
+        "sys.exc_info", "sys.exception", "sys.last_traceback", "sys.last_value", "sys.last_exc", "sys.last_type",
+        "sys.monitoring", "sys.remote_exec", "traceback.walk_stack", "traceback.walk_tb",
+        "os.setsid", "os.setpgrp", "os.setpgid", "os.dup", "os.dup2",
     )
 )
 _INTROSPECTION_ATTRS = frozenset(
-    ("f_back", "f_globals", "f_locals", "f_code", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame",
-     "__globals__", "__code__", "__closure__", "__subclasses__", "__builtins__")
+    ("f_back", "f_globals", "f_locals", "f_code", "f_builtins", "f_trace", "tb_frame", "gi_frame", "cr_frame",
+     "ag_frame", "__traceback__", "__globals__", "__code__", "__closure__", "__subclasses__", "__builtins__")
 )
 _IO_ROOTS = frozenset(
     ("socket", "subprocess", "urllib", "urllib3", "requests", "http", "httpx", "aiohttp", "shutil", "tempfile",
@@ -138,7 +165,7 @@ _IO_NAMES = frozenset(
         "os.symlink", "os.chmod", "os.chdir", "os.putenv", "os.unsetenv", "os.startfile", "os.posix_spawn",
         "os.posix_spawnp", "torch.load", "torch.save", "torch.from_file", "numpy.load", "numpy.save",
         "numpy.savez", "numpy.savez_compressed", "numpy.loadtxt", "numpy.savetxt", "numpy.fromfile",
-        "numpy.genfromtxt", "numpy.memmap",
+        "numpy.genfromtxt", "numpy.memmap", "os.fdopen", "os.pipe", "os.mkfifo", "torch.hub",
     )
 )
 _IO_PREFIXES = ("os.spawn", "os.exec")
@@ -148,8 +175,18 @@ _IO_METHODS = frozenset(
 )
 _DYNAMIC_NAMES = frozenset(
     ("builtins.exec", "builtins.eval", "builtins.compile", "types.FunctionType", "types.CodeType", "marshal.loads",
-     "pickle.loads", "dill.loads", "cloudpickle.loads")
+     "pickle.loads", "dill.loads", "cloudpickle.loads", "pkgutil.resolve_name",
+     # interpreters of source text, and loaders of modules from files
+     "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
+     "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
 )
+_DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery"))
+# Modules that other modules carry as attributes (`logging.threading`, `torch.utils.cpp_extension.subprocess`,
+# `os.sys`): a dotted name passing through one is also judged as that module's own name.
+_REROOTED = (_CONCURRENCY_ROOTS | _INTROSPECTION_ROOTS | _IO_ROOTS
+             | {"os", "sys", "builtins", "importlib", "io", "code", "codeop", "runpy", "marshal", "pickle", "traceback",
+                "types", "pkgutil", "zipimport", "logging"})
+_NOT_REROOTED = ("torch.signal", "torch.types")  # torch's own packages named like a standard module
 _PRECISION_CALLS = frozenset(
     "torch." + n
     for n in (
@@ -166,6 +203,38 @@ _TENSOR_BASES = frozenset(("torch.Tensor", "torch._C.TensorBase", "torch._C._Ten
 _LIBRARY_FUNCS = frozenset(
     "torch.library." + n for n in ("Library", "impl", "register_kernel", "register_fake", "_scoped_library")
 )
+# operator's functions that are a Tensor method by another name: operator.matmul is Tensor.__matmul__
+_OPERATOR_METHODS = {"matmul": "__matmul__", "__matmul__": "__matmul__", "imatmul": "__matmul__",
+                     "__imatmul__": "__matmul__"}
+# Other spellings of torch's own functions and Tensor methods (the first prefix stands for the second).
+_TORCH_SPELLINGS = (("torch._C._VariableFunctions.", "torch."), ("torch._VF.", "torch."), ("torch.functional.", "torch."),
+                    ("torch._C.TensorBase.", "torch.Tensor."), ("torch._C._TensorBase.", "torch.Tensor."),
+                    ("torch._ops.ops.", "torch.ops."))
+# A module's registries: replacing one (a dict subclass as `_buffers`) changes what the evaluator reads.
+_MODULE_REGISTRIES = frozenset(
+    ("_buffers", "_parameters", "_modules", "_non_persistent_buffers_set", "_forward_hooks", "_forward_pre_hooks",
+     "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
+     "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "__dict__", "__class__")
+)
+# nn.Module methods the evaluator calls on ModelNew to load the reference's weights and read the
+# buffers back (or that those calls go through): an override sees, and can edit, the reference's tensors.
+_STATE_METHODS = frozenset(
+    ("load_state_dict", "_load_from_state_dict", "state_dict", "_save_to_state_dict", "named_buffers", "buffers",
+     "named_parameters", "parameters", "_named_members", "named_modules", "modules", "children", "named_children",
+     "get_buffer", "get_parameter", "get_submodule", "_apply", "__getattr__", "__getattribute__", "__setattr__",
+     "__delattr__", "__deepcopy__", "__copy__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
+)
+_STATE_HOOKS = frozenset(
+    ("_register_load_state_dict_pre_hook", "register_load_state_dict_pre_hook", "register_load_state_dict_post_hook",
+     "_register_state_dict_hook", "register_state_dict_pre_hook", "register_state_dict_post_hook")
+)
+# getattr and its relatives: (receiver argument index or None, name argument index); writes apart.
+_ATTR_FUNCS = {"builtins.getattr": (0, 1), "builtins.hasattr": (0, 1), "builtins.object.__getattribute__": (0, 1),
+               "builtins.type.__getattribute__": (0, 1), "inspect.getattr_static": (0, 1),
+               "operator.attrgetter": (None, 0)}
+_ATTR_WRITERS = frozenset(("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
+                           "builtins.type.__setattr__", "builtins.object.__delattr__", "builtins.type.__delattr__"))
 _CACHE_DECORATORS = frozenset(("functools.lru_cache", "functools.cache", "functools.cached_property"))
 _CONTAINER_WRITES = frozenset(("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"))
 _PERSISTENT_WRITES = frozenset(("update", "setdefault", "__setitem__", "append", "extend", "insert", "copy_"))
@@ -175,17 +244,44 @@ _CPP_RULES: list[tuple[str, re.Pattern[str], str]] = [
     ("cuda_stream", re.compile(
         r"\b(cudaStreamCreate\w*|cudaEventCreate\w*|cuStreamCreate\w*|cuEventCreate\w*|getStreamFromPool"
         r"|cudaStreamPerThread|cudaStreamBeginCapture|cudaGraphLaunch)\b"), "creates a CUDA stream/event/graph"),
-    ("concurrency", re.compile(r"(std::j?thread\b|std::async\b|\bpthread_create\b|\bv?fork\s*\()"),
+    ("concurrency", re.compile(
+        r"(std::j?thread\b|std::async\b|\bpthread_create\b|\bv?fork\s*\(|\bboost::thread\b"
+        r"|\bat::(?:internal::)?launch\w*\s*\(|\bc10::(?:Task)?ThreadPool\b|\bsetsid\s*\(|\bdaemon\s*\()"),
      "starts a thread or process"),
     ("io_or_network", re.compile(
-        r"(\bfopen\s*\(|\bpopen\s*\(|\bsystem\s*\(|std::[io]?fstream\b|std::ofstream\b|std::ifstream\b"
-        r"|\bsocket\s*\(|\bexec[lv]p?e?\s*\(|\bposix_spawnp?\b)"), "touches files, processes or sockets"),
-    ("introspection", re.compile(r"\b(dlopen|dlsym|RTLD_NEXT|LD_PRELOAD)\b"), "loads or interposes symbols"),
+        r"(\bfopen\s*\(|\bpopen\s*\(|\bsystem\s*\(|\b(?:std::)?(?:basic_)?[io]?fstream\b"
+        r"|\b(?:open|openat|open64|creat|freopen|fdopen|tmpfile|mkstemp|mkfifo|unlink|unlinkat|socket|connect"
+        r"|sendto|getaddrinfo|gethostbyname|setenv|putenv|unsetenv|dup2|dup3)\s*\("
+        r"|\bstd::(?:experimental::)?filesystem::(?!path\b)\w+"
+        r"|\bnamespace\s+\w+\s*=\s*std::(?:experimental::)?filesystem\b"
+        r"|\busing\s+namespace\s+std::(?:experimental::)?filesystem\b"
+        r"|\bexec[lv]p?e?\s*\(|\bposix_spawnp?\b)"), "touches files, processes or sockets"),
+    ("introspection", re.compile(r"\b(dlopen|dlsym|RTLD_NEXT|LD_PRELOAD|syscall\s*\(|ptrace\s*\(|prctl\s*\()"),
+     "loads or interposes symbols, or controls the process"),
     ("monkeypatch", re.compile(r"\bTORCH_LIBRARY_(IMPL|FRAGMENT)\s*\(\s*aten\b"), "overrides aten operators"),
     ("precision_flags", re.compile(
         r"\b(setAllowTF32\w*|setFloat32MatmulPrecision|setAllowFP16Reduction\w*|setAllowBF16Reduction\w*"
         r"|setDeterministicAlgorithms)\b"), "changes a global precision setting"),
 ]
+
+
+def _cpp_heavy_pattern(functions: Iterable[str], methods: Iterable[str], modules: Iterable[str]) -> str | None:
+    """A regex for C++ calls of the problem's heavy ops, from their names alone: NAME as a function
+    in any ATen/torch namespace (`at::NAME(`, `torch::nn::functional::NAME(`, `at::native::NAME_out(`,
+    `at::cpu::NAME(`, `at::_ops::NAME_out::call(`: every `_out`, `_outf`, in-place or backend variant and
+    the `_`/`structured_`/`linalg_` prefixed kernels), NAME as a method (`x.NAME(`, `x.NAME_(`), and the
+    problem's torch.nn classes as C++ modules (`torch::nn::Linear`, `torch::nn::BatchNorm1dImpl`)."""
+    calls = []
+    if functions:
+        names = "|".join(map(re.escape, sorted(set(functions), key=len, reverse=True)))
+        calls.append(r"\b(?:torch|at|aten)::(?:\w+::)*?(?:_|structured_|linalg_|cudnn_|miopen_|mkldnn_)?"
+                     r"(?:" + names + r")(?:_\w*)?(?:::\w+)?\s*(?:<[^<>;()]*>\s*)?\(")
+    if methods:
+        calls.append(r"(?:\.|->)(?:" + "|".join(map(re.escape, sorted(set(methods), key=len, reverse=True))) + r")_?\s*\(")
+    globs = [r"\w*".join(map(re.escape, g.split("*"))) for g in modules if g.strip("*")]
+    if globs:
+        calls.append(r"\btorch::nn::(?:" + "|".join(globs) + r")(?:Impl)?\b")
+    return "|".join(calls) or None
 
 
 # --------------------------------------------------------------------------- the problem's rules
@@ -209,13 +305,8 @@ class _Heavy:
     @classmethod
     def of(cls, rules: Rules) -> _Heavy:
         h = rules.heavy
-        calls = []
-        if h.cpp:
-            calls.append(r"\b(?:torch|at)::(?:" + "|".join(map(re.escape, h.cpp)) + r")\s*\(")
-        if h.cpp_methods:
-            calls.append(r"\.(?:" + "|".join(map(re.escape, h.cpp_methods)) + r")\s*\(")
-        cpp_rule = ("torch_fallback", re.compile("|".join(calls)), f"calls a PyTorch {h.label} from C++") \
-            if calls else None
+        pattern = _cpp_heavy_pattern(h.cpp, h.cpp_methods, h.modules)
+        cpp_rule = ("torch_fallback", re.compile(pattern), f"calls a PyTorch {h.label} from C++") if pattern else None
         return cls(frozenset(h.functions), frozenset(h.methods), frozenset(h.aten), tuple(h.modules),
                    {attr: "nn." + kind.rsplit(".", 1)[-1] for attr, kind in rules.layers.items()}, cpp_rule)
 
@@ -232,6 +323,28 @@ def _root(q: str) -> str:
 
 def _under(q: str, prefix: str) -> bool:
     return q == prefix or q.startswith(prefix + ".")
+
+
+def _views(q: str) -> list[str]:
+    """`q`, and the name it has in each standard module it passes through: `logging.threading.Thread`
+    is also `threading.Thread`, `torch.utils.cpp_extension.subprocess.Popen` is also `subprocess.Popen`."""
+    parts = q.split(".")
+    out = [q]
+    for i in range(1, len(parts)):
+        if parts[i] in _REROOTED and not any(_under(".".join(parts[: i + 1]), n) for n in _NOT_REROOTED):
+            out.append(".".join(parts[i:]))
+    return out
+
+
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _rooted_in_self(node: ast.AST) -> bool:
+    """`self`, `self.bn`, `self.layers[0]`: ModelNew's own objects."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return _is_self(node)
 
 
 def _targets(node: ast.AST) -> Iterator[ast.AST]:
@@ -306,9 +419,12 @@ class _Checker:
         self.tree = tree
         self.policies = policies
         self.rules = heavy
-        self.found: dict[tuple[str, int], Flag] = {}
-        self.lines: dict[tuple[str, int], int] = {}
+        self.found: dict[str, list[tuple[int, str, str | None]]] = {}  # name -> (line, what, dotted name)
         self.aliases: dict[str, str] = {}
+        self.multi: dict[str, list[str]] = {}       # loop variables over literal tuples of imported names
+        self.strings: dict[str, set[str] | None] = {}  # names bound only to string constants (None: not only)
+        self.returns: dict[str, str] = {}           # module-level functions returning one imported name
+        self.seen_names: set[int] = set()           # string constants already judged as attribute names
         self.bound: set[str] = set()
         self.star_modules: list[str] = []
         self.parents: dict[int, ast.AST] = {}
@@ -317,15 +433,32 @@ class _Checker:
                 self.parents[id(child)] = node
 
     # ---- recording
-    def add(self, name: str, line: int, what: str) -> None:
-        key = (name, line)
-        if key not in self.found:
-            self.found[key] = Flag(name=name, reason=f"line {line}: {what}", policy=self.policies[name])
-            self.lines[key] = line
+    def add(self, name: str, line: int, what: str, key: str | None = None) -> None:
+        """One place where `name` was seen. `key`: the dotted name it was seen as, so that on one line
+        `uses gc.collect` stands for `uses gc` as well."""
+        entries = self.found.setdefault(name, [])
+        if (line, what, key) not in entries:
+            entries.append((line, what, key))
 
     def result(self) -> list[Flag]:
-        keys = sorted(self.found, key=lambda k: self.lines[k])  # stable: ties keep discovery order
-        return [self.found[k] for k in keys]
+        """One Flag per name, its reason every place it was seen (`line 3: ...; lines 5, 9: ...`),
+        ordered by the first place (ties keep discovery order)."""
+        flags: list[tuple[int, Flag]] = []
+        for name, entries in self.found.items():
+            def covered(e: tuple[int, str, str | None]) -> bool:
+                return e[2] is not None and any(
+                    o[0] == e[0] and o[2] and o[2] != e[2] and o[2].startswith((e[2] + ".", e[2] + "["))
+                    for o in entries)
+            kept = sorted((e for e in entries if not covered(e)), key=lambda e: e[0])
+            places: dict[str, list[int]] = {}
+            for line, what, _ in kept:
+                lines = places.setdefault(what, [])
+                if line not in lines:
+                    lines.append(line)
+            reason = "; ".join(f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}: {what}"
+                               for what, lines in places.items())
+            flags.append((kept[0][0], Flag(name=name, reason=reason, policy=self.policies[name])))
+        return [f for _, f in sorted(flags, key=lambda x: x[0])]
 
     # ---- name resolution
     def collect_names(self) -> None:
@@ -349,7 +482,11 @@ class _Checker:
                 self.bound.add(node.name)
             elif isinstance(node, ast.arg):
                 self.bound.add(node.arg)
-        # plain re-bindings: `mm = torch.matmul`, `F = getattr(torch.nn, "functional")`
+        self.collect_strings()
+        module_funcs = {n.name: n for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # plain re-bindings: `mm = torch.matmul`, `F = getattr(torch.nn, "functional")`; helpers that
+        # return one imported name (`def _mod(): return torch.nn.modules.linear`); loop variables over a
+        # literal tuple of them (`for m in (torch.nn.modules.linear, torch.nn.modules.batchnorm)`)
         for _ in range(3):
             changed = False
             for node in ast.walk(self.tree):
@@ -359,8 +496,79 @@ class _Checker:
                     if q and self.aliases.get(name) != q:
                         self.aliases[name] = q
                         changed = True
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name) \
+                        and isinstance(node.iter, (ast.Tuple, ast.List, ast.Set)):
+                    qs = [q for q in map(self.resolve, node.iter.elts) if q]
+                    if qs and self.multi.get(node.target.id) != qs:
+                        self.multi[node.target.id] = qs
+                        changed = True
+            for name, fn in module_funcs.items():
+                values = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
+                qs = {self.resolve(v) for v in values} if values and all(v is not None for v in values) else {None}
+                if len(qs) == 1 and None not in qs and self.returns.get(name) != next(iter(qs)):
+                    self.returns[name] = next(iter(qs))  # type: ignore[assignment]
+                    changed = True
             if not changed:
                 break
+
+    def collect_strings(self) -> None:
+        """Names bound only to string constants (`name = "tb_frame"`, `for n in ("weight", "bias")`):
+        what getattr(x, name) can read is then known."""
+        def bind(name: str, values: set[str] | None) -> None:
+            if name in self.strings and self.strings[name] is None:
+                return
+            self.strings[name] = None if values is None else (self.strings.get(name) or set()) | values
+
+        def consts(node: ast.AST) -> set[str] | None:
+            if (v := _const_str(node)) is not None:
+                return {v}
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                out: set[str] = set()
+                for elt in node.elts:
+                    c = consts(elt)
+                    if c is None:
+                        return None
+                    out |= c
+                return out
+            return None
+
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    for x in _targets(t):
+                        if isinstance(x, ast.Name):
+                            bind(x.id, consts(node.value) if isinstance(t, ast.Name) else None)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                for x in _targets(node.target):
+                    if isinstance(x, ast.Name):
+                        seq = consts(node.iter) if isinstance(node.target, ast.Name) and isinstance(
+                            node.iter, (ast.Tuple, ast.List, ast.Set)) else None
+                        bind(x.id, seq)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.strings.setdefault(node.id, set())  # bound elsewhere below: made None unless a constant
+            elif isinstance(node, ast.arg):
+                bind(node.arg, None)
+        for node in ast.walk(self.tree):  # any other binding (augmented, with, walrus, ...) is not a constant
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.With, ast.AsyncWith)):
+                targets = [node.target] if not isinstance(node, (ast.With, ast.AsyncWith)) else \
+                    [i.optional_vars for i in node.items if i.optional_vars is not None]
+                for t in targets:
+                    for x in _targets(t):
+                        if isinstance(x, ast.Name):
+                            bind(x.id, None)
+
+    def const_strings(self, node: ast.AST | None) -> set[str] | None:
+        """The strings an attribute-name argument can be, when that is known; None when computed."""
+        if node is None:
+            return None
+        if (v := _const_str(node)) is not None:
+            return {v}
+        if isinstance(node, ast.Name):
+            return self.strings.get(node.id)
+        if isinstance(node, ast.IfExp):
+            a, b = self.const_strings(node.body), self.const_strings(node.orelse)
+            return a | b if a is not None and b is not None else None
+        return None
 
     def resolve(self, node: ast.AST | None) -> str | None:
         """The dotted name an expression stands for, when it is rooted in an import or a builtin."""
@@ -378,6 +586,8 @@ class _Checker:
             base = self.resolve(node.value)
             return f"{base}.{node.attr}" if base else None
         if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in self.returns:
+                return self.returns[node.func.id]
             f = self.resolve(node.func)
             if f == "builtins.getattr" and len(node.args) >= 2:
                 base, attr = self.resolve(node.args[0]), _const_str(node.args[1])
@@ -400,37 +610,49 @@ class _Checker:
 
     # ---- classification of a dotted name seen anywhere
     def classify_ref(self, q: str, line: int) -> None:
-        root = _root(q)
-        if root in _CONCURRENCY_ROOTS or any(_under(q, n) for n in _CONCURRENCY_NAMES):
-            self.add("concurrency", line, f"uses {q} (threads or processes)")
-        if root in _INTROSPECTION_ROOTS or any(_under(q, n) for n in _INTROSPECTION_NAMES):
-            self.add("introspection", line, f"uses {q} (introspection or process control)")
-        if (root in _IO_ROOTS or any(_under(q, n) for n in _IO_NAMES)
-                or any(q.startswith(p) for p in _IO_PREFIXES)):
-            self.add("io_or_network", line, f"uses {q} (files, network or processes)")
-        if q in _DYNAMIC_NAMES:
-            self.add("dynamic_code", line, f"uses {q} (code built at run time)")
-        if any(_under(q, n) for n in _CUDA_STREAM_NAMES):
-            self.add("cuda_stream", line, f"uses {q} (CUDA streams/events/graphs)")
-        if q in _PRECISION_CALLS or q.startswith("torch._C._set_"):
-            self.add("precision_flags", line, f"calls {q} (a global numeric setting)")
-        if q in _COMPILE_FUNCS:
-            self.add("torch_fallback", line, f"uses {q} (PyTorch/Triton generates the kernels)")
-        if q.rsplit(".", 1)[-1] in _SUBCLASS_ATTRS or _under(q, "torch.overrides") \
-                or _under(q, "torch.utils._python_dispatch"):
-            self.add("monkeypatch", line, f"uses {q} (overrides how torch functions behave)")
+        for view in _views(q):
+            self.classify_view(q, view, line)
+
+    def classify_view(self, q: str, v: str, line: int) -> None:
+        """Judge `v`, one reading of the dotted name `q` (`q` itself, or the name of a module `q`
+        passes through: `logging.threading.Thread` is also `threading.Thread`)."""
+        seen = q if v == q else f"{q} (that is {v})"
+        root = _root(v)
+        if root in _CONCURRENCY_ROOTS or any(_under(v, n) for n in _CONCURRENCY_NAMES):
+            self.add("concurrency", line, f"uses {seen} (threads or processes)", q)
+        if root in _INTROSPECTION_ROOTS or any(_under(v, n) for n in _INTROSPECTION_NAMES):
+            self.add("introspection", line, f"uses {seen} (introspection or process control)", q)
+        if (root in _IO_ROOTS or any(_under(v, n) for n in _IO_NAMES)
+                or any(v.startswith(p) for p in _IO_PREFIXES)):
+            self.add("io_or_network", line, f"uses {seen} (files, network or processes)", q)
+        if v in _DYNAMIC_NAMES or any(_under(v, n) for n in _DYNAMIC_ROOTS):
+            self.add("dynamic_code", line, f"uses {seen} (code built or loaded at run time)", q)
+        if any(_under(v, n) for n in _CUDA_STREAM_NAMES):
+            self.add("cuda_stream", line, f"uses {seen} (CUDA streams/events/graphs)", q)
+        if v in _PRECISION_CALLS or v.startswith("torch._C._set_"):
+            self.add("precision_flags", line, f"calls {seen} (a global numeric setting)", q)
+        if v in _COMPILE_FUNCS:
+            self.add("torch_fallback", line, f"uses {seen} (PyTorch/Triton generates the kernels)", q)
+        last = v.rsplit(".", 1)[-1]
+        if last in _SUBCLASS_ATTRS or _under(v, "torch.overrides") or _under(v, "torch.utils._python_dispatch"):
+            self.add("monkeypatch", line, f"uses {seen} (overrides how torch functions behave)", q)
+        if _under(v, "torch") and (last.startswith("register_module_") or (last.startswith("_global_") and "hook" in last)):
+            self.add("monkeypatch", line, f"uses {seen} (a global module hook: it runs on the reference's modules too)", q)
 
     def classify_write(self, full: str, line: int, verb: str) -> None:
         """A write to `full`, an attribute or item of something imported."""
-        if _under(full, "torch.backends"):
+        views = _views(full)
+        if any(_under(v, "torch.backends") for v in views):
             self.add("precision_flags", line, f"{verb} {full} (a global backend setting; it also governs the baseline)")
-        elif full.startswith(("os.environ.", "os.environ[")):
+        elif any(v.startswith(("os.environ.", "os.environ[")) for v in views):
             self.add("io_or_network", line, f"{verb} {full} (environment write)")
         else:
             self.add("monkeypatch", line, f"{verb} {full} (modifies an imported module or object)")
 
     # ---- pass 1: references, imports, writes, calls, strings
     def scan_module(self) -> None:
+        self.collect_writers()
+        self.module_classes = self.collect_module_classes()
         in_targets: set[int] = set()
         for target, kind in _store_targets(self.tree):
             for sub in ast.walk(target):
@@ -451,6 +673,9 @@ class _Checker:
                 q = self.resolve(node)
                 if q:
                     self.classify_ref(q, line)
+                    parent = self.parents.get(id(node))
+                    if q in _ATTR_WRITERS and not (isinstance(parent, ast.Call) and parent.func is node):
+                        self.add("monkeypatch", line, f"passes {q} around as a value (attribute writes out of sight)")
                 if isinstance(node, ast.Attribute):
                     if node.attr in _INTROSPECTION_ATTRS:
                         self.add("introspection", line, f"accesses .{node.attr} (frames, code or globals of other code)")
@@ -466,9 +691,31 @@ class _Checker:
                 for b in node.bases:
                     if self.resolve(b) in _TENSOR_BASES:
                         self.add("monkeypatch", line, f"class {node.name} subclasses torch.Tensor")
+                if node.name in self.module_classes:
+                    self.check_state_overrides(node)
             elif isinstance(node, ast.Call):
                 self.check_call(node, line)
         self.scan_strings()
+
+    def resolve_all(self, node: ast.AST) -> list[str]:
+        """Every dotted name `node` can stand for (a loop variable over a literal tuple stands for each)."""
+        if isinstance(node, ast.Name) and node.id in self.multi and node.id not in self.aliases:
+            return list(self.multi[node.id])
+        q = self.resolve(node)
+        return [q] if q else []
+
+    def type_of(self, node: ast.AST) -> str | None:
+        """`node` as written when it is a class reached through an object (`type(x)`, `x.__class__`,
+        `x.__class__.__mro__[1]`, `cls.__bases__[0]`): patching one patches that class for every
+        instance, the reference's included. None otherwise, and for ModelNew's own `type(self)`."""
+        if isinstance(node, ast.Call) and self.resolve(node.func) == "builtins.type" and len(node.args) == 1:
+            return None if _is_self(node.args[0]) else ast.unparse(node)
+        if isinstance(node, ast.Attribute) and node.attr in ("__class__", "__base__"):
+            return None if node.attr == "__class__" and _is_self(node.value) else ast.unparse(node)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in ("__mro__", "__bases__"):
+            return ast.unparse(node)
+        return None
 
     def check_write_target(self, target: ast.AST, kind: str) -> None:
         line = getattr(target, "lineno", 0)
@@ -477,26 +724,186 @@ class _Checker:
             if target.attr in ("__class__", "__code__", "__globals__", "__dict__"):
                 self.add("monkeypatch", line, f"{verb} .{target.attr} (changes the type or code of an object)")
                 return
-            base = self.resolve(target.value)
-            if base:
+            if target.attr in _MODULE_REGISTRIES:
+                self.add("monkeypatch", line, f"{verb} {ast.unparse(target)} (replaces a module's registry, "
+                                              "which the evaluator reads parameters and buffers from)")
+                return
+            if target.attr in _STATE_METHODS and target.attr not in ("modules", "children", "parameters", "buffers"):
+                self.add("monkeypatch", line, f"{verb} {ast.unparse(target)} (shadows nn.Module.{target.attr}, "
+                                              "which the evaluator calls on ModelNew)")
+            if (cls := self.type_of(target.value)):
+                self.add("monkeypatch", line, f"{verb} {ast.unparse(target)} (patches the class of an object, {cls}, "
+                                              "for every instance: the reference's too)")
+                return
+            for base in self.resolve_all(target.value):
                 self.classify_write(f"{base}.{target.attr}", line, verb)
         elif isinstance(target, ast.Subscript):
-            base = self.resolve(target.value)
-            if base:
+            key = _const_str(target.slice)
+            if key in _MODULE_REGISTRIES and self.namespace_of(target.value) is not None:
+                self.add("monkeypatch", line, f"{verb} {ast.unparse(target)} (replaces a module's registry, "
+                                              "which the evaluator reads parameters and buffers from)")
+            for base in self.resolve_all(target.value):
                 self.classify_write(f"{base}[...]", line, verb)
+
+    def namespace_of(self, node: ast.AST) -> ast.AST | None:
+        """X when `node` is `X.__dict__` or `vars(X)`."""
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return node.value
+        if isinstance(node, ast.Call) and self.resolve(node.func) == "builtins.vars" and len(node.args) == 1:
+            return node.args[0]
+        return None
+
+    def check_state_overrides(self, cls: ast.ClassDef) -> None:
+        for item in cls.body:
+            names = [item.name] if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+                [x.id for t in (item.targets if isinstance(item, ast.Assign) else []) for x in _targets(t)
+                 if isinstance(x, ast.Name)]
+            for name in names:
+                if name in _STATE_METHODS:
+                    self.add("monkeypatch", item.lineno,
+                             f"class {cls.name} overrides {name} (the evaluator loads the reference's weights into "
+                             "ModelNew and reads its buffers through nn.Module's own methods)")
+
+    def collect_module_classes(self) -> set[str]:
+        """Local classes that are nn.Modules (a base under torch.nn, or a local class that is one)."""
+        classes = [n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)]
+        found: set[str] = set()
+        for _ in range(4):
+            before = len(found)
+            for c in classes:
+                if any((isinstance(b, ast.Name) and b.id in found) or _under(self.resolve(b) or "", "torch.nn")
+                       for b in c.bases):
+                    found.add(c.name)
+            if len(found) == before:
+                break
+        return found
+
+    def collect_writers(self) -> None:
+        """Functions that write attributes or items of one of their parameters (`def _swap(mod, f):
+        mod.F = f`): passing them an imported module or class patches it out of the checks' sight."""
+        funcs = [n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        methods = {id(item) for c in ast.walk(self.tree) if isinstance(c, ast.ClassDef) for item in c.body
+                   if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not any(
+                       isinstance(d, ast.Name) and d.id == "staticmethod" for d in item.decorator_list)}
+        self.writers: dict[str, list[tuple[int, str]]] = {}
+        self.bound_methods = {fn.name for fn in funcs if id(fn) in methods}
+        for _ in range(4):
+            changed = False
+            for fn in funcs:
+                params = _params(fn)
+                skip = params[0] if id(fn) in methods and params else None
+                entry = {(i, p) for i, p in enumerate(params) if p != skip and self.writes_param(fn, p)}
+                known = set(self.writers.get(fn.name, ()))
+                if entry - known:
+                    self.writers[fn.name] = sorted(known | entry)
+                    changed = True
+            if not changed:
+                break
+
+    def writes_param(self, fn: ast.AST, p: str) -> bool:
+        def rooted(node: ast.AST) -> bool:
+            if isinstance(node, ast.Name):
+                return node.id == p
+            inner = self.namespace_of(node)
+            return inner is not None and rooted(inner)
+
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+                for t in targets:
+                    for x in _targets(t):
+                        if isinstance(x, (ast.Attribute, ast.Subscript)) and rooted(x.value):
+                            return True
+            elif isinstance(node, ast.Call):
+                if self.resolve(node.func) in _ATTR_WRITERS and node.args and rooted(node.args[0]):
+                    return True
+                if isinstance(node.func, ast.Attribute) and rooted(node.func.value) and \
+                        node.func.attr in _CONTAINER_WRITES | {"__setattr__", "__delattr__"}:
+                    return True
+                for arg in self.written_args(node):
+                    if isinstance(arg, ast.Name) and arg.id == p:
+                        return True
+        return False
+
+    def written_args(self, call: ast.Call) -> Iterator[ast.AST]:
+        """The arguments of `call` that a local writer function writes to."""
+        func = call.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name not in getattr(self, "writers", {}):
+            return
+        offset = 1 if isinstance(func, ast.Attribute) and name in self.bound_methods else 0
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        for index, param in self.writers[name]:
+            if param in keywords:
+                yield keywords[param]
+            elif 0 <= index - offset < len(call.args):
+                yield call.args[index - offset]
+
+    def check_attr_names(self, f: str, names: list[ast.AST], receiver: ast.AST | None, line: int, write: bool) -> None:
+        """getattr(x, "tb_frame"), setattr(m, "_buffers", d) and the like: judged by the names they use."""
+        short = f.rsplit(".", 1)[-1]
+        for node in names:
+            self.seen_names.add(id(node))
+            strings = self.const_strings(node)
+            if strings is None:
+                if write or receiver is None or not _rooted_in_self(receiver):
+                    self.add("dynamic_code", line, f"{short}() with a computed attribute name (what it reaches "
+                                                   "cannot be read)")
+                continue
+            for text in sorted(strings):
+                if any(part in _INTROSPECTION_ATTRS for part in text.split(".")):
+                    self.add("introspection", line, f"{short}(..., {text!r}) (frames, code or globals of other code)")
+                if write and text in _MODULE_REGISTRIES:
+                    self.add("monkeypatch", line, f"{short}(..., {text!r}) (replaces a module's registry, which the "
+                                                  "evaluator reads parameters and buffers from)")
+                if write and text in _STATE_METHODS and text not in ("modules", "children", "parameters", "buffers"):
+                    self.add("monkeypatch", line, f"{short}(..., {text!r}) (shadows nn.Module.{text}, which the "
+                                                  "evaluator calls on ModelNew)")
 
     def check_call(self, node: ast.Call, line: int) -> None:
         f = self.resolve(node.func)
         args = node.args
-        if f in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
-                 "builtins.type.__setattr__", "builtins.object.__delattr__") and args:
-            base = self.resolve(args[0])
-            if base:
-                attr = _const_str(args[1]) if len(args) > 1 else None
-                self.classify_write(f"{base}.{attr or '?'}", line, f"calls {f.rsplit('.', 1)[-1]}() on")
+        for k in node.keywords:
+            if k.arg in ("start_new_session", "process_group", "preexec_fn") and not (
+                    isinstance(k.value, ast.Constant) and k.value.value in (False, None)):
+                self.add("concurrency", line, f"{k.arg}= (a process in a session or group of its own, which can "
+                                              "outlive the worker)")
+        for arg in self.written_args(node):
+            for q in self.resolve_all(arg) or ([t] if (t := self.type_of(arg)) else []):
+                callee = ast.unparse(node.func)
+                self.add("monkeypatch", line, f"passes {q} to {callee}(), which writes to that parameter's "
+                                              "attributes or items")
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _STATE_HOOKS:
+            self.add("monkeypatch", line, f".{node.func.attr}() (a hook on loading or reading ModelNew's state, "
+                                          "which the evaluator does with the reference's tensors)")
+        method = node.func.attr if isinstance(node.func, ast.Attribute) and not f else None
+        if f in _ATTR_WRITERS or method in ("__setattr__", "__delattr__"):
+            receiver = args[0] if f else node.func.value  # type: ignore[union-attr]
+            name = (args[1] if len(args) > 1 else None) if f else (args[0] if args else None)
+            short = f or method
+            if name is not None:
+                self.check_attr_names(short, [name], receiver, line, write=True)  # type: ignore[arg-type]
+            if f and args:
+                attr = _const_str(name) if name is not None else None
+                for base in self.resolve_all(receiver):
+                    self.classify_write(f"{base}.{attr or '?'}", line, f"calls {short.rsplit('.', 1)[-1]}() on")
+                if (cls := self.type_of(receiver)):
+                    self.add("monkeypatch", line, f"{short.rsplit('.', 1)[-1]}() on {cls} (patches the class of an "
+                                                  "object for every instance: the reference's too)")
             return
-        if f == "builtins.getattr" and len(args) >= 2 and _const_str(args[1]) is None and self.resolve(args[0]):
-            self.add("dynamic_code", line, "getattr() on a module with a computed name")
+        if f in _ATTR_FUNCS or method in ("__getattribute__", "__getattr__"):
+            if f in _ATTR_FUNCS:
+                recv_index, name_index = _ATTR_FUNCS[f]
+                receiver = args[recv_index] if recv_index is not None and len(args) > recv_index else None
+                names = list(args[name_index:]) if recv_index is None else args[name_index:name_index + 1]
+                if f == "builtins.getattr" and len(args) >= 2 and self.const_strings(args[1]) is None \
+                        and self.resolve(args[0]):
+                    self.add("dynamic_code", line, "getattr() on a module with a computed name")
+                    self.seen_names.add(id(args[1]))
+                    names = []
+                self.check_attr_names(f, names, receiver, line, write=False)
+            else:
+                self.check_attr_names(method, args[:1], node.func.value, line, write=False)  # type: ignore[arg-type,union-attr]
         if f in ("builtins.__import__", "importlib.import_module") and (not args or _const_str(args[0]) is None):
             self.add("dynamic_code", line, f"{f.split('.')[-1]}() with a computed module name")
         if f in _LIBRARY_FUNCS:
@@ -511,8 +918,9 @@ class _Checker:
                     self.add("monkeypatch", line, f"{recv}.{meth}() (writes a module namespace)")
                 elif recv == "os.environ":
                     self.add("io_or_network", line, f"os.environ.{meth}() (environment write)")
-            if recv and meth in ("__setattr__", "__delattr__"):
-                self.classify_write(f"{recv}.{_const_str(args[0]) if args else '?'}", line, f"calls {meth}() on")
+            elif meth in _CONTAINER_WRITES and self.namespace_of(node.func.value) is not None:
+                self.add("monkeypatch", line, f"{ast.unparse(node.func)}() (writes an object's namespace out of "
+                                              "the checks' sight)")
             if meth in _IO_METHODS and not recv:
                 self.add("io_or_network", line, f".{meth}() (file-system access)")
 
@@ -525,10 +933,18 @@ class _Checker:
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in bare:
                 continue
             text = node.value
+            if text in _INTROSPECTION_ATTRS and id(node) not in self.seen_names:
+                self.add("introspection", node.lineno, f"the string {text!r} (an attribute of frames, tracebacks or "
+                                                       "functions, reachable by name)")
             for name, pattern, what in _CPP_RULES + ([self.rules.cpp_rule] if self.rules.cpp_rule else []):
+                seen: dict[int, list[str]] = {}  # line -> what was seen there
                 for m in pattern.finditer(text):
                     line = min(node.lineno + text.count("\n", 0, m.start()), node.end_lineno or node.lineno)
-                    self.add(name, line, f"C++/CUDA source {what}: {m.group(0).strip()}")
+                    token = m.group(0).strip()
+                    if token not in seen.setdefault(line, []):
+                        seen[line].append(token)
+                for line, tokens in seen.items():
+                    self.add(name, line, f"C++/CUDA source {what}: {', '.join(tokens)}")
 
     # ---- pass 2: what ModelNew.forward reaches (torch_fallback, output_caching)
     def collect_classes(self) -> dict[str, _ClassInfo]:
@@ -634,6 +1050,11 @@ class _Checker:
         return None
 
     def heavy(self, q: str) -> bool:
+        for spelling, meaning in _TORCH_SPELLINGS:
+            if q.startswith(spelling):
+                q = meaning + q[len(spelling):]
+        if q.startswith("operator.") and _OPERATOR_METHODS.get(q.split(".")[1], "") in self.rules.methods:
+            return True  # operator.matmul(x, w) is x @ w
         if q in self.rules.functions:
             return True
         if q.startswith("torch.ops.aten."):

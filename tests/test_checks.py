@@ -116,6 +116,23 @@ CASES: list[tuple[str, str, set[str]]] = [
         lib = torch.library.Library("mylib", "DEF")
     '''), set()),
     ("syntax_error_gives_nothing", "def broken(:\n    torch.allclose = 1\n", set()),
+    ("constant_attribute_names_on_own_objects", model("""
+        for n in ("weight", "bias"):
+            t = getattr(self.gemm, n)
+        w = getattr(self, "scale")
+        return getattr(self, "f" + "used")(x) if hasattr(self, name) else _ext.fused(x)
+    """, top=EXT + "\nname = 'x'\n", init="""
+        for n in ["a", "b"]:
+            setattr(self, n, None)
+        type(self).calls = 0
+    """), set()),
+    ("writer_helper_on_own_module", model("return _ext.fused(x)", top=EXT + D("""
+        def _set(m, v):
+            m.momentum = v
+    """), init="_set(self.bn, 0.1)"), set()),
+    ("own_class_and_clone_in_cpp", model("return _ext.fused(x)", top=D('''
+        src = "auto y = x.clone(); std::filesystem::path p; auto z = at::empty({1}); int openings = 0;"
+    ''') + EXT), set()),
     # ------------------------------------------------------------------ torch_fallback
     ("F_linear_alias", model("return F.linear(x, self.gemm.weight)", header=HEADER + "import torch.nn.functional as F\n"),
      {"torch_fallback"}),
@@ -168,6 +185,23 @@ CASES: list[tuple[str, str, set[str]]] = [
             def forward(self, x):
                 return torch.addmm(x, x, self.w)
     """), {"torch_fallback"}),
+    ("operator_matmul", model("return operator.matmul(x, self.gemm.weight.t())", header=HEADER + "import operator\n"),
+     {"torch_fallback"}),
+    ("reduce_operator_matmul", model("return functools.reduce(mm, [x, self.gemm.weight.t()])",
+                                     header=HEADER + "import functools\nfrom operator import matmul as mm\n"),
+     {"torch_fallback"}),
+    ("variable_functions_spelling", model("return torch._C._VariableFunctions.addmm(self.gemm.bias, x, self.gemm.weight.t())"),
+     {"torch_fallback"}),
+    ("cpp_addmm_out", model("return _ext.fused(x)", top=D('''
+        src = "torch::Tensor fused(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor out) { at::addmm_out(out, b, x, w.t()); return out; }"
+    ''') + EXT), {"torch_fallback"}),
+    ("cpp_namespaced_aten", model("return _ext.fused(x)", top=D('''
+        src = """
+        auto y = at::native::batch_norm_cpu(x, g, b, rm, rv, true, 0.1, 1e-5);
+        auto z = at::_ops::mm::call(a, b);
+        torch::nn::Linear lin(4, 4);
+        """
+    ''') + EXT), {"torch_fallback"}),
     ("cpp_calls_torch_matmul", model("return _ext.fused(x)", top='''
         from torch.utils.cpp_extension import load_inline
         _ext = load_inline(name="e", cpp_sources="torch::Tensor fused(torch::Tensor x, torch::Tensor w) { return torch::matmul(x, w); }", functions=["fused"])
@@ -203,6 +237,12 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("asyncio", model("return asyncio.run(None)", header=HEADER + "import asyncio\n"), {"concurrency"}),
     ("torch_multiprocessing", model("return x", header=HEADER + "import torch.multiprocessing as tmp\n"),
      {"concurrency"}),
+    ("logging_threading", model("logging.threading.Thread(target=print).start()\nreturn x",
+                                header=HEADER + "import logging\n"), {"concurrency"}),
+    ("switch_interval", model("return x", header=HEADER + "import sys\n", top="sys.setswitchinterval(1e-6)\n"),
+     {"concurrency"}),
+    ("cpp_aten_launch", model("return _ext.fused(x)", top='src = "at::launch([=] { work(); });"\n' + EXT),
+     {"concurrency"}),
     ("cpp_threads", model("return _ext.fused(x)", top=D('''
         src = "void f() { std::thread t([]{}); pthread_t p; pthread_create(&p, 0, 0, 0); if (fork() == 0) {} }"
     ''') + EXT), {"concurrency"}),
@@ -235,6 +275,61 @@ CASES: list[tuple[str, str, set[str]]] = [
                 return True
     """), {"monkeypatch"}),
     ("class_swap", model("y = x * 2\ny.__class__ = Foo\nreturn y", top="class Foo: pass\n"), {"monkeypatch"}),
+    ("patch_class_through_type", model("return x", init="type(self.gemm).forward = lambda s, x: x"), {"monkeypatch"}),
+    ("patch_class_through_dunder_class", model("return x", init="self.bn.__class__.forward = lambda s, x: x"),
+     {"monkeypatch"}),
+    ("setattr_on_type_of", model("return x", init='setattr(type(self.bn), "forward", lambda s, x: x)'),
+     {"monkeypatch"}),
+    ("patch_through_mro", model("return x", init="type(self).__mro__[1].__call__ = lambda s, x: x"), {"monkeypatch"}),
+    ("module_globals_via_helper", model("return x", top=D("""
+        import torch.nn.modules.linear
+        def _swap(namespace, value):
+            namespace.F = value
+        _swap(torch.nn.modules.linear, None)
+    """)), {"monkeypatch"}),
+    ("module_dict_via_helper", model("return x", top=D("""
+        import torch.nn.modules.batchnorm as bnm
+        def _put(d, **kw):
+            d.update(kw)
+        _put(vars(bnm), F=None)
+    """)), {"monkeypatch"}),
+    ("module_globals_in_a_loop", model("return x", top=D("""
+        import torch.nn.modules.linear, torch.nn.modules.batchnorm
+        for m in (torch.nn.modules.linear, torch.nn.modules.batchnorm):
+            m.F = None
+    """)), {"monkeypatch"}),
+    ("module_from_a_helper", model("return x", top=D("""
+        def _mod():
+            return torch.nn.modules.batchnorm
+        _mod().F = None
+    """)), {"monkeypatch"}),
+    ("setattr_as_a_value", model("return x", top='list(map(setattr, [torch], ["allclose"], [None]))\n'), {"monkeypatch"}),
+    ("global_module_hooks", model("return x", header=HEADER + "from torch.nn.modules.module import register_module_forward_hook\n",
+                                  top=D("""
+        register_module_forward_hook(lambda m, i, o: o)
+        torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: i)
+        torch.nn.modules.module._global_forward_hooks.clear()
+    """)), {"monkeypatch"}),
+    ("load_state_dict_override", model("return x", methods="""
+        def load_state_dict(self, state_dict, strict=True, assign=False):
+            for t in state_dict.values():
+                t.zero_()
+            return super().load_state_dict(state_dict, strict)
+    """), {"monkeypatch"}),
+    ("load_from_state_dict_in_a_submodule", model("return self.inner(x)", init="self.inner = _Inner()", top="""
+        class _Inner(nn.Module):
+            def _load_from_state_dict(self, *args):
+                pass
+            def forward(self, x):
+                return x
+    """), {"monkeypatch"}),
+    ("state_dict_hook", model("return x", init="self._register_load_state_dict_pre_hook(lambda *a: None)"),
+     {"monkeypatch"}),
+    ("buffers_registry_replaced", model("return x", init="self.bn._buffers = _Lazy(self.bn._buffers)",
+                                        top="class _Lazy(dict):\n    pass\n"), {"monkeypatch"}),
+    ("buffers_registry_through_object_setattr", model("return x", init='object.__setattr__(self.bn, "_buffers", {})'),
+     {"monkeypatch"}),
+    ("buffers_registry_through_dict", model("return x", init='self.bn.__dict__["_buffers"] = {}'), {"monkeypatch"}),
     ("cpp_aten_impl", model("return _ext.fused(x)", top='src = "TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl(\\"mm\\", f); }"\n' + EXT),
      {"monkeypatch"}),
     # ------------------------------------------------------------------ monkeypatch + introspection
@@ -253,6 +348,22 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("importlib_reload", model("return x", header=HEADER + "import importlib\n", top="importlib.reload(torch)\n"),
      {"introspection"}),
     ("frame_walk", model("f = self.forward.__globals__\nreturn x"), {"introspection"}),
+    ("traceback_tb_frame_via_getattr", model("return x", init="""
+        try:
+            raise RuntimeError
+        except RuntimeError as err:
+            frame = getattr(err.__traceback__, "tb_frame")
+    """), {"introspection"}),
+    ("frame_attribute_name_in_a_variable", model("return x", top='_BACK = "f_back"\n', init="""
+        f = self
+        f = getattr(f, _BACK)
+    """), {"introspection"}),
+    ("attrgetter_frames", model("return x", header=HEADER + "import operator\n",
+                                top='walk = operator.attrgetter("tb_frame.f_back")\n'), {"introspection"}),
+    ("exc_info_traceback", model("return x", header=HEADER + "import sys\n", init="tb = sys.exc_info()[2]"),
+     {"introspection"}),
+    ("os_sys_modules", model("return x", header=HEADER + "import os\n", init="m = os.sys.modules"),
+     {"introspection"}),
     ("cpp_dlsym", model("return _ext.fused(x)", top='src = "void* p = dlsym(RTLD_NEXT, \\"cudaEventElapsedTime\\");"\n' + EXT),
      {"introspection"}),
     # ------------------------------------------------------------------ io_or_network
@@ -269,6 +380,17 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("environ_writes", model('os.environ["CUDA_LAUNCH_BLOCKING"] = "1"\nos.environ.update(A="1")\nreturn x',
                              header=HEADER + "import os\n"), {"io_or_network"}),
     ("torch_save", model('torch.save(x, "/tmp/x.pt")\nreturn x'), {"io_or_network"}),
+    ("cpp_extension_subprocess", model("return x", header=HEADER + "from torch.utils import cpp_extension\n",
+                                       top='cpp_extension.subprocess.run(["true"])\n'), {"io_or_network"}),
+    ("cpp_files_and_sockets", model("return _ext.fused(x)", top=D('''
+        src = """
+        std::ofstream out("/tmp/x"); int fd = open("/tmp/y", O_WRONLY | O_CREAT, 0644);
+        std::filesystem::remove("/tmp/z"); int s = socket(AF_INET, SOCK_STREAM, 0); connect(s, addr, len);
+        """
+    ''') + EXT), {"io_or_network"}),
+    ("detached_process", model("return x", header=HEADER + "import subprocess\n",
+                               top='subprocess.Popen(["sleep", "60"], start_new_session=True)\n'),
+     {"io_or_network", "concurrency"}),
     ("cpp_fopen", model("return _ext.fused(x)", top='src = "FILE* f = fopen(\\"/tmp/x\\", \\"w\\");"\n' + EXT),
      {"io_or_network"}),
     # ------------------------------------------------------------------ precision_flags (not also monkeypatch)
@@ -326,6 +448,16 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("computed_import", model("m = __import__(name)\nreturn x", top='name = "g" + "c"\n'), {"dynamic_code"}),
     ("computed_getattr_on_module", model("f = getattr(torch, name)\nreturn x", top='name = "all" + "close"\n'),
      {"dynamic_code"}),
+    ("computed_getattr_on_a_local", model("return x", init="""
+        try:
+            raise RuntimeError
+        except RuntimeError as err:
+            tb = err.with_traceback(None)
+        f = getattr(tb, "tb_" + "frame")
+    """), {"dynamic_code"}),
+    ("code_interpreter", model("return x", header=HEADER + "import code\n",
+                               top='code.InteractiveInterpreter().runsource("import threading")\n'), {"dynamic_code"}),
+    ("runpy", model("return x", header=HEADER + "import runpy\n", top='runpy.run_path("x.py")\n'), {"dynamic_code"}),
     ("constant_dynamic_import_resolves", model("return x", top='g = __import__("gc")\ng.collect()\n'),
      {"introspection"}),
 ]
@@ -339,7 +471,8 @@ def test_flag_table(source: str, expected: set[str]) -> None:
     assert {f.name for f in flags} == expected, "\n".join(f"{f.name}: {f.reason}" for f in flags)
     for f in flags:
         assert f.policy == DEFAULT_POLICIES[f.name]
-        assert re.match(r"line \d+: ", f.reason), f.reason
+        assert re.match(r"lines? \d+(, \d+)*: ", f.reason), f.reason
+    assert len({f.name for f in flags}) == len(flags), "one flag per name"
 
 
 def test_every_flag_has_a_case_a_policy_and_a_description() -> None:
@@ -357,19 +490,42 @@ def test_policy_override() -> None:
     assert [f.policy for f in static_flags(src, {"torch_fallback": "reject"})] == [FlagPolicy.reject]  # type: ignore[dict-item]
 
 
-def test_one_flag_per_name_and_line_sorted_by_line() -> None:
+def test_one_flag_per_name_with_every_place_sorted_by_first_place() -> None:
     src = (
         "import torch\nimport gc\n"                                   # 1, 2
-        "torch.allclose = torch.testing.assert_close = None\n"       # 3: two targets, one flag
+        "torch.allclose = torch.testing.assert_close = None\n"       # 3: two targets
         "gc.collect(); gc.collect()\n"                                # 4
         "torch.backends.cuda.matmul.allow_tf32 = True\n"             # 5
+        "torch.equal = None\n"                                        # 6
+        "gc.collect()\n"                                              # 7
     )
     flags = static_flags(src)
-    assert [(f.name, f.reason.split(":")[0]) for f in flags] == [
-        ("introspection", "line 2"), ("monkeypatch", "line 3"), ("introspection", "line 4"),
-        ("precision_flags", "line 5"),
-    ]
     assert all(isinstance(f, Flag) for f in flags)
+    assert [f.name for f in flags] == ["introspection", "monkeypatch", "precision_flags"]
+    introspection, monkeypatch, precision = (f.reason for f in flags)
+    # gc.collect on lines 4 and 7, said once; `gc` alone on line 4 is what gc.collect already says
+    assert introspection == ("line 2: uses gc (introspection or process control); "
+                             "lines 4, 7: uses gc.collect (introspection or process control)")
+    assert monkeypatch.count("line 3: assigns") == 2 and "torch.allclose" in monkeypatch \
+        and "torch.testing.assert_close" in monkeypatch and monkeypatch.endswith(
+            "line 6: assigns torch.equal (modifies an imported module or object)")
+    assert precision.startswith("line 5: ")
+
+
+def test_cpp_heavy_ops_are_derived_from_the_problems_names() -> None:
+    """The C++ forms of a heavy op come from its name alone (evaluator.problem Rules), whatever the problem."""
+    from evaluator.problem import HeavyOps, Rules
+
+    rules = Rules(heavy=HeavyOps(label="softmax", cpp=["softmax"], cpp_methods=["softmax"], modules=["Softmax*"]))
+    hits = ["at::softmax(x, 1)", "at::_softmax_out(o, x, 1, false)", "at::native::softmax_cpu(x, 1, false)",
+            "torch::nn::functional::softmax(x, opts)", "at::_ops::_softmax::call(x, 1, false)", "x.softmax(1)",
+            "x->softmax_(1)", "torch::nn::Softmax2d sm;", "at::cpu::_softmax_outf(x, 1, false, o)"]
+    misses = ["at::matmul(a, b)", "softmax_kernel<<<1, 1>>>(x)", "my_softmax(x)", "x.softmax_tile(1)",
+              "torch::nn::functional::log_softmax(x, 1)"]
+    for text in hits + misses:
+        src = model("return _ext.fused(x)", top=f"src = {text!r}\n" + EXT)
+        got = [f.name for f in static_flags(src, rules=rules)]
+        assert got == (["torch_fallback"] if text in hits else []), text
 
 
 def test_line_numbers_inside_cpp_strings() -> None:
