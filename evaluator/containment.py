@@ -62,6 +62,7 @@ DISABLE_ENV = "HARNESS_CONTAINMENT_OFF"
 
 MECHANISMS = ("pid_namespace", "user_namespace", "net_namespace", "landlock", "landlock_net", "landlock_scope",
               "seccomp", "seccomp_unix")
+WORKER_MECHANISMS = ("seccomp_unix",)  # applied (and reported) by the worker itself, not the launcher
 # What the issue asks for -> the mechanisms that give it (any one verified is enough).
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     # writes only under its own folders, the store neither writable nor readable
@@ -263,7 +264,7 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"mechanisms": [self.mechanisms.get(n, {"name": n, "state": "missing", "detail": "not attempted"})
-                               for n in MECHANISMS],
+                               for n in MECHANISMS if n not in WORKER_MECHANISMS],
                 "writable": self.plan.get("write", [])}
 
 

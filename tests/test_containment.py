@@ -1,0 +1,323 @@
+"""Containment of the worker (issue 12, item 2): evaluator.containment and its use by the sandbox.
+
+Fast tests run the launcher on small Python programs (no torch): what it applies on this kernel,
+that each restriction refuses what it must, that every descendant dies with the worker, and that
+the parent judges the reports. The slow test evaluates the escape fixtures of
+tests/fixtures/hacks/cpu/ (a child outliving the worker to rewrite the store, files written from
+Python and C++ outside the worker's folders, TCP/UDP/unix connections to listeners this test runs,
+ptrace and process_vm_readv of this very process) in one batch and asserts each verdict and that
+nothing got out. With HARNESS_CONTAINMENT_OFF=all every test here that asserts a refusal fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pwd
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from evaluator import containment
+from evaluator.records import Containment, Status, Verdict, WorkerMessage
+from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, contained, protected_paths
+
+HACKS = FIXTURES / "hacks" / "cpu"
+ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cpp_escape"]
+LAUNCHER_MECHANISMS = [m for m in containment.MECHANISMS if m not in containment.WORKER_MECHANISMS]
+
+
+def launch(tmp_path: Path, code: str, *, disable=(), timeout=60) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run `python -c code` through the launcher, as the sandbox runs the worker: its own session,
+    a plan for a worker folder under tmp_path. Returns the process and the launcher's report."""
+    workdir, extension_dir = tmp_path / "kh-worker-x", tmp_path / "ext"
+    workdir.mkdir(exist_ok=True)
+    extension_dir.mkdir(exist_ok=True)
+    env = dict(os.environ)
+    plan = containment.plan(workdir, extension_dir, FIXTURES / "problems" / "scaled_relu", env,
+                            protect=[tmp_path / "store"], disable=disable or containment.disabled_mechanisms(os.environ))
+    env[containment.PLAN_ENV] = json.dumps(plan)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.run(containment.launch_command([sys.executable, "-c", code, "--fd", str(write_fd)]),
+                              pass_fds=(write_fd,), env=env, cwd=workdir, capture_output=True, text=True,
+                              timeout=timeout, start_new_session=True)
+    finally:
+        os.close(write_fd)
+    with os.fdopen(read_fd) as channel:
+        first = channel.readline()
+    report = json.loads(first)["containment"] if first else {}
+    return proc, {m["name"]: m for m in report.get("mechanisms", [])}
+
+
+def survivors(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+# --------------------------------------------------------------------------- the launcher alone
+
+def test_every_mechanism_is_applied_and_verified_on_this_kernel(tmp_path):
+    proc, report = launch(tmp_path, "print('ran')")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ran", proc.stderr
+    assert {n: m["state"] for n, m in report.items()} == {n: "verified" for n in LAUNCHER_MECHANISMS}, report
+
+
+def test_writes_land_only_in_the_workers_folders_and_the_store_is_unreadable(tmp_path):
+    (tmp_path / "store").write_text("verdicts")
+    code = f"""
+import os
+for path in ['{tmp_path}/outside', '{tmp_path}/kh-worker-x/inside', '{tmp_path}/ext/built', '/tmp/kh-escape-probe']:
+    try:
+        open(path, 'w').write('x'); print('wrote', path)
+    except OSError as err:
+        print('refused', path, err.errno)
+for path in ['{tmp_path}/store', '/etc/shadow']:
+    try:
+        open(path).read(); print('read', path)
+    except OSError as err:
+        print('unreadable', path, err.errno)
+"""
+    proc, _ = launch(tmp_path, code)
+    lines = proc.stdout.splitlines()
+    assert f"refused {tmp_path}/outside 13" in lines and "refused /tmp/kh-escape-probe 13" in lines, proc.stdout
+    assert f"wrote {tmp_path}/kh-worker-x/inside" in lines and f"wrote {tmp_path}/ext/built" in lines
+    assert f"unreadable {tmp_path}/store 13" in lines and "unreadable /etc/shadow 13" in lines
+    assert not (tmp_path / "outside").exists()
+
+
+def test_sockets_ptrace_setsid_and_namespaces_are_refused(tmp_path):
+    code = """
+import ctypes, os, socket, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, fn):
+    try:
+        fn(); print(name, 'allowed')
+    except OSError as err:
+        print(name, 'refused', err.errno)
+attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+attempt('tcp-connect', lambda: socket.create_connection(('127.0.0.1', 9), timeout=1))
+attempt('setsid', lambda: subprocess.run([sys.executable, '-c', 'pass'], start_new_session=True))
+libc.ptrace.restype = ctypes.c_long
+print('ptrace', 'allowed' if libc.ptrace(ctypes.c_long(0x4206), ctypes.c_long(1), None, None) == 0 else 'refused')
+print('unshare', 'allowed' if libc.unshare(0x10000000) == 0 else 'refused')
+print('signal-out', 'allowed' if libc.kill(os.getppid(), 0) == 0 else 'refused')
+"""
+    proc, _ = launch(tmp_path, code)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for name in ("udp", "tcp-connect", "setsid"):
+        assert any(line.startswith(f"{name} refused") for line in lines), proc.stdout
+    for name in ("ptrace", "unshare", "signal-out"):
+        assert f"{name} refused" in lines, proc.stdout
+
+
+def test_every_process_the_worker_started_dies_with_it(tmp_path):
+    marker = f"kh-test-orphan-{os.getpid()}-{time.monotonic_ns()}"
+    code = f"""
+import os, subprocess, sys
+sleeper = [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}']
+try:
+    subprocess.Popen(sleeper, start_new_session=True)
+except OSError:
+    pass
+if os.fork() == 0:  # a daemon: its own process group, its parent gone
+    os.setpgid(0, 0)
+    if os.fork() == 0:
+        os.execv(sys.executable, sleeper)
+    os._exit(0)
+print('started')
+"""
+    proc, _ = launch(tmp_path, code)
+    assert proc.stdout.strip() == "started", proc.stderr
+    deadline = time.monotonic() + 5
+    while survivors(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert survivors(marker) == []
+
+
+@pytest.mark.parametrize("code, returncode", [("import sys; sys.exit(3)", 3), ("import os; os.abort()", -6)])
+def test_the_launcher_exits_as_the_worker_did(tmp_path, code, returncode):
+    proc, _ = launch(tmp_path, code)
+    assert proc.returncode == returncode
+
+
+def test_switched_off_mechanisms_are_reported_missing_and_nothing_is_refused(tmp_path):
+    """The check of the checks: without containment, the same write goes through."""
+    proc, report = launch(tmp_path, f"open('{tmp_path}/outside', 'w').write('x')",
+                          disable=containment.MECHANISMS)
+    assert proc.returncode == 0 and (tmp_path / "outside").exists()
+    assert {m["state"] for m in report.values()} == {"missing"}
+    assert all(containment.DISABLE_ENV in m["detail"] for m in report.values())
+
+
+# --------------------------------------------------------------------------- the parent's side
+
+def test_the_plan_writes_only_the_workers_folders_and_protects_the_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_STORE", str(tmp_path / "elsewhere" / "results.sqlite"))
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs",
+                                      cache_dir=tmp_path / "cache"))
+    protect = protected_paths(evaluator)
+    for path in (Path.cwd() / ".harness", tmp_path / "logs", tmp_path / "cache",
+                 tmp_path / "elsewhere" / "results.sqlite", tmp_path / "elsewhere" / "results.sqlite-wal"):
+        assert path.absolute() in protect
+    for folder in (tmp_path / "w", tmp_path / "cache" / "extensions" / "x"):
+        folder.mkdir(parents=True)
+    plan = containment.plan(tmp_path / "w", tmp_path / "cache" / "extensions" / "x", evaluator.problem.location,
+                            dict(os.environ), protect=protect)
+    assert plan["write"] == [os.path.realpath(tmp_path / "w"), os.path.realpath(tmp_path / "cache/extensions/x")]
+    assert str(Path(containment.__file__).parent) in plan["exact"]
+    assert os.path.realpath(evaluator.problem.location) in plan["exact"]
+    assert "/etc/shadow" in plan["protect"]
+
+
+def test_the_parent_flags_what_was_not_contained():
+    full = [{"name": n, "state": "verified", "detail": ""} for n in containment.MECHANISMS]
+    record, missing = containment.assess({"mechanisms": full})
+    assert missing == [] and record["missing"] == []
+    without = [m if m["name"] not in ("landlock", "seccomp_unix") else {**m, "state": "missing", "detail": "gone"}
+               for m in full]
+    _, missing = containment.assess({"mechanisms": without})
+    assert missing == ["files", "sockets"]  # ptrace still covered by seccomp, processes by the PID namespace
+    _, missing = containment.assess(None)
+    assert missing == list(containment.REQUIREMENTS)
+
+
+def test_only_reports_sent_before_the_first_phase_count():
+    """The launcher's report and the worker's own come before the candidate exists; a `containment`
+    message sent later (by the candidate, through the channel it can reach) changes nothing."""
+    def message(mechanisms):
+        return WorkerMessage(kind="containment", containment=Containment(mechanisms=mechanisms))
+
+    launcher = [{"name": n, "state": "verified", "detail": ""} for n in containment.MECHANISMS if n != "landlock"]
+    launcher.append({"name": "landlock", "state": "missing", "detail": "no Landlock"})
+    forged = [{"name": "landlock", "state": "verified", "detail": "trust me"}]
+    verdict = Verdict(candidate="c", source_sha256="", problem="p", size="s", device="cpu", status=Status.correct)
+    verdict = contained(verdict, [message(launcher), WorkerMessage(kind="phase", phase="compile"), message(forged)])
+    assert verdict.containment.missing == ["files"]
+    [flag] = [f for f in verdict.flags if f.name == "unsandboxed"]
+    assert flag.policy.value == "flag" and "files" in flag.reason and "no Landlock" in flag.reason
+
+
+# --------------------------------------------------------------------------- the escape fixtures
+
+def expected(path: Path) -> tuple[str, set[str]]:
+    status, flags = None, set()
+    for line in re.findall(r"^EXPECT:(.*)$", path.read_text(), re.MULTILINE):
+        for part in line.split():
+            key, _, value = part.partition("=")
+            if key == "status":
+                status = value
+            elif key == "flag":
+                flags.add(value)
+    return status, flags
+
+
+@pytest.fixture(scope="module")
+def escapes(tmp_path_factory):
+    """The escape fixtures in one batch, aimed at a store, a folder, listeners and a secret of this test."""
+    tmp = tmp_path_factory.mktemp("escapes")
+    store = tmp / "results.sqlite"
+    with sqlite3.connect(store) as db:
+        db.execute("CREATE TABLE verdicts (key TEXT PRIMARY KEY, status TEXT)")
+        db.execute("INSERT INTO verdicts VALUES ('k', 'incorrect')")
+    target = tmp / "target"
+    target.mkdir()
+    tcp = socket.create_server(("127.0.0.1", 0))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    unix_path = str(tmp / "listener.sock")
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(unix_path)
+    unix.listen()
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind("\0kh-hack")
+    abstract.listen()
+    secret = os.urandom(16)
+    buffer = ctypes.create_string_buffer(secret, len(secret))
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    markers = [folder / name for folder in (Path("/tmp"), home, target, Path(os.path.realpath("/tmp")))
+               for name in ("kh-hack-escape-py", "kh-hack-escape-cpp")]
+    for marker in markers:
+        marker.unlink(missing_ok=True)
+    settings = {"KH_HACK_STORE": str(store), "KH_HACK_DIR": str(target),
+                "KH_HACK_TCP_PORT": str(tcp.getsockname()[1]), "KH_HACK_UDP_PORT": str(udp.getsockname()[1]),
+                "KH_HACK_UNIX": unix_path, "KH_HACK_PID": str(os.getpid()),
+                "KH_HACK_ADDR": str(ctypes.addressof(buffer)), "KH_HACK_LEN": str(len(secret))}
+    before = store.read_bytes()
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in settings.items():
+            mp.setenv(name, value)
+        settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"],
+                        log_root=tmp / "logs", jobs=2)
+        if "run_rejected" in EvalOptions.model_fields:  # statically rejected: run them anyway, contained
+            settings["run_rejected"] = True
+        options = EvalOptions(**settings)
+        verdicts = {v.candidate: v for v in Evaluator(options).evaluate_all(
+            [CandidateFile(name=name, path=HACKS / f"{name}.py") for name in ESCAPES])}
+    time.sleep(4)  # past the survivor's wait
+    for sock in (tcp, udp, unix, abstract):
+        sock.setblocking(False)
+    reached = []
+    for name, sock in (("tcp", tcp), ("unix", unix), ("abstract unix", abstract)):
+        try:
+            sock.accept()
+            reached.append(name)
+        except BlockingIOError:
+            pass
+    try:
+        udp.recvfrom(100)
+        reached.append("udp")
+    except BlockingIOError:
+        pass
+    outcome = {"verdicts": verdicts, "store_before": before, "store_after": store.read_bytes(),
+               "written": [str(m) for m in markers if m.exists()], "reached": reached, "secret": secret.hex(),
+               "survivors": survivors("kh-hack-survivor"), "target": list(target.iterdir())}
+    for marker in markers:  # never leave them behind, whatever happened
+        marker.unlink(missing_ok=True)
+    for sock in (tcp, udp, unix, abstract):
+        sock.close()
+    return outcome
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ESCAPES)
+def test_each_escape_gets_its_verdict_and_runs_contained(name, escapes):
+    verdict = escapes["verdicts"][name]
+    status, flags = expected(HACKS / f"{name}.py")
+    assert verdict.status == Status(status), f"{verdict.status.value}: {verdict.error}"
+    got = {f"{f.name}({f.policy.value})" for f in verdict.flags}
+    assert flags <= got, got
+    assert "unsandboxed" not in {f.name for f in verdict.flags}
+    assert {m.name: m.state for m in verdict.containment.mechanisms} == {n: "verified" for n in containment.MECHANISMS}
+
+
+@pytest.mark.slow
+def test_no_escape_got_out(escapes):
+    outputs = {name: v.stdout_tail + v.stderr_tail for name, v in escapes["verdicts"].items()}
+    assert escapes["survivors"] == [], "a child of the candidate outlived the worker"
+    assert escapes["store_after"] == escapes["store_before"], "the result store was rewritten"
+    assert escapes["written"] == [] and escapes["target"] == [], "files were written outside the worker's folders"
+    assert escapes["reached"] == [], "a listener of the test was reached"
+    for name, text in outputs.items():
+        assert escapes["secret"] not in text and "LEAKED" not in text, f"{name} read this process's memory"
+        for success in ("WROTE", "REACHED", "PTRACE SEIZED", "SURVIVOR REWROTE"):
+            assert success not in text, f"{name}: {success}"
+    # and the attempts were made (the test is not vacuous)
+    assert "could not write" in outputs["write_outside"] and "could not write" in outputs["cpp_escape"]
+    assert "could not reach tcp" in outputs["network"] and "could not make a socket" in outputs["cpp_escape"]
+    assert "ptrace refused" in outputs["ptrace_parent"] and "process_vm_readv refused" in outputs["ptrace_parent"]
