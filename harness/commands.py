@@ -241,6 +241,12 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         record_eval_verdicts(store, evaluator, candidates, verdicts)
     if not json_lines:
         console.print(verdict_table(verdicts))
+    unsandboxed = [f for v in verdicts for f in v.flags if f.name == "unsandboxed"]
+    if unsandboxed:  # once, on stderr: what this machine did not contain (evaluator.containment)
+        from rich.markup import escape
+
+        _err.print(f"[yellow]warning:[/] {len(unsandboxed)} of {len(verdicts)} candidate(s) ran unsandboxed: "
+                   f"{escape(unsandboxed[0].reason)}", highlight=False, soft_wrap=True)
     return 0
 
 

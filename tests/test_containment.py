@@ -306,18 +306,57 @@ def test_each_escape_gets_its_verdict_and_runs_contained(name, escapes):
     assert {m.name: m.state for m in verdict.containment.mechanisms} == {n: "verified" for n in containment.MECHANISMS}
 
 
+def _output(escapes, name: str) -> str:
+    verdict = escapes["verdicts"][name]
+    return verdict.stdout_tail + verdict.stderr_tail
+
+
 @pytest.mark.slow
-def test_no_escape_got_out(escapes):
-    outputs = {name: v.stdout_tail + v.stderr_tail for name, v in escapes["verdicts"].items()}
+def test_a_child_in_a_new_session_neither_outlives_the_worker_nor_rewrites_the_store(escapes):
     assert escapes["survivors"] == [], "a child of the candidate outlived the worker"
     assert escapes["store_after"] == escapes["store_before"], "the result store was rewritten"
+    assert "SURVIVOR REWROTE" not in _output(escapes, "detached_survivor")
+    assert "no new session: [Errno 1]" in _output(escapes, "detached_survivor")  # setsid refused
+
+
+@pytest.mark.slow
+def test_no_file_is_written_outside_the_workers_folders_from_python_or_cpp(escapes):
     assert escapes["written"] == [] and escapes["target"] == [], "files were written outside the worker's folders"
+    for name in ("write_outside", "cpp_escape"):
+        assert "WROTE" not in _output(escapes, name)
+        assert "could not write" in _output(escapes, name) and "Permission denied" in _output(escapes, name)
+
+
+@pytest.mark.slow
+def test_no_listener_is_reached_by_tcp_udp_or_unix_sockets(escapes):
     assert escapes["reached"] == [], "a listener of the test was reached"
-    for name, text in outputs.items():
-        assert escapes["secret"] not in text and "LEAKED" not in text, f"{name} read this process's memory"
-        for success in ("WROTE", "REACHED", "PTRACE SEIZED", "SURVIVOR REWROTE"):
-            assert success not in text, f"{name}: {success}"
-    # and the attempts were made (the test is not vacuous)
-    assert "could not write" in outputs["write_outside"] and "could not write" in outputs["cpp_escape"]
-    assert "could not reach tcp" in outputs["network"] and "could not make a socket" in outputs["cpp_escape"]
-    assert "ptrace refused" in outputs["ptrace_parent"] and "process_vm_readv refused" in outputs["ptrace_parent"]
+    for name in ("network", "cpp_escape"):
+        assert "REACHED" not in _output(escapes, name)
+    assert "could not reach tcp" in _output(escapes, "network")
+    assert "could not make a socket: Operation not permitted" in _output(escapes, "cpp_escape")
+
+
+@pytest.mark.slow
+def test_no_other_process_is_traced_or_read(escapes):
+    text = _output(escapes, "ptrace_parent")
+    assert escapes["secret"] not in text and "LEAKED" not in text, "the candidate read this process's memory"
+    assert "PTRACE SEIZED" not in text
+    assert "ptrace refused" in text and "process_vm_readv refused" in text and "/proc/PID/mem refused" in text
+
+
+@pytest.mark.slow
+def test_harness_eval_says_once_that_candidates_ran_unsandboxed(tmp_path):
+    candidate = FIXTURES / "candidates" / "cpu" / "torch_ops_correct.py"
+    env = {**os.environ, containment.DISABLE_ENV: "landlock,landlock_net,landlock_scope"}
+    result = subprocess.run([sys.executable, "-m", "harness", "eval", str(candidate), str(candidate), "--device", "cpu",
+                             "--size", "small", "--baselines", "eager", "--no-store", "--json"],
+                            capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    verdicts = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [v["status"] for v in verdicts] == ["correct", "correct"]
+    for verdict in verdicts:
+        [flag] = [f for f in verdict["flags"] if f["name"] == "unsandboxed"]
+        assert flag["policy"] == "flag" and "files" in flag["reason"] and "signals" not in flag["reason"]
+        states = {m["name"]: m["state"] for m in verdict["containment"]["mechanisms"]}
+        assert states["landlock"] == "missing" and states["seccomp"] == "verified"
+    assert result.stderr.count("ran unsandboxed") == 1, result.stderr
