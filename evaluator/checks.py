@@ -535,9 +535,15 @@ class _Checker:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Assign):
                 for t in node.targets:
-                    for x in _targets(t):
-                        if isinstance(x, ast.Name):
-                            bind(x.id, consts(node.value) if isinstance(t, ast.Name) else None)
+                    if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
+                            and len(t.elts) == len(node.value.elts):  # a, b = "x", "y"
+                        pairs = list(zip(t.elts, node.value.elts))
+                    else:
+                        pairs = [(t, node.value)]
+                    for target, value in pairs:
+                        for x in _targets(target):
+                            if isinstance(x, ast.Name):
+                                bind(x.id, consts(value) if isinstance(target, ast.Name) else None)
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                 for x in _targets(node.target):
                     if isinstance(x, ast.Name):

@@ -124,11 +124,14 @@ def device_name(device: str, hardware: Hardware | None = None) -> str:
 
 
 def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, judge: Judge | str,
-                compile_only: bool = False) -> str:
+                compile_only: bool = False, run_rejected: bool = False) -> str:
     """SHA-256 of (source hash, problem, size, device name, judge fingerprint): the resume key of
-    a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation)."""
+    a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation), and
+    so has one judged with `run_rejected` (statically rejected candidates were run, not just rejected)."""
     fingerprint = judge if isinstance(judge, str) else judge.fingerprint
     parts = {"source": source_sha256, "problem": problem, "size": size, "device": device_name, "judge": fingerprint}
     if compile_only:
         parts["compile_only"] = True
+    if run_rejected:
+        parts["run_rejected"] = True
     return _digest(parts)

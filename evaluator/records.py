@@ -24,7 +24,9 @@ class Record(BaseModel):
 
 
 class Status(str, Enum):
-    """The outcome of one candidate. Only `correct` candidates are timed."""
+    """The outcome of one candidate. Only `correct` candidates are timed. A candidate whose static
+    checks give a `reject` flag is `rejected` without its code ever running (phase `parse`), unless
+    `EvalOptions.run_rejected` asks for it to run (contained, like any other)."""
 
     parse_error = "parse_error"        # no usable ModelNew source (syntax error, no class, ...)
     compile_error = "compile_error"    # importing the candidate (which builds its extensions) failed
@@ -34,6 +36,7 @@ class Status(str, Enum):
     incorrect = "incorrect"            # ran, but outputs, buffers or inputs were wrong
     correct = "correct"                # passed the loosest tier in the problem's mode
     compiled = "compiled"              # --compile-only: built, not run
+    rejected = "rejected"              # a static check's reject flag: never run (unless --run-rejected)
 
 
 class Phase(str, Enum):

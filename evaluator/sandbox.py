@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evaluator import containment, identity
 from evaluator.identity import Judge
 from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
-from evaluator.records import Containment, EvalRequest, Flag, Phase, Status, Verdict, WorkerMessage
+from evaluator.records import Containment, EvalRequest, Flag, FlagPolicy, Phase, Status, Verdict, WorkerMessage
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Environment variables whose names contain one of these are not passed to candidates.
@@ -66,6 +66,9 @@ class EvalOptions(BaseModel):
     size: str | None = Field(None, description="Size preset; default depends on the device.")
     device: Literal["cuda", "cpu"] | None = Field(None, description="cuda when visible, else cpu.")
     compile_only: bool = Field(False, description="Build without running.")
+    run_rejected: bool = Field(False, description=(
+        "Run candidates whose static checks give a `reject` flag (contained, like any other), for people "
+        "studying hacks. By default they are `rejected` without their code ever running."))
     baselines: list[str] | None = Field(None, description="Baselines to time (see DEFAULT_BASELINES).")
     seed: int | None = Field(None, description="Root seed; random when None (fresh inputs each run).")
     jobs: int = Field(1, ge=1, description="Candidates built at once before the (serial) checks.")
@@ -122,6 +125,29 @@ def static_flags(source: str, rules: Rules) -> list[Flag]:
     except ImportError:  # the static checks are optional for the core path
         return []
     return check(source, rules=rules)
+
+
+def merge_flags(flags: Sequence[Flag]) -> list[Flag]:
+    """One flag per name, in the order names first appear: the reasons of a name's flags joined
+    with "; " (each once), `reject` if any of them is. Static and dynamic findings of one kind
+    (the worker may report `monkeypatch` after the import and again before its verdict) become one."""
+    merged: dict[str, Flag] = {}
+    for flag in flags:
+        if flag.name not in merged:
+            merged[flag.name] = flag.model_copy()
+            continue
+        kept = merged[flag.name]
+        reasons = kept.reason.split("; ") if kept.reason else []
+        if flag.reason and flag.reason not in kept.reason:
+            kept.reason = "; ".join([*reasons, flag.reason]) if reasons else flag.reason
+        if flag.policy == FlagPolicy.reject:
+            kept.policy = FlagPolicy.reject
+    return list(merged.values())
+
+
+def rejected_error(flags: Sequence[Flag]) -> str:
+    names = ", ".join(f.name for f in flags if f.policy == FlagPolicy.reject)
+    return f"not run: the static checks reject it ({names}); --run-rejected runs it, contained, to study it"
 
 
 class CappedTail:
@@ -320,7 +346,7 @@ class Evaluator:
         """The store key of a verdict made by this evaluator."""
         compile_only = self.options.compile_only if compile_only is None else compile_only
         return identity.verdict_key(verdict.source_sha256, self.problem.name, self.size, self.device_name, self.judge,
-                                    compile_only=compile_only)
+                                    compile_only=compile_only, run_rejected=self.options.run_rejected)
 
     def evaluate(self, candidate: CandidateFile, compile_only: bool | None = None) -> Verdict:
         return self._evaluate(candidate, compile_only).model_copy(update={"judge": self.judge})
@@ -338,7 +364,11 @@ class Evaluator:
         reason = parse_problem(source)
         if reason:
             return Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse, error=reason)
-        flags = static_flags(source, self.problem.rules)
+        flags = merge_flags(static_flags(source, self.problem.rules))
+        if any(f.policy == FlagPolicy.reject for f in flags) and not self.options.run_rejected:
+            # the static gate: a candidate the checks reject never runs (importing it would run it)
+            return Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse, flags=flags,
+                           error=rejected_error(flags))
         if self.device == "cpu" and uses_cuda_source(source):
             compile_only = True  # running it would only fail; build it and say plainly it was not run
         try:
@@ -347,7 +377,7 @@ class Evaluator:
             return Verdict(**base, source_sha256=digest, status=Status.crashed, flags=flags,
                            error=f"the evaluator failed around this candidate: {type(err).__name__}: {err}\n"
                                  + traceback.format_exc()[-VERDICT_TAIL_CHARS:])
-        verdict.flags = flags + verdict.flags
+        verdict.flags = merge_flags(flags + verdict.flags)  # one flag per name, static and dynamic reasons joined
         return verdict
 
     def _run_worker(self, candidate: CandidateFile, source: bytes, digest: str, compile_only: bool,

@@ -74,14 +74,16 @@ def is_implausible(flag: Flag) -> bool:
 def classify(verdict: Verdict, tier: str, stale: str | None = None) -> tuple[Outcome, str | None]:
     """(outcome, reason): `correct` only when rankable at `tier`; `stale` when `stale` says why the
     verdict's rules are not the current ones; `below_tier` when it is correct at a looser tier
-    only; `rejected` for a reject or implausible flag; else the status."""
+    only; `rejected` for a reject or implausible flag (a correct verdict's, or the status `rejected`
+    of one the static checks kept from running), the reason naming the flags; else the status."""
     if stale is not None:
         return Outcome.stale, stale
-    if verdict.status != Status.correct:
+    if verdict.status not in (Status.correct, Status.rejected):
         return Outcome.of(verdict.status), short_text(verdict.error) or None
     blocking = [f for f in verdict.flags if f.policy == FlagPolicy.reject or is_implausible(f)]
-    if blocking:
-        return Outcome.rejected, "; ".join(f"{f.name}: {short_text(f.reason, 80)}" for f in blocking)
+    if blocking or verdict.status == Status.rejected:  # rejected statically (never run), or correct and rejected
+        return Outcome.rejected, ("; ".join(f"{f.name}: {short_text(f.reason, 80)}" for f in blocking)
+                                  or short_text(verdict.error) or None)
     tiers = verdict.correctness.tiers if verdict.correctness else {}
     if not tiers.get(tier, False):
         passed = [t for t, ok in tiers.items() if ok]

@@ -33,6 +33,9 @@ def eval_command(
     size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build without running."),
+    run_rejected: bool = typer.Option(False, "--run-rejected", help=(
+        "Run candidates the static checks reject (contained), to study what they do; by default they are "
+        "`rejected` without running.")),
     json_lines: bool = typer.Option(False, "--json", help="One verdict JSON object per line on stdout."),
     jobs: int = typer.Option(1, min=1, help="Candidates built at once before the serial checks."),
     seed: Optional[int] = typer.Option(None, help="Root seed (default: fresh each run)."),
@@ -53,7 +56,8 @@ def eval_command(
         raise usage_error(f"no such file: {', '.join(missing)}")
     try:
         options = EvalOptions(
-            problem=problem, size=size, device=device, compile_only=compile_only, jobs=jobs, seed=seed,
+            problem=problem, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,
+            jobs=jobs, seed=seed,
             baselines=[b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None,
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
         )
@@ -102,6 +106,9 @@ def run_cli(
     retry_failed: Optional[bool] = typer.Option(None, "--retry-failed", help="Ask again for stored failed requests."),
     evaluate: Optional[bool] = typer.Option(None, "--eval/--no-eval", help="Evaluate the candidates (default: on)."),
     compile_only: Optional[bool] = typer.Option(None, "--compile-only", help="Build candidates without running them."),
+    run_rejected: Optional[bool] = typer.Option(None, "--run-rejected", help=(
+        "Run candidates the static checks reject (contained), to study what they do (default: `rejected` "
+        "without running).")),
     jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once before the serial checks (default: half the cores, at most 8)."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     runs_dir: Optional[Path] = typer.Option(None, help="Root of run folders (default: candidates)."),
@@ -128,7 +135,8 @@ def run_cli(
         model=model, samples=samples, variant=variant, problem=problem, size=size, device=device, base_url=base_url,
         api_key_env=api_key_env, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
         extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
-        retry_failed=retry_failed, evaluate=evaluate, compile_only=compile_only, jobs=jobs, store=store, runs_dir=runs_dir,
+        retry_failed=retry_failed, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected, jobs=jobs,
+        store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )
     raise typer.Exit(run_command(options, config_file=config, console=console))

@@ -96,7 +96,10 @@ def view(keys: tuple[str, ...]) -> list[Column]:
 # -- summary rows ---------------------------------------------------------------------------------
 
 # The verdict statuses counted per summary row, worst first (the outcome type's order is best first).
-COUNTED_COLUMNS = ("parse_error", "compile_error", "runtime_error", "timeout", "crashed", "incorrect", "correct")
+# `rejected`: kept from running by a static check (a correct verdict with a reject flag counts as correct
+# here, and is not in correct@tier).
+COUNTED_COLUMNS = ("parse_error", "compile_error", "runtime_error", "timeout", "crashed", "rejected", "incorrect",
+                   "correct")
 
 
 def _count(status: str) -> Column:

@@ -184,14 +184,14 @@ def record_eval_verdicts(store_path: Path | None, evaluator: Any, files: Sequenc
     except StoreError as err:
         console.print(f"[red]error:[/] verdicts not stored: {err}")
         return 0
-    compile_only = evaluator.options.compile_only
+    compile_only, run_rejected = evaluator.options.compile_only, evaluator.options.run_rejected
     judged: dict[str, list[tuple[Candidate, str, Verdict]]] = {EVAL_RUN: [], GOLDEN_RUN: []}
     for file, verdict in zip(files, verdicts):
         file_path = Path(getattr(file, "path", file))
         run_id = GOLDEN_RUN if is_golden_path(file_path) else EVAL_RUN
         # one candidate row per file and setting, so a rerun under new rules replaces the verdict it links
-        scope = hashlib.sha256(json.dumps([verdict.problem, verdict.size, evaluator.device_name,
-                                           compile_only]).encode()).hexdigest()
+        settings = [verdict.problem, verdict.size, evaluator.device_name, compile_only] + ([True] if run_rejected else [])
+        scope = hashlib.sha256(json.dumps(settings).encode()).hexdigest()
         judged[run_id].append((_eval_candidate(run_id, file_path, verdict, scope), evaluator.key(verdict), verdict))
     stored = 0
     with store:
@@ -200,7 +200,8 @@ def record_eval_verdicts(store_path: Path | None, evaluator: Any, files: Sequenc
                 continue
             run = Run(id=run_id, mode="golden" if run_id == GOLDEN_RUN else "eval",
                       config={"problem": evaluator.problem.name, "size": evaluator.size, "device": evaluator.device,
-                              "model": "-", "variant": "-", "compile_only": compile_only, "command": "harness eval"},
+                              "model": "-", "variant": "-", "compile_only": compile_only, "run_rejected": run_rejected,
+                              "command": "harness eval"},
                       versions=versions(), hardware=hardware, device_name=evaluator.device_name)
             stored += store.record_eval(run, items, device_name=evaluator.device_name, listed_as=("-", "-"))
     console.print(f"[dim]stored {stored} verdict(s) in {path}[/]")
@@ -229,7 +230,8 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
     verdicts = []
     status = _err if json_lines else console
     status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}, device {evaluator.device}"
-                 f"{', compile only' if options.compile_only else ''}: {len(candidates)} candidate(s)[/]")
+                 f"{', compile only' if options.compile_only else ''}"
+                 f"{', rejected candidates run' if options.run_rejected else ''}: {len(candidates)} candidate(s)[/]")
     for verdict in evaluator.evaluate_all(candidates):
         verdicts.append(verdict)
         if json_lines:

@@ -81,6 +81,9 @@ class RunConfig(BaseModel):
     # evaluation and storage
     evaluate: bool = Field(True, description="Evaluate the parsed candidates (False: generate and parse only).")
     compile_only: bool = Field(False, description="Build candidates without running them.")
+    run_rejected: bool = Field(False, description=(
+        "Run candidates the static checks reject (contained), to study them; by default they are `rejected` "
+        "without running. Part of the verdict key."))
     eval_seed: int | None = Field(None, description="Root seed of the evaluator's inputs; None = fresh each evaluation.")
     jobs: int | None = Field(None, ge=1, description="Candidates built at once before the serial checks; None = half the cores, at most 8.")
     store: Path = Field(DEFAULT_STORE, description="The SQLite result store.")

@@ -1,8 +1,10 @@
 """Every outcome a sample can have, in one place: its order, label, terminal style and colour.
 
 The evaluator's `Status` values, the board's own outcomes (a correct verdict below the chosen
-tier, a rejected one, one judged by other rules) and the pipeline's (no reply, not evaluated,
-skipped). Definition order is display order: best first. Adding an outcome is one line here.
+tier, one judged by other rules) and the pipeline's (no reply, not evaluated, skipped). `rejected`
+is both: the status of a candidate a static check rejects (never run), and the board's outcome of a
+correct verdict carrying a reject flag; they read the same on the leaderboard. Definition order is
+display order: best first. Adding an outcome is one line here.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ class Outcome(str, Enum):
     # value               terminal style  report colour  counted as a verdict status
     correct = ("correct", "green", "#2e7d32", True)
     below_tier = ("below_tier", "yellow", "#f9a825", False)        # correct, but not at the chosen tier
-    rejected = ("rejected", "red", "#c62828", False)               # correct, with a reject or implausible flag
+    rejected = ("rejected", "red", "#c62828", True)                # a reject or implausible flag: not run (a static
+                                                                   # check's), or run and correct (any check's)
     stale = ("stale", "dim", "#8d6e63", False)                     # judged by other rules than this harness's
     compiled = ("compiled", "cyan", "#00838f", False)              # --compile-only: built, not run
     incorrect = ("incorrect", "yellow", "#ef6c00", True)

@@ -141,7 +141,7 @@ class RunContext:
 
     def verdict_key(self, source_sha: str) -> str:
         return identity.verdict_key(source_sha, self.problem.name, self.size, self.device_name, self.judge,
-                                    compile_only=self.cfg.compile_only)
+                                    compile_only=self.cfg.compile_only, run_rejected=self.cfg.run_rejected)
 
 
 # -- small pure helpers ---------------------------------------------------------------------------
@@ -419,7 +419,8 @@ def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summ
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
     options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
-                          compile_only=ctx.cfg.compile_only, seed=ctx.cfg.eval_seed, jobs=ctx.cfg.build_jobs())
+                          compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
+                          jobs=ctx.cfg.build_jobs())
     evaluate_fn = ctx.evaluate_fn or _default_evaluate
     warned: set[str] = set()
     with _progress(ctx.console) as progress:

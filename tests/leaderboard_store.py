@@ -1,8 +1,9 @@
 """A result store filled by REAL evaluations on the CPU, shared by the leaderboard and report
-tests (built once per test process: 4 timed evaluations, ~20 s on 2 idle cores):
+tests (built once per test process: 3 timed evaluations, ~20 s on 2 idle cores):
 
 - `harness eval --device cpu --size small --store S` on copies of CPU fixtures: a loose-only one (adds 1e-3 noise: correct at `loose`, not at `strict`), a wrong
-  one, a syntax error, one whose forward raises, a reject-flagged hack (TF32 flag), and a
+  one, a syntax error, one whose forward raises, a hack the static checks reject (TF32 flag: judged
+  `rejected` without running), and a
   "golden" kernel (a file under candidates/golden/ of the working folder);
 - `harness run` against the local OpenAI-compatible test server (the script of
   tests/test_harness_run_http.py: 5 samples, a correct one after a 429, a truncated reply, a
@@ -39,7 +40,7 @@ EVAL_FILES = {
 }
 EXPECTED_EVAL_STATUS = {
     "eval/noisy_loose.py": "correct", "eval/wrong_values.py": "incorrect",
-    "eval/syntax_error.py": "parse_error", "eval/forward_raises.py": "runtime_error", "eval/tf32_flag.py": "correct",
+    "eval/syntax_error.py": "parse_error", "eval/forward_raises.py": "runtime_error", "eval/tf32_flag.py": "rejected",
 }
 GOLDEN_NAME = "golden/ref_torch_ops"
 

@@ -3,9 +3,13 @@
 The CPU hack fixtures (tests/fixtures/hacks/cpu/) are evaluated in ONE batch, together with the
 good CPU candidates, which must stay `correct` with no reject flag. Each fixture states its
 outcome in `EXPECT:` lines of its docstring (`status=...`, and `flag=name(policy)` lines that
-must all be present). Static flags never change a status, so every status asserted here is the
-dynamic checks' doing; where a reject flag also comes from the static checks, the tests below
-assert the dynamic flag separately (the flags left after removing the static ones).
+must all be present): its verdict when it runs. A fixture the static checks reject is `rejected`
+without running by default (asserted for each in a batch of its own, which runs nothing); the ONE
+batch runs it anyway (`--run-rejected`, contained like the others) unless its EXPECT status is
+`rejected` (judged statically only). Static flags never change the status of a candidate that runs,
+so every other status asserted here is the dynamic checks' doing; where a reject flag also comes
+from the static checks, the tests below assert the dynamic part separately (what the verdict's flag
+of that name says beyond the static reason: static and dynamic findings of one kind are one flag).
 
 The CUDA twins (tests/fixtures/hacks/cuda/) run on a GPU (`gpu` mark); here one of them is only
 built, to show they compile.
@@ -49,10 +53,22 @@ def expectations(path: Path) -> tuple[str, set[tuple[str, str | None]]]:
     return status, flags
 
 
+def static_rejects(path: Path) -> list[str]:
+    """The reject flags the static checks give this fixture: by default it is `rejected` unrun."""
+    return sorted(f.name for f in static_flags(path.read_text()) if f.policy == FlagPolicy.reject)
+
+
 def dynamic_flags(verdict, path: Path) -> set[tuple[str, str]]:
-    """The verdict's flags minus the ones the static checks give for this source."""
-    static = {(f.name, f.reason) for f in static_flags(path.read_text())}
-    return {(f.name, f.policy.value) for f in verdict.flags if (f.name, f.reason) not in static}
+    """The verdict's flags that say more than the static checks do for this source (a flag's reasons
+    are the static and the dynamic ones of its name joined)."""
+    static = {f.name: f.reason for f in static_flags(path.read_text())}
+    return {(f.name, f.policy.value) for f in verdict.flags if f.reason != static.get(f.name)}
+
+
+def dynamic_reason(verdict, path: Path, name: str) -> str:
+    """What the verdict's flag `name` says beyond the static reason of that name."""
+    static = next((f.reason for f in static_flags(path.read_text()) if f.name == name), "")
+    return " ".join(f.reason.replace(static, "") for f in verdict.flags if f.name == name)
 
 
 def assert_expected(verdict, path: Path) -> None:
@@ -75,12 +91,17 @@ def options(tmp: Path, **overrides) -> EvalOptions:
     return EvalOptions(**settings)
 
 
+REJECTED_CPU = [p for p in HACKS_CPU if static_rejects(p)]                # `rejected` unrun by default
+RUN_CPU = [p for p in HACKS_CPU if expectations(p)[0] != Status.rejected.value]  # run in the batch
+
+
 @pytest.fixture(scope="module")
 def cpu_verdicts(tmp_path_factory):
-    """All CPU hack fixtures and the good CPU candidates, in ONE evaluation batch."""
-    batch = [CandidateFile(name=p.stem, path=p) for p in HACKS_CPU]
+    """The CPU hack fixtures that run (all but those whose EXPECT status is `rejected`) and the good CPU
+    candidates, in ONE evaluation batch, with --run-rejected: statically rejected ones run contained."""
+    batch = [CandidateFile(name=p.stem, path=p) for p in RUN_CPU]
     batch += [CandidateFile(name=f"good-{p.stem}", path=p) for p in GOOD_CPU]
-    verdicts = list(evaluate(batch, options(tmp_path_factory.mktemp("integrity"))))
+    verdicts = list(evaluate(batch, options(tmp_path_factory.mktemp("integrity"), run_rejected=True)))
     assert [v.candidate for v in verdicts] == [c.name for c in batch]
     return {v.candidate: v for v in verdicts}
 
@@ -99,10 +120,47 @@ def test_the_issue_list_of_hacks_has_cpu_fixtures():
     assert {"reference_freed_memory", "side_stream", "correct_first_12_calls", "no_custom_kernel"} <= cuda
 
 
+@pytest.fixture(scope="module")
+def rejected_verdicts(tmp_path_factory):
+    """The statically rejected CPU hack fixtures under the default options: judged, never run."""
+    batch = [CandidateFile(name=p.stem, path=p) for p in REJECTED_CPU]
+    return {v.candidate: v for v in evaluate(batch, options(tmp_path_factory.mktemp("rejected")))}
+
+
+def test_issue_12_indirections_have_cpu_fixtures():
+    names = {p.stem for p in HACKS_CPU}
+    assert {"frame_walk_traceback", "patch_reference_module_globals", "patch_reference_class_through_type",
+            "hidden_thread_logging", "interpreter_thread", "detached_survivor", "global_module_hook",
+            "load_state_dict_edits_reference", "lazy_running_stats", "cpp_aten_out_calls", "operator_matmul",
+            "cpp_writes_files"} <= names
+
+
 @pytest.mark.parametrize("path", HACKS_CPU, ids=lambda p: p.stem)
+def test_only_a_statically_rejected_fixture_may_expect_rejected(path):
+    assert expectations(path)[0] != Status.rejected.value or static_rejects(path)
+
+
+@pytest.mark.parametrize("path", REJECTED_CPU, ids=lambda p: p.stem)
+def test_each_statically_rejected_hack_is_rejected_without_running(path, rejected_verdicts):
+    verdict = rejected_verdicts[path.stem]
+    assert verdict.status == Status.rejected and verdict.phase.value == "parse", verdict.error
+    assert verdict.containment is None and verdict.correctness is None and verdict.runtime_ms is None
+    assert verdict.phase_seconds == {} and verdict.log_dir is None and verdict.kernel_count is None
+    rejects = static_rejects(path)
+    assert sorted(f.name for f in verdict.flags if f.policy == FlagPolicy.reject) == rejects
+    assert all(name in verdict.error for name in rejects) and "--run-rejected" in verdict.error
+    assert len({f.name for f in verdict.flags}) == len(verdict.flags)  # one flag per name
+    if expectations(path)[0] == Status.rejected.value:  # judged statically only: its EXPECT lines are this verdict
+        assert_expected(verdict, path)
+
+
+@pytest.mark.parametrize("path", RUN_CPU, ids=lambda p: p.stem)
 def test_each_cpu_hack_gets_its_exact_verdict(path, cpu_verdicts):
     verdict = cpu_verdicts[path.stem]
     assert_expected(verdict, path)
+    assert len({f.name for f in verdict.flags}) == len(verdict.flags)  # static and dynamic reasons in one flag
+    if static_rejects(path):
+        assert verdict.rejected and verdict.containment is not None  # run (--run-rejected), contained, still rejected
     if verdict.status == Status.correct:  # a hack may only pass where it gained nothing or is rejected
         assert verdict.runtime_ms >= verdict.runtime_floor_ms
 
@@ -137,7 +195,7 @@ def test_the_dynamic_checks_flag_what_the_static_ones_also_see(cpu_verdicts, nam
     verdict = cpu_verdicts[name]
     path = FIXTURES / "hacks" / "cpu" / f"{name}.py"
     assert (flag, "reject") in dynamic_flags(verdict, path)
-    reason = " ".join(f.reason for f in verdict.flags if f.name == flag and not f.reason.startswith("line "))
+    reason = dynamic_reason(verdict, path, flag)
     for word in words:
         assert word in reason
 
