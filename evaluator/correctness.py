@@ -58,6 +58,14 @@ _DisableTorchFunction = torch._C.DisableTorchFunction
 _DisableTorchDispatch = torch._C._DisableTorchDispatch
 _Parameter = torch.nn.Parameter
 _object_getattribute = object.__getattribute__
+_dict_items = dict.items  # a dict's own entries, whatever methods a subclass overrides
+# The deterministic-algorithms switches, straight from torch._C (torch.use_deterministic_algorithms
+# also imports torch._inductor's config, which is not wanted in the middle of a check).
+_get_deterministic = torch._C._get_deterministic_algorithms
+_get_deterministic_warn_only = torch._C._get_deterministic_algorithms_warn_only
+_set_deterministic = torch._C._set_deterministic_algorithms
+_get_fill_uninitialized = torch._C._get_deterministic_fill_uninitialized_memory
+_set_fill_uninitialized = torch._C._set_deterministic_fill_uninitialized_memory
 
 
 @contextlib.contextmanager
@@ -65,6 +73,29 @@ def guarded():
     """No `__torch_function__` (subclasses and modes) and no Python dispatch (modes, subclasses)."""
     with _DisableTorchFunction(), _DisableTorchDispatch():
         yield
+
+
+def fill_settings() -> tuple[bool, bool, bool]:
+    """(deterministic algorithms, warn only, fill uninitialised memory) as they are now."""
+    return _get_deterministic(), _get_deterministic_warn_only(), _get_fill_uninitialized()
+
+
+@contextlib.contextmanager
+def uninitialized_memory_filled():
+    """Uninitialised memory filled with NaN (integers: their largest value) while inside: every
+    `torch.empty`, `empty_like`, `new_empty` and `at::empty` in a C++/CUDA extension. That is what
+    `torch.use_deterministic_algorithms(True, warn_only=True)` with
+    `torch.utils.deterministic.fill_uninitialized_memory = True` does; warn-only, so an op without a
+    deterministic implementation warns instead of raising. The settings are restored on exit."""
+    before = fill_settings()
+    _set_deterministic(True, warn_only=True)
+    _set_fill_uninitialized(True)
+    try:
+        yield
+    finally:
+        deterministic, warn_only, fill = before
+        _set_deterministic(deterministic, warn_only=warn_only)
+        _set_fill_uninitialized(fill)
 
 
 def is_plain_tensor(value) -> bool:
@@ -255,16 +286,28 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
     return TensorCompare(max_abs, max_rel, tiers)
 
 
+def _registry(own: dict, name: str) -> list[tuple]:
+    """The entries a module registry holds, read from the dict itself: a dict subclass installed as
+    a registry (`_buffers` whose `__getitem__`, `items` or `__iter__` settles deferred work first)
+    runs none of its own code here. A registry that is no dict at all is read as empty, so what it
+    holds counts as missing."""
+    registry = own.get(name)
+    if registry is None or not issubclass(type(registry), dict):
+        return []
+    return list(_dict_items(registry))
+
+
 def module_tensors(module: torch.nn.Module, prefix: str = "") -> dict[str, _Tensor]:
     """Parameters and buffers by state-dict name, read from the modules' own registries (not through
-    `state_dict()`, `named_buffers()` or attribute access, which a candidate can override)."""
+    `state_dict()`, `named_buffers()` or attribute access, which a candidate can override, nor through
+    methods of the registries themselves)."""
     found: dict[str, _Tensor] = {}
     own = _object_getattribute(module, "__dict__")
     for registry in ("_parameters", "_buffers"):
-        for name, value in dict(own.get(registry) or {}).items():
+        for name, value in _registry(own, registry):
             if value is not None:
                 found[prefix + name] = value
-    for name, child in dict(own.get("_modules") or {}).items():
+    for name, child in _registry(own, "_modules"):
         if child is not None:
             found.update(module_tensors(child, f"{prefix}{name}."))
     return found
@@ -280,6 +323,7 @@ class ModeAccumulator:
     failure: str | None = None
     tiers: dict[str, bool] = field(default_factory=dict)
     worst: dict[str, tuple[float, float]] = field(default_factory=dict)
+    failed: dict[str, set[str]] = field(default_factory=dict)  # tensor name -> the tiers it failed
 
     def __post_init__(self):
         self.tiers = {tier: True for tier in self.tolerances}
@@ -296,6 +340,8 @@ class ModeAccumulator:
             self.fail(result.failure)
         for tier, passed in result.tiers.items():
             self.tiers[tier] = self.tiers[tier] and passed
+            if not passed:
+                self.failed.setdefault(name, set()).add(tier)
 
     def record(self) -> ModeCheck:
         # Infinity marks "not comparable" (wrong shape, NaN); JSON has no Infinity, so it becomes null.

@@ -21,11 +21,21 @@ Dynamic integrity checks (the static ones live in evaluator.checks):
   CUDA the inputs hold NaN until the caller's stream, kept busy first, writes the real values
   (work that ignores stream order reads NaN). The reference runs first in half the trials, its
   freed output blocks are overwritten with NaN before the candidate runs, and it runs after the
-  candidate in the other half. Buffers are read from the modules' own registries.
+  candidate in the other half. Buffers are read from the modules' own registries (the dicts'
+  own entries: a registry subclass runs none of its code).
+* Unwritten output: one more checked call after the main trials with uninitialised memory filled
+  with NaN (`torch.use_deterministic_algorithms(True, warn_only=True)` and
+  `fill_uninitialized_memory`: `torch.empty`, and `at::empty` in the candidate's own extension);
+  failing there where the main trials passed is `incorrect` (its output depended on memory it never
+  wrote).
+* Eval mode (problems that check it): a failure is the reject flag `eval_mode_incorrect`.
 * Timed calls: each gets inputs never seen before (rotated sets refilled from a random pool);
   the outputs of timed calls are kept and compared with the reference after the loop (all of
   them, or evenly spread ones that fit in memory; the last one and one at random against the
-  float64 reference in every tier), then one more fresh-input check.
+  float64 reference in every tier). Then the parameters and buffers: a float64 copy of the
+  reference replays every call the candidate was given (warm-up included, same inputs, same order)
+  from its state before timing, and the candidate's must match what it ends with; then one more
+  fresh-input check, its output and buffers against the replayed reference.
 * A runtime below the device's physical floor is `implausible` (reject).
 * One more forward, observed (CUDA: the profiler's kernel list; CPU: calls into the candidate's
   own extension modules), gives `kernels` and `custom_kernels`; none of its own is
@@ -496,6 +506,7 @@ class Evaluation:
         self.delay_cycles = 0
         self.output_meta: tuple | None = None
         self.output_nbytes = 0
+        self.reference64 = None  # the float64 reference after every checked call: the replay after timing starts here
 
     # -- phases ---------------------------------------------------------------------------------
 
@@ -669,6 +680,11 @@ class Evaluation:
                     self.trial(reference_module, reference, reference64, candidate, distribution, seed,
                                candidate_first=index % 2 == 1, acc=main, compare_state=True)
                     index += 1
+            unwritten = None
+            if main.passed:  # a failing candidate is judged already
+                seed = self.rng.randrange(2**31)
+                seeds.append(seed)
+                unwritten = self.unwritten_memory_trial(reference_module, reference, reference64, candidate, seed)
             eval_check = None
             if self.problem.check_eval_mode and train:
                 eval_check = cmp.ModeAccumulator("eval", self.tolerances)
@@ -694,6 +710,45 @@ class Evaluation:
             distributions=list(self.problem.distributions), seeds=seeds, buffers_checked=compared,
         )
         self.main_accumulator = main
+        self.reference64 = reference64
+        if eval_check is not None and not eval_check.passed:
+            self.add_flag(Flag(name="eval_mode_incorrect", policy=FlagPolicy.reject, reason=(
+                "wrong in eval mode (after module.eval(); for BatchNorm: normalized with the running "
+                "statistics): " + self.mode_failure(self.correctness.eval_mode))[:1000]))
+        if unwritten is not None and self.regressed(unwritten):
+            raise Judged(Status.incorrect, Phase.check, (
+                "its output depended on memory it never wrote: one more checked call, made with uninitialised "
+                "memory filled with NaN (torch.empty and at::empty in extensions included; "
+                "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory), "
+                f"failed where the others passed: {self.describe_regression(unwritten)}"))
+
+    def unwritten_memory_trial(self, reference_module, reference, reference64, candidate,
+                               seed: int) -> cmp.ModeAccumulator:
+        """One more checked call (train-mode problems: buffers compared too) with uninitialised memory
+        filled with NaN: an output the candidate never wrote (a fresh `torch.empty` that the allocator
+        happens to hand back holding the right values, its own freed result or the reference's) is NaN
+        here. The settings are the evaluator's, so the global-flag check of this call starts from them;
+        a candidate that switches them off is flagged `precision_flags` (reject)."""
+        import warnings
+
+        acc = cmp.ModeAccumulator(self.problem.mode, self.tolerances)
+        with warnings.catch_warnings():
+            # torch's own notes about ops without a deterministic implementation (warn-only): not the candidate's
+            warnings.filterwarnings("ignore", message=r"(?s).*deterministic", category=UserWarning)
+            with cmp.uninitialized_memory_filled():
+                try:
+                    self.trial(reference_module, reference, reference64, candidate, self.problem.distributions[0],
+                               seed, candidate_first=False, acc=acc, compare_state=True)
+                except Judged as judged:
+                    raise Judged(judged.status, judged.phase, (
+                        f"{judged.error}\n(in the checked call made with uninitialised memory filled: "
+                        "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory)"))
+                during = cmp.fill_settings()
+        if during != (True, True, True):
+            self.add_flag(Flag(name="precision_flags", policy=FlagPolicy.reject, reason=(
+                "ModelNew.forward switched off the filling of uninitialised memory while it was checked for "
+                f"unwritten output (deterministic algorithms, warn only, fill: {during}); restored")))
+        return acc
 
     def prepare_stream_check(self, reference_module, reference) -> None:
         """CUDA: how long the current stream is held busy before each checked call (see stage_inputs):
@@ -816,13 +871,21 @@ class Evaluation:
         return self.main_accumulator.passed
 
     def incorrect_reason(self) -> str:
-        main = self.correctness.main
-        if main.failure:
-            return main.failure
+        return self.mode_failure(self.correctness.main)
+
+    def mode_failure(self, check) -> str:
+        """Why the trials of one mode (a ModeCheck) failed."""
+        if check.failure:
+            return check.failure
         loosest = max(self.tolerances.items(), key=lambda kv: (kv[1].atol, kv[1].rtol))
-        worst = max(main.tensors, key=lambda t: t.max_abs_err if t.max_abs_err is not None else float("inf"))
+        worst = max(check.tensors, key=lambda t: t.max_abs_err if t.max_abs_err is not None else float("inf"))
+        error = f"{worst.max_abs_err:.3g}" if worst.max_abs_err is not None else "not comparable"
         return (f"outside every tolerance tier (loosest `{loosest[0]}`: atol={loosest[1].atol:g}, "
-                f"rtol={loosest[1].rtol:g}); worst tensor `{worst.name}` max abs err {worst.max_abs_err:.3g}")
+                f"rtol={loosest[1].rtol:g}); worst tensor `{worst.name}` max abs err {error}")
+
+    def regressed(self, acc: cmp.ModeAccumulator) -> bool:
+        """Whether a later comparison failed, or lost a tier the checks passed."""
+        return not acc.passed or not all(acc.tiers[t] or not self.correctness.tiers.get(t) for t in acc.tiers)
 
     # -- time -----------------------------------------------------------------------------------
 
@@ -835,10 +898,12 @@ class Evaluation:
         spot_at = self.rng.random()  # which timed call besides the last one gets the full check: unknown to the candidate
         budget = KEEP_BYTES_CUDA if self.device == "cuda" else KEEP_BYTES_CPU
         spots: list[Spot] = []
+        calls: list[dict[int, int]] = []  # the input windows of every call, warm-up included: replayed after
         current: dict = {}
 
         def before(call: Call) -> None:
             fresh.next()
+            calls.append(dict(fresh.offsets))
             current["spot"] = None
             if call.timed is None:
                 return
@@ -872,8 +937,10 @@ class Evaluation:
                 "outside the timed stream; the host-clock time is used")))
             self.timing = walls
         self.compare_spots(spots, reference, fresh)
+        spots.clear()  # their outputs' memory: the replay needs room
+        replayed = self.compare_state_after_timing(candidate, fresh, calls)
         self.check_floor(reference_module, reference)
-        self.recheck_after_timing(reference_module, reference, candidate)
+        self.recheck_after_timing(reference_module, reference, candidate, replayed)
         for name in self.request.baselines:
             try:
                 self.baselines[name] = self.time_baseline(name, reference, fresh, timer)
@@ -936,16 +1003,43 @@ class Evaluation:
                 f"median {self.timing.median_ms * 1e3:.4g} us per call is below the physical floor "
                 f"{floor * 1e3:.4g} us ({how}): the timing cannot be real")))
 
-    def recheck_after_timing(self, reference_module, reference, candidate) -> None:
-        """A candidate that degrades after many calls (or caches) is caught here."""
-        reference64 = copy.deepcopy(reference).to(torch.float64)
+    def compare_state_after_timing(self, candidate, fresh: cmp.FreshInputs, calls: list[dict[int, int]]):
+        """The candidate's parameters and buffers (read from its registries) after the timing loop, against
+        what the reference's must be after the same calls: a float64 copy of the reference, from its state
+        after the checked calls, replays every call the candidate was given (warm-up included) in order
+        on the same inputs. Running statistics made lazy, skipped on back-to-back calls or updated only
+        on the first calls fail here. Returns the replayed reference (the re-check continues from it)."""
+        train = self.problem.mode == "train"
+        replay = copy.deepcopy(self.reference64).train(train)
+        if any(True for _ in replay.buffers()):  # without buffers a forward changes nothing to replay
+            with torch.no_grad(), cmp.guarded():
+                for offsets in calls:
+                    inputs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                              for x in fresh.window(offsets)]
+                    replay(*inputs)
+                    del inputs
+        acc = cmp.ModeAccumulator(self.problem.mode, self.tolerances)
+        state = cmp.module_tensors(candidate)
+        for name, value in replay.state_dict().items():
+            acc.add(name, cmp.compare_tensor(name, state.get(name), value, self.tolerances, self.rel_floor))
+        if self.regressed(acc):
+            self.timing = None
+            raise Judged(Status.incorrect, Phase.time, (
+                f"buffers wrong after {len(calls)} timed calls (warm-up included; the reference replayed the same "
+                f"calls on the same inputs): {self.describe_regression(acc)}"))
+        return replay
+
+    def recheck_after_timing(self, reference_module, reference, candidate, reference64) -> None:
+        """A candidate that degrades after many calls (or caches) is caught here: one more checked call on
+        fresh inputs, its output and buffers against `reference64`, the reference replayed through the
+        timed calls."""
         acc = cmp.ModeAccumulator(self.problem.mode, self.tolerances)
         try:
             self.trial(reference_module, reference, reference64, candidate, self.problem.distributions[-1],
-                       self.rng.randrange(2**31), candidate_first=True, acc=acc, compare_state=False)
+                       self.rng.randrange(2**31), candidate_first=True, acc=acc, compare_state=True)
         except Judged as judged:
             raise Judged(Status.runtime_error, Phase.time, judged.error)
-        if not acc.passed or not all(acc.tiers[t] or not self.correctness.tiers[t] for t in acc.tiers):
+        if self.regressed(acc):
             self.timing = None
             raise Judged(Status.incorrect, Phase.time,
                          f"wrong on fresh inputs after the timing loop: {self.describe_regression(acc)}")
@@ -953,8 +1047,10 @@ class Evaluation:
     def describe_regression(self, acc: cmp.ModeAccumulator) -> str:
         if acc.failure:
             return acc.failure
-        worst = max(acc.worst.items(), key=lambda kv: kv[1][0], default=("output", (float("nan"), 0.0)))
         lost = [t for t in acc.tiers if (self.correctness.tiers.get(t) if self.correctness else True) and not acc.tiers[t]]
+        # the worst of the tensors that failed a lost tier (not the largest error overall, which may pass)
+        culprits = {n: e for n, e in acc.worst.items() if acc.failed.get(n, set()) & set(lost)} or acc.worst
+        worst = max(culprits.items(), key=lambda kv: kv[1][0], default=("output", (float("nan"), 0.0)))
         what = "outside every tolerance tier" if not any(acc.tiers.values()) else \
             f"errors grew beyond the tier(s) it passed before ({', '.join(lost)})"
         return f"{what}; worst tensor `{worst[0]}` max abs err {worst[1][0]:.3g}"

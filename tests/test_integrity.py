@@ -227,6 +227,48 @@ def test_a_child_process_cannot_write_to_the_verdict_channel(cpu_verdicts):
     assert "CHILD COULD NOT WRITE" in verdict.stderr_tail and "Bad file descriptor" in verdict.stderr_tail
 
 
+# --------------------------------------------------------------------------- unwritten output, buffers, eval mode
+
+ISSUE_12_CPU = {"unwritten_output", "running_stats_first_16_calls", "running_stats_skipped_back_to_back",
+                "lazy_buffers_registry", "eval_mode_zeros"}
+ISSUE_12_CUDA = {"unwritten_output", "running_stats_first_16_calls"}
+
+
+def test_unwritten_output_and_buffer_hacks_have_fixtures():
+    assert ISSUE_12_CPU <= {p.stem for p in HACKS_CPU}
+    assert ISSUE_12_CUDA <= {p.stem for p in HACKS_CUDA}
+
+
+def test_an_output_it_never_wrote_is_incorrect(cpu_verdicts):
+    verdict = cpu_verdicts["unwritten_output"]
+    assert verdict.status == Status.incorrect and verdict.phase.value == "check"
+    assert "depended on memory it never wrote" in verdict.error and "NaN" in verdict.error
+    assert verdict.correctness.tiers["strict"]  # every ordinary trial passed: only the filled call shows it
+
+
+@pytest.mark.parametrize("name", ["running_stats_first_16_calls", "running_stats_skipped_back_to_back"])
+def test_buffers_are_compared_after_the_timed_calls(cpu_verdicts, name):
+    verdict = cpu_verdicts[name]
+    assert verdict.status == Status.incorrect and verdict.phase.value == "time"
+    assert re.search(r"buffers wrong after \d+ timed calls", verdict.error), verdict.error
+    assert "`bn.running_" in verdict.error
+    assert verdict.correctness.tiers["strict"] and verdict.runtime_ms is None  # right in every checked call
+
+
+def test_a_registry_subclass_cannot_settle_lazy_buffers_for_the_reader(cpu_verdicts):
+    verdict = cpu_verdicts["lazy_buffers_registry"]
+    assert verdict.status == Status.incorrect and verdict.phase.value == "check"
+    assert "`bn.running_" in verdict.error
+
+
+def test_an_eval_mode_failure_is_a_reject_flag(cpu_verdicts):
+    verdict = cpu_verdicts["eval_mode_zeros"]
+    assert verdict.status == Status.correct and verdict.rejected
+    [flag] = [f for f in verdict.flags if f.name == "eval_mode_incorrect"]
+    assert flag.policy == FlagPolicy.reject and "eval mode" in flag.reason and "`output`" in flag.reason
+    assert verdict.correctness.tiers["strict"] and not any(verdict.correctness.eval_mode.tiers.values())
+
+
 # --------------------------------------------------------------------------- worker hygiene
 
 @pytest.mark.slow
@@ -371,6 +413,142 @@ def test_timer_hooks_run_outside_the_timed_calls_and_know_which_call_is_timed():
     assert len([c for c in calls if c[0] == "before"]) == 2 + 1 + 5 and events.reps == 5
 
 
+class _Honest(torch.nn.Module):
+    """The reference's own math (nn.Linear, scale, nn.BatchNorm1d), for the in-process checks below."""
+
+    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.gemm = torch.nn.Linear(in_features, out_features)
+        self.scale = torch.nn.Parameter(torch.randn(scale_shape))
+        self.bn = torch.nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+    def forward(self, x):
+        return self.bn(self.gemm(x) * self.scale)
+
+
+class _EvalZeros(_Honest):
+    def forward(self, x):
+        return super().forward(x) if self.training else torch.zeros(x.shape[0], self.gemm.out_features)
+
+
+class _SwitchesTheFillOff(_Honest):
+    def forward(self, x):
+        if torch.are_deterministic_algorithms_enabled():  # the call checked for unwritten output
+            torch.utils.deterministic.fill_uninitialized_memory = False
+        return super().forward(x)
+
+
+class _FrozenStats(_Honest):
+    """Running statistics updated on the first 8 training calls only (the checks make 7)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            self.bn.momentum = 0.1 if self.calls <= 8 else 0.0
+        return super().forward(x)
+
+
+def checked_in_process(model_class):
+    """A real `Evaluation` (no worker process, no import guard) of `model_class` as ModelNew on the CPU,
+    gemm_scale_bn at a size smaller still than `small`, through the checks: (evaluation, reference
+    module, reference, candidate)."""
+    from types import SimpleNamespace
+
+    from evaluator import worker
+    from evaluator.records import EvalRequest
+
+    request = EvalRequest(candidate_path="in-process.py", candidate_name="in-process", problem_dir="gemm_scale_bn",
+                          size="small", device="cpu", baselines=[], seed=12, nonce="0")
+    evaluation = worker.Evaluation(request, channel=None)
+    reference_module, _ = evaluation.import_reference()
+    reference_module.batch_size, reference_module.in_features, reference_module.out_features = 64, 96, 48
+    init_inputs = reference_module.get_init_inputs()
+    reference, candidate = evaluation.build_models(reference_module, SimpleNamespace(ModelNew=model_class), init_inputs)
+    evaluation.check(reference_module, reference, candidate)
+    return evaluation, reference_module, reference, candidate
+
+
+def test_uninitialised_memory_is_filled_inside_and_the_settings_come_back():
+    before = cmp.fill_settings()
+    with cmp.uninitialized_memory_filled():
+        assert cmp.fill_settings() == (True, True, True)
+        assert torch.empty(64).isnan().all() and torch.ones(3).new_empty(5).isnan().all()
+        assert torch.empty(4, dtype=torch.int64).eq(torch.iinfo(torch.int64).max).all()
+    assert cmp.fill_settings() == before
+    with pytest.raises(KeyError), cmp.uninitialized_memory_filled():
+        raise KeyError("the candidate raised")
+    assert cmp.fill_settings() == before
+
+
+def test_registries_are_read_from_the_dicts_own_entries():
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a method of the registry ran")
+
+    class Settling(dict):  # what a lazy registry would run on every read through its methods
+        __getitem__ = get = items = keys = values = __iter__ = __len__ = __contains__ = copy = refuse
+
+    bn = torch.nn.BatchNorm1d(4)
+    bn._buffers = Settling(dict.items(bn._buffers))
+    assert {"running_mean", "running_var", "num_batches_tracked", "weight", "bias"} <= set(cmp.module_tensors(bn))
+
+    class NotADict:  # a registry that is no dict at all: what it holds counts as missing
+        def __init__(self, entries):
+            self.entries = entries
+
+    other = torch.nn.BatchNorm1d(4)
+    other._buffers = NotADict(dict(other._buffers))
+    assert set(cmp.module_tensors(other)) == {"weight", "bias"}
+
+
+def test_the_checks_switch_the_fill_on_for_one_call_and_blame_the_candidate_for_nothing():
+    evaluation, *_ = checked_in_process(_Honest)
+    assert evaluation.flags == [] and all(evaluation.correctness.tiers.values())
+    assert len(evaluation.correctness.seeds) == 6 + 1 + 1  # the main trials, the filled call, eval mode
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_the_checks_flag_a_candidate_that_switches_the_fill_off_and_an_eval_mode_failure():
+    before = cmp.fill_settings()
+    switcher, *_ = checked_in_process(_SwitchesTheFillOff)
+    assert cmp.fill_settings() == before
+    [flag] = switcher.flags
+    assert (flag.name, flag.policy) == ("precision_flags", FlagPolicy.reject) and "uninitialised" in flag.reason
+    zeros, *_ = checked_in_process(_EvalZeros)
+    [flag] = zeros.flags
+    assert (flag.name, flag.policy) == ("eval_mode_incorrect", FlagPolicy.reject)
+    assert zeros.correctness_passed and not zeros.correctness.eval_mode.tiers["loose"]
+
+
+@pytest.mark.parametrize("model_class, honest", [(_Honest, True), (_FrozenStats, False)])
+def test_buffers_after_timing_are_what_replaying_the_calls_gives(model_class, honest):
+    import random
+
+    from evaluator import worker
+
+    evaluation, reference_module, reference, candidate = checked_in_process(model_class)
+    rng = random.Random(3)
+    fresh = cmp.FreshInputs(reference_module.get_inputs(), "randn", torch.Generator().manual_seed(3), "cpu",
+                            pick=rng.randrange, count=2)
+    calls = []
+    with torch.no_grad():
+        for _ in range(20):  # as the timing loop calls it: fresh inputs each time, their windows recorded
+            calls.append(dict(fresh.next() and fresh.offsets))
+            candidate(*fresh.current)
+    if honest:
+        replayed = evaluation.compare_state_after_timing(candidate, fresh, calls)
+        assert int(replayed.bn.num_batches_tracked) == 6 + 1 + 20
+        evaluation.recheck_after_timing(reference_module, reference, candidate, replayed)  # buffers compared too
+    else:
+        with pytest.raises(worker.Judged) as caught:
+            evaluation.compare_state_after_timing(candidate, fresh, calls)
+        assert caught.value.status == Status.incorrect
+        assert "after 20 timed calls" in caught.value.error and "`bn.running_" in caught.value.error
+
+
 # --------------------------------------------------------------------------- CUDA twins
 
 @pytest.mark.slow
@@ -390,6 +568,9 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
         assert_expected(verdicts[path.stem], path)
     assert "NaN" in verdicts["reference_freed_memory"].error
     assert "timed call" in verdicts["correct_first_12_calls"].error
+    unwritten = verdicts["unwritten_output"]  # passes every ordinary trial (the caching allocator's block)
+    assert "never wrote" in unwritten.error and unwritten.correctness.tiers["loose"]
+    assert re.search(r"buffers wrong after \d+ timed calls", verdicts["running_stats_first_16_calls"].error)
     good = verdicts["good"]
     assert good.status == Status.correct and not good.rejected, good.error
     assert {"scale_batch_stats", "scale_normalize"} <= {k.split("(")[0].split()[-1] for k in good.custom_kernels}
