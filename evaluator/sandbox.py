@@ -233,19 +233,9 @@ def group_resident_bytes(leader: int) -> int:
     """Private resident memory (RssAnon) summed over the processes of `leader`'s process group or
     session, read from /proc (no psutil). Processes that left both are not counted."""
     total = 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.isdigit():
-            continue
+    for pid in containment.session_members(leader):
         try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rpartition(b")")[2].split()
-            if int(fields[2]) != leader and int(fields[3]) != leader:  # pgrp, session
-                continue
-            with open(f"/proc/{entry}/status", "rb") as status:
+            with open(f"/proc/{pid}/status", "rb") as status:
                 for line in status:
                     if line.startswith(b"RssAnon:"):
                         total += int(line.split()[1]) * 1024
