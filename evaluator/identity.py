@@ -52,7 +52,7 @@ class Judge(BaseModel):
 
     @property
     def fingerprint(self) -> str:
-        return _digest(self.model_dump(mode="json"))
+        return json_digest(self.model_dump(mode="json"))
 
     @property
     def short(self) -> str:
@@ -60,7 +60,8 @@ class Judge(BaseModel):
         return self.fingerprint[:12]
 
 
-def _digest(obj: Any) -> str:
+def json_digest(obj: Any) -> str:
+    """SHA-256 of `obj` as canonical JSON (sorted keys, no spaces): the store's keys are made with it."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -134,4 +135,4 @@ def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, j
         parts["compile_only"] = True
     if run_rejected:
         parts["run_rejected"] = True
-    return _digest(parts)
+    return json_digest(parts)

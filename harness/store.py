@@ -33,7 +33,6 @@ variant=...)` returns `VerdictRow`s, one per candidate of a run that has a verdi
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evaluator.identity import json_digest
 from evaluator.records import Status, Verdict
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
@@ -132,13 +132,9 @@ class StoreError(RuntimeError):
 
 # -- keys (pure) --------------------------------------------------------------------------------
 
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def generation_key(problem: str, messages: Sequence[Message], params: GenerationParams, sample_index: int) -> str:
     """SHA-256 of (problem, rendered prompt, model, params, sample index): the resume key of a reply."""
-    return _digest({
+    return json_digest({
         "problem": problem,
         "messages": [m.model_dump() for m in messages],
         "model": params.model,
