@@ -650,8 +650,7 @@ def run_init(argv: list[str], report: Report, channel_fd: int | None, status_fd:
             traceback.print_exc()
         finally:
             os._exit(127)
-    if channel_fd is not None:
-        os.close(channel_fd)
+    _close_worker_fds(argv)
     status = 0
     while True:
         try:
@@ -690,10 +689,26 @@ def _channel_fd(argv: list[str]) -> int | None:
         return None
 
 
+def _close_worker_fds(argv: list[str]) -> None:
+    """The worker's descriptors (its channel, the referee's commands, the exchange), closed in the
+    launcher and the init once the worker has them: only the worker holds them open."""
+    for option in ("--fd", "--commands", "--exchange"):
+        try:
+            os.close(int(argv[argv.index(option) + 1]))
+        except (ValueError, IndexError, OSError):
+            pass
+
+
 def main(argv: list[str]) -> None:
     if "--" not in argv:
         sys.exit("usage: containment.py -- WORKER ARGV...")
     worker_argv = argv[argv.index("--") + 1:]
+    # The launcher dies with whoever started it (the referee, or the parent for a build): its init,
+    # and with it the whole namespace, follow. Started by a parent that is already gone: stop here.
+    parent = os.getppid()
+    _set_pdeathsig()
+    if os.getppid() != parent:
+        os._exit(137)
     plan = json.loads(os.environ.get(PLAN_ENV) or "{}")
     report = Report(plan)
     channel_fd = _channel_fd(worker_argv)
@@ -708,8 +723,7 @@ def main(argv: list[str]) -> None:
         finally:
             os._exit(127)
     os.close(status_w)
-    if channel_fd is not None:
-        os.close(channel_fd)
+    _close_worker_fds(worker_argv)
     while True:
         try:
             _, init_status = os.waitpid(init, 0)

@@ -136,3 +136,49 @@ def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, j
     if run_rejected:
         parts["run_rejected"] = True
     return json_digest(parts)
+
+
+def nvidia_smi(fields: str) -> list[str] | None:
+    """One `nvidia-smi --query-gpu` row for the current device (by its UUID: nvidia-smi numbers GPUs
+    without regard to CUDA_VISIBLE_DEVICES), or None when it cannot be read."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        uuid = getattr(props, "uuid", None)
+        target = f"GPU-{uuid}" if uuid is not None else str(torch.cuda.current_device())
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", f"--id={target}"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return [part.strip() for part in out.strip().splitlines()[0].split(",")]
+    except Exception:  # informational only: never a candidate's verdict
+        return None
+
+
+def read_sm_clock_mhz() -> int | None:
+    row = nvidia_smi("clocks.sm")
+    return int(row[0]) if row and row[0].isdigit() else None
+
+
+def describe_environment(device: str):
+    """The records.Environment of verdicts judged here (imports torch)."""
+    import socket
+
+    import torch
+
+    from evaluator.records import Environment
+
+    env = dict(device=device, torch_version=torch.__version__, cuda_version=torch.version.cuda,
+               python=platform.python_version(), hostname=socket.gethostname())
+    hardware = gpu_hardware() if device == "cuda" else None
+    env.update(device_name=device_name(device, hardware))
+    if hardware is not None:
+        env.update(capability=hardware.capability, sm_count=hardware.sm_count)
+        row = nvidia_smi("driver_version")
+        if row:
+            env.update(driver=row[0])
+    return Environment(**env)

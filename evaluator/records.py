@@ -147,6 +147,32 @@ class Containment(Record):
         "The folders it could write under (its own folder, holding HOME, TMPDIR and caches, and its build folder)."))
 
 
+class TimingCheck(Record):
+    """The candidate's reported timings against the referee's own clock (which the candidate cannot
+    reach): the referee's wall time around the whole series of timed calls, less what its own run of
+    the same loop around a call that does nothing costs per call (drawing inputs, flushing L2,
+    synchronizing, keeping outputs), is what the calls themselves took; the reported per-call times
+    must account for it."""
+
+    wall_ms: float = Field(description="The referee's clock, from sending the series to reading its reply.")
+    calls: int = Field(description="Timed calls in the series.")
+    overhead_ms: float = Field(description="Per call, the referee's own run of the loop around a call that does nothing.")
+    referee_ms: float = Field(description="wall_ms / calls - overhead_ms: what one call took by the referee's clock.")
+    reported_mean_ms: float = Field(description="The mean of the per-call times the executor reported.")
+    limit_ms: float = Field(description="The most referee_ms may be for the reported times to stand.")
+    agrees: bool = Field(description="referee_ms <= limit_ms; otherwise the `timing_mismatch` flag (reject).")
+
+
+class BaselineSource(Record):
+    """Which timing of the baselines a verdict's speedups divide by: taken by the referee, in its own
+    process (which never runs candidate code), with no candidate process alive on the device."""
+
+    batch: str = Field(description="The referee's batch id (one referee per batch and device).")
+    round: int = Field(description="0 before the batch's first candidate, then one more each time they were re-timed.")
+    measured_at: float = Field(description="Unix time the round ended.")
+    after_candidates: int = Field(description="Candidates the referee had judged before this round.")
+
+
 class Verdict(Record):
     """Exactly one per evaluated candidate: the worker's answer, completed by the parent."""
 
@@ -166,8 +192,11 @@ class Verdict(Record):
     correctness: Correctness | None = Field(None, description="Comparison with the reference, if it ran.")
     runtime_ms: float | None = Field(None, description="Median time of one candidate forward.")
     timing: TimingStats | None = Field(None, description="Candidate timing statistics.")
-    baselines: dict[str, TimingStats] = Field(default_factory=dict, description="Baseline name -> timing, same process.")
+    baselines: dict[str, TimingStats] = Field(default_factory=dict, description=(
+        "Baseline name -> timing by the referee in the round `baseline_source` names (same device, same timing loop)."))
+    baseline_source: BaselineSource | None = Field(None, description="The baseline round the speedups divide by.")
     speedup: dict[str, float] = Field(default_factory=dict, description="Baseline name -> baseline median / candidate median.")
+    timing_check: TimingCheck | None = Field(None, description="The reported timings against the referee's clock.")
     flags: list[Flag] = Field(default_factory=list, description="Static and dynamic check findings.")
     kernels: list[str] = Field(default_factory=list, description=(
         "What one candidate forward launched, in launch order (at most 256 names, `kernel_count` has the "
@@ -195,30 +224,19 @@ class Verdict(Record):
         return any(f.policy == FlagPolicy.reject for f in self.flags)
 
 
-class EvalRequest(Record):
-    """What the parent asks one worker to do (written to a file in the worker's folder)."""
-
-    candidate_path: str = Field(description="The candidate file (copied into the worker's folder).")
-    candidate_name: str = Field(description="How the verdict names the candidate.")
-    problem_dir: str = Field(description="The problem folder.")
-    size: str = Field(description="Size preset.")
-    device: Literal["cuda", "cpu"] = Field(description="Where to run.")
-    compile_only: bool = Field(False, description="Build (import) only; do not run.")
-    baselines: list[str] = Field(description="Baselines to time: eager, eager_tf32, compile, compile_tf32.")
-    seed: int = Field(description="Root seed; each trial derives its own.")
-    timing_budget_s: float = Field(2.0, description="Target seconds of timed calls per callable.")
-    min_reps: int = Field(10, description="Fewest timed calls.")
-    max_reps: int = Field(200, description="Most timed calls.")
-    nonce: str = Field(description="Token the verdict message must carry back (the file is deleted once read).")
-
-
-class WorkerMessage(Record):
-    """One line on the private verdict pipe: a phase start, or the final verdict."""
-
-    kind: Literal["phase", "verdict", "containment"] = Field(description=(
-        "A phase start, the final verdict, or (first, from the launcher) how the worker is confined."))
-    phase: Phase | None = Field(None, description="The phase starting (kind=phase).")
-    verdict: Verdict | None = Field(None, description="The verdict (kind=verdict).")
-    containment: Containment | None = Field(None, description="The launcher's report (kind=containment).")
-    nonce: str | None = Field(None, description="The request's token, on the verdict message.")
-    error: str | None = Field(None, description="Set by the parent for a malformed channel line.")
+def merge_flags(flags) -> list[Flag]:
+    """One flag per name, in the order names first appear: the reasons of a name's flags joined
+    with "; " (each once), `reject` if any of them is. Static and dynamic findings of one kind
+    (the executor may report `monkeypatch` after the import and again later) become one."""
+    merged: dict[str, Flag] = {}
+    for flag in flags:
+        if flag.name not in merged:
+            merged[flag.name] = flag.model_copy()
+            continue
+        kept = merged[flag.name]
+        reasons = kept.reason.split("; ") if kept.reason else []
+        if flag.reason and flag.reason not in kept.reason:
+            kept.reason = "; ".join([*reasons, flag.reason]) if reasons else flag.reason
+        if flag.policy == FlagPolicy.reject:
+            kept.policy = FlagPolicy.reject
+    return list(merged.values())

@@ -1,15 +1,14 @@
-"""Timing callables the same way for the candidate and its baselines.
+"""Timing callables the same way for the candidate (in its executor) and its baselines (in the referee).
 
 CUDA: an L2 flush before each call, CUDA events around it on the current stream, then a
-device-wide synchronize; the host clock is read around the call and the synchronize too, so
-work hidden on a side stream (which the events do not see) still shows up. CPU: the host
-clock only.
+device-wide synchronize; the host clock is read around the call and the synchronize too. CPU:
+the host clock only. These are the executor's raw timings: the referee checks them against its own
+clock around the whole series (evaluator.referee), which the candidate cannot reach.
 
 Every function the timing uses (the host clock, `Event.record`, `Event.elapsed_time`,
 `synchronize`) is bound when this module is imported, before any candidate, so patching
 them afterwards changes nothing here. Optional `before`/`after` hooks run outside the timed
-window: the worker uses them to give every call fresh inputs and to keep the output of some
-timed calls for a spot check.
+window: they give every call fresh inputs and keep outputs for the referee to compare.
 
 `physical_floor_ms` gives the time under which one forward cannot run on a device: its FLOPs
 at the device's tensor-core peak, or the bytes it must read at its memory bandwidth.
@@ -53,8 +52,8 @@ def summarize(times_ms: list[float], warmup: int) -> TimingStats:
 
 @dataclass(frozen=True)
 class Call:
-    """Which call a hook is about: `index` counts every call; `timed` is the position among the
-    timed calls (None for warm-up and the estimate), `reps` their number once known."""
+    """Which call a hook is about: `index` counts the calls of one warm-up or series; `timed` is the
+    position among the timed calls of a series (None for warm-up), `reps` their number."""
 
     index: int
     timed: int | None = None
@@ -65,7 +64,9 @@ Hook = Callable[..., None]
 
 
 class Timer:
-    """Times callables with one method, so candidate and baselines are measured alike."""
+    """Times callables with one set of methods, so a candidate (in its executor) and the baselines
+    (in the referee) are measured alike: `untimed` warm-up calls, one timed call to size the series
+    (`reps_for`), then `series` of timed calls. `time` does all three (the referee's baselines)."""
 
     def __init__(self, device: str, budget_s: float = 2.0, min_reps: int = 10, max_reps: int = 200, warmup: int = 3):
         self.device = device
@@ -79,7 +80,8 @@ class Timer:
         if self.device == "cuda":
             _synchronize()
 
-    def _one(self, fn: Callable[[], object], call: Call, before: Hook | None, after: Hook | None) -> tuple[float, float]:
+    def one(self, fn: Callable[[], object], call: Call, before: Hook | None = None,
+            after: Hook | None = None) -> tuple[float, float]:
         """(device-event ms, host-clock ms) of one call; equal on the CPU. Hooks are not timed."""
         if before is not None:
             before(call)
@@ -103,30 +105,41 @@ class Timer:
             after(call, result)
         return _elapsed_time(begin, end), wall
 
-    def time(self, fn: Callable[[], object], before: Hook | None = None,
-             after: Hook | None = None) -> tuple[TimingStats, TimingStats]:
-        """(event-timed stats, host-clock stats) over a number of calls fitted to the budget.
-        `before(call)` runs before each call (before the L2 flush), `after(call, result)` after it
-        (after the synchronize); neither is inside the timed window."""
-        index = 0
-        for _ in range(self.warmup):
+    def untimed(self, fn: Callable[[], object], count: int, before: Hook | None = None,
+                after: Hook | None = None) -> None:
+        """`count` warm-up calls (hooks around each), then a synchronize."""
+        for index in range(count):
             if before is not None:
                 before(Call(index))
             result = fn()
             if after is not None:
                 after(Call(index), result)
             del result
-            index += 1
         self._sync()
-        estimate = max(self._one(fn, Call(index), before, after)[1], 1e-3)
-        index += 1
-        reps = int(min(self.max_reps, max(self.min_reps, self.budget_s * 1e3 / estimate)))
+
+    def reps_for(self, estimate_ms: float, cap: int | None = None) -> int:
+        """Timed calls for the budget, given one call's time: at least `min_reps`, at most `max_reps`
+        (and `cap`, when smaller, but never below `min_reps`)."""
+        most = self.max_reps if cap is None else max(self.min_reps, min(self.max_reps, cap))
+        return int(min(most, max(self.min_reps, self.budget_s * 1e3 / max(estimate_ms, 1e-3))))
+
+    def series(self, fn: Callable[[], object], reps: int, before: Hook | None = None,
+               after: Hook | None = None) -> tuple[list[float], list[float]]:
+        """(event ms, host ms) of `reps` timed calls; `before(call)` runs before each (before the L2
+        flush), `after(call, result)` after it (after the synchronize): neither is timed."""
         events, walls = [], []
         for rep in range(reps):
-            e, w = self._one(fn, Call(index, rep, reps), before, after)
-            index += 1
+            e, w = self.one(fn, Call(rep, rep, reps), before, after)
             events.append(e)
             walls.append(w)
+        return events, walls
+
+    def time(self, fn: Callable[[], object], before: Hook | None = None,
+             after: Hook | None = None) -> tuple[TimingStats, TimingStats]:
+        """(event-timed stats, host-clock stats): warm-up, one call to size the series, the series."""
+        self.untimed(fn, self.warmup, before, after)
+        estimate = max(self.one(fn, Call(self.warmup), before, after)[1], 1e-3)
+        events, walls = self.series(fn, self.reps_for(estimate), before, after)
         return summarize(events, self.warmup + 1), summarize(walls, self.warmup + 1)
 
 

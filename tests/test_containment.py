@@ -27,7 +27,8 @@ import pytest
 
 from conftest import FIXTURES
 from evaluator import containment
-from evaluator.records import Containment, Status, Verdict, WorkerMessage
+from evaluator.protocol import ExecutorMessage
+from evaluator.records import Containment, Status, Verdict
 from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, contained, protected_paths
 
 HACKS = FIXTURES / "hacks" / "cpu"
@@ -201,13 +202,13 @@ def test_only_reports_sent_before_the_first_phase_count():
     """The launcher's report and the worker's own come before the candidate exists; a `containment`
     message sent later (by the candidate, through the channel it can reach) changes nothing."""
     def message(mechanisms):
-        return WorkerMessage(kind="containment", containment=Containment(mechanisms=mechanisms))
+        return ExecutorMessage(kind="containment", containment=Containment(mechanisms=mechanisms))
 
     launcher = [{"name": n, "state": "verified", "detail": ""} for n in containment.MECHANISMS if n != "landlock"]
     launcher.append({"name": "landlock", "state": "missing", "detail": "no Landlock"})
     forged = [{"name": "landlock", "state": "verified", "detail": "trust me"}]
     verdict = Verdict(candidate="c", source_sha256="", problem="p", size="s", device="cpu", status=Status.correct)
-    verdict = contained(verdict, [message(launcher), WorkerMessage(kind="phase", phase="compile"), message(forged)])
+    verdict = contained(verdict, [message(launcher), ExecutorMessage(kind="phase", phase="compile"), message(forged)])
     assert verdict.containment.missing == ["files"]
     [flag] = [f for f in verdict.flags if f.name == "unsandboxed"]
     assert flag.policy.value == "flag" and "files" in flag.reason and "no Landlock" in flag.reason

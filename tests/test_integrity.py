@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import local_executor
 from conftest import FIXTURES
 from evaluator import correctness as cmp
 from evaluator.checks import static_flags
@@ -201,14 +202,14 @@ def test_the_dynamic_checks_flag_what_the_static_ones_also_see(cpu_verdicts, nam
 
 
 @pytest.mark.parametrize("name, words", [
-    ("reference_freed_memory", ["NaN"]),                 # the poisoned freed blocks came back
+    ("reference_freed_memory", ["`output`"]),            # the allocator's block held no answer: the reference ran elsewhere
     ("timing_detection", ["timed call"]),               # caught on the outputs of timed calls
     ("correct_first_12_calls", ["timed call"]),
     ("lazy_running_stats", ["bn."]),                     # buffers read from the registries, not state_dict()
     ("lazy_tensor_subclass", ["plain torch.Tensor"]),
     ("input_mutation", ["modified its input"]),
     ("output_aliases_input", ["input"]),
-    ("fd_forged_verdict", ["verdicts"]),                 # two verdicts, one of them forged: refused
+    ("fd_forged_verdict", ["malformed message"]),        # a forged line on the executor's channel ends it
 ])
 def test_each_hack_is_caught_by_the_intended_check(cpu_verdicts, name, words):
     error = cpu_verdicts[name].error or ""
@@ -350,22 +351,17 @@ def test_memory_sharing_covers_views_slices_and_overlapping_storage():
     assert other.untyped_storage().data_ptr() != flat.untyped_storage().data_ptr() and cmp.shares_memory(other, flat)
 
 
-def test_fresh_inputs_differ_on_every_call_and_can_be_rebuilt():
-    import random
+def test_every_call_gets_an_independent_draw_that_the_referee_can_make_again():
+    from evaluator import inputs as draws
 
-    rng = random.Random(0)
-    fresh = cmp.FreshInputs([torch.randn(8, 16)], "randn", torch.Generator().manual_seed(0), "cpu",
-                            pick=rng.randrange, count=3)
-    seen, offsets = [], []
-    for _ in range(40):
-        [x] = fresh.next()
-        seen.append(x.clone())
-        offsets.append(dict(fresh.offsets))
+    specs, fixed, values = draws.input_specs([torch.randn(8, 16), 3])
+    assert [s.kind for s in specs] == ["random", "value"] and values == {1: 3}
+    seen = [draws.draw(specs, "randn", draws.call_seed(7, i), "cpu", fixed, values)[0] for i in range(40)]
     assert len({tuple(s.reshape(-1)[:4].tolist()) for s in seen}) == 40  # no two calls alike
-    assert torch.equal(fresh.window(offsets[-1])[0], seen[-1])
-    assert fresh.changed(fresh.current, offsets[-1]) == []
-    fresh.current[0].mul_(2)
-    assert fresh.changed(fresh.current, offsets[-1]) == [0]
+    again = draws.draw(specs, "randn", draws.call_seed(7, 39), "cpu", fixed, values)
+    assert torch.equal(again[0], seen[-1]) and again[1] == 3
+    uniform = draws.draw(specs, "rand", 5, "cpu", fixed, values)[0]
+    assert 0 <= float(uniform.min()) and float(uniform.max()) < 1
 
 
 def test_the_state_guard_reports_and_restores_patches():
@@ -374,9 +370,9 @@ def test_the_state_guard_reports_and_restores_patches():
 
     from torch.overrides import TorchFunctionMode
 
-    from evaluator import worker
+    from evaluator import guard as guards
 
-    guard = worker.StateGuard()
+    guard = guards.StateGuard()
     real_allclose, real_perf = torch.allclose, time.perf_counter
     assert "__eq__" not in vars(torch.Tensor)
     try:
@@ -400,7 +396,7 @@ def test_the_state_guard_reports_and_restores_patches():
     assert "torch.nn.Linear.__call__ (added)" in changed and "evaluator.correctness.float (added)" in changed
     assert any("function mode" in c for c in changed)
     assert guard.changes() == []
-    assert sys.modules["evaluator.worker"] is worker
+    assert sys.modules["evaluator.guard"] is guards
 
 
 def test_timer_hooks_run_outside_the_timed_calls_and_know_which_call_is_timed():
@@ -452,26 +448,6 @@ class _FrozenStats(_Honest):
         return super().forward(x)
 
 
-def checked_in_process(model_class):
-    """A real `Evaluation` (no worker process, no import guard) of `model_class` as ModelNew on the CPU,
-    gemm_scale_bn at a size smaller still than `small`, through the checks: (evaluation, reference
-    module, reference, candidate)."""
-    from types import SimpleNamespace
-
-    from evaluator import worker
-    from evaluator.records import EvalRequest
-
-    request = EvalRequest(candidate_path="in-process.py", candidate_name="in-process", problem_dir="gemm_scale_bn",
-                          size="small", device="cpu", baselines=[], seed=12, nonce="0")
-    evaluation = worker.Evaluation(request, channel=None)
-    reference_module, _ = evaluation.import_reference()
-    reference_module.batch_size, reference_module.in_features, reference_module.out_features = 64, 96, 48
-    init_inputs = reference_module.get_init_inputs()
-    reference, candidate = evaluation.build_models(reference_module, SimpleNamespace(ModelNew=model_class), init_inputs)
-    evaluation.check(reference_module, reference, candidate)
-    return evaluation, reference_module, reference, candidate
-
-
 def test_uninitialised_memory_is_filled_inside_and_the_settings_come_back():
     before = cmp.fill_settings()
     with cmp.uninitialized_memory_filled():
@@ -505,48 +481,70 @@ def test_registries_are_read_from_the_dicts_own_entries():
 
 
 def test_the_checks_switch_the_fill_on_for_one_call_and_blame_the_candidate_for_nothing():
-    evaluation, *_ = checked_in_process(_Honest)
-    assert evaluation.flags == [] and all(evaluation.correctness.tiers.values())
-    assert len(evaluation.correctness.seeds) == 6 + 1 + 1  # the main trials, the filled call, eval mode
+    session, _, result = local_executor.checked(_Honest)
+    assert session.flags == [] and all(result.correctness.tiers.values()) and result.stop is None
+    assert len(result.correctness.seeds) == 6 + 1 + 1  # the main trials, the filled call, eval mode
     assert not torch.are_deterministic_algorithms_enabled()
 
 
 def test_the_checks_flag_a_candidate_that_switches_the_fill_off_and_an_eval_mode_failure():
     before = cmp.fill_settings()
-    switcher, *_ = checked_in_process(_SwitchesTheFillOff)
+    session, _, result = local_executor.checked(_SwitchesTheFillOff)
     assert cmp.fill_settings() == before
-    [flag] = switcher.flags
+    [flag] = session.flags
     assert (flag.name, flag.policy) == ("precision_flags", FlagPolicy.reject) and "uninitialised" in flag.reason
-    zeros, *_ = checked_in_process(_EvalZeros)
-    [flag] = zeros.flags
+    session, _, result = local_executor.checked(_EvalZeros)
+    [flag] = session.flags
     assert (flag.name, flag.policy) == ("eval_mode_incorrect", FlagPolicy.reject)
-    assert zeros.correctness_passed and not zeros.correctness.eval_mode.tiers["loose"]
+    assert result.stop is None and not result.correctness.eval_mode.tiers["loose"]
 
 
 @pytest.mark.parametrize("model_class, honest", [(_Honest, True), (_FrozenStats, False)])
 def test_buffers_after_timing_are_what_replaying_the_calls_gives(model_class, honest):
-    import random
+    from evaluator import phases
 
-    from evaluator import worker
-
-    evaluation, reference_module, reference, candidate = checked_in_process(model_class)
-    rng = random.Random(3)
-    fresh = cmp.FreshInputs(reference_module.get_inputs(), "randn", torch.Generator().manual_seed(3), "cpu",
-                            pick=rng.randrange, count=2)
-    calls = []
-    with torch.no_grad():
-        for _ in range(20):  # as the timing loop calls it: fresh inputs each time, their windows recorded
-            calls.append(dict(fresh.next() and fresh.offsets))
-            candidate(*fresh.current)
+    session, built, result = local_executor.checked(model_class)
+    assert result.stop is None  # right in every checked call
     if honest:
-        replayed = evaluation.compare_state_after_timing(candidate, fresh, calls)
-        assert int(replayed.bn.num_batches_tracked) == 6 + 1 + 20
-        evaluation.recheck_after_timing(reference_module, reference, candidate, replayed)  # buffers compared too
+        timed = phases.time_phase(session, result, built)
+        assert timed.timing.reps >= 10 and timed.check.calls == timed.timing.reps
     else:
-        with pytest.raises(worker.Judged) as caught:
-            evaluation.compare_state_after_timing(candidate, fresh, calls)
+        with pytest.raises(phases.Judged) as caught:
+            phases.time_phase(session, result, built)
         assert caught.value.status == Status.incorrect
-        assert "after 20 timed calls" in caught.value.error and "`bn.running_" in caught.value.error
+        assert re.search(r"buffers wrong after \d+ timed calls", caught.value.error) and "`bn.running_" in caught.value.error
+
+
+class _EditsWhatItIsGiven(_Honest):
+    """Zeroes the weights load_state_dict is handed, then returns zeros: in one process with the
+    reference this made the reference compute zeros too."""
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        with torch.no_grad():
+            for value in state_dict.values():
+                value.zero_()
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def forward(self, x):
+        super().forward(x)  # the buffers move
+        return torch.zeros(x.shape[0], self.gemm.out_features)
+
+
+def test_what_the_executor_is_handed_are_copies_the_reference_never_shares():
+    session, built, result = local_executor.checked(_EditsWhatItIsGiven)
+    assert built.reference.gemm.weight.abs().sum() > 0 and built.reference64.gemm.weight.abs().sum() > 0
+    assert result.stop.status == Status.incorrect and "`output`" in result.stop.error
+
+
+def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
+    from evaluator.phases import cross_check
+
+    honest = cross_check(wall_ms=40 * 1.2, events=[1.0] * 40, overhead_ms=0.15, device="cuda")
+    assert honest.agrees and honest.referee_ms == pytest.approx(1.05)
+    faked = cross_check(wall_ms=40 * 1.2, events=[0.1] * 40, overhead_ms=0.15, device="cuda")
+    assert not faked.agrees and faked.limit_ms == pytest.approx(0.23)
+    loaded_cpu = cross_check(wall_ms=20 * 6.0, events=[2.5] * 20, overhead_ms=1.0, device="cpu")
+    assert loaded_cpu.agrees  # a loaded 2-core machine stretches the loop: generous there
 
 
 # --------------------------------------------------------------------------- CUDA twins
@@ -566,7 +564,7 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
                                                                      log_root=tmp_path))}
     for path in HACKS_CUDA:
         assert_expected(verdicts[path.stem], path)
-    assert "NaN" in verdicts["reference_freed_memory"].error
+    assert "output" in verdicts["reference_freed_memory"].error
     assert "timed call" in verdicts["correct_first_12_calls"].error
     unwritten = verdicts["unwritten_output"]  # passes every ordinary trial (the caching allocator's block)
     assert "never wrote" in unwritten.error and unwritten.correctness.tiers["loose"]

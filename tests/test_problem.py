@@ -171,7 +171,7 @@ def test_the_gemm_layer_requirement_does_not_apply_to_scaled_relu(gemm, relu):
 def test_the_tamper_guard_watches_the_problems_classes(gemm, relu):
     import torch
 
-    from evaluator.worker import StateGuard, _watched_namespaces
+    from evaluator.guard import StateGuard, _watched_namespaces
 
     gemm_labels = [label for label, _ in _watched_namespaces(gemm.rules.watch)]
     relu_labels = [label for label, _ in _watched_namespaces(relu.rules.watch)]

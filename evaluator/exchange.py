@@ -1,0 +1,143 @@
+"""The exchange: shared memory through which tensors travel between the referee and an executor.
+
+The referee creates it (an anonymous memfd, sized for the problem) and hands its descriptor to the
+executor it starts; both map it. Commands and replies carry `TensorSlot`s (where a tensor's bytes
+lie); the bytes themselves are copied in and out here. The protocol is strictly turn by turn: the
+referee writes what a command needs, the executor reads it, then writes what its reply ships from
+offset 0; the referee copies it out before its next command.
+
+`read` validates a slot against the mapping (bounds, dtype, size) and returns a fresh tensor on the
+device asked for, never a view of the shared memory: whatever the executor writes there later
+changes nothing the referee holds.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+
+import torch
+
+from evaluator.protocol import TensorSlot
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+ALIGN = 256
+
+
+class ExchangeError(ValueError):
+    """A slot that does not fit the exchange or does not describe its bytes."""
+
+
+def dtype_name(dtype: torch.dtype) -> str | None:
+    return DTYPE_NAMES.get(dtype)
+
+
+def nbytes_of(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def capacity_for(*groups: int) -> int:
+    """Room for tensors of these byte sizes, one after another (each aligned)."""
+    return max(ALIGN, sum(_align(n) for n in groups) + ALIGN)
+
+
+class Exchange:
+    """One shared mapping (see the module's docstring)."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd, self.size = fd, size
+        self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
+
+    @classmethod
+    def create(cls, size: int) -> Exchange:
+        """A new exchange of `size` bytes (the referee's side); its `fd` is inheritable by none."""
+        fd = os.memfd_create("kernelharness-exchange", os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        return cls(fd, size)
+
+    @classmethod
+    def attach(cls, fd: int) -> Exchange:
+        """The executor's side: map the descriptor it was handed."""
+        os.set_inheritable(fd, False)
+        return cls(fd, os.fstat(fd).st_size)
+
+    def close(self) -> None:
+        del self.bytes
+        try:
+            self.map.close()
+        except BufferError:  # a view still alive somewhere: the mapping goes with the process
+            pass
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def fits(self, tensors: list[tuple[str, torch.Tensor]], start: int = 0) -> bool:
+        return start + sum(_align(nbytes_of(t)) for _, t in tensors) <= self.size
+
+    def write(self, tensors: list[tuple[str, torch.Tensor]], start: int = 0) -> list[TensorSlot]:
+        """Copy each (name, tensor) in, one after another from `start`; their slots. Raises
+        ExchangeError when they do not fit or a dtype cannot travel."""
+        slots, offset = [], start
+        for name, tensor in tensors:
+            slot = self._put(name, tensor, offset)
+            slots.append(slot)
+            offset = _align(offset + slot.nbytes)
+        return slots
+
+    def _put(self, name: str, tensor: torch.Tensor, offset: int) -> TensorSlot:
+        dtype = dtype_name(tensor.dtype)
+        if dtype is None:
+            raise ExchangeError(f"{name}: dtype {tensor.dtype} cannot travel")
+        n = nbytes_of(tensor)
+        if offset + n > self.size:
+            raise ExchangeError(f"{name}: {n} bytes at {offset} do not fit the exchange's {self.size}")
+        if n:
+            source = tensor.detach().contiguous().reshape(-1)
+            if source.dtype == torch.bool:
+                source = source.to(torch.uint8)
+            self.bytes[offset:offset + n].copy_(source.view(torch.uint8))
+        return TensorSlot(name=name, dtype=dtype, shape=list(tensor.shape), offset=offset, nbytes=n)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def check(self, slot: TensorSlot) -> torch.dtype:
+        """The slot's dtype, once its fields are consistent and it lies inside the mapping."""
+        dtype = DTYPES.get(slot.dtype)
+        if dtype is None:
+            raise ExchangeError(f"{slot.name}: unknown dtype {slot.dtype!r}")
+        if any(d < 0 for d in slot.shape) or len(slot.shape) > 16:
+            raise ExchangeError(f"{slot.name}: bad shape {slot.shape}")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if math.prod(slot.shape) * itemsize != slot.nbytes:
+            raise ExchangeError(f"{slot.name}: {slot.nbytes} bytes for shape {slot.shape} of {slot.dtype}")
+        if slot.offset % ALIGN:
+            raise ExchangeError(f"{slot.name}: offset {slot.offset} is not a multiple of {ALIGN}")
+        if slot.offset < 0 or slot.offset + slot.nbytes > self.size:
+            raise ExchangeError(f"{slot.name}: bytes {slot.offset}..{slot.offset + slot.nbytes} lie outside "
+                                f"the exchange ({self.size} bytes)")
+        return dtype
+
+    def read(self, slot: TensorSlot, device: str | torch.device = "cpu") -> torch.Tensor:
+        """A fresh tensor holding the slot's bytes, on `device`."""
+        dtype = self.check(slot)
+        raw = self.bytes[slot.offset:slot.offset + slot.nbytes]
+        if dtype == torch.bool:
+            value = raw.clone().to(torch.bool)
+        else:
+            value = raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype)
+        value = value.reshape(slot.shape)
+        return value.to(device, copy=True)

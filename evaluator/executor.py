@@ -1,0 +1,539 @@
+"""The executor: the contained process that imports ONE candidate and does what the referee asks.
+
+    python -m evaluator.executor --request FILE --fd N --commands M --exchange E
+
+Started through evaluator.containment (namespaces, Landlock, seccomp, applied before this process
+exists). Reads its request (then deletes it), reports the containment it confirms, imports the
+candidate (which builds its extensions) and then serves the referee's commands (evaluator.protocol)
+one at a time: build ModelNew, load the weights it is handed, run checked forwards on inputs it is
+handed, draw inputs from seeds and time calls, ship outputs and state through the exchange
+(evaluator.exchange). Channel `N` carries its messages to the referee, `M` the referee's commands.
+
+Nothing here judges. The reference is not in this process, nor are the tolerances, the baselines
+or any comparison with the reference: the candidate can change anything in this process, so what
+it reports is raw (outputs, state, per-call times) and the referee compares and checks it. The
+executor still runs its own guard (evaluator.guard) and a few integrity checks that need to be in
+the candidate's process (an output aliasing an input, an output still changing after forward
+returned, inputs staged behind a busy stream, uninitialised memory filled): they report problems and
+flags, and a candidate that blinds them gains nothing the referee would not see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+# Import torch and bind what the executor uses before the candidate exists.
+import torch
+
+from evaluator import correctness as cmp
+from evaluator import guard as guards
+from evaluator import inputs as draws
+from evaluator import kernels
+from evaluator.exchange import Exchange, ExchangeError, dtype_name
+from evaluator.protocol import (
+    COMMAND, Call, Construct, ExecutorMessage, ExecutorRequest, Finish, LoadState, Profile, Reply, SendKept,
+    SendState, Time, ValueInfo, Warmup, unpack,
+)
+from evaluator.records import Containment, Flag, FlagPolicy, Phase
+from evaluator.timing import Call as TimedCall
+from evaluator.timing import Timer
+
+ERROR_CHARS = 6000
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+MAX_KERNEL_NAMES = 256  # kernel launches reported (the referee counts what it is sent)
+
+
+def describe_exception(prefix: str) -> str:
+    return f"{prefix}: {traceback.format_exc()[-ERROR_CHARS:]}"
+
+
+def describe_import_failure(err: BaseException) -> str:
+    """Compiler errors first (they sit deep inside torch's build exception), then the traceback."""
+    text = str(err)
+    errors = [line.strip() for line in text.splitlines() if " error" in line or line.startswith("error")]
+    if "Error building extension" in text and errors:
+        return "build failed: " + "\n".join(errors[:5]) + "\n\n" + describe_exception("traceback")
+    return describe_exception("importing the candidate failed")
+
+
+def import_file(path: Path, module_name: str):
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def value_info(value) -> ValueInfo:
+    if isinstance(value, torch.Tensor):
+        return ValueInfo(kind=type(value).__name__, plain=cmp.is_plain_tensor(value), dtype=str(value.dtype).removeprefix("torch."),
+                         shape=list(value.shape), device=value.device.type)
+    return ValueInfo(kind=type(value).__name__, plain=False)
+
+
+class Channel:
+    """The pipe to the referee: one JSON line per message."""
+
+    def __init__(self, fd: int):
+        os.set_inheritable(fd, False)  # the candidate's children never see it
+        self.stream = os.fdopen(fd, "w", buffering=1)
+
+    def send(self, message: ExecutorMessage) -> None:
+        self.stream.write(message.model_dump_json() + "\n")
+        self.stream.flush()
+
+    def phase(self, phase: Phase) -> None:
+        self.send(ExecutorMessage(kind="phase", phase=phase))
+
+    def containment(self, containment: Containment) -> None:
+        """What the executor itself confined, before the candidate's import (the referee trusts only
+        containment reports that come before the first phase)."""
+        self.send(ExecutorMessage(kind="containment", containment=containment))
+
+    def reply(self, reply: Reply) -> None:
+        self.send(ExecutorMessage(kind="reply", reply=reply))
+
+
+class Kept:
+    """Outputs of timed calls kept for the referee: a copy taken right after each call returned."""
+
+    def __init__(self):
+        self.outputs: dict[int, tuple[torch.Tensor | None, ValueInfo, list[str]]] = {}
+
+    def keep(self, index: int, out, problems: list[str]) -> None:
+        self.outputs[index] = (cmp.snapshot(out), value_info(out), problems)
+
+    def clear(self) -> None:
+        self.outputs.clear()
+
+
+class Executor:
+    """Serves one candidate's commands (see the module's docstring)."""
+
+    def __init__(self, request: ExecutorRequest, exchange: Exchange | None):
+        self.request, self.exchange = request, exchange
+        self.device = request.device
+        self.module = None
+        self.model: torch.nn.Module | None = None
+        self.guard: guards.StateGuard | None = None
+        self.timer: Timer | None = None
+        self.specs, self.fixed, self.values = [], {}, {}
+        self.delay_cycles = 0
+        self.kept = Kept()
+
+    # -- the import ------------------------------------------------------------------------------
+
+    def import_candidate(self) -> Reply:
+        source = Path(self.request.candidate_path).read_text(errors="replace")
+        if self.device == "cuda" or any(word in source for word in ("compile", "dynamo", "inductor")):
+            guards.prepare_torch_compile()  # on CUDA the profiler of the kernel pass imports it too
+        flags_before = guards.read_global_flags()
+        # identities of torch's, the problem's and our functions, before the candidate exists
+        self.guard = guards.StateGuard(self.request.watch)
+        try:
+            module = import_file(Path(self.request.candidate_path), "kh_candidate")
+        except SystemExit as err:
+            return Reply(id=0, error=f"the candidate called exit({err.code}) at import", error_kind="import")
+        except BaseException as err:
+            return Reply(id=0, error=describe_import_failure(err), error_kind="import")
+        flags = self.guard_flags(flags_before, "importing the candidate")
+        if not isinstance(getattr(module, "ModelNew", None), type):
+            return Reply(id=0, error="the module defines no class ModelNew", error_kind="no_model_new", flags=flags)
+        self.module = module
+        return Reply(id=0, flags=flags)
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def handle(self, command) -> Reply:
+        if not isinstance(command, SendKept):
+            self.kept.clear()
+        handler = {
+            Construct: self.construct, LoadState: self.load_state, Call: self.call, Warmup: self.warmup,
+            Time: self.time, SendKept: self.send_kept, SendState: self.send_state, Profile: self.profile,
+            Finish: self.finish,
+        }[type(command)]
+        try:
+            return handler(command)
+        except BaseException:  # the executor's own failure (or something the candidate broke)
+            return Reply(id=command.id, error=describe_exception("the executor failed"), error_kind="internal")
+
+    def construct(self, command: Construct) -> Reply:
+        init_inputs = unpack(command.init_inputs)
+        self.specs = command.inputs
+        self.fixed = {int(s.name.removeprefix("input.")): self.exchange.read(s, self.device) for s in command.fixed}
+        self.values = unpack(command.values) or {}
+        self.timer = Timer(self.device)
+        self.delay_cycles = self.stream_delay_cycles(command.stream_delay_ms)
+        flags_before = guards.read_global_flags()
+        torch.manual_seed(command.seed)
+        try:
+            model = self.module.ModelNew(*init_inputs)
+        except BaseException:
+            return Reply(id=command.id, error=describe_exception("ModelNew(*get_init_inputs()) raised"), error_kind="raised",
+                         flags=self.guard_flags(flags_before, "constructing ModelNew"))
+        flags = self.guard_flags(flags_before, "constructing ModelNew")
+        if not isinstance(model, torch.nn.Module):
+            return Reply(id=command.id, error=f"ModelNew is a {type(model).__name__}, not an nn.Module",
+                         error_kind="not_module", flags=flags)
+        self.model = model
+        try:
+            state = {name: list(value.shape) for name, value in model.state_dict().items()
+                     if isinstance(value, torch.Tensor)}
+        except BaseException:
+            return Reply(id=command.id, error=describe_exception("ModelNew.state_dict() raised"), error_kind="raised",
+                         flags=flags)
+        return Reply(id=command.id, state=state, flags=flags)
+
+    def load_state(self, command: LoadState) -> Reply:
+        state = {slot.name.removeprefix("state."): self.exchange.read(slot, "cpu") for slot in command.tensors}
+        flags_before = guards.read_global_flags()
+        try:
+            self.model.load_state_dict(state, strict=False)
+            self.model.to(self.device)
+        except BaseException:
+            return Reply(id=command.id, error=describe_exception("loading the reference weights into ModelNew failed"),
+                         error_kind="raised", flags=self.guard_flags(flags_before, "loading the weights"))
+        return Reply(id=command.id, flags=self.guard_flags(flags_before, "loading the weights"))
+
+    def call(self, command: Call) -> Reply:
+        """One checked forward on the shipped inputs (see Call)."""
+        shipped = {int(s.name.removeprefix("input.")): self.exchange.read(s, self.device) for s in command.tensors}
+        inputs = [shipped[i] if i in shipped else self.values.get(i) for i in range(len(self.specs))]
+        self.model.train(command.train)
+        self.stage_inputs(inputs)
+        fill = None
+        with torch.no_grad():
+            if command.fill_uninitialized:
+                import warnings
+
+                with warnings.catch_warnings():
+                    # torch's notes about ops without a deterministic implementation (warn-only): not the candidate's
+                    warnings.filterwarnings("ignore", message=r"(?s).*deterministic", category=UserWarning)
+                    with cmp.uninitialized_memory_filled():
+                        flags_before = guards.read_global_flags()
+                        out, seen, error = self.forward(inputs)
+                        fill = list(cmp.fill_settings())
+                        flags = self.guard_flags(flags_before, "ModelNew.forward")
+            else:
+                flags_before = guards.read_global_flags()
+                out, seen, error = self.forward(inputs)
+                flags = self.guard_flags(flags_before, "ModelNew.forward")
+        if error:
+            return Reply(id=command.id, error=error, error_kind="raised", flags=flags)
+        self.sync()
+        problems = self.output_problems(out, inputs)
+        if cmp.is_plain_tensor(out) and seen is not None and not cmp.same_values(seen, out):
+            problems.append("the output changed after forward returned: work still running when it returned "
+                            "(on a stream the caller does not wait for, or in a thread)")
+        after = [(f"input.{i}", x) for i, x in enumerate(inputs) if i in shipped and isinstance(x, torch.Tensor)]
+        reply = Reply(id=command.id, flags=flags, problems=problems, fill=fill, output=value_info(out))
+        return self.ship(reply, seen, after, state=command.send_state)
+
+    def warmup(self, command: Warmup) -> Reply:
+        """Untimed calls, then one timed call (its time sizes the series)."""
+        self.model.train(command.train)
+        current = {}
+        before = self.drawing(command.draws, current)
+        flags_before = guards.read_global_flags()
+        count = command.draws.count
+        try:
+            with torch.no_grad():
+                self.timer.untimed(lambda: self.model(*current["inputs"]), count - 1, before)
+                event, host = self.timer.one(lambda: self.model(*current["inputs"]), TimedCall(count - 1), before)
+        except BaseException:
+            return Reply(id=command.id, error=describe_exception("ModelNew.forward raised while warming up"),
+                         error_kind="raised", flags=self.guard_flags(flags_before, "the warm-up calls to ModelNew.forward"))
+        return Reply(id=command.id, events_ms=[event], host_ms=[host],
+                     flags=self.guard_flags(flags_before, "the warm-up calls to ModelNew.forward"))
+
+    def time(self, command: Time) -> Reply:
+        """The timed calls: fresh drawn inputs for each, outputs kept as asked."""
+        self.model.train(command.train)
+        current = {}
+        before = self.drawing(command.draws, current)
+        keep = None if command.keep is None else set(command.keep)
+
+        def after(call: TimedCall, out) -> None:
+            if keep is None or call.timed in keep:
+                self.kept.keep(call.timed, out, self.output_problems(out, current["inputs"]))
+
+        flags_before = guards.read_global_flags()
+        try:
+            with torch.no_grad():
+                events, walls = self.timer.series(lambda: self.model(*current["inputs"]), command.draws.count,
+                                                  before, after)
+        except BaseException:
+            self.kept.clear()
+            return Reply(id=command.id, error=describe_exception("ModelNew.forward raised while timed"),
+                         error_kind="raised", flags=self.guard_flags(flags_before, "the timed calls to ModelNew.forward"))
+        flags = self.guard_flags(flags_before, "the timed calls to ModelNew.forward")
+        last = command.draws.count - 1
+        if last in self.kept.outputs and current:
+            changed = self.changed_inputs(current["inputs"], command.draws, last)
+            if changed:
+                self.kept.outputs[last][2].append(f"the candidate modified its input(s) {changed} in place")
+        return Reply(id=command.id, events_ms=events, host_ms=walls, kept=sorted(self.kept.outputs), flags=flags)
+
+    def send_kept(self, command: SendKept) -> Reply:
+        if command.index not in self.kept.outputs:
+            return Reply(id=command.id, error=f"no kept output of timed call {command.index}", error_kind="internal")
+        snapshot, info, problems = self.kept.outputs.pop(command.index)
+        return self.ship(Reply(id=command.id, output=info, problems=list(problems)), snapshot, [], state=False)
+
+    def send_state(self, command: SendState) -> Reply:
+        return self.ship(Reply(id=command.id), None, [], state=True)
+
+    def profile(self, command: Profile) -> Reply:
+        """One forward, observed: its kernels (CUDA) or calls into the candidate's extensions (CPU)."""
+        flags = []
+        if self.device == "cuda":
+            flags = self.warm_up_profiler()
+        self.model.train(command.train)
+        inputs = draws.draw(self.specs, command.draws.distribution, draws.call_seed(command.draws.seed, 0),
+                            self.device, self.fixed, self.values)
+        flags_before = guards.read_global_flags()
+        try:
+            if self.device == "cuda":
+                names, out = self.cuda_kernels(inputs)
+            else:
+                names, out = self.cpu_extension_calls(inputs)
+        except BaseException:
+            return Reply(id=command.id, error=describe_exception("the profiled call failed"), error_kind="raised",
+                         flags=flags + self.guard_flags(flags_before, "the profiled call to ModelNew.forward"))
+        flags += self.guard_flags(flags_before, "the profiled call to ModelNew.forward")
+        problems = self.output_problems(out, inputs)
+        changed = self.changed_inputs(inputs, command.draws, 0)
+        if changed:
+            problems.append(f"the candidate modified its input(s) {changed} in place")
+        reply = Reply(id=command.id, flags=flags, problems=problems, kernels=names[:MAX_KERNEL_NAMES],
+                      kernel_count=len(names), libraries=kernels.candidate_libraries(), output=value_info(out))
+        return self.ship(reply, cmp.snapshot(out), [], state=False)
+
+    def finish(self, command: Finish) -> Reply:
+        changed = self.guard.changes() if self.guard is not None else []
+        flags = [self.monkeypatch_flag("by the time the executor finished", changed)] if changed else []
+        return Reply(id=command.id, flags=flags)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def forward(self, inputs: list):
+        """(output, its copy taken the moment forward returned, error)."""
+        try:
+            out = self.model(*inputs)
+            return out, cmp.snapshot(out), None
+        except BaseException:
+            return None, None, describe_exception("ModelNew.forward raised")
+
+    def drawing(self, spec, current: dict):
+        """A `before` hook that draws call i's inputs (outside the timed window)."""
+        def before(call: TimedCall) -> None:
+            current.pop("inputs", None)
+            current["inputs"] = draws.draw(self.specs, spec.distribution, draws.call_seed(spec.seed, call.index),
+                                           self.device, self.fixed, self.values)
+        return before
+
+    def changed_inputs(self, inputs: list, spec, index: int) -> list[int]:
+        """Positions of drawn inputs that no longer hold what call `index` of `spec` was given."""
+        fresh = draws.draw(self.specs, spec.distribution, draws.call_seed(spec.seed, index), self.device,
+                           self.fixed, self.values)
+        return [i for i, (a, b) in enumerate(zip(fresh, inputs))
+                if isinstance(a, torch.Tensor) and not (cmp.is_plain_tensor(b) and cmp.same_values(a, b))]
+
+    def output_problems(self, out, inputs: list) -> list[str]:
+        if not cmp.is_plain_tensor(out):
+            return []  # the referee judges the output's type from its ValueInfo
+        aliased = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and cmp.shares_memory(out, x)]
+        return [f"the output shares memory with input(s) {aliased}"] if aliased else []
+
+    def ship(self, reply: Reply, output: torch.Tensor | None, extra: list, *, state: bool) -> Reply:
+        """Write `output` (a plain tensor, described by `reply.output`), `extra` and (with `state`) every
+        parameter and buffer into the exchange, one after another; what does not fit or cannot travel
+        is described, not shipped."""
+        tensors = list(extra)
+        if output is not None and reply.output is not None and reply.output.plain:
+            tensors.insert(0, ("output", output))
+        if state:
+            entries = cmp.module_tensors(self.model)
+            reply.state = {name: list(v.shape) if isinstance(v, torch.Tensor) else [] for name, v in entries.items()}
+            for name, value in entries.items():
+                if cmp.is_plain_tensor(value):
+                    tensors.append((f"state.{name}", value))
+                else:
+                    reply.problems.append(f"state.{name}: expected a plain torch.Tensor, got {type(value).__name__}")
+        offset = 0
+        for name, tensor in tensors:
+            try:
+                [slot] = self.exchange.write([(name, tensor)], start=offset)
+            except ExchangeError as err:
+                reply.problems.append(f"{name} could not be shipped: {err}")
+                continue
+            reply.tensors.append(slot)
+            offset = -(-(slot.offset + max(slot.nbytes, 1)) // 256) * 256
+            if name == "output":
+                reply.output = reply.output.model_copy(update={"shipped": True})
+        return reply
+
+    def guard_flags(self, flags_before: dict[str, str], when: str) -> list[Flag]:
+        """Global flags as they were in `flags_before`, functions and mode stacks as before the import:
+        anything else is flagged (reject) and put back."""
+        flags = []
+        after = guards.read_global_flags()
+        changed = [f"{k}: {flags_before[k]} -> {after[k]}" for k in flags_before if flags_before[k] != after.get(k)]
+        if changed:
+            flags.append(Flag(name="precision_flags", policy=FlagPolicy.reject,
+                              reason=f"{when} changed global torch flags ({'; '.join(changed)}); restored"))
+            guards.restore_global_flags(flags_before)
+        if self.guard is not None:
+            try:
+                replaced = self.guard.changes()
+            except Exception as err:  # the candidate broke what the check itself needs
+                replaced = [f"something the identity check relies on ({type(err).__name__}: {err})"[:300]]
+            if replaced:
+                flags.append(self.monkeypatch_flag(when, replaced))
+        return flags
+
+    @staticmethod
+    def monkeypatch_flag(when: str, replaced: list[str]) -> Flag:
+        shown = ", ".join(replaced[:8]) + (f" and {len(replaced) - 8} more" if len(replaced) > 8 else "")
+        return Flag(name="monkeypatch", policy=FlagPolicy.reject,
+                    reason=f"{when} replaced {shown}; the originals were put back")
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def stream_delay_cycles(self, delay_ms: float) -> int:
+        if self.device != "cuda" or delay_ms <= 0:
+            return 0
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        torch.cuda._sleep(1_000_000)
+        end.record()
+        end.synchronize()
+        return int(delay_ms * 1_000_000 / max(begin.elapsed_time(end), 1e-3))
+
+    def stage_inputs(self, inputs: list) -> None:
+        """CUDA: fill the candidate's inputs with NaN, then, on the current stream, hold it busy and
+        only then copy the real values in. Work that honours stream order (the current stream, or a
+        side stream that waits on it) reads the real values; a side stream that does not wait reads
+        NaN. CPU: nothing to do."""
+        if self.device != "cuda":
+            return
+        staged = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                staged.append((x, x.clone()))
+                x.fill_(float("nan"))
+        torch.cuda.synchronize()
+        if self.delay_cycles:
+            torch.cuda._sleep(self.delay_cycles)
+        for x, values in staged:
+            x.copy_(values)  # still queued behind the sleep when the candidate is called
+
+    def warm_up_profiler(self) -> list[Flag]:
+        """The profiler's first use imports and sets up things of torch's own: check for the
+        candidate's changes first, then profile a trivial op and take the identity snapshot again,
+        so what the profiler changes is not taken for the candidate's doing. The candidate does not
+        run in between."""
+        flags = self.guard_flags(guards.read_global_flags(), "the calls to ModelNew.forward")
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                torch.ones(1, device="cuda").add_(1)
+                torch.cuda.synchronize()
+        except Exception:
+            return flags  # the kernel pass will say what failed
+        self.guard = guards.StateGuard(self.request.watch)
+        return flags
+
+    def cuda_kernels(self, inputs: list) -> tuple[list[str], object]:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            out = self.model(*inputs)
+            torch.cuda.synchronize()
+        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        events.sort(key=lambda e: e.time_range.start)
+        return [e.name for e in events if not e.name.startswith(("Memcpy", "Memset"))], out
+
+    def cpu_extension_calls(self, inputs: list) -> tuple[list[str], object]:
+        modules = kernels.extension_calls(kernels.candidate_libraries(), sys.modules)
+        calls: list[str] = []
+
+        def observe(frame, event, arg):
+            if event == "c_call" and getattr(arg, "__module__", None) in modules:
+                calls.append(f"{arg.__module__}.{getattr(arg, '__name__', '?')}")
+
+        with torch.no_grad():
+            sys.setprofile(observe)
+            try:
+                out = self.model(*inputs)
+            finally:
+                sys.setprofile(None)
+        return calls, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--request", required=True)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--commands", type=int)
+    parser.add_argument("--exchange", type=int)
+    args = parser.parse_args(argv)
+    for name in [k for k in os.environ if any(m in k.upper() for m in SECRET_MARKERS)]:
+        del os.environ[name]  # the referee scrubbed them already; this is the second lock
+    request_path = Path(args.request)
+    request = ExecutorRequest.model_validate_json(request_path.read_text())
+    request_path.unlink()
+    channel = Channel(args.fd)
+    commands = None
+    if args.commands is not None:
+        os.set_inheritable(args.commands, False)
+        commands = os.fdopen(args.commands, "r")
+    exchange = Exchange.attach(args.exchange) if args.exchange is not None else None
+    # Started by evaluator.containment, which applied the namespaces, Landlock and seccomp before
+    # exec (they hold for every thread and child of this process) and reported them on the channel:
+    # confirm here, before the candidate exists, that they are in force, or do not run it.
+    from evaluator import containment
+    from evaluator.records import Mechanism
+
+    not_in_force = containment.confirm_in_worker(os.environ.pop(containment.IN_FORCE_ENV, ""))
+    off = os.environ.pop(containment.OFF_ENV, "").split(",")
+    if request.device == "cuda" and not not_in_force and not request.compile_only:
+        try:
+            torch.cuda.init()  # the driver opens unix sockets while it initialises; after it, none may be made
+        except Exception:
+            pass  # the checks will say what is wrong with CUDA
+    channel.containment(Containment(mechanisms=[Mechanism(**containment.deny_unix_sockets(off))]))
+    channel.phase(Phase.compile)
+    if not_in_force:
+        channel.reply(Reply(id=0, error=f"containment not in force: {not_in_force}", error_kind="internal"))
+        os._exit(0)
+    executor = Executor(request, exchange)
+    try:
+        reply = executor.import_candidate()
+    except BaseException:
+        reply = Reply(id=0, error=describe_exception("the executor failed"), error_kind="internal")
+    channel.reply(reply)
+    if reply.error is None and not request.compile_only and commands is not None:
+        for line in commands:
+            command = COMMAND.validate_json(line)
+            channel.reply(executor.handle(command))
+            if isinstance(command, Finish):
+                break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks or destructors cannot change anything
+
+
+if __name__ == "__main__":
+    sys.exit(main())

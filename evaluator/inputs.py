@@ -1,0 +1,89 @@
+"""Inputs: what the forward takes (`InputSpec`s, from the reference's `get_inputs()`) and fresh draws.
+
+`draw(specs, distribution, seed, device)` is the one way inputs are made, on both sides: the
+referee draws the inputs of checked calls and ships them; an executor draws the inputs of timed
+calls itself from the seeds the referee gives it (`call_seed(seed, i)` for call i), and the referee
+draws the same ones again to compare outputs and to replay the calls. On CUDA the draw runs on the
+device (torch's Philox generator: the same numbers in every process on the same GPU model), so a
+fresh 256 MB input costs a fraction of a millisecond; every call gets an independent draw.
+
+The functions used are bound when this module is imported, before any candidate exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from evaluator.exchange import DTYPES, dtype_name
+from evaluator.protocol import InputSpec
+
+_randn = torch.randn
+_rand = torch.rand
+_Generator = torch.Generator
+_manual_seed = torch.Generator.manual_seed
+_Tensor = torch.Tensor
+_clone = torch.Tensor.clone
+_to = torch.Tensor.to
+
+SEED_STEP = 0x9E3779B97F4A7C15  # the golden-ratio increment: consecutive calls get unrelated seeds
+SEED_MASK = (1 << 63) - 1
+DISTRIBUTIONS = ("randn", "rand")
+
+
+def call_seed(seed: int, index: int) -> int:
+    """The seed of call `index` of a series drawn from `seed`."""
+    return (seed + (index + 1) * SEED_STEP) & SEED_MASK
+
+
+def input_specs(templates: list) -> tuple[list[InputSpec], dict[int, torch.Tensor], dict[int, Any]]:
+    """(specs, fixed tensors by position, other values by position) of `get_inputs()`'s result."""
+    specs, fixed, values = [], {}, {}
+    for position, item in enumerate(templates):
+        if isinstance(item, _Tensor) and item.is_floating_point() and dtype_name(item.dtype):
+            specs.append(InputSpec(kind="random", shape=list(item.shape), dtype=dtype_name(item.dtype)))
+        elif isinstance(item, _Tensor):
+            specs.append(InputSpec(kind="tensor"))
+            fixed[position] = item
+        else:
+            specs.append(InputSpec(kind="value"))
+            values[position] = item
+    return specs, fixed, values
+
+
+def draw(specs: list[InputSpec], distribution: str, seed: int, device: str,
+         fixed: dict[int, torch.Tensor] | None = None, values: dict[int, Any] | None = None) -> list:
+    """Fresh inputs: each `random` spec drawn from `distribution` with a generator seeded `seed` on
+    `device`; fixed tensors cloned onto it, values as they are."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown input distribution {distribution!r}")
+    generator = _Generator(device=device)
+    _manual_seed(generator, seed)
+    sample = _randn if distribution == "randn" else _rand
+    out = []
+    for position, spec in enumerate(specs):
+        if spec.kind == "random":
+            out.append(sample(spec.shape, generator=generator, dtype=DTYPES[spec.dtype], device=device))
+        elif spec.kind == "tensor":
+            out.append(_to(_clone((fixed or {})[position]), device))
+        else:
+            out.append((values or {}).get(position))
+    return out
+
+
+def as_float64(inputs: list) -> list:
+    """The inputs with every floating tensor in float64 (for the float64 reference)."""
+    return [x.double() if isinstance(x, _Tensor) and x.is_floating_point() else x for x in inputs]
+
+
+def tensor_bytes(specs: list[InputSpec], fixed: dict[int, torch.Tensor]) -> int:
+    """Bytes of one set of tensor inputs."""
+    total = 0
+    for position, spec in enumerate(specs):
+        if spec.kind == "random":
+            total += torch.empty((), dtype=DTYPES[spec.dtype]).element_size() * int(torch.Size(spec.shape).numel())
+        elif spec.kind == "tensor":
+            t = fixed[position]
+            total += t.numel() * t.element_size()
+    return total

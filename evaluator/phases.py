@@ -1,0 +1,673 @@
+"""One candidate's judgement, phase by phase, in the referee's process.
+
+    imported = import_phase(session)            the executor built and imported the candidate
+    built    = init_phase(session, imported)    ModelNew built, the reference's weights loaded
+    checked  = check_phase(session, built)      checked calls compared with the float64 reference
+    timed    = time_phase(session, checked)     timed calls, their outputs, the buffers after them
+    profiled = profile_phase(session, timed)    which kernels one forward launches
+    verdict  = compose(session, results, outcome)
+
+Each phase takes the previous phase's result (frozen) and returns its own, or raises `Judged`
+(status, phase, error) when the candidate is judged there; a result may also end the judgement
+with `stop` (the check phase does, keeping its correctness record in the verdict). The verdict is
+composed in one place, `compose`, from whatever results exist. `Session` holds what is neither:
+the referee (reference, tolerances, baselines: evaluator.referee), the executor link, the seeds,
+the phase clock and the flags log.
+
+Everything the executor sends is checked here: its tensors are read through the exchange's bounds
+checks, its outputs and buffers compared with the referee's own float64 reference on inputs the
+referee drew (or drew again from the seeds it handed out), and its per-call times checked against
+the referee's clock around the whole series (`TimingCheck`). Nothing the candidate can reach
+decides a tolerance, a pass or a speedup.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from evaluator import correctness as cmp
+from evaluator import inputs as draws
+from evaluator.exchange import ExchangeError
+from evaluator.kernels import kernel_base_name, own_kernels
+from evaluator.process import Ended, exit_description
+from evaluator.protocol import (
+    Call, Construct, Draws, Finish, LoadState, Profile, Reply, SendKept, SendState, Time, ValueInfo, Warmup, pack,
+)
+from evaluator.records import (
+    Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status, TimingCheck, TimingStats, Verdict, merge_flags,
+)
+from evaluator.timing import physical_floor_ms, summarize
+
+if TYPE_CHECKING:
+    from evaluator.referee import Referee
+
+MAX_KERNEL_NAMES = 256
+KEEP_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}  # timed outputs an executor keeps for the referee
+# The referee's clock against the reported per-call times: what one call took by the referee's clock
+# (its wall time around the series, less its own loop's cost per call) may exceed the reported mean
+# by this factor plus this much before the timings are rejected. Generous on the CPU, where a loaded
+# machine stretches the loop unevenly.
+TIMING_SLACK = {"cuda": (1.3, 0.1), "cpu": (2.0, 2.0)}
+
+
+class Judged(Exception):
+    """Ends the judgement with a status and a reason."""
+
+    def __init__(self, status: Status, phase: Phase | None, error: str | None):
+        super().__init__(error)
+        self.status, self.phase, self.error = status, phase, error
+
+
+@dataclass(frozen=True)
+class Stop:
+    """How a phase that kept its result ends the judgement."""
+
+    status: Status
+    phase: Phase | None
+    error: str | None
+
+
+@dataclass
+class Session:
+    """What one candidate's phases share: see the module's docstring."""
+
+    referee: Referee | None          # None: a build only (the parent's parallel builds)
+    link: object                     # evaluator.process.ExecutorProcess, or anything with its request/reply
+    name: str
+    digest: str
+    problem: str
+    size: str
+    device: str
+    compile_timeout_s: float
+    run_timeout_s: float
+    memory_limit_gb: float | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    flags: list[Flag] = field(default_factory=list)
+    phase: Phase = Phase.compile
+    deadline: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    _entered: float = 0.0
+
+    def enter(self, phase: Phase) -> None:
+        """A new phase: the compile limit covers the import, the run limit init, check and time together."""
+        self.leave()
+        self.phase, self._entered = phase, time.monotonic()
+        if phase == Phase.compile:
+            self.deadline = time.monotonic() + self.compile_timeout_s
+        elif phase == Phase.init:
+            self.deadline = time.monotonic() + self.run_timeout_s
+
+    def leave(self) -> None:
+        if self._entered:
+            self.phase_seconds[self.phase.value] = round(time.monotonic() - self._entered, 3)
+            self._entered = 0.0
+
+    def seed(self) -> int:
+        return self.rng.randrange(2**31)
+
+    def add(self, flags) -> None:
+        self.flags.extend(flags)
+
+    def request(self, command) -> Reply:
+        """One command to the executor; its flags logged. An executor that is gone, too slow or
+        breaks the protocol is judged here."""
+        try:
+            reply = self.link.request(command, self.deadline)
+        except Ended as ended:
+            raise self.ended(ended) from None
+        self.add(reply.flags)
+        return reply
+
+    def ended(self, ended: Ended) -> Judged:
+        phase = self.phase
+        if ended.reason == "timeout":
+            limit = self.compile_timeout_s if phase == Phase.compile else self.run_timeout_s
+            return Judged(Status.timeout, phase, f"phase `{phase.value}` ran past its {limit:g} s limit; "
+                                                 "the process group was killed")
+        if ended.reason == "memory":
+            return Judged(Status.compile_error, Phase.compile, (
+                f"compile step exceeded {self.memory_limit_gb:g} GiB of resident memory (the executor's processes "
+                f"held {ended.detail}); the process group was killed"))
+        if ended.reason == "malformed":
+            return Judged(Status.crashed, phase, ended.detail)
+        how = exit_description(self.link.wait_exit()) if hasattr(self.link, "wait_exit") else "ended"
+        return Judged(Status.crashed, phase, f"the executor {how} during phase `{phase.value}` before it answered")
+
+    def shipment(self, reply: Reply) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """The tensors a reply shipped, read onto the referee's device, and what could not be read."""
+        tensors, problems = {}, []
+        device = self.referee.device if self.referee is not None else "cpu"
+        for slot in reply.tensors:
+            try:
+                tensors[slot.name] = self.link.exchange.read(slot, device)
+            except ExchangeError as err:
+                problems.append(f"the executor shipped an unreadable tensor ({err})")
+        return tensors, problems
+
+
+# ------------------------------------------------------------------------------------------ results
+
+@dataclass(frozen=True)
+class Imported:
+    """The candidate imported (its extensions built) in the executor."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """ModelNew built in the executor with the reference's weights; the reference (fp32) and its
+    float64 twin, in the referee, at the state the candidate was given."""
+
+    reference: torch.nn.Module
+    reference64: torch.nn.Module
+
+
+@dataclass(frozen=True)
+class Checked:
+    correctness: Correctness
+    reference64: torch.nn.Module  # after every checked call: the replay of the timed calls starts here
+    stop: Stop | None = None
+
+
+@dataclass(frozen=True)
+class Timed:
+    timing: TimingStats
+    host: TimingStats
+    check: TimingCheck
+    floor_ms: float | None
+    sm_clock_mhz: int | None
+
+
+@dataclass(frozen=True)
+class Profiled:
+    kernels: tuple[str, ...] = ()
+    kernel_count: int | None = None
+    custom_kernels: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------------------------------ compile
+
+def import_phase(session: Session) -> Imported:
+    """Wait for the executor's import of the candidate (memory watched while it builds)."""
+    session.enter(Phase.compile)
+    try:
+        reply = session.link.reply(0, session.deadline, poll_memory=True)
+    except Ended as ended:
+        raise session.ended(ended) from None
+    session.add(reply.flags)
+    if reply.error_kind == "no_model_new":
+        raise Judged(Status.parse_error, Phase.compile, reply.error)
+    if reply.error_kind == "import":
+        raise Judged(Status.compile_error, Phase.compile, reply.error)
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.compile, reply.error)
+    return Imported()
+
+
+# ------------------------------------------------------------------------------------------ init
+
+def init_phase(session: Session, imported: Imported) -> Built:
+    """ModelNew(*get_init_inputs()) in the executor, the reference's parameters and buffers loaded
+    into it by name (copies: the reference's own tensors never leave the referee)."""
+    session.enter(Phase.init)
+    referee = session.referee
+    reference = referee.new_reference(session.seed())
+    fixed = referee.exchange_tensors(session.link.exchange)
+    reply = session.request(Construct(id=0, init_inputs=pack(referee.init_inputs), seed=session.seed(),
+                                      inputs=referee.specs, fixed=fixed, values=pack(referee.values),
+                                      stream_delay_ms=referee.stream_delay_ms))
+    if reply.error_kind == "not_module":
+        raise Judged(Status.incorrect, Phase.init, reply.error)
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.init, reply.error)
+    reference_state = {k: v for k, v in reference.state_dict().items()}
+    candidate_state = reply.state or {}
+    missing = [k for k in reference_state if k not in candidate_state]
+    if missing:
+        raise Judged(Status.incorrect, Phase.init,
+                     "ModelNew lacks the reference's parameters/buffers (same attribute names are required): "
+                     + ", ".join(missing))
+    mismatched = [f"{k}: {tuple(candidate_state[k])} vs {tuple(v.shape)}"
+                  for k, v in reference_state.items() if list(candidate_state[k]) != list(v.shape)]
+    if mismatched:
+        raise Judged(Status.incorrect, Phase.init, "parameter shapes differ from the reference: " + "; ".join(mismatched))
+    slots = session.link.exchange.write([(f"state.{k}", v) for k, v in reference_state.items()])
+    reply = session.request(LoadState(id=0, tensors=slots))
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.init, reply.error)
+    reference64 = copy.deepcopy(reference).to(torch.float64)
+    return Built(reference=reference, reference64=reference64)
+
+
+# ------------------------------------------------------------------------------------------ check
+
+def compare_output(info: ValueInfo | None, actual: torch.Tensor | None, expected: torch.Tensor, referee: Referee,
+                   tolerances: dict) -> cmp.TensorCompare:
+    """What forward returned (as the executor describes it, and its values as shipped) against the
+    float64 `expected`: a plain tensor of the reference output's shape, dtype and device type first."""
+    failed = {tier: False for tier in tolerances}
+    inf = float("inf")
+
+    def failure(reason: str) -> cmp.TensorCompare:
+        return cmp.TensorCompare(inf, inf, failed, f"output: {reason}")
+
+    if info is None:
+        return failure("forward returned nothing the executor could describe")
+    if not info.plain:
+        return failure(f"expected a plain torch.Tensor, got {info.kind}")
+    if list(info.shape or []) != list(expected.shape):
+        return failure(f"shape {tuple(info.shape or [])}, expected {tuple(expected.shape)}")
+    if info.dtype != referee.output_dtype:
+        return failure(f"dtype torch.{info.dtype}, expected torch.{referee.output_dtype}")
+    if info.device != referee.device:
+        return failure(f"on {info.device}, expected on {referee.device}")
+    if actual is None or list(actual.shape) != list(expected.shape):
+        return failure("its values did not reach the referee")
+    return cmp.compare_tensor("output", actual, expected, tolerances, referee.rel_floor)
+
+
+def trial(session: Session, reference64: torch.nn.Module, distribution: str, seed: int, *, train: bool,
+          acc: cmp.ModeAccumulator, fill: bool = False) -> Reply:
+    """One checked call: inputs drawn here and shipped, the executor's output, inputs (as the call left
+    them) and buffers compared with `reference64` (advanced by the same call, in the same mode)."""
+    referee = session.referee
+    inputs = referee.draw(distribution, seed)
+    slots = session.link.exchange.write([(f"input.{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
+    reply = session.request(Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True))
+    if reply.error:
+        raise Judged(Status.runtime_error, session.phase, reply.error)
+    shipped, unreadable = session.shipment(reply)
+    reference64.train(train)
+    with torch.no_grad(), cmp.guarded():
+        expected = reference64(*draws.as_float64(inputs))
+    acc.trials += 1
+    for problem in reply.problems + unreadable:
+        acc.fail(problem)
+    changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
+               and not (cmp.is_plain_tensor(shipped.get(f"input.{i}")) and cmp.same_values(x, shipped[f"input.{i}"]))]
+    if changed:
+        acc.fail(f"the candidate modified its input(s) {changed} in place")
+    acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
+    for name, value in reference64.state_dict().items():
+        acc.add(name, cmp.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
+                                         referee.rel_floor))
+    return reply
+
+
+def check_phase(session: Session, built: Built) -> Checked:
+    """The problem's trials (each distribution, fresh seeds), one more call with uninitialised memory
+    filled with NaN, one call in eval mode: outputs and buffers against the float64 reference."""
+    session.enter(Phase.check)
+    referee = session.referee
+    problem = referee.problem
+    train = problem.mode == "train"
+    reference64 = built.reference64
+    main = cmp.ModeAccumulator(problem.mode, referee.tolerances)
+    seeds: list[int] = []
+    for distribution in problem.distributions:
+        for _ in range(problem.trials):
+            seeds.append(session.seed())
+            trial(session, reference64, distribution, seeds[-1], train=train, acc=main)
+    unwritten = None
+    if main.passed:  # a failing candidate is judged already
+        seeds.append(session.seed())
+        unwritten = unwritten_trial(session, reference64, seeds[-1], train)
+    eval_check = None
+    if problem.check_eval_mode and train:
+        eval_check = cmp.ModeAccumulator("eval", referee.tolerances)
+        seeds.append(session.seed())
+        try:
+            trial(session, reference64, problem.distributions[0], seeds[-1], train=False, acc=eval_check)
+        except Judged as judged:
+            eval_check.fail(judged.error)
+        reference64.train(train)
+    record = main.record()
+    correctness = Correctness(
+        tiers=record.tiers, max_abs_err=record.max_abs_err, max_rel_err=record.max_rel_err, main=record,
+        eval_mode=eval_check.record() if eval_check else None, distributions=list(problem.distributions),
+        seeds=seeds, buffers_checked=list(reference64.state_dict()))
+    if eval_check is not None and not eval_check.passed:
+        session.add([Flag(name="eval_mode_incorrect", policy=FlagPolicy.reject, reason=(
+            "wrong in eval mode (after module.eval(); for BatchNorm: normalized with the running "
+            "statistics): " + mode_failure(referee, correctness.eval_mode))[:1000])])
+    stop = None
+    if not main.passed:
+        stop = Stop(Status.incorrect, Phase.check, mode_failure(referee, correctness.main))
+    elif unwritten is not None and regressed(unwritten, correctness):
+        stop = Stop(Status.incorrect, Phase.check, (
+            "its output depended on memory it never wrote: one more checked call, made with uninitialised "
+            "memory filled with NaN (torch.empty and at::empty in extensions included; "
+            "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory), "
+            f"failed where the others passed: {describe_regression(unwritten, correctness)}"))
+    return Checked(correctness=correctness, reference64=reference64, stop=stop)
+
+
+def unwritten_trial(session: Session, reference64, seed: int, train: bool) -> cmp.ModeAccumulator:
+    """One more checked call (buffers compared too) with uninitialised memory filled with NaN in the
+    executor: an output the candidate never wrote (a fresh `torch.empty` the allocator happens to hand
+    back holding the right values) is NaN there. A candidate that switches the filling off is flagged
+    `precision_flags` (reject)."""
+    referee = session.referee
+    acc = cmp.ModeAccumulator(referee.problem.mode, referee.tolerances)
+    try:
+        reply = trial(session, reference64, referee.problem.distributions[0], seed, train=train, acc=acc, fill=True)
+    except Judged as judged:
+        raise Judged(judged.status, judged.phase, (
+            f"{judged.error}\n(in the checked call made with uninitialised memory filled: "
+            "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory)"))
+    during = tuple(reply.fill) if reply.fill is not None else None
+    if during != (True, True, True):
+        session.add([Flag(name="precision_flags", policy=FlagPolicy.reject, reason=(
+            "ModelNew.forward switched off the filling of uninitialised memory while it was checked for "
+            f"unwritten output (deterministic algorithms, warn only, fill: {during}); restored"))])
+    return acc
+
+
+def mode_failure(referee: Referee, check: ModeCheck) -> str:
+    """Why the trials of one mode failed."""
+    if check.failure:
+        return check.failure
+    loosest = max(referee.tolerances.items(), key=lambda kv: (kv[1].atol, kv[1].rtol))
+    worst = max(check.tensors, key=lambda t: t.max_abs_err if t.max_abs_err is not None else float("inf"))
+    error = f"{worst.max_abs_err:.3g}" if worst.max_abs_err is not None else "not comparable"
+    return (f"outside every tolerance tier (loosest `{loosest[0]}`: atol={loosest[1].atol:g}, "
+            f"rtol={loosest[1].rtol:g}); worst tensor `{worst.name}` max abs err {error}")
+
+
+def regressed(acc: cmp.ModeAccumulator, correctness: Correctness) -> bool:
+    """Whether a later comparison failed, or lost a tier the checks passed."""
+    return not acc.passed or not all(acc.tiers[t] or not correctness.tiers.get(t) for t in acc.tiers)
+
+
+def describe_regression(acc: cmp.ModeAccumulator, correctness: Correctness) -> str:
+    if acc.failure:
+        return acc.failure
+    lost = [t for t in acc.tiers if correctness.tiers.get(t, True) and not acc.tiers[t]]
+    # the worst of the tensors that failed a lost tier (not the largest error overall, which may pass)
+    culprits = {n: e for n, e in acc.worst.items() if acc.failed.get(n, set()) & set(lost)} or acc.worst
+    worst = max(culprits.items(), key=lambda kv: kv[1][0], default=("output", (float("nan"), 0.0)))
+    what = "outside every tolerance tier" if not any(acc.tiers.values()) else \
+        f"errors grew beyond the tier(s) it passed before ({', '.join(lost)})"
+    return f"{what}; worst tensor `{worst[0]}` max abs err {worst[1][0]:.3g}"
+
+
+# ------------------------------------------------------------------------------------------ time
+
+def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
+    """Warm-up, then a series of timed calls (each on inputs drawn from a seed the executor learns when
+    the series starts), timed by the executor and by the referee's clock around the whole series. Then
+    the kept outputs against the reference on the same inputs, the buffers against the reference
+    replaying every call, the physical floor, and one more checked call."""
+    session.enter(Phase.time)
+    referee = session.referee
+    train = referee.problem.mode == "train"
+    distribution = referee.problem.distributions[0]
+    timer = referee.timer
+    warm = Draws(seed=session.seed(), distribution=distribution, count=timer.warmup + 1)
+    reply = session.request(Warmup(id=0, draws=warm, train=train))
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.time, reply.error)
+    estimate = _times(reply.host_ms, 1, "warm-up")[0]
+    fit = KEEP_BYTES[referee.device] // max(referee.output_nbytes, 1)
+    keep = None
+    reps = timer.reps_for(estimate, cap=fit)
+    if fit < timer.min_reps:  # outputs too large to keep every one: a random few, chosen here
+        keep = sorted(session.rng.sample(range(reps), max(1, min(fit, reps))))
+    series = Draws(seed=session.seed(), distribution=distribution, count=reps)
+    started = time.perf_counter()
+    reply = session.request(Time(id=0, draws=series, keep=keep, train=train))
+    wall_ms = (time.perf_counter() - started) * 1e3
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.time, reply.error)
+    events = _times(reply.events_ms, reps, "timed")
+    host = _times(reply.host_ms, reps, "timed")
+    sm_clock = referee.sm_clock()
+    timing = summarize(events, timer.warmup + 1)
+    check = cross_check(wall_ms, events, referee.overhead_ms, referee.device)
+    if not check.agrees:
+        session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=(
+            f"the reported times do not account for the referee's clock: {check.calls} timed calls took "
+            f"{check.wall_ms:.4g} ms by the referee's clock, {check.referee_ms:.4g} ms a call after its own loop's "
+            f"{check.overhead_ms:.4g} ms, against a reported mean of {check.reported_mean_ms:.4g} ms "
+            f"(at most {check.limit_ms:.4g} ms would stand)"))])
+    expected_kept = set(range(reps)) if keep is None else set(keep)
+    if not set(reply.kept) <= expected_kept:
+        raise Judged(Status.crashed, Phase.time, f"the executor kept outputs of calls it was not asked to keep ({reply.kept[:8]})")
+    missing = sorted(expected_kept - set(reply.kept))
+    if missing:
+        raise Judged(Status.incorrect, Phase.time, f"the outputs of timed calls {missing[:8]} were not kept for the referee")
+    compare_kept(session, checked, built, series, sorted(expected_kept), reps)
+    replayed = compare_state_after_timing(session, checked, [warm, series])
+    floor_ms = check_floor(session, built, timing)
+    recheck(session, checked, replayed)
+    return Timed(timing=timing, host=summarize(host, timer.warmup + 1), check=check, floor_ms=floor_ms,
+                 sm_clock_mhz=sm_clock)
+
+
+def _times(values: list[float], count: int, what: str) -> list[float]:
+    if len(values) != count or not all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in values):
+        raise Judged(Status.crashed, Phase.time, f"the executor reported {len(values)} {what} time(s) for {count} "
+                                                 "call(s), or times that are no durations")
+    return values
+
+
+def cross_check(wall_ms: float, events: list[float], overhead_ms: float, device: str) -> TimingCheck:
+    calls = len(events)
+    referee_ms = wall_ms / calls - overhead_ms
+    mean = statistics.fmean(events)
+    ratio, slack = TIMING_SLACK[device]
+    limit = ratio * mean + slack
+    return TimingCheck(wall_ms=round(wall_ms, 4), calls=calls, overhead_ms=round(overhead_ms, 5),
+                       referee_ms=round(referee_ms, 5), reported_mean_ms=round(mean, 5), limit_ms=round(limit, 5),
+                       agrees=referee_ms <= limit)
+
+
+def sanity_tolerances(referee: Referee) -> dict:
+    """The loosest tier widened by half: what every kept output of a timed call must meet."""
+    name, loosest = max(referee.tolerances.items(), key=lambda kv: (kv[1].atol, kv[1].rtol))
+    return {name: type(loosest)(atol=1.5 * loosest.atol, rtol=1.5 * loosest.rtol)}
+
+
+def compare_kept(session: Session, checked: Checked, built: Built, series: Draws, kept: list[int], reps: int) -> None:
+    """Every kept output of a timed call against the fp32 reference on the same inputs, in the loosest
+    tier widened by half; the last call's and one chosen now at random also against the float64
+    reference in every tier the checks passed. A candidate that behaves only while it is checked
+    (and cheats when called back to back, or after N calls) fails here."""
+    if not kept:
+        return
+    full = {kept[-1], session.rng.choice(kept)}
+    models = spot_references(session, checked, built)
+    for index in kept:
+        reply = session.request(SendKept(id=0, index=index))
+        if reply.error:
+            raise Judged(Status.crashed, Phase.time, reply.error)
+        spot(session, checked, models, reply, series, index, f"timed call {index + 1} of {reps}", index in full)
+
+
+def spot_references(session: Session, checked: Checked, built: Built) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Copies of the fp32 and float64 references to compute the outputs of timed calls with (in the
+    problem's mode; for BatchNorm in training mode the output depends on the batch alone)."""
+    train = session.referee.problem.mode == "train"
+    return copy.deepcopy(built.reference).train(train), copy.deepcopy(checked.reference64).train(train)
+
+
+def spot(session: Session, checked: Checked, models: tuple, reply: Reply, spec: Draws, index: int, label: str,
+         full: bool) -> None:
+    """One output of a call the executor drew the inputs of (call `index` of `spec`)."""
+    referee = session.referee
+    reference32, reference64 = models
+    sanity = sanity_tolerances(referee)
+    shipped, unreadable = session.shipment(reply)
+    acc = cmp.ModeAccumulator(referee.problem.mode, sanity)
+    for problem in reply.problems + unreadable:
+        acc.fail(problem)
+    if acc.failure is None:
+        inputs = referee.draw(spec.distribution, draws.call_seed(spec.seed, index))
+        with torch.no_grad(), cmp.guarded():
+            expected32 = reference32(*inputs).double()
+        acc.add("output", compare_output(reply.output, shipped.get("output"), expected32, referee, sanity))
+        del expected32
+        if full and acc.passed:
+            every = cmp.ModeAccumulator(referee.problem.mode, referee.tolerances)
+            with torch.no_grad(), cmp.guarded():
+                expected64 = reference64(*draws.as_float64(inputs))
+            every.add("output", compare_output(reply.output, shipped.get("output"), expected64, referee,
+                                               referee.tolerances))
+            acc = every
+    if not acc.passed or (acc.tolerances is referee.tolerances and regressed(acc, checked.correctness)):
+        raise Judged(Status.incorrect, Phase.time, f"wrong on {label}: {describe_regression(acc, checked.correctness)}")
+
+
+def compare_state_after_timing(session: Session, checked: Checked, series: list[Draws]) -> torch.nn.Module:
+    """The candidate's parameters and buffers after the timed calls, against what the reference's must
+    be after the same calls: a copy of the float64 reference, from its state after the checked calls,
+    replays every call the executor was given (warm-up included) in order on the same inputs. Running
+    statistics made lazy, skipped on back-to-back calls or updated only on the first calls fail here.
+    Returns the replayed reference (the re-check continues from it)."""
+    referee = session.referee
+    train = referee.problem.mode == "train"
+    replay = copy.deepcopy(checked.reference64).train(train)
+    calls = sum(d.count for d in series)
+    if any(True for _ in replay.buffers()):  # without buffers a forward changes nothing to replay
+        with torch.no_grad(), cmp.guarded():
+            for spec in series:
+                for index in range(spec.count):
+                    replay(*draws.as_float64(referee.draw(spec.distribution, draws.call_seed(spec.seed, index))))
+    reply = session.request(SendState(id=0))
+    if reply.error:
+        raise Judged(Status.crashed, Phase.time, reply.error)
+    shipped, unreadable = session.shipment(reply)
+    acc = cmp.ModeAccumulator(referee.problem.mode, referee.tolerances)
+    for problem in reply.problems + unreadable:
+        acc.fail(problem)
+    for name, value in replay.state_dict().items():
+        acc.add(name, cmp.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances, referee.rel_floor))
+    if regressed(acc, checked.correctness):
+        raise Judged(Status.incorrect, Phase.time, (
+            f"buffers wrong after {calls} timed calls (warm-up included; the reference replayed the same "
+            f"calls on the same inputs): {describe_regression(acc, checked.correctness)}"))
+    return replay
+
+
+def check_floor(session: Session, built: Built, timing: TimingStats) -> float | None:
+    """Flag (reject) a runtime below what the device can physically do."""
+    referee = session.referee
+    read = referee.input_nbytes + sum(p.numel() * p.element_size() for p in built.reference.parameters())
+    floor, how = physical_floor_ms(referee.problem.flop_count(referee.size), read, referee.device,
+                                   referee.environment.device_name)
+    if floor is not None and timing.median_ms < floor:
+        session.add([Flag(name="implausible", policy=FlagPolicy.reject, reason=(
+            f"median {timing.median_ms * 1e3:.4g} us per call is below the physical floor "
+            f"{floor * 1e3:.4g} us ({how}): the timing cannot be real"))])
+    return floor
+
+
+def recheck(session: Session, checked: Checked, replayed: torch.nn.Module) -> None:
+    """A candidate that degrades after many calls (or caches) is caught here: one more checked call on
+    fresh inputs, its output and buffers against the reference replayed through the timed calls."""
+    referee = session.referee
+    acc = cmp.ModeAccumulator(referee.problem.mode, referee.tolerances)
+    trial(session, replayed, referee.problem.distributions[-1], session.seed(),
+          train=referee.problem.mode == "train", acc=acc)
+    if regressed(acc, checked.correctness):
+        raise Judged(Status.incorrect, Phase.time,
+                     f"wrong on fresh inputs after the timing loop: {describe_regression(acc, checked.correctness)}")
+
+
+# ------------------------------------------------------------------------------------------ profile
+
+def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
+    """One more forward, observed by the executor: which kernels it launched (CUDA) or which of the
+    candidate's extension functions it called (CPU). None of the candidate's own is
+    `no_custom_kernel` (flag). Its output is compared too."""
+    referee = session.referee
+    spec = Draws(seed=session.seed(), distribution=referee.problem.distributions[0], count=1)
+    reply = session.request(Profile(id=0, draws=spec, train=referee.problem.mode == "train"))
+    if reply.error:
+        session.add([Flag(name="profiler_failed", reason=f"the kernel listing failed: {reply.error}"[:500])])
+        return Profiled()
+    names = [str(n)[:500] for n in reply.kernels[:MAX_KERNEL_NAMES]]
+    count = max(reply.kernel_count or 0, len(names))
+    if referee.device == "cuda":
+        own = own_kernels(names, set(referee.reference_kernels), reply.libraries,
+                          roots=[str(p) for p in session.link.own_folders()])
+    else:
+        own = list(dict.fromkeys(names))
+    if not own:
+        seen = (f"{count} launch(es): " + ", ".join(dict.fromkeys(kernel_base_name(n) for n in names))[:300]
+                if names else "none at all")
+        where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
+        session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
+    spot(session, checked, spot_references(session, checked, built), reply, spec, 0, "the profiled call", True)
+    return Profiled(kernels=tuple(names), kernel_count=count, custom_kernels=tuple(own))
+
+
+# ------------------------------------------------------------------------------------------ the verdict
+
+def finish(session: Session) -> None:
+    """Ask the executor what changed since the import, and let it exit."""
+    try:
+        session.request(Finish(id=0))
+    except Judged:
+        pass
+
+
+def judge(session: Session, compile_only: bool) -> Verdict:
+    """The phases in order, then the verdict (see the module's docstring)."""
+    results: dict[str, object] = {}
+    outcome: Stop | None = None
+    try:
+        results["imported"] = import_phase(session)
+        if compile_only:
+            outcome = Stop(Status.compiled, None, "built only: not run, so neither checked nor timed")
+        else:
+            built = results["built"] = init_phase(session, results["imported"])
+            checked = results["checked"] = check_phase(session, built)
+            outcome = checked.stop
+            if outcome is None:
+                results["timed"] = time_phase(session, checked, built)
+                results["profiled"] = profile_phase(session, checked, built)
+                finish(session)
+    except Judged as judged:
+        outcome = Stop(judged.status, judged.phase, judged.error)
+    session.leave()
+    return compose(session, results, outcome)
+
+
+def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
+    """The one place a verdict is made: from the phases' results and how the judgement ended."""
+    referee = session.referee
+    checked, timed, profiled = results.get("checked"), results.get("timed"), results.get("profiled")
+    status = outcome.status if outcome is not None else Status.correct
+    if timed is not None and status != Status.correct:
+        timed = None
+    timing = timed.timing if timed else None
+    rounds = referee.current_round if referee is not None and timing is not None else None
+    baselines = dict(rounds.baselines) if rounds is not None else {}
+    environment = referee.environment.model_copy() if referee is not None else None
+    if environment is not None and timed is not None:
+        environment.sm_clock_mhz = timed.sm_clock_mhz
+    flags = list(session.flags)
+    if rounds is not None and rounds.failed:  # a baseline failing is not the candidate's fault
+        flags += [Flag(name="baseline_failed", reason=f"baseline `{name}` failed: {why}"[:500])
+                  for name, why in rounds.failed.items()]
+    return Verdict(
+        candidate=session.name, source_sha256=session.digest, problem=session.problem, size=session.size,
+        device=session.device, status=status,
+        phase=outcome.phase if outcome is not None else None, error=outcome.error if outcome is not None else None,
+        correctness=checked.correctness if checked is not None else None,
+        runtime_ms=timing.median_ms if timing else None, timing=timing, baselines=baselines,
+        baseline_source=rounds.source if rounds is not None else None,
+        speedup={name: stats.median_ms / timing.median_ms for name, stats in baselines.items()} if timing else {},
+        timing_check=timed.check if timed else None, flags=merge_flags(flags),
+        kernels=list(profiled.kernels) if profiled else [], kernel_count=profiled.kernel_count if profiled else None,
+        custom_kernels=list(profiled.custom_kernels) if profiled else [],
+        runtime_floor_ms=timed.floor_ms if timed else None, phase_seconds=dict(session.phase_seconds),
+        environment=environment)

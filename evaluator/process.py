@@ -1,0 +1,390 @@
+"""One executor process, seen from the side that starts it (the referee; the parent for builds).
+
+`ExecutorProcess` starts `evaluator.executor` through the containment launcher
+(evaluator.containment) in a folder of its own, with a scrubbed environment (HOME, TMPDIR and the
+caches inside that folder), its own session, three descriptors (its channel, the referee's
+commands, the exchange) and nothing else. Its stdout and stderr belong to the candidate: two
+threads read them and keep only the last `output_cap` bytes of each. Messages are read with a
+deadline; a phase that overruns it, a compile step over its memory limit, a malformed line or a
+closed channel ends the process (`Ended`, with the reason) and the whole process group and PID
+namespace are killed. `contained()` turns the containment reports sent before the first phase
+into the verdict's `containment` record (and an `unsandboxed` flag when anything is missing).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from evaluator import containment
+from evaluator.exchange import Exchange
+from evaluator.protocol import ExecutorMessage, ExecutorRequest, Reply
+from evaluator.records import Containment, Flag, Verdict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Environment variables whose names contain one of these are not passed to candidates.
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+# Nor are the harness's own settings (where its store, runs and endpoint are) or the user's runtime folder.
+HIDDEN_PREFIXES = ("HARNESS_", "OPENAI_", "XDG_RUNTIME_DIR", "DBUS_", "SSH_")
+MEMORY_POLL_S = 0.2   # how often the compile step's memory is read
+MAX_LINE = 16 << 20   # a reply is kilobytes; a longer line is abuse
+MAX_CHANNEL = 64 << 20
+
+
+class Ended(Exception):
+    """The executor is gone or was stopped: `reason` is `timeout`, `memory`, `closed` or `malformed`."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(detail or reason)
+        self.reason, self.detail = reason, detail
+
+
+class CappedTail:
+    """Keeps the last `cap` bytes written to it and counts all of them."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.total = 0
+        self.buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.buffer += chunk
+        if len(self.buffer) > 2 * self.cap:  # trim in batches, not on every chunk
+            del self.buffer[: len(self.buffer) - self.cap]
+
+    def tail(self, limit: int | None = None) -> bytes:
+        data = bytes(self.buffer[-self.cap:])
+        return data if limit is None else data[-limit:]
+
+    @property
+    def capped(self) -> bool:
+        return self.total > self.cap
+
+
+def pip_cuda_include_dirs(cuda_home: str | None) -> list[str]:
+    """Header folders of pip's NVIDIA packages, when the toolkit lacks the library headers
+    that torch's CUDA headers include (a toolkit with only the compiler: no cusparse.h)."""
+    if cuda_home and (Path(cuda_home) / "include" / "cusparse.h").is_file():
+        return []
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folders = []
+    for root in spec.submodule_search_locations:
+        folders += sorted(str(p.parent) for p in Path(root).glob("*/include/cusparse.h"))
+    return folders
+
+
+def private_folders(workdir: Path) -> dict[str, str]:
+    """HOME, TMPDIR and every cache the executor, its compilers and torch write to: inside the
+    executor's own folder (created here), the only place besides its build folder it may write."""
+    home, tmp, cache = workdir / "home", workdir / "tmp", workdir / "cache"
+    for folder in (home, tmp, cache):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "HOME": str(home), "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp),
+        "XDG_CACHE_HOME": str(cache), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_STATE_HOME": str(home / ".local/state"), "MPLCONFIGDIR": str(cache / "matplotlib"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TRITON_HOME": str(home), "TORCH_HOME": str(cache / "torch"), "CUDA_CACHE_PATH": str(cache / "nv"),
+    }
+
+
+def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not any(m in k.upper() for m in SECRET_MARKERS) and not k.upper().startswith(HIDDEN_PREFIXES)}
+    if workdir is not None:
+        import site
+
+        user_base = site.getuserbase()  # HOME moves: keep the user's own site-packages importable
+        if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+            env.setdefault("PYTHONUSERBASE", user_base)
+        env.update(private_folders(workdir))
+    env["TORCH_EXTENSIONS_DIR"] = str(extension_dir)
+    env.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
+    if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
+        env["CUDA_HOME"] = "/usr/local/cuda"
+    extra_headers = pip_cuda_include_dirs(env.get("CUDA_HOME"))
+    if extra_headers:
+        env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(extra_headers + [p for p in env.get("CPLUS_INCLUDE_PATH", "").split(os.pathsep) if p])
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        # With no GPU to ask, torch would build CUDA code for every architecture it knows.
+        env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def group_resident_bytes(leader: int) -> int:
+    """Private resident memory (RssAnon) summed over the processes of `leader`'s process group or
+    session, read from /proc (no psutil). Processes that left both are not counted."""
+    total = 0
+    for pid in containment.session_members(leader):
+        try:
+            with open(f"/proc/{pid}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"RssAnon:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return total
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the executor's process group, then to every process left in its session (ninja
+    puts each compiler in a group of its own; seccomp keeps them all in the session). Whatever
+    runs in the executor's PID namespace dies with its init, which dies with the launcher."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in containment.session_members(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def exit_description(returncode: int | None) -> str:
+    if returncode is None:
+        return "was still running"
+    if returncode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def contained(verdict: Verdict, messages: list[ExecutorMessage]) -> Verdict:
+    """The verdict with the containment reports sent before the first phase message (so before any
+    candidate code existed: the launcher's, written before the executor started, then the executor's
+    own), judged against what was asked for: every mechanism. An `unsandboxed` flag (flag, not
+    reject) names what was not contained."""
+    reports = []
+    for message in messages:
+        if message.kind != "containment":
+            break
+        if message.containment is not None:
+            reports.append(message.containment.model_dump())
+    updates = [m for r in reports[1:] for m in r["mechanisms"]]
+    record, missing = containment.assess(reports[0] if reports else None, updates)
+    verdict.containment = Containment.model_validate(record)
+    if missing:
+        verdict.flags.append(Flag(name="unsandboxed", reason=containment.unsandboxed_reason(record, missing)))
+    return verdict
+
+
+def settle(verdict: Verdict, process: ExecutorProcess, returncode: int | None, tail_chars: int) -> Verdict:
+    """The verdict completed with what the process itself showed: its containment, the tails of its
+    stdout and stderr (and `output_capped` when they were cut), an unclean exit after a correct
+    judgement, the total seconds."""
+    verdict = contained(verdict, process.messages)
+    for stream, name in ((process.stdout, "stdout"), (process.stderr, "stderr")):
+        if stream.capped:
+            verdict.flags.append(Flag(name="output_capped", reason=f"{name}: {stream.total} bytes, only the last "
+                                                                    f"{stream.cap} kept"))
+    if returncode not in (0, None) and verdict.status.value == "correct":
+        verdict.flags.append(Flag(name="unclean_exit", reason=f"the executor {exit_description(returncode)} after it "
+                                                              "was judged"))
+    verdict.phase_seconds.setdefault("total", round(time.monotonic() - process.started, 3))
+    return verdict.model_copy(update=dict(
+        stdout_tail=process.stdout.tail().decode("utf-8", "replace")[-tail_chars:],
+        stderr_tail=process.stderr.tail().decode("utf-8", "replace")[-tail_chars:],
+        stdout_bytes=process.stdout.total, stderr_bytes=process.stderr.total))
+
+
+class ExecutorProcess:
+    """One contained executor for one candidate (see the module's docstring)."""
+
+    def __init__(self, *, source: bytes, digest: str, device: str, compile_only: bool, watch: list[str],
+                 cache_dir: Path, problem_location: Path, protect: list[Path], exchange_bytes: int | None,
+                 output_cap: int, memory_limit_gb: float | None):
+        self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
+        self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
+        self.exchange_bytes, self.memory_limit_gb = exchange_bytes, memory_limit_gb
+        self.stdout, self.stderr = CappedTail(output_cap), CappedTail(output_cap)
+        self.messages: list[ExecutorMessage] = []
+        self.exchange: Exchange | None = None
+        self.proc: subprocess.Popen | None = None
+        self.workdir: Path | None = None
+        self.extension_dir = cache_dir / "extensions" / digest[:24]
+        self.started = time.monotonic()
+        self._buffer = bytearray()
+        self._received = 0
+        self._ids = 0
+        self._drains: list[threading.Thread] = []
+        self._channel_fd = self._commands = None
+        self.ended: Ended | None = None
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="kh-worker-"))
+        module_file = self.workdir / f"candidate_{self.digest[:12]}.py"
+        module_file.write_bytes(self.source)
+        request_file = self.workdir / "request.json"
+        request_file.write_text(ExecutorRequest(candidate_path=str(module_file), device=self.device,
+                                                compile_only=self.compile_only, watch=self.watch).model_dump_json())
+        self.extension_dir.mkdir(parents=True, exist_ok=True)
+        env = scrubbed_environment(self.extension_dir, self.device, self.workdir)
+        env[containment.PLAN_ENV] = json.dumps(containment.plan(
+            self.workdir, self.extension_dir, self.problem_location, env, protect=self.protect,
+            disable=containment.disabled_mechanisms(os.environ)))
+        channel_r, channel_w = os.pipe()
+        commands_r, commands_w = os.pipe()
+        pass_fds = [channel_w, commands_r]
+        command = [sys.executable, "-m", "evaluator.executor", "--request", str(request_file), "--fd", str(channel_w),
+                   "--commands", str(commands_r)]
+        if self.exchange_bytes:
+            self.exchange = Exchange.create(self.exchange_bytes)
+            os.set_inheritable(self.exchange.fd, True)
+            pass_fds.append(self.exchange.fd)
+            command += ["--exchange", str(self.exchange.fd)]
+        self.started = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                containment.launch_command(command), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env, start_new_session=True)
+        finally:
+            os.close(channel_w)
+            os.close(commands_r)
+            if self.exchange is not None:
+                os.set_inheritable(self.exchange.fd, False)
+        self._channel_fd = channel_r
+        self._commands = os.fdopen(commands_w, "w", buffering=1)
+        for stream, tail in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):
+            thread = threading.Thread(target=_drain, args=(stream, tail), daemon=True)
+            thread.start()
+            self._drains.append(thread)
+
+    def close(self) -> int | None:
+        """Kill whatever is left of it (compilers, children, the namespace) and clean up; its exit status."""
+        if self.proc is None:
+            return None
+        kill_group(self.proc)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        for thread in self._drains:
+            thread.join(timeout=5)
+        for closer in (lambda: os.close(self._channel_fd), lambda: self._commands.close()):
+            try:
+                closer()
+            except (OSError, ValueError, TypeError):
+                pass
+        if self.exchange is not None:
+            self.exchange.close()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return self.proc.returncode
+
+    def own_folders(self) -> list[Path]:
+        """Where the candidate's own files are: its build folder and its working folder."""
+        return [p for p in (self.extension_dir, self.workdir) if p is not None]
+
+    def wait_exit(self, timeout: float = 10.0) -> int | None:
+        """Its exit status once it has ended by itself (None while it still runs)."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    def receive(self, deadline: float, poll_memory: bool = False) -> ExecutorMessage:
+        """The next message, read before `deadline` (time.monotonic()). Raises Ended."""
+        if self.ended is not None:
+            raise self.ended
+        next_poll = time.monotonic()
+        while b"\n" not in self._buffer:
+            now = time.monotonic()
+            if now >= deadline:
+                raise self._end(Ended("timeout"))
+            if poll_memory and self.memory_limit_gb is not None and now >= next_poll:
+                next_poll = now + MEMORY_POLL_S
+                resident = group_resident_bytes(self.proc.pid)
+                if resident > self.memory_limit_gb * (1 << 30):
+                    raise self._end(Ended("memory", f"{resident / (1 << 30):.2f} GiB"))
+            wait = min(deadline - now, MEMORY_POLL_S if poll_memory else 1.0)
+            ready = select_read(self._channel_fd, wait)
+            if not ready:
+                continue
+            chunk = os.read(self._channel_fd, 1 << 16)
+            if not chunk:
+                raise self._end(Ended("closed"), kill=False)
+            self._received += len(chunk)
+            self._buffer += chunk
+            if self._received > MAX_CHANNEL or (b"\n" not in self._buffer and len(self._buffer) > MAX_LINE):
+                raise self._end(Ended("malformed", f"the executor's channel carried more than {MAX_LINE >> 20} MiB"))
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        try:
+            message = ExecutorMessage.model_validate_json(line)
+        except (ValidationError, ValueError) as err:
+            raise self._end(Ended("malformed", f"malformed message on the executor's channel: {str(err)[:500]}"))
+        self.messages.append(message)
+        return message
+
+    def reply(self, command_id: int, deadline: float, poll_memory: bool = False) -> Reply:
+        """The reply to command `command_id` (0: the import). Phase and containment messages before it
+        are kept in `messages`; anything else out of turn ends the executor."""
+        while True:
+            message = self.receive(deadline, poll_memory)
+            if message.kind != "reply":
+                continue
+            if message.reply is None or message.reply.id != command_id:
+                raise self._end(Ended("malformed", f"the executor answered out of turn (expected the reply to "
+                                                   f"command {command_id}, got {message.model_dump_json()[:300]})"))
+            return message.reply
+
+    def request(self, command, deadline: float) -> Reply:
+        """Send one command (its `id` is set here) and read its reply."""
+        self._ids += 1
+        command = command.model_copy(update={"id": self._ids})
+        try:
+            self._commands.write(command.model_dump_json() + "\n")
+            self._commands.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            raise self._end(Ended("closed"), kill=False)
+        return self.reply(self._ids, deadline)
+
+    def _end(self, ended: Ended, kill: bool = True) -> Ended:
+        self.ended = ended
+        if kill and self.proc is not None:
+            kill_group(self.proc)
+        return ended
+
+
+def select_read(fd: int, timeout: float) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=max(0.0, timeout)))
+
+
+def _drain(stream, tail: CappedTail) -> None:
+    try:
+        while True:
+            chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+            if not chunk:
+                break
+            tail.feed(chunk)
+    except (OSError, ValueError):
+        pass

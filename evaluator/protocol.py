@@ -1,0 +1,264 @@
+"""What the referee and an executor say to each other, and what the parent says to the referee.
+
+Three processes judge a candidate (see evaluator.referee):
+
+* the parent (evaluator.sandbox, inside the harness) sends the referee one `JudgeRequest` per
+  candidate on a pipe and reads back one `JudgeReply`;
+* the referee (evaluator.referee) owns the reference, its float64 twin, the seeds, the inputs,
+  the baselines, the tolerances and every comparison; it never imports candidate code;
+* the executor (evaluator.executor), contained (evaluator.containment), imports ONE candidate
+  and does what the referee's `Command`s ask: build ModelNew, load the weights it is given, run
+  forwards on the inputs it is given (or draws from seeds it is given), time calls. It answers
+  each command with one `Reply` and ships tensors through the exchange (evaluator.exchange):
+  the commands and replies carry only `TensorSlot`s, never tensor bytes.
+
+Everything an executor sends is the candidate's to forge: the referee validates every field
+and judges only what it compared itself or measured with its own clock. Commands come from the
+referee, so they may carry pickled values (`init_inputs`); replies never do.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from evaluator.records import Containment, Flag, Phase, Verdict
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ------------------------------------------------------------------------------------------ tensors
+
+class TensorSlot(Message):
+    """One tensor in the exchange: where its bytes are and how to read them back."""
+
+    name: str = Field(description="What it is: `input.0`, `output`, `state.bn.running_mean`, ...")
+    dtype: str = Field(description="A name of evaluator.exchange.DTYPES (`float32`, `int64`, ...).")
+    shape: list[int] = Field(description="Its shape; the bytes are contiguous, row-major.")
+    offset: int = Field(description="First byte in the exchange.")
+    nbytes: int = Field(description="Length in bytes: the shape's element count times the dtype's size.")
+
+
+class ValueInfo(Message):
+    """What a value returned by the candidate is, whether or not its bytes could be shipped."""
+
+    kind: str = Field(description="The Python type's name (`Tensor` for a plain tensor).")
+    plain: bool = Field(description="A plain torch.Tensor (or nn.Parameter): no subclass that can run code.")
+    dtype: str | None = Field(None, description="The tensor's dtype name, when it is one.")
+    shape: list[int] | None = Field(None, description="The tensor's shape, when it is one.")
+    device: str | None = Field(None, description="The tensor's device type (`cuda`, `cpu`), when it is one.")
+    shipped: bool = Field(False, description="Its bytes are in the exchange (the reply's slot of its name).")
+
+
+class InputSpec(Message):
+    """One positional input of the reference's `get_inputs()`: drawn afresh (floating tensors) or
+    passed as it is (other tensors ship once with `construct`, other values are pickled there)."""
+
+    kind: Literal["random", "tensor", "value"] = Field(description="Drawn from a distribution, a fixed tensor, or a value.")
+    shape: list[int] = Field(default_factory=list, description="Shape of a drawn tensor.")
+    dtype: str = Field("float32", description="dtype of a drawn tensor.")
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+class ExecutorRequest(Message):
+    """What an executor is started for (a file in its folder, deleted once read)."""
+
+    candidate_path: str = Field(description="The candidate file (copied into the executor's folder).")
+    device: Literal["cuda", "cpu"] = Field(description="Where to run.")
+    compile_only: bool = Field(False, description="Import (build) only, then exit.")
+    watch: list[str] = Field(default_factory=list, description="The problem's `[rules] watch`: classes its guard watches.")
+
+
+class Construct(Message):
+    """Build ModelNew(*init_inputs) (torch seeded with `seed` first) and say which parameters and
+    buffers it has, with their shapes."""
+
+    kind: Literal["construct"] = "construct"
+    id: int
+    init_inputs: str = Field(description="pickle of get_init_inputs(), base64 (the referee's, trusted).")
+    seed: int = Field(description="torch.manual_seed before ModelNew is built.")
+    inputs: list[InputSpec] = Field(description="The forward's positional inputs, in order.")
+    fixed: list[TensorSlot] = Field(default_factory=list, description="Tensors of `tensor` inputs (`input.N`).")
+    values: str = Field("", description="pickle of {position: value} for `value` inputs, base64.")
+    stream_delay_ms: float = Field(0.0, description=(
+        "CUDA: how long the current stream is kept busy before the inputs of a checked call are written "
+        "(work that ignores stream order reads NaN)."))
+
+
+class LoadState(Message):
+    """Load these tensors (the reference's parameters and buffers, copies) into ModelNew, by name."""
+
+    kind: Literal["load_state"] = "load_state"
+    id: int
+    tensors: list[TensorSlot]
+
+
+class Call(Message):
+    """One checked forward on the inputs shipped (`input.N` slots): ship back the output, the inputs
+    as the call left them and (with `send_state`) every parameter and buffer."""
+
+    kind: Literal["call"] = "call"
+    id: int
+    tensors: list[TensorSlot] = Field(description="The inputs, `input.N` for position N.")
+    train: bool = Field(True, description="Module mode of this call.")
+    fill_uninitialized: bool = Field(False, description=(
+        "Run it with uninitialised memory filled with NaN (deterministic algorithms, warn only, "
+        "fill_uninitialized_memory)."))
+    send_state: bool = Field(True, description="Ship the parameters and buffers after the call.")
+
+
+class Draws(Message):
+    """Inputs the executor draws itself (evaluator.inputs.draw), call `i` from `call_seed(seed, i)`:
+    the referee draws the same to compare."""
+
+    seed: int
+    distribution: str
+    count: int = Field(ge=0)
+
+
+class Warmup(Message):
+    """Untimed calls on drawn inputs, then one timed call: its time sizes the timed calls."""
+
+    kind: Literal["warmup"] = "warmup"
+    id: int
+    train: bool = True
+    draws: Draws = Field(description="count = untimed calls + 1 (the last one is timed).")
+
+
+class Time(Message):
+    """`draws.count` timed calls, each on its own drawn inputs (drawn outside the timed window: before
+    the L2 flush and the start event), outputs kept as asked. The referee's clock runs from sending
+    this to reading the reply."""
+
+    kind: Literal["time"] = "time"
+    id: int
+    train: bool = True
+    draws: Draws
+    keep: list[int] | None = Field(None, description="Timed calls whose outputs are kept; None: every one.")
+
+
+class SendKept(Message):
+    """Ship the kept output of timed call `index`."""
+
+    kind: Literal["send_kept"] = "send_kept"
+    id: int
+    index: int
+
+
+class SendState(Message):
+    """Ship every parameter and buffer as they are now."""
+
+    kind: Literal["send_state"] = "send_state"
+    id: int
+
+
+class Profile(Message):
+    """One more forward on drawn inputs (call 0 of `draws`), observed: the GPU kernels it launched
+    (CUDA) or its calls into the candidate's own extension modules (CPU). Ships its output."""
+
+    kind: Literal["profile"] = "profile"
+    id: int
+    train: bool = True
+    draws: Draws
+
+
+class Finish(Message):
+    """Say what changed since the import, then exit."""
+
+    kind: Literal["finish"] = "finish"
+    id: int
+
+
+Command = Annotated[Union[Construct, LoadState, Call, Warmup, Time, SendKept, SendState, Profile, Finish],
+                    Field(discriminator="kind")]
+COMMAND = TypeAdapter(Command)
+
+
+# ------------------------------------------------------------------------------------------ replies
+
+class Reply(Message):
+    """The executor's answer to one command (id 0: the import). Untrusted: validated by the referee."""
+
+    id: int = Field(description="The command answered.")
+    error: str | None = Field(None, description=(
+        "Why the command could not be done: the candidate raised (traceback), ModelNew is missing, ... "
+        "The referee decides what status that is."))
+    error_kind: Literal["import", "no_model_new", "raised", "not_module", "internal"] | None = Field(None, description=(
+        "`import`: importing the candidate failed (or it called exit); `no_model_new`: it defines no class "
+        "ModelNew; `raised`: the candidate's code raised; `not_module`: ModelNew is no nn.Module; `internal`: the "
+        "executor itself failed."))
+    flags: list[Flag] = Field(default_factory=list, description="What the executor's own guard saw during it.")
+    problems: list[str] = Field(default_factory=list, description=(
+        "Integrity problems seen in the executor (output aliasing an input, output changed after forward "
+        "returned, ...): each fails the call it belongs to."))
+    tensors: list[TensorSlot] = Field(default_factory=list, description="Tensors shipped in the exchange.")
+    output: ValueInfo | None = Field(None, description="What forward returned (call, profile, send_kept).")
+    state: dict[str, list[int]] | None = Field(None, description="construct: ModelNew's state-dict names and shapes.")
+    fill: list[bool] | None = Field(None, description=(
+        "call with fill_uninitialized: (deterministic, warn only, fill) as forward left them."))
+    events_ms: list[float] = Field(default_factory=list, description="warmup/time: per timed call, device events.")
+    host_ms: list[float] = Field(default_factory=list, description="warmup/time: per timed call, the host clock.")
+    kept: list[int] = Field(default_factory=list, description="time: the timed calls whose outputs are kept.")
+    kernels: list[str] = Field(default_factory=list, description="profile: what the forward launched, in order.")
+    libraries: list[str] = Field(default_factory=list, description="profile: shared libraries the candidate built.")
+    kernel_count: int | None = Field(None, description="profile: launches in all (`kernels` holds at most 256).")
+
+
+class ExecutorMessage(Message):
+    """One line on the executor's channel: the launcher's and the executor's containment reports
+    first, then phase starts and replies."""
+
+    kind: Literal["containment", "phase", "reply"]
+    containment: Containment | None = None
+    phase: Phase | None = None
+    reply: Reply | None = None
+
+
+# ------------------------------------------------------------------------------------------ parent <-> referee
+
+class JudgeRequest(Message):
+    """Judge one candidate (its source copied to `path`)."""
+
+    kind: Literal["judge", "close"] = "judge"
+    name: str = ""
+    path: str = ""
+    digest: str = ""
+    compile_only: bool = False
+
+
+class BaselineRound(Message):
+    """One timing of every baseline by the referee, with no candidate process alive."""
+
+    index: int = Field(description="0 before the first candidate, then one more each time they are timed again.")
+    batch: str = Field(description="The referee's batch id.")
+    measured_at: float = Field(description="Unix time at its end.")
+    after_candidates: int = Field(description="Candidates judged before it in this batch.")
+    baselines: dict[str, Any] = Field(default_factory=dict, description="name -> TimingStats (as a dict).")
+    failed: dict[str, str] = Field(default_factory=dict, description="name -> why it could not be timed.")
+
+
+class JudgeReply(Message):
+    """The referee's answer: one verdict (its tails are the whole capped streams), or the batch's
+    baseline rounds when closing."""
+
+    verdict: Verdict | None = None
+    stdout: str = Field("", description="The candidate's capped stdout, base64.")
+    stderr: str = Field("", description="The candidate's capped stderr, base64.")
+    rounds: list[BaselineRound] = Field(default_factory=list)
+    error: str | None = Field(None, description="The referee's own failure.")
+
+
+def pack(value: Any) -> str:
+    """A value for a command (referee to executor only)."""
+    return base64.b64encode(pickle.dumps(value)).decode()
+
+
+def unpack(text: str) -> Any:
+    """Executor side: a value the referee packed (never called on anything an executor sent)."""
+    return pickle.loads(base64.b64decode(text)) if text else None

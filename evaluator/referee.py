@@ -1,0 +1,369 @@
+"""The referee: the process that judges, for one batch on one device, and never runs candidate code.
+
+    python -m evaluator.referee --config FILE --requests FD --replies FD
+
+Started by the parent (evaluator.sandbox) once per batch. It owns everything a judgement rests on:
+
+* the reference (`Model` from the problem, a fresh one per candidate, with its own seed) and its
+  float64 twin, the seeds, the inputs of every checked call, the tolerances and every comparison
+  (evaluator.phases);
+* the baselines (eager, torch.compile, with and without TF32, the problem's ceilings), timed here
+  with the same timing loop as the candidates (evaluator.timing), in rounds: one before the batch's
+  first candidate, again after every `baseline_every` candidates and once at the end, always with
+  no executor alive on the device. A verdict divides by the last round before it and names it
+  (`Verdict.baseline_source`); the rounds come back to the parent when the batch closes, so drift
+  over a batch shows;
+* its own clock: around each series of timed calls, and around its own run of the same loop on a
+  call that does nothing (`overhead_ms`, per round), which tells what the loop costs beyond the
+  calls themselves.
+
+For each candidate it starts one executor (evaluator.process, contained by evaluator.containment)
+with an exchange sized for the problem, runs the phases and answers the parent with the verdict
+and the candidate's capped output. Requests and replies are JSON lines (evaluator.protocol).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import importlib.util
+import os
+import random
+import secrets
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from evaluator import correctness as cmp
+from evaluator import identity, phases
+from evaluator import inputs as draws
+from evaluator.exchange import Exchange, capacity_for, dtype_name
+from evaluator.problem import load_problem
+from evaluator.process import ExecutorProcess, settle
+from evaluator.protocol import BaselineRound, Draws, JudgeReply, JudgeRequest, TensorSlot
+from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
+from evaluator.timing import Call, Timer, summarize
+
+VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
+
+
+class RefereeConfig(BaseModel):
+    """How the referee judges a batch (written by the parent, from its EvalOptions)."""
+
+    model_config = ConfigDict(extra="forbid")
+    problem: str = Field(description="The problem's folder or bare .py file.")
+    size: str
+    device: str
+    baselines: list[str] = Field(description="Baselines timed in every round.")
+    seed: int = Field(description="The batch's root seed: every candidate's seeds derive from it.")
+    timing_budget_s: float = 2.0
+    min_reps: int = 10
+    max_reps: int = 200
+    warmup: int = 3
+    baseline_every: int = Field(8, ge=1, description="Candidates timed between two baseline rounds.")
+    compile_timeout_s: float
+    run_timeout_s: float
+    output_cap_bytes: int
+    compile_memory_limit_gb: float | None
+    cache_dir: str
+    protect: list[str] = Field(default_factory=list, description="Paths no executor may read.")
+
+
+@dataclass(frozen=True)
+class Round:
+    """A baseline round, as verdicts use it."""
+
+    baselines: dict[str, TimingStats]
+    failed: dict[str, str]
+    source: BaselineSource
+    overhead_ms: float
+
+
+def import_file(path: Path, module_name: str):
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Referee:
+    """One batch's judge (see the module's docstring)."""
+
+    def __init__(self, config: RefereeConfig):
+        self.config = config
+        self.problem = load_problem(config.problem)
+        self.size, self.device = config.size, config.device
+        self.batch = secrets.token_hex(4)
+        self.rng = random.Random(config.seed)
+        self.tolerances = self.problem.tolerances
+        self.rel_floor = min(t.atol for t in self.tolerances.values())
+        self.environment = identity.describe_environment(self.device)
+        self.module = import_file(self.problem.reference_path, "kh_reference")
+        for name, value in self.problem.size_values(self.size).items():
+            setattr(self.module, name, value)
+        self.init_inputs = self.module.get_init_inputs()
+        self.specs, self.fixed, self.values = draws.input_specs(self.module.get_inputs())
+        self.input_nbytes = draws.tensor_bytes(self.specs, self.fixed)
+        self.timer = Timer(self.device, config.timing_budget_s, config.min_reps, config.max_reps, config.warmup)
+        torch.set_float32_matmul_precision("highest")  # the fp32 reference is real fp32
+        probe = self.new_reference(self.rng.randrange(2**31))
+        self.state_nbytes = sum(v.numel() * v.element_size() for v in probe.state_dict().values())
+        sample = self.draw(self.problem.distributions[0], self.rng.randrange(2**31))
+        with torch.no_grad():
+            out = probe(*sample)
+        self.output_shape, self.output_dtype = list(out.shape), dtype_name(out.dtype) or str(out.dtype)
+        self.output_nbytes = out.numel() * out.element_size()
+        self.reference_ms = self.forward_ms(probe, sample)
+        self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
+        self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
+        del probe, sample, out
+        self.baseline_model = self.new_reference(self.rng.randrange(2**31))
+        self.compiled: dict[str, torch.nn.Module] = {}
+        self.rounds: list[BaselineRound] = []
+        self.current_round: Round | None = None
+        self.judged = 0
+        self.timed_since_round = 0
+
+    # -- the reference -----------------------------------------------------------------------------
+
+    def new_reference(self, seed: int) -> torch.nn.Module:
+        """A fresh reference Model (torch seeded with `seed`), fp32, on the device."""
+        torch.manual_seed(seed)
+        return self.module.Model(*self.init_inputs).to(self.device)
+
+    def draw(self, distribution: str, seed: int) -> list:
+        return draws.draw(self.specs, distribution, seed, self.device, self.fixed, self.values)
+
+    def exchange_tensors(self, exchange: Exchange) -> list[TensorSlot]:
+        """The fixed (non-random) tensor inputs, shipped once with `construct`."""
+        return exchange.write([(f"input.{i}", t) for i, t in self.fixed.items()])
+
+    @property
+    def exchange_bytes(self) -> int:
+        """Room for the largest turn: an output, the inputs as a call left them and every buffer."""
+        return capacity_for(self.output_nbytes, self.input_nbytes, self.state_nbytes, self.input_nbytes)
+
+    def forward_ms(self, model: torch.nn.Module, inputs: list) -> float:
+        with torch.no_grad():
+            model(*inputs)  # warm-up: library handles, workspaces
+            self._sync()
+            start = time.perf_counter()
+            model(*inputs)
+            self._sync()
+        return (time.perf_counter() - start) * 1e3
+
+    def kernel_names(self, model: torch.nn.Module, inputs: list) -> list[str]:
+        """What one reference forward launches (the CUDA profiler): names no candidate gets credit for."""
+        try:
+            from torch.autograd import DeviceType
+            from torch.profiler import ProfilerActivity, profile
+
+            reference = copy.deepcopy(model)
+            torch.cuda.synchronize()
+            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                reference(*inputs)
+                torch.cuda.synchronize()
+            return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+        except Exception:
+            return []
+
+    def sm_clock(self) -> int | None:
+        """Read straight after a candidate's timed calls: read before them it shows the idle clock."""
+        return identity.read_sm_clock_mhz() if self.device == "cuda" else None
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    # -- baselines ---------------------------------------------------------------------------------
+
+    def ensure_round(self) -> None:
+        """A baseline round before the first candidate, and after every `baseline_every` timed ones."""
+        if self.current_round is None or self.timed_since_round >= self.config.baseline_every:
+            self.baseline_round()
+
+    def baseline_round(self) -> Round:
+        """Every baseline timed once more, and the loop's own cost per call. No executor is alive."""
+        baselines, failed = {}, {}
+        for name in self.config.baselines:
+            try:
+                baselines[name] = self.time_baseline(name)
+            except Exception as err:
+                failed[name] = f"{type(err).__name__}: {err}"[:400]
+            finally:
+                torch.set_float32_matmul_precision("highest")
+        overhead = self.loop_overhead_ms()
+        index = len(self.rounds)
+        source = BaselineSource(batch=self.batch, round=index, measured_at=time.time(), after_candidates=self.judged)
+        self.rounds.append(BaselineRound(index=index, batch=self.batch, measured_at=source.measured_at,
+                                         after_candidates=self.judged, failed=failed,
+                                         baselines={k: v.model_dump() for k, v in baselines.items()}))
+        self.current_round = Round(baselines=baselines, failed=failed, source=source, overhead_ms=overhead)
+        self.timed_since_round = 0
+        return self.current_round
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.current_round.overhead_ms if self.current_round is not None else 0.0
+
+    def baseline_callable(self, name: str) -> torch.nn.Module:
+        tf32 = name.endswith("_tf32")
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        if name.startswith("compile"):
+            if name not in self.compiled:  # compiled once per batch, with its precision set
+                torch._dynamo.reset()
+                self.compiled[name] = torch.compile(copy.deepcopy(self.baseline_model))
+            return self.compiled[name]
+        if name.startswith("part:"):
+            # One sub-module alone (e.g. `part:gemm_tf32`: cuBLAS's GEMM with nothing fused): a ceiling.
+            return getattr(self.baseline_model, name.removeprefix("part:").removesuffix("_tf32"))
+        if name.startswith("eager"):
+            return self.baseline_model
+        raise ValueError(f"unknown baseline {name!r}")
+
+    def time_baseline(self, name: str) -> TimingStats:
+        """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs
+        drawn for every call outside the timed window."""
+        model = self.baseline_callable(name)
+        self.baseline_model.train(self.problem.mode == "train")
+        distribution = self.problem.distributions[0]
+        current: dict = {}
+
+        def drawing(seed: int):
+            def before(call: Call) -> None:
+                current.pop("inputs", None)
+                current["inputs"] = self.draw(distribution, draws.call_seed(seed, call.index))
+            return before
+
+        with torch.no_grad():
+            fn = lambda: model(*current["inputs"])  # noqa: E731
+            warm = drawing(self.rng.randrange(2**31))
+            self.timer.untimed(fn, self.timer.warmup, warm)
+            estimate = self.timer.one(fn, Call(self.timer.warmup), warm)[1]
+            events, _ = self.timer.series(fn, self.timer.reps_for(estimate), drawing(self.rng.randrange(2**31)))
+        return summarize(events, self.timer.warmup + 1)
+
+    def loop_overhead_ms(self) -> float:
+        """Per call, what the timing loop costs beyond the call: the referee times the executor's loop
+        (inputs drawn, L2 flushed, synchronized, the output kept) around a call that only returns a
+        tensor of the output's size, by its own clock."""
+        fit = phases.KEEP_BYTES[self.device] // max(self.output_nbytes, 1)
+        reps = max(1, min(self.timer.max_reps, max(self.timer.min_reps, 20), fit))
+        output = torch.zeros(self.output_shape, dtype=getattr(torch, self.output_dtype, torch.float32),
+                             device=self.device)
+        spec = Draws(seed=self.rng.randrange(2**31), distribution=self.problem.distributions[0], count=reps)
+        current: dict = {}
+        kept = []
+
+        def before(call: Call) -> None:
+            current.pop("inputs", None)
+            current["inputs"] = self.draw(spec.distribution, draws.call_seed(spec.seed, call.index))
+
+        def after(call: Call, out) -> None:
+            kept.append(cmp.snapshot(out))
+
+        with torch.no_grad():
+            started = time.perf_counter()
+            events, _ = self.timer.series(lambda: output, reps, before, after)
+            wall_ms = (time.perf_counter() - started) * 1e3
+        kept.clear()
+        return max(0.0, wall_ms / reps - statistics.fmean(events))
+
+    # -- one candidate -----------------------------------------------------------------------------
+
+    def judge(self, request: JudgeRequest) -> JudgeReply:
+        source = Path(request.path).read_bytes()
+        if not request.compile_only:
+            self.ensure_round()
+        config = self.config
+        process = ExecutorProcess(
+            source=source, digest=request.digest, device=self.device, compile_only=request.compile_only,
+            watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir), problem_location=self.problem.location,
+            protect=[Path(p) for p in config.protect], exchange_bytes=self.exchange_bytes,
+            output_cap=config.output_cap_bytes, memory_limit_gb=config.compile_memory_limit_gb)
+        session = phases.Session(
+            referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
+            size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
+            run_timeout_s=config.run_timeout_s, memory_limit_gb=config.compile_memory_limit_gb,
+            rng=random.Random(self.rng.randrange(2**63)))
+        returncode = None
+        try:
+            process.start()
+            verdict = phases.judge(session, request.compile_only)
+            if verdict.status == Status.correct:
+                returncode = process.wait_exit(10)  # it exits by itself after `finish`
+        finally:
+            process.close()
+        verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
+        self.judged += 1
+        if verdict.timing is not None:
+            self.timed_since_round += 1
+        return JudgeReply(verdict=verdict, stdout=base64.b64encode(process.stdout.tail()).decode(),
+                          stderr=base64.b64encode(process.stderr.tail()).decode())
+
+    def close(self) -> list[BaselineRound]:
+        """The batch's baseline rounds, after a last one when candidates were timed since the last."""
+        if self.current_round is not None and self.timed_since_round:
+            self.baseline_round()
+        return self.rounds
+
+
+def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> Verdict:
+    """The referee's own failure around one candidate: recorded, so the batch goes on."""
+    return Verdict(candidate=request.name, source_sha256=request.digest, problem=Path(config.problem).stem,
+                   size=config.size, device=config.device, status=Status.crashed, phase=Phase.init,
+                   error=f"the referee failed around this candidate: {error}"[-6000:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--requests", type=int, required=True)
+    parser.add_argument("--replies", type=int, required=True)
+    args = parser.parse_args(argv)
+    config = RefereeConfig.model_validate_json(Path(args.config).read_text())
+    requests = os.fdopen(args.requests, "r")
+    replies = os.fdopen(args.replies, "w", buffering=1)
+
+    def answer(reply: JudgeReply) -> None:
+        replies.write(reply.model_dump_json() + "\n")
+        replies.flush()
+
+    referee, setup_error = None, None
+    try:
+        referee = Referee(config)
+    except Exception:
+        setup_error = traceback.format_exc()
+        traceback.print_exc()
+    for line in requests:
+        request = JudgeRequest.model_validate_json(line)
+        if request.kind == "close":
+            rounds = []
+            if referee is not None:
+                try:
+                    rounds = referee.close()
+                except Exception:
+                    traceback.print_exc()
+            answer(JudgeReply(rounds=rounds))
+            break
+        if referee is None:
+            answer(JudgeReply(verdict=failed_verdict(request, config, f"it could not start: {setup_error}")))
+            continue
+        try:
+            answer(referee.judge(request))
+        except Exception:
+            traceback.print_exc()
+            answer(JudgeReply(verdict=failed_verdict(request, config, traceback.format_exc())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""An executor in the test's own process: the referee's phases driven against a ModelNew class.
+
+No containment, no pipes, no import of a candidate file: `LocalLink` hands each command straight to
+an `evaluator.executor.Executor` (the same code the contained process runs) over a real exchange, so
+tests of the judging itself (evaluator.phases) run in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+from evaluator import phases
+from evaluator.exchange import Exchange
+from evaluator.executor import Executor
+from evaluator.protocol import ExecutorRequest
+from evaluator.referee import Referee, RefereeConfig
+
+
+class LocalLink:
+    def __init__(self, model_class, referee: Referee):
+        self.exchange = Exchange.create(referee.exchange_bytes)
+        request = ExecutorRequest(candidate_path="in-process.py", device=referee.device, watch=[])
+        self.executor = Executor(request, self.exchange)
+        self.executor.module = SimpleNamespace(ModelNew=model_class)
+        self.ids = 0
+
+    def request(self, command, deadline):
+        self.ids += 1
+        return self.executor.handle(command.model_copy(update={"id": self.ids}))
+
+    def own_folders(self):
+        return []
+
+
+def referee(problem: str = "gemm_scale_bn", size: str = "small", **overrides) -> Referee:
+    settings = dict(problem=problem, size=size, device="cpu", baselines=[], seed=12, timing_budget_s=0.05,
+                    compile_timeout_s=60, run_timeout_s=60, output_cap_bytes=1 << 20, compile_memory_limit_gb=None,
+                    cache_dir="/nonexistent")
+    settings.update(overrides)
+    return Referee(RefereeConfig(**settings))
+
+
+def session_for(model_class, judge: Referee | None = None) -> phases.Session:
+    judge = judge or referee()
+    return phases.Session(referee=judge, link=LocalLink(model_class, judge), name="in-process", digest="",
+                          problem=judge.problem.name, size=judge.size, device=judge.device, compile_timeout_s=60,
+                          run_timeout_s=60, rng=random.Random(12))
+
+
+def checked(model_class, judge: Referee | None = None):
+    """(session, built, checked): ModelNew built with the reference's weights and put through the checks."""
+    session = session_for(model_class, judge)
+    built = phases.init_phase(session, phases.Imported())
+    return session, built, phases.check_phase(session, built)
