@@ -1,8 +1,10 @@
 """Comparing a candidate with the reference.
 
-The functions used for the comparison are bound here, when the worker imports this module
-and before it imports the candidate, so a candidate that patches `torch.allclose` or
-`Tensor.sub` afterwards does not change how it is judged. Tensor methods are bound too
+The referee compares in its own process, which never runs candidate code. The executor uses a
+few of these functions too (snapshots, memory sharing, module registries, the fill of
+uninitialised memory), and there they are bound when it imports this module, before it imports
+the candidate, so a candidate that patches `torch.allclose` or `Tensor.sub` afterwards does not
+change them. Tensor methods are bound too
 (`Tensor.to`, `Tensor.clone`, `Tensor.item`, ...) and called as plain functions, and every
 comparison runs under `guarded()`: no torch-function subclass or mode, no Python dispatch
 mode, so a lazy tensor subclass or a mode pushed at import cannot see or steer it.
@@ -103,29 +105,6 @@ def is_plain_tensor(value) -> bool:
     return type(value) is _Tensor or type(value) is _Parameter
 
 
-def make_inputs(templates: list, distribution: str, generator: torch.Generator, device: str) -> list:
-    """Fresh inputs shaped like the reference's `get_inputs()`, drawn from `distribution`."""
-    fresh = []
-    for item in templates:
-        if isinstance(item, _Tensor) and item.is_floating_point():
-            if distribution == "randn":
-                t = _randn(item.shape, generator=generator, dtype=item.dtype)
-            elif distribution == "rand":
-                t = _rand(item.shape, generator=generator, dtype=item.dtype)
-            else:
-                raise ValueError(f"unknown input distribution {distribution!r}")
-            fresh.append(_to(t, device))
-        elif isinstance(item, _Tensor):
-            fresh.append(_to(item, device))
-        else:
-            fresh.append(item)
-    return fresh
-
-
-def clone_inputs(inputs: list) -> list:
-    return [_clone(x) if isinstance(x, _Tensor) else x for x in inputs]
-
-
 def same_values(a: _Tensor, b: _Tensor) -> bool:
     """Bitwise-equal values, NaN equal to NaN (shape and dtype must match)."""
     with guarded():
@@ -134,15 +113,6 @@ def same_values(a: _Tensor, b: _Tensor) -> bool:
         if _equal(a, b):
             return True
         return bool(_item(_all(_logical_or(_eq(a, b), _logical_and(_isnan(a), _isnan(b))))))
-
-
-def changed_inputs(before: list, after: list) -> list[int]:
-    """Positions of tensor inputs whose values changed (NaN-aware bitwise comparison)."""
-    changed = []
-    for i, (a, b) in enumerate(zip(before, after)):
-        if isinstance(a, _Tensor) and not (is_plain_tensor(b) and same_values(a, b)):
-            changed.append(i)
-    return changed
 
 
 def storage_range(t: _Tensor) -> tuple[int, int]:
@@ -167,75 +137,6 @@ def snapshot(value):
         return None
     with guarded():
         return _clone(_detach(value))
-
-
-class FreshInputs:
-    """Input sets for timed calls: `count` sets drawn before timing and rotated, each refilled
-    before every call with a window of a larger random pool at a random offset, so no two calls
-    see the same values (a cache keyed on pointers, shapes or a content fingerprint never hits)
-    and the refill is a cheap copy, not a random draw. `offsets` says which windows the last
-    set holds, so its values can be rebuilt later (`window`) instead of being copied each call."""
-
-    def __init__(self, templates: list, distribution: str, generator: torch.Generator, device: str,
-                 pick, count: int = 4):
-        self.sets = [make_inputs(templates, distribution, generator, device) for _ in range(count)]
-        self.pick = pick  # pick(n) -> int in [0, n): the worker's private random stream
-        self.pools = {}
-        for position, item in enumerate(self.sets[0]):
-            if isinstance(item, _Tensor) and item.is_floating_point():
-                n = _numel(item)
-                pool_template = _empty(2 * n + 1, dtype=item.dtype)
-                self.pools[position] = make_inputs([pool_template], distribution, generator, device)[0]
-        self.calls = 0
-        self.current: list = self.sets[0]
-        self.offsets: dict[int, int] = {}
-        self.used: dict[int, set[int]] = {position: set() for position in self.pools}
-
-    def next(self) -> list:
-        """The next set, refilled in place with new values."""
-        inputs = self.sets[self.calls % len(self.sets)]
-        self.calls += 1
-        offsets = {}
-        with guarded():
-            for position, pool in self.pools.items():
-                x = inputs[position]
-                n = _numel(x)
-                offsets[position] = offset = self._offset(position, _numel(pool) - n)
-                _copy_(_view(x, -1), _narrow(pool, 0, offset, n))
-        self.current, self.offsets = inputs, offsets
-        return inputs
-
-    def _offset(self, position: int, choices: int) -> int:
-        """A window start not used before (while there are unused ones): no two calls get equal inputs."""
-        used = self.used[position]
-        if len(used) >= choices // 2:
-            used.clear()
-        offset = self.pick(choices)
-        while offset in used:
-            offset = self.pick(choices)
-        used.add(offset)
-        return offset
-
-    def window(self, offsets: dict[int, int]) -> list:
-        """A private copy of the inputs a call with these `offsets` was given."""
-        rebuilt = []
-        with guarded():
-            for position, template in enumerate(self.sets[0]):
-                if position in offsets:
-                    n = _numel(template)
-                    rebuilt.append(_clone(_view(_narrow(self.pools[position], 0, offsets[position], n), template.shape)))
-                elif isinstance(template, _Tensor):
-                    rebuilt.append(_clone(template))
-                else:
-                    rebuilt.append(template)
-        return rebuilt
-
-    def changed(self, inputs: list, offsets: dict[int, int]) -> list[int]:
-        """Positions of `inputs` that no longer hold the window they were given."""
-        with guarded():
-            return [position for position, offset in offsets.items()
-                    if not (is_plain_tensor(inputs[position]) and same_values(
-                        _view(inputs[position], -1), _narrow(self.pools[position], 0, offset, _numel(inputs[position]))))]
 
 
 @dataclass

@@ -24,7 +24,6 @@ import argparse
 import importlib.util
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from evaluator import correctness as cmp
 from evaluator import guard as guards
 from evaluator import inputs as draws
 from evaluator import kernels
-from evaluator.exchange import Exchange, ExchangeError, dtype_name
+from evaluator.exchange import Exchange, ExchangeError
 from evaluator.protocol import (
     COMMAND, Call, Construct, ExecutorMessage, ExecutorRequest, Finish, LoadState, Profile, Reply, SendKept,
     SendState, Time, ValueInfo, Warmup, unpack,
@@ -68,6 +67,13 @@ def import_file(path: Path, module_name: str):
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def reserve(device: str, nbytes: int) -> None:
+    """Take `nbytes` of device memory and give it back to torch's caching allocator, which keeps it."""
+    if device == "cuda" and nbytes > 0:
+        block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        del block
 
 
 def value_info(value) -> ValueInfo:
@@ -237,6 +243,7 @@ class Executor:
 
     def warmup(self, command: Warmup) -> Reply:
         """Untimed calls, then one timed call (its time sizes the series)."""
+        reserve(self.device, command.reserve_bytes)
         self.model.train(command.train)
         current = {}
         before = self.drawing(command.draws, current)

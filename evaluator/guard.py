@@ -13,7 +13,6 @@ compares and measures in its own process (evaluator.referee).
 from __future__ import annotations
 
 import builtins
-import copy
 import os
 import random
 import sys

@@ -411,11 +411,12 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     distribution = referee.problem.distributions[0]
     timer = referee.timer
     warm = Draws(seed=session.seed(), distribution=distribution, count=timer.warmup + 1)
-    reply = session.request(Warmup(id=0, draws=warm, train=train))
+    fit = KEEP_BYTES[referee.device] // max(referee.output_nbytes, 1)
+    reserve = min(fit, timer.max_reps) * referee.output_nbytes
+    reply = session.request(Warmup(id=0, draws=warm, train=train, reserve_bytes=reserve))
     if reply.error:
         raise Judged(Status.runtime_error, Phase.time, reply.error)
     estimate = _times(reply.host_ms, 1, "warm-up")[0]
-    fit = KEEP_BYTES[referee.device] // max(referee.output_nbytes, 1)
     keep = None
     reps = timer.reps_for(estimate, cap=fit)
     if fit < timer.min_reps:  # outputs too large to keep every one: a random few, chosen here
@@ -619,12 +620,13 @@ def finish(session: Session) -> None:
         pass
 
 
-def judge(session: Session, compile_only: bool) -> Verdict:
-    """The phases in order, then the verdict (see the module's docstring)."""
+def judge(session: Session, compile_only: bool, imported: Imported | None = None) -> Verdict:
+    """The phases in order, then the verdict (see the module's docstring). With `imported`, the
+    candidate is taken as imported already (an executor in the test's own process)."""
     results: dict[str, object] = {}
     outcome: Stop | None = None
     try:
-        results["imported"] = import_phase(session)
+        results["imported"] = imported or import_phase(session)
         if compile_only:
             outcome = Stop(Status.compiled, None, "built only: not run, so neither checked nor timed")
         else:

@@ -129,6 +129,10 @@ class Warmup(Message):
     id: int
     train: bool = True
     draws: Draws = Field(description="count = untimed calls + 1 (the last one is timed).")
+    reserve_bytes: int = Field(0, ge=0, description=(
+        "CUDA: device memory to take and give back to the caching allocator first, so the outputs kept "
+        "during the series reuse it instead of asking the driver for more while they are timed (the "
+        "referee's own run of the loop does the same)."))
 
 
 class Time(Message):

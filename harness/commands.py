@@ -208,6 +208,19 @@ def record_eval_verdicts(store_path: Path | None, evaluator: Any, files: Sequenc
     return stored
 
 
+def baseline_drift(rounds: Sequence[Any]) -> str | None:
+    """One line: each baseline's median in the batch's first and last rounds (the referee times them
+    before the first candidate and after the last), so drift over the batch shows."""
+    timed = [r for r in rounds if r.baselines]
+    if len(timed) < 2:
+        return None
+    first, last = timed[0].baselines, timed[-1].baselines
+    parts = [f"{name} {first[name]['median_ms']:.4g} -> {last[name]['median_ms']:.4g} ms "
+             f"({(last[name]['median_ms'] / first[name]['median_ms'] - 1) * 100:+.1f}%)"
+             for name in first if name in last and first[name]["median_ms"] > 0]
+    return f"baselines over {len(timed)} rounds: " + ", ".join(parts) if parts else None
+
+
 def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None, record: bool,
                  console: Console) -> int:
     """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
@@ -243,6 +256,9 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         record_eval_verdicts(store, evaluator, candidates, verdicts)
     if not json_lines:
         console.print(verdict_table(verdicts))
+    drift = baseline_drift(evaluator.rounds)
+    if drift:
+        status.print(f"[dim]{drift}[/]", highlight=False)
     unsandboxed = [f for v in verdicts for f in v.flags if f.name == "unsandboxed"]
     if unsandboxed:  # once, on stderr: what this machine did not contain (evaluator.containment)
         from rich.markup import escape

@@ -130,7 +130,7 @@ def _workers_alive() -> int:
     count = 0
     for entry in os.listdir("/proc"):
         try:
-            if entry.isdigit() and b"evaluator.worker" in Path(f"/proc/{entry}/cmdline").read_bytes() \
+            if entry.isdigit() and b"evaluator.executor" in Path(f"/proc/{entry}/cmdline").read_bytes() \
                     and b"containment.py" not in Path(f"/proc/{entry}/cmdline").read_bytes():
                 count += 1
         except OSError:

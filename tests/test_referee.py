@@ -1,0 +1,154 @@
+"""The referee/executor split (issue 12, item 1), piece by piece and fast: the exchange, the
+executor's channel as the referee reads it, the baseline rounds, and a verdict composed from the
+phases. The whole path (a contained executor per candidate, every hack fixture) runs in
+tests/test_integrity.py and tests/test_evaluator.py."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import local_executor
+from evaluator import phases
+from evaluator.exchange import ALIGN, Exchange, ExchangeError
+from evaluator.process import Ended, ExecutorProcess
+from evaluator.protocol import COMMAND, Call, ExecutorMessage, Reply, TensorSlot
+from evaluator.records import Status
+
+
+# --------------------------------------------------------------------------- the exchange
+
+def test_tensors_travel_through_the_exchange_as_copies():
+    exchange = Exchange.create(1 << 16)
+    values = [("a", torch.randn(3, 5)), ("b", torch.arange(7)), ("c", torch.tensor([True, False, True])),
+              ("d", torch.empty(0, 4)), ("e", torch.randn(2, 2, dtype=torch.float64))]
+    slots = exchange.write(values)
+    assert all(slot.offset % ALIGN == 0 for slot in slots)
+    read = [exchange.read(slot) for slot in slots]
+    for (_, sent), got in zip(values, read):
+        assert got.dtype == sent.dtype and torch.equal(got, sent)
+    exchange.write([("a", torch.zeros(3, 5))])  # the other side writes again: what was read stays
+    assert torch.equal(read[0], values[0][1])
+    exchange.close()
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(offset=1 << 20), "outside"),
+    (dict(offset=ALIGN + 4), "multiple"),
+    (dict(nbytes=12), "bytes for shape"),
+    (dict(dtype="complex128"), "unknown dtype"),
+    (dict(shape=[-1, 4], nbytes=-16), "bad shape"),
+])
+def test_a_slot_that_does_not_describe_its_bytes_is_refused(change, words):
+    exchange = Exchange.create(1 << 16)
+    [slot] = exchange.write([("x", torch.randn(4, 4))])
+    with pytest.raises(ExchangeError, match=words):
+        exchange.read(slot.model_copy(update=change))
+    exchange.close()
+
+
+def test_tensors_that_do_not_fit_are_refused_before_anything_is_written():
+    exchange = Exchange.create(1024)
+    with pytest.raises(ExchangeError, match="do not fit"):
+        exchange.write([("big", torch.zeros(1024))])
+    exchange.close()
+
+
+# --------------------------------------------------------------------------- the executor's channel
+
+def _process_reading(lines: list[bytes], close: bool = True) -> ExecutorProcess:
+    """An ExecutorProcess whose channel holds `lines` (no process behind it)."""
+    process = ExecutorProcess(source=b"", digest="0" * 64, device="cpu", compile_only=False, watch=[],
+                              cache_dir=Path("/nonexistent"), problem_location=Path("/nonexistent"), protect=[],
+                              exchange_bytes=None,
+                              output_cap=1024, memory_limit_gb=None)
+    read_fd, write_fd = os.pipe()
+    for line in lines:
+        os.write(write_fd, line)
+    if close:
+        os.close(write_fd)
+    process._channel_fd = read_fd
+    return process
+
+
+def test_the_referee_reads_replies_in_turn_and_keeps_the_containment_reports():
+    lines = [ExecutorMessage(kind="containment").model_dump_json().encode() + b"\n",
+             ExecutorMessage(kind="phase", phase="compile").model_dump_json().encode() + b"\n",
+             ExecutorMessage(kind="reply", reply=Reply(id=0)).model_dump_json().encode() + b"\n"]
+    process = _process_reading(lines)
+    assert process.reply(0, time.monotonic() + 5).id == 0
+    assert [m.kind for m in process.messages] == ["containment", "phase", "reply"]
+
+
+@pytest.mark.parametrize("line, reason", [
+    (ExecutorMessage(kind="reply", reply=Reply(id=7)).model_dump_json().encode() + b"\n", "malformed"),  # out of turn
+    (b'{"kind": "verdict", "verdict": {"status": "correct"}}\n', "malformed"),                              # forged
+    (b"not json\n", "malformed"),
+    (b"", "closed"),
+])
+def test_anything_but_the_awaited_reply_ends_the_executor(line, reason):
+    process = _process_reading([line])
+    with pytest.raises(Ended) as ended:
+        process.reply(1, time.monotonic() + 5)
+    assert ended.value.reason == reason
+
+
+def test_a_silent_executor_runs_out_of_time():
+    process = _process_reading([], close=False)
+    with pytest.raises(Ended) as ended:
+        process.reply(1, time.monotonic() + 0.3)
+    assert ended.value.reason == "timeout"
+
+
+def test_commands_are_one_typed_union():
+    command = COMMAND.validate_json(Call(id=3, tensors=[TensorSlot(name="input.0", dtype="float32", shape=[2],
+                                                                    offset=0, nbytes=8)]).model_dump_json())
+    assert isinstance(command, Call) and command.tensors[0].name == "input.0"
+    with pytest.raises(ValueError):
+        Reply.model_validate_json('{"id": 1, "verdict": "correct"}')  # replies carry nothing unknown
+
+
+# --------------------------------------------------------------------------- baselines and the verdict
+
+def test_baselines_are_timed_in_rounds_before_the_first_candidate_and_every_few():
+    referee = local_executor.referee(baselines=["eager"], baseline_every=2)
+    referee.ensure_round()
+    first = referee.current_round
+    assert first.source.round == 0 and first.source.after_candidates == 0 and first.overhead_ms >= 0
+    assert first.baselines["eager"].reps >= 10 and first.source.batch == referee.batch
+    referee.ensure_round()
+    assert referee.current_round is first  # nothing judged since
+    referee.judged, referee.timed_since_round = 2, 2
+    referee.ensure_round()
+    assert referee.current_round.source.round == 1 and referee.current_round.source.after_candidates == 2
+    rounds = referee.close()  # nothing timed since the last round: no more
+    assert [r.index for r in rounds] == [0, 1] and "eager" in rounds[1].baselines
+
+
+class _Reference(torch.nn.Module):
+    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.gemm = torch.nn.Linear(in_features, out_features)
+        self.scale = torch.nn.Parameter(torch.randn(scale_shape))
+        self.bn = torch.nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+    def forward(self, x):
+        return self.bn(self.gemm(x) * self.scale)
+
+
+def test_a_verdict_divides_by_the_round_before_it_and_says_which():
+    referee = local_executor.referee(baselines=["eager"])
+    referee.ensure_round()
+    session = local_executor.session_for(_Reference, referee)
+    verdict = phases.judge(session, compile_only=False, imported=phases.Imported())
+    assert verdict.status == Status.correct, verdict.error
+    assert verdict.baseline_source == referee.current_round.source
+    eager = referee.current_round.baselines["eager"]
+    assert verdict.baselines["eager"] == eager
+    assert verdict.speedup["eager"] == pytest.approx(eager.median_ms / verdict.runtime_ms)
+    assert verdict.timing_check.agrees and verdict.timing_check.calls == verdict.timing.reps
+    assert verdict.custom_kernels == [] and "no_custom_kernel" in {f.name for f in verdict.flags}
