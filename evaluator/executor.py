@@ -132,6 +132,7 @@ class Executor:
         self.specs, self.fixed, self.values = [], {}, {}
         self.delay_cycles = 0
         self.kept = Kept()
+        self.series = None  # (global flags before, the last call's inputs, its draws) until settled
 
     # -- the import ------------------------------------------------------------------------------
 
@@ -157,6 +158,9 @@ class Executor:
     # -- commands --------------------------------------------------------------------------------
 
     def handle(self, command) -> Reply:
+        # What follows a timed series (the guard's check, the last call's inputs) is done now, after
+        # the reply that ended the series: outside the referee's clock around it.
+        pending = self.settle_series()
         if not isinstance(command, SendKept):
             self.kept.clear()
         handler = {
@@ -165,9 +169,23 @@ class Executor:
             Finish: self.finish,
         }[type(command)]
         try:
-            return handler(command)
+            reply = handler(command)
         except BaseException:  # the executor's own failure (or something the candidate broke)
-            return Reply(id=command.id, error=describe_exception("the executor failed"), error_kind="internal")
+            reply = Reply(id=command.id, error=describe_exception("the executor failed"), error_kind="internal")
+        reply.flags = pending + reply.flags
+        return reply
+
+    def settle_series(self) -> list[Flag]:
+        if self.series is None:
+            return []
+        flags_before, inputs, spec = self.series
+        self.series = None
+        last = spec.count - 1
+        if last in self.kept.outputs and inputs is not None:
+            changed = self.changed_inputs(inputs, spec, last)
+            if changed:
+                self.kept.outputs[last][2].append(f"the candidate modified its input(s) {changed} in place")
+        return self.guard_flags(flags_before, "the timed calls to ModelNew.forward")
 
     def construct(self, command: Construct) -> Reply:
         init_inputs = unpack(command.init_inputs)
@@ -279,13 +297,8 @@ class Executor:
             self.kept.clear()
             return Reply(id=command.id, error=describe_exception("ModelNew.forward raised while timed"),
                          error_kind="raised", flags=self.guard_flags(flags_before, "the timed calls to ModelNew.forward"))
-        flags = self.guard_flags(flags_before, "the timed calls to ModelNew.forward")
-        last = command.draws.count - 1
-        if last in self.kept.outputs and current:
-            changed = self.changed_inputs(current["inputs"], command.draws, last)
-            if changed:
-                self.kept.outputs[last][2].append(f"the candidate modified its input(s) {changed} in place")
-        return Reply(id=command.id, events_ms=events, host_ms=walls, kept=sorted(self.kept.outputs), flags=flags)
+        self.series = (flags_before, current.get("inputs"), command.draws)  # settled by the next command
+        return Reply(id=command.id, events_ms=events, host_ms=walls, kept=sorted(self.kept.outputs))
 
     def send_kept(self, command: SendKept) -> Reply:
         if command.index not in self.kept.outputs:
@@ -323,6 +336,7 @@ class Executor:
         return self.ship(reply, cmp.snapshot(out), [], state=False)
 
     def finish(self, command: Finish) -> Reply:
+        """What changed since the import (the guard's last look), then the executor exits."""
         changed = self.guard.changes() if self.guard is not None else []
         flags = [self.monkeypatch_flag("by the time the executor finished", changed)] if changed else []
         return Reply(id=command.id, flags=flags)
@@ -515,9 +529,12 @@ def main(argv: list[str] | None = None) -> int:
 
     not_in_force = containment.confirm_in_worker(os.environ.pop(containment.IN_FORCE_ENV, ""))
     off = os.environ.pop(containment.OFF_ENV, "").split(",")
-    if request.device == "cuda" and not not_in_force and not request.compile_only:
+    if request.device == "cuda" and not not_in_force:
         try:
-            torch.cuda.init()  # the driver opens unix sockets while it initialises; after it, none may be made
+            # The driver opens unix sockets while it initialises; after it, none may be made. A build
+            # needs it too: load_inline asks the GPU which architecture to build for (without an
+            # answer it builds for every one, and the build a check later loads differs).
+            torch.cuda.init()
         except Exception:
             pass  # the checks will say what is wrong with CUDA
     channel.containment(Containment(mechanisms=[Mechanism(**containment.deny_unix_sockets(off))]))

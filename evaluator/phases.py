@@ -53,9 +53,11 @@ MAX_KERNEL_NAMES = 256
 KEEP_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}  # timed outputs an executor keeps for the referee
 # The referee's clock against the reported per-call times: what one call took by the referee's clock
 # (its wall time around the series, less its own loop's cost per call) may exceed the reported mean
-# by this factor plus this much before the timings are rejected. Generous on the CPU, where a loaded
-# machine stretches the loop unevenly.
-TIMING_SLACK = {"cuda": (1.3, 0.1), "cpu": (2.0, 2.0)}
+# by this factor plus this much (ms) before the timings are rejected. On an H100 honest kernels came
+# out at 1.06 to 1.26 times their reported mean (1.8 to 11.7 ms calls, 16 a series, the executor's
+# guard still checked inside the clock then); generous on the CPU, where a loaded machine stretches
+# the loop unevenly.
+TIMING_SLACK = {"cuda": (1.3, 0.25), "cpu": (2.0, 2.0)}
 
 
 class Judged(Exception):
