@@ -21,7 +21,6 @@ flags, and a candidate that blinds them gains nothing the referee would not see.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import traceback
@@ -35,6 +34,7 @@ from evaluator import guard as guards
 from evaluator import inputs as draws
 from evaluator import kernels
 from evaluator.exchange import Exchange, ExchangeError
+from evaluator.problem import import_file
 from evaluator.protocol import (
     COMMAND, Call, Construct, ExecutorMessage, ExecutorRequest, Finish, LoadState, Profile, Reply, SendKept,
     SendState, Time, ValueInfo, Warmup, unpack,
@@ -59,14 +59,6 @@ def describe_import_failure(err: BaseException) -> str:
     if "Error building extension" in text and errors:
         return "build failed: " + "\n".join(errors[:5]) + "\n\n" + describe_exception("traceback")
     return describe_exception("importing the candidate failed")
-
-
-def import_file(path: Path, module_name: str):
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def reserve(device: str, nbytes: int) -> None:

@@ -251,6 +251,18 @@ class ProblemSpec(BaseModel):
         return float(eval(self.flops, {"__builtins__": {}}, self.size_values(size)))  # spec is trusted
 
 
+def import_file(path: Path, module_name: str):
+    """Load a Python file as a module registered under `module_name` (running it): a problem's
+    reference in the referee, the candidate in its executor. Never called by the harness itself."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def problems_root() -> Path:
     return asset_dir("reference")
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
-import importlib.util
 import os
 import random
 import secrets
@@ -45,7 +44,7 @@ from evaluator import correctness as cmp
 from evaluator import identity, phases
 from evaluator import inputs as draws
 from evaluator.exchange import Exchange, capacity_for, dtype_name
-from evaluator.problem import load_problem
+from evaluator.problem import import_file, load_problem
 from evaluator.process import ExecutorProcess, settle
 from evaluator.protocol import BaselineRound, Draws, JudgeReply, JudgeRequest, TensorSlot
 from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
@@ -84,14 +83,6 @@ class Round:
     failed: dict[str, str]
     source: BaselineSource
     overhead_ms: float
-
-
-def import_file(path: Path, module_name: str):
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class Referee:

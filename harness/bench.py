@@ -1,10 +1,10 @@
 """`harness bench`: the golden kernels against every baseline, per size preset, in one run.
 
-Each candidate is evaluated by the ordinary evaluator (fresh worker, correctness first), with
-the problem's ceiling baselines (`[bench] ceilings` in its problem.toml; for gemm_scale_bn
+Each candidate is evaluated by the ordinary evaluator (a fresh executor, correctness first),
+with the problem's ceiling baselines (`[bench] ceilings` in its problem.toml; for gemm_scale_bn
 `part:gemm_tf32`, the reference's `gemm` sub-module alone, cuBLAS with TF32: what a fused
-kernel's GEMM cannot beat by much). Ratios compare numbers measured in the same worker
-process. The problem's `[[bench.targets]]` are judged at its `[bench] size`. The table goes to
+kernel's GEMM cannot beat by much). Ratios compare numbers measured in the same batch on the
+same GPU: the candidate by its executor, the baselines by the batch's referee. The problem's `[[bench.targets]]` are judged at its `[bench] size`. The table goes to
 the terminal and, with every number, to JSON.
 """
 

@@ -5,8 +5,10 @@ draw them). Reading rules (what makes a ranking honest):
 
 - Rows from different GPUs are never mixed: one board per `environment.device_name` (the
   store's key column when a verdict has no environment, e.g. a parse error).
-- A speedup is the one the worker measured: candidate and baseline timed in the same process
-  on the same GPU (`Verdict.speedup`). Nothing here divides numbers from two evaluations.
+- A speedup is the one the referee computed (`Verdict.speedup`): the candidate timed in its
+  executor, the baseline by the referee in a round of the same batch on the same GPU, with the
+  same timing loop (`Verdict.baseline_source` names the round). Nothing here divides numbers
+  from two evaluations.
 - Ranked: candidates whose verdict is `correct`, that pass the chosen tolerance tier
   (`--tier`, default `loose`), carry no `reject` flag nor an `implausible` flag, and were
   judged by this harness's rules (`Verdict.judge`, see evaluator.identity: a verdict from an

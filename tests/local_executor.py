@@ -10,11 +10,26 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import torch
+
 from evaluator import phases
 from evaluator.exchange import Exchange
 from evaluator.executor import Executor
 from evaluator.protocol import ExecutorRequest
 from evaluator.referee import Referee, RefereeConfig
+
+
+class Honest(torch.nn.Module):
+    """The reference's own math (nn.Linear, scale, nn.BatchNorm1d) as a ModelNew."""
+
+    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.gemm = torch.nn.Linear(in_features, out_features)
+        self.scale = torch.nn.Parameter(torch.randn(scale_shape))
+        self.bn = torch.nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+    def forward(self, x):
+        return self.bn(self.gemm(x) * self.scale)
 
 
 class LocalLink:

@@ -409,17 +409,7 @@ def test_timer_hooks_run_outside_the_timed_calls_and_know_which_call_is_timed():
     assert len([c for c in calls if c[0] == "before"]) == 2 + 1 + 5 and events.reps == 5
 
 
-class _Honest(torch.nn.Module):
-    """The reference's own math (nn.Linear, scale, nn.BatchNorm1d), for the in-process checks below."""
-
-    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
-        super().__init__()
-        self.gemm = torch.nn.Linear(in_features, out_features)
-        self.scale = torch.nn.Parameter(torch.randn(scale_shape))
-        self.bn = torch.nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
-
-    def forward(self, x):
-        return self.bn(self.gemm(x) * self.scale)
+_Honest = local_executor.Honest
 
 
 class _EvalZeros(_Honest):

@@ -129,21 +129,10 @@ def test_baselines_are_timed_in_rounds_before_the_first_candidate_and_every_few(
     assert [r.index for r in rounds] == [0, 1] and "eager" in rounds[1].baselines
 
 
-class _Reference(torch.nn.Module):
-    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
-        super().__init__()
-        self.gemm = torch.nn.Linear(in_features, out_features)
-        self.scale = torch.nn.Parameter(torch.randn(scale_shape))
-        self.bn = torch.nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
-
-    def forward(self, x):
-        return self.bn(self.gemm(x) * self.scale)
-
-
 def test_a_verdict_divides_by_the_round_before_it_and_says_which():
     referee = local_executor.referee(baselines=["eager"])
     referee.ensure_round()
-    session = local_executor.session_for(_Reference, referee)
+    session = local_executor.session_for(local_executor.Honest, referee)
     verdict = phases.judge(session, compile_only=False, imported=phases.Imported())
     assert verdict.status == Status.correct, verdict.error
     assert verdict.baseline_source == referee.current_round.source
