@@ -51,6 +51,9 @@ class GenerationParams(Record):
         description="Extra JSON fields merged into the request body as they are (e.g. `reasoning_effort`).",
     )
     sample_index: int = Field(0, ge=0, description="Which sample of the prompt this request is (0-based).")
+    lineage: str | None = Field(None, description=(
+        "Refinement turns after the first: the candidate's sample path (`0/2` is sample 0's turn-2 candidate, "
+        "`0/2/3` its turn-3 child). Not sent to the server; part of the generation key when set. None on turn 1."))
 
 
 class Usage(Record):
@@ -115,8 +118,11 @@ class Generation(Record):
     run_id: str = Field(description="The run that asked for it.")
     problem: str = Field(description="Problem name.")
     variant: str = Field(description="Prompt variant.")
-    sample_index: int = Field(description="0-based sample number within the run.")
-    messages: list[Message] = Field(description="The rendered prompt as sent.")
+    sample_index: int = Field(description="0-based sample number within the run (the root of its chain).")
+    turn: int = Field(1, ge=1, description="Refinement turn: 1 for the first reply, 2.. for replies to feedback.")
+    lineage: str | None = Field(None, description="The sample path of the candidate it gives (`0/2`); None on turn 1.")
+    messages: list[Message] = Field(description="The conversation as sent: the rendered prompt, then per earlier turn "
+                                    "the model's reply and the feedback on it.")
     params: GenerationParams = Field(description="Model and sampling parameters as sent.")
     completion: Completion = Field(description="The reply (or the error) with finish reason, usage and latency.")
     created: str = Field(default_factory=utc_now, description="When the reply arrived (UTC).")
@@ -155,12 +161,15 @@ class Candidate(Record):
     schema_version: int = Field(HARNESS_SCHEMA_VERSION, description="Version of this record's layout.")
     id: str = Field(description="`<run-id>/<sample>`: the name verdicts carry.")
     run_id: str = Field(description="The run it belongs to.")
-    sample: str = Field(description="Sample name within the run: the index, or a golden file's stem.")
+    sample: str = Field(description=(
+        "Sample name within the run: the index, or a golden file's stem; for later refinement turns the path of "
+        "turns from its root (`0/2/3`: sample 0, refined at turn 2, then at turn 3)."))
+    turn: int = Field(1, ge=1, description="Refinement turn that produced it (1: the first reply).")
     problem: str = Field(description="Problem name.")
     generation_key: str | None = Field(None, description="The generation it came from; None for golden files.")
     source: str | None = Field(None, description="The source; None when the reply had no usable code.")
     source_sha256: str | None = Field(None, description="SHA-256 of the UTF-8 source: the verdict and build-cache key.")
-    parent: str | None = Field(None, description="Source hash of the candidate this one refines, if any.")
+    parent: str | None = Field(None, description="Id of the candidate this one refines (its previous turn), if any.")
     parse: ParseResult = Field(description="How the source was taken from the reply.")
     path: str | None = Field(None, description="Where the source was written (candidate.py).")
 

@@ -133,14 +133,18 @@ class StoreError(RuntimeError):
 # -- keys (pure) --------------------------------------------------------------------------------
 
 def generation_key(problem: str, messages: Sequence[Message], params: GenerationParams, sample_index: int) -> str:
-    """SHA-256 of (problem, rendered prompt, model, params, sample index): the resume key of a reply."""
-    return json_digest({
+    """SHA-256 of (problem, conversation, model, params, sample index, and for later refinement turns
+    the sample path): the resume key of a reply. A first turn's key is what it always was."""
+    parts = {
         "problem": problem,
         "messages": [m.model_dump() for m in messages],
         "model": params.model,
-        "params": params.model_dump(mode="json", exclude={"sample_index", "model"}),
+        "params": params.model_dump(mode="json", exclude={"sample_index", "model", "lineage"}),
         "sample": sample_index,
-    })
+    }
+    if params.lineage is not None:
+        parts["lineage"] = params.lineage
+    return json_digest(parts)
 
 
 def default_listing(run: Run) -> tuple[str | None, str | None]:
