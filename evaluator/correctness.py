@@ -244,6 +244,18 @@ class ModeAccumulator:
             if not passed:
                 self.failed.setdefault(name, set()).add(tier)
 
+    def merge(self, other: ModeAccumulator) -> None:
+        """Take in `other`'s trials (same mode and tiers), as if they had been added here."""
+        self.trials += other.trials
+        if other.failure is not None and self.failure is None:
+            self.failure = other.failure
+        self.tiers = {tier: passed and other.tiers.get(tier, False) for tier, passed in self.tiers.items()}
+        for name, (abs_err, rel_err) in other.worst.items():
+            old_abs, old_rel = self.worst.get(name, (0.0, 0.0))
+            self.worst[name] = (max(old_abs, abs_err), max(old_rel, rel_err))
+        for name, tiers in other.failed.items():
+            self.failed.setdefault(name, set()).update(tiers)
+
     def record(self) -> ModeCheck:
         # Infinity marks "not comparable" (wrong shape, NaN); JSON has no Infinity, so it becomes null.
         worst = {n: (_finite(a), _finite(r)) for n, (a, r) in self.worst.items()}

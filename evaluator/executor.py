@@ -310,9 +310,10 @@ class Executor:
         inputs = draws.draw(self.specs, command.draws.distribution, draws.call_seed(command.draws.seed, 0),
                             self.device, self.fixed, self.values)
         flags_before = guards.read_global_flags()
+        times: list[float] = []  # the CPU's observer sees calls, not their device time
         try:
             if self.device == "cuda":
-                names, out = self.cuda_kernels(inputs)
+                names, times, out = self.cuda_kernels(inputs)
             else:
                 names, out = self.cpu_extension_calls(inputs)
         except BaseException:
@@ -324,7 +325,8 @@ class Executor:
         if changed:
             problems.append(f"the candidate modified its input(s) {changed} in place")
         reply = Reply(id=command.id, flags=flags, problems=problems, kernels=names[:MAX_KERNEL_NAMES],
-                      kernel_count=len(names), libraries=kernels.candidate_libraries(), output=value_info(out))
+                      kernel_times_us=times[:MAX_KERNEL_NAMES], kernel_count=len(names),
+                      libraries=kernels.candidate_libraries(), output=value_info(out))
         return self.ship(reply, cmp.snapshot(out), [], state=False)
 
     def finish(self, command: Finish) -> Reply:
@@ -466,7 +468,8 @@ class Executor:
         self.guard = guards.StateGuard(self.request.watch)
         return flags
 
-    def cuda_kernels(self, inputs: list) -> tuple[list[str], object]:
+    def cuda_kernels(self, inputs: list) -> tuple[list[str], list[float], object]:
+        """(kernel names in launch order, each one's device time in µs, the output)."""
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
@@ -476,7 +479,8 @@ class Executor:
             torch.cuda.synchronize()
         events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
         events.sort(key=lambda e: e.time_range.start)
-        return [e.name for e in events if not e.name.startswith(("Memcpy", "Memset"))], out
+        launched = [e for e in events if not e.name.startswith(("Memcpy", "Memset"))]
+        return [e.name for e in launched], [float(e.time_range.elapsed_us()) for e in launched], out
 
     def cpu_extension_calls(self, inputs: list) -> tuple[list[str], object]:
         modules = kernels.extension_calls(kernels.candidate_libraries(), sys.modules)

@@ -4,7 +4,7 @@
     built    = init_phase(session, imported)    ModelNew built, the reference's weights loaded
     checked  = check_phase(session, built)      checked calls compared with the float64 reference
     timed    = time_phase(session, checked)     timed calls, their outputs, the buffers after them
-    profiled = profile_phase(session, timed)    which kernels one forward launches
+    profiled = profile_phase(session, timed)    which kernels one forward launches (CUDA: with their times)
     verdict  = compose(session, results, outcome)
 
 Each phase takes the previous phase's result (frozen) and returns its own, or raises `Judged`
@@ -42,9 +42,10 @@ from evaluator.protocol import (
     Call, Construct, Draws, Finish, LoadState, Profile, Reply, SendKept, SendState, Time, ValueInfo, Warmup, pack,
 )
 from evaluator.records import (
-    Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status, TimingCheck, TimingStats, Verdict, merge_flags,
+    Correctness, Flag, FlagPolicy, ModeCheck, Phase, Roofline, Status, TimingCheck, TimingStats, Verdict,
+    merge_flags,
 )
-from evaluator.timing import physical_floor_ms, summarize
+from evaluator.timing import physical_floor_ms, roofline, summarize
 
 if TYPE_CHECKING:
     from evaluator.referee import Referee
@@ -190,6 +191,7 @@ class Timed:
 @dataclass(frozen=True)
 class Profiled:
     kernels: tuple[str, ...] = ()
+    kernel_times_us: tuple[float, ...] = ()  # aligned with `kernels`; empty when unknown (the CPU)
     kernel_count: int | None = None
     custom_kernels: tuple[str, ...] = ()
 
@@ -312,11 +314,15 @@ def check_phase(session: Session, built: Built) -> Checked:
     train = problem.mode == "train"
     reference64 = built.reference64
     main = cmp.ModeAccumulator(problem.mode, referee.tolerances)
+    by_distribution: dict[str, cmp.ModeAccumulator] = {}
     seeds: list[int] = []
     for distribution in problem.distributions:
+        # each distribution's trials apart too, so the verdict says which one failed
+        acc = by_distribution[distribution] = cmp.ModeAccumulator(problem.mode, referee.tolerances)
         for _ in range(problem.trials):
             seeds.append(session.seed())
-            trial(session, reference64, distribution, seeds[-1], train=train, acc=main)
+            trial(session, reference64, distribution, seeds[-1], train=train, acc=acc)
+        main.merge(acc)
     unwritten = None
     if main.passed:  # a failing candidate is judged already
         seeds.append(session.seed())
@@ -334,7 +340,8 @@ def check_phase(session: Session, built: Built) -> Checked:
     correctness = Correctness(
         tiers=record.tiers, max_abs_err=record.max_abs_err, max_rel_err=record.max_rel_err, main=record,
         eval_mode=eval_check.record() if eval_check else None, distributions=list(problem.distributions),
-        seeds=seeds, buffers_checked=list(reference64.state_dict()))
+        seeds=seeds, buffers_checked=list(reference64.state_dict()),
+        by_distribution={name: acc.record() for name, acc in by_distribution.items()})
     if eval_check is not None and not eval_check.passed:
         session.add([Flag(name="eval_mode_incorrect", policy=FlagPolicy.reject, reason=(
             "wrong in eval mode (after module.eval(); for BatchNorm: normalized with the running "
@@ -587,9 +594,9 @@ def recheck(session: Session, checked: Checked, replayed: torch.nn.Module) -> No
 # ------------------------------------------------------------------------------------------ profile
 
 def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
-    """One more forward, observed by the executor: which kernels it launched (CUDA) or which of the
-    candidate's extension functions it called (CPU). None of the candidate's own is
-    `no_custom_kernel` (flag). Its output is compared too."""
+    """One more forward, observed by the executor: which kernels it launched and each one's device time
+    (CUDA) or which of the candidate's extension functions it called (CPU). None of the candidate's own
+    is `no_custom_kernel` (flag). Its output is compared too."""
     referee = session.referee
     spec = Draws(seed=session.seed(), distribution=referee.problem.distributions[0], count=1)
     reply = session.request(Profile(id=0, draws=spec, train=referee.problem.mode == "train"))
@@ -597,6 +604,9 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
         session.add([Flag(name="profiler_failed", reason=f"the kernel listing failed: {reply.error}"[:500])])
         return Profiled()
     names = [str(n)[:500] for n in reply.kernels[:MAX_KERNEL_NAMES]]
+    times = reply.kernel_times_us[:MAX_KERNEL_NAMES]
+    if len(times) != len(names) or not all(math.isfinite(t) and t >= 0 for t in times):
+        times = []  # informative only (feedback), never judged: times that do not fit the names are dropped
     count = max(reply.kernel_count or 0, len(names))
     if referee.device == "cuda":
         own = own_kernels(names, set(referee.reference_kernels), reply.libraries,
@@ -609,7 +619,7 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
         where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
         session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
     spot(session, checked, spot_references(session, checked, built), reply, spec, 0, "the profiled call", True)
-    return Profiled(kernels=tuple(names), kernel_count=count, custom_kernels=tuple(own))
+    return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own))
 
 
 # ------------------------------------------------------------------------------------------ the verdict
@@ -672,6 +682,17 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         speedup={name: stats.median_ms / timing.median_ms for name, stats in baselines.items()} if timing else {},
         timing_check=timed.check if timed else None, flags=merge_flags(flags),
         kernels=list(profiled.kernels) if profiled else [], kernel_count=profiled.kernel_count if profiled else None,
+        kernel_times_us=list(profiled.kernel_times_us) if profiled else [],
         custom_kernels=list(profiled.custom_kernels) if profiled else [],
-        runtime_floor_ms=timed.floor_ms if timed else None, phase_seconds=dict(session.phase_seconds),
-        environment=environment)
+        runtime_floor_ms=timed.floor_ms if timed else None,
+        roofline=forward_roofline(referee, timing.median_ms) if timing else None,
+        phase_seconds=dict(session.phase_seconds), environment=environment)
+
+
+def forward_roofline(referee: Referee, median_ms: float) -> Roofline:
+    """The accepted median time against the device's peaks, from the referee's own numbers: the problem's
+    FLOPs, and the bytes a forward must move (inputs and the reference's parameters and buffers read,
+    the output written)."""
+    return roofline(referee.problem.flop_count(referee.size),
+                    referee.input_nbytes + referee.state_nbytes + referee.output_nbytes, median_ms,
+                    referee.device, referee.environment.device_name)

@@ -210,6 +210,8 @@ class Reply(Message):
     host_ms: list[float] = Field(default_factory=list, description="warmup/time: per timed call, the host clock.")
     kept: list[int] = Field(default_factory=list, description="time: the timed calls whose outputs are kept.")
     kernels: list[str] = Field(default_factory=list, description="profile: what the forward launched, in order.")
+    kernel_times_us: list[float] = Field(default_factory=list, description=(
+        "profile, CUDA: each of `kernels`' device time (µs, the profiler's), in the same order; empty on the CPU."))
     libraries: list[str] = Field(default_factory=list, description="profile: shared libraries the candidate built.")
     kernel_count: int | None = Field(None, description="profile: launches in all (`kernels` holds at most 256).")
 

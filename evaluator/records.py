@@ -94,6 +94,9 @@ class Correctness(Record):
     distributions: list[str] = Field(description="Input distributions used.")
     seeds: list[int] = Field(description="Seeds of the trials, to reproduce them.")
     buffers_checked: list[str] = Field(description="State-dict entries compared after the calls.")
+    by_distribution: dict[str, ModeCheck] = Field(default_factory=dict, description=(
+        "Input distribution -> the main mode's trials on inputs drawn from it (which distribution failed); "
+        "empty on verdicts made before it was recorded."))
 
 
 class TimingStats(Record):
@@ -163,6 +166,31 @@ class TimingCheck(Record):
     agrees: bool = Field(description="referee_ms <= limit_ms; otherwise the `timing_mismatch` flag (reject).")
 
 
+class Roofline(Record):
+    """One forward's median time against the device's peaks (evaluator.timing.device_peak): the problem's
+    FLOPs and the fewest bytes a forward must move, per second, and as fractions of the peaks. Computed by
+    the referee from its own numbers (the problem, the reference, the median time it accepted)."""
+
+    peaks: str = Field(description=(
+        "Whose peaks: an entry of evaluator.timing.GPU_PEAKS (`H100 SXM`), the largest known ones for an "
+        "unknown GPU, or the CPU's generous bound."))
+    flops: float | None = Field(description="FLOPs of one forward (the problem's `flops` at this size); null when "
+                                            "the problem gives none.")
+    min_bytes: int = Field(description=(
+        "Bytes one forward must move at least: its inputs and the reference's parameters and buffers read "
+        "once, its output written once."))
+    tflops: float | None = Field(description="Achieved TFLOP/s: flops / the median time; null without flops.")
+    bandwidth_tbs: float = Field(description="Achieved TB/s: min_bytes / the median time.")
+    peak_fp32_tflops: float = Field(description="The device's plain fp32 (FMA) rate, TFLOP/s.")
+    peak_tf32_tflops: float = Field(description="Its dense TF32 tensor-core rate, TFLOP/s.")
+    peak_tensor_tflops: float = Field(description="Its dense fp16/bf16 tensor-core rate, TFLOP/s.")
+    peak_bandwidth_tbs: float | None = Field(description="Its memory bandwidth, TB/s; null where unknown (the CPU).")
+    fraction_fp32: float | None = Field(description="tflops / peak_fp32_tflops.")
+    fraction_tf32: float | None = Field(description="tflops / peak_tf32_tflops.")
+    fraction_tensor: float | None = Field(description="tflops / peak_tensor_tflops.")
+    fraction_bandwidth: float | None = Field(description="bandwidth_tbs / peak_bandwidth_tbs.")
+
+
 class BaselineSource(Record):
     """Which timing of the baselines a verdict's speedups divide by: taken by the referee, in its own
     process (which never runs candidate code), with no candidate process alive on the device."""
@@ -202,6 +230,9 @@ class Verdict(Record):
         "What one candidate forward launched, in launch order (at most 256 names, `kernel_count` has the "
         "total): on CUDA the GPU kernels the profiler saw (memcpy/memset left out); on the CPU the "
         "functions of the candidate's own extensions that forward called. Empty when not run."))
+    kernel_times_us: list[float] = Field(default_factory=list, description=(
+        "CUDA: the device time of each of `kernels` (µs, the profiler's, as the executor reported it), in the "
+        "same order; empty on the CPU and when not run."))
     kernel_count: int | None = Field(None, description="Number of launches `kernels` stands for; null when not run.")
     custom_kernels: list[str] = Field(default_factory=list, description=(
         "Distinct names among `kernels` that come from the candidate itself (found in its own extension "
@@ -209,6 +240,8 @@ class Verdict(Record):
     runtime_floor_ms: float | None = Field(None, description=(
         "Physical lower bound of one forward on this device (FLOPs at the tensor-core peak, bytes read at "
         "the memory bandwidth); a runtime below it is flagged `implausible`."))
+    roofline: Roofline | None = Field(None, description=(
+        "The median time against the device's peaks (achieved TFLOP/s and bandwidth); null when not timed."))
     phase_seconds: dict[str, float] = Field(default_factory=dict, description="Wall time per worker phase.")
     environment: Environment | None = Field(None, description="Device and versions of the worker.")
     stdout_tail: str = Field("", description="Last part of the candidate's stdout (capped).")

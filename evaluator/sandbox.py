@@ -22,6 +22,7 @@ import functools
 import hashlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,7 +72,7 @@ class EvalOptions(BaseModel):
     run_rejected: bool = Field(False, description=(
         "Run candidates whose static checks give a `reject` flag (contained, like any other), for people "
         "studying hacks. By default they are `rejected` without their code ever running."))
-    baselines: list[str] | None = Field(None, description="Baselines to time (see DEFAULT_BASELINES).")
+    baselines: list[str] | None = Field(None, description="Baselines to time (see `default_baselines`).")
     baseline_every: int = Field(8, ge=1, description=(
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
@@ -87,6 +88,16 @@ class EvalOptions(BaseModel):
     output_cap_bytes: int = Field(1 << 20, description="Bytes of stdout and of stderr kept (the tail).")
     log_root: Path | None = Field(None, description="Where per-candidate logs go (default .harness/logs).")
     cache_dir: Path | None = Field(None, description="Extension build cache (default ~/.cache/kernelharness).")
+
+
+def default_baselines(problem: ProblemSpec, device: str) -> list[str]:
+    """DEFAULT_BASELINES for the device; on CUDA the problem's `[bench] ceilings` too (for gemm_scale_bn
+    `part:gemm_tf32`, cuBLAS's GEMM alone), so every verdict knows its gap to them. The referee times
+    baselines once a round, not once a candidate: they cost little."""
+    names = list(DEFAULT_BASELINES[device])
+    if device == "cuda":
+        names += [c for c in problem.bench.ceilings if c not in names]
+    return names
 
 
 def resolve_device(device: str | None) -> str:
@@ -280,8 +291,6 @@ class RefereeClient:
             except OSError:
                 pass
         code, self.proc = self.proc.returncode, None
-        import shutil
-
         shutil.rmtree(self.folder, ignore_errors=True)
         return code
 
@@ -295,7 +304,8 @@ class Evaluator:
         self.device = resolve_device(options.device)
         self.size = options.size or self.problem.default_size_for(self.device)
         self.problem.size_values(self.size)  # fail now on an unknown size
-        self.baselines = options.baselines if options.baselines is not None else DEFAULT_BASELINES[self.device]
+        self.baselines = options.baselines if options.baselines is not None else default_baselines(self.problem,
+                                                                                                    self.device)
         self.cache_dir = options.cache_dir or default_cache_dir()
         self.log_root = options.log_root or Path(".harness") / "logs"
         self.compile_timeout = options.compile_timeout_s or self.problem.timeouts.compile_s

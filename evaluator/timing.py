@@ -11,11 +11,13 @@ them afterwards changes nothing here. Optional `before`/`after` hooks run outsid
 window: they give every call fresh inputs and keep outputs for the referee to compare.
 
 `physical_floor_ms` gives the time under which one forward cannot run on a device: its FLOPs
-at the device's tensor-core peak, or the bytes it must read at its memory bandwidth.
+at the device's tensor-core peak, or the bytes it must read at its memory bandwidth. `roofline`
+puts a forward's time against the same peaks (achieved TFLOP/s and bandwidth, and their fractions).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import statistics
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.records import TimingStats
+from evaluator.records import Roofline, TimingStats
 
 _perf_counter = time.perf_counter  # bound before any candidate is imported
 _synchronize = torch.cuda.synchronize
@@ -214,3 +216,23 @@ def physical_floor_ms(flops: float | None, bytes_read: float | None, device: str
         parts.append(f"{bytes_read / 1e6:.3g} MB read at {peak.bandwidth_tbs:g} TB/s = {memory * 1e3:.3g} us")
         floor = memory if floor is None else max(floor, memory)
     return floor, f"{peak.name}: " + "; ".join(parts)
+
+
+def roofline(flops: float | None, min_bytes: int, median_ms: float, device: str, device_name: str) -> Roofline:
+    """A forward of `flops` FLOPs that must move `min_bytes` bytes, done in `median_ms`, against the
+    device's peaks (`device_peak`)."""
+    peak = device_peak(device, device_name)
+    seconds = median_ms * 1e-3
+    tflops = flops / seconds / 1e12 if flops and seconds > 0 else None
+    bandwidth = min_bytes / seconds / 1e12 if seconds > 0 else 0.0
+    known_bandwidth = peak.bandwidth_tbs if math.isfinite(peak.bandwidth_tbs) else None
+
+    def fraction(achieved: float | None, of: float | None) -> float | None:
+        return achieved / of if achieved is not None and of else None
+
+    return Roofline(peaks=peak.name, flops=flops or None, min_bytes=min_bytes, tflops=tflops, bandwidth_tbs=bandwidth,
+                    peak_fp32_tflops=peak.fp32_tflops, peak_tf32_tflops=peak.tf32_tflops,
+                    peak_tensor_tflops=peak.tensor_tflops, peak_bandwidth_tbs=known_bandwidth,
+                    fraction_fp32=fraction(tflops, peak.fp32_tflops), fraction_tf32=fraction(tflops, peak.tf32_tflops),
+                    fraction_tensor=fraction(tflops, peak.tensor_tflops),
+                    fraction_bandwidth=fraction(bandwidth, known_bandwidth))

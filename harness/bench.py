@@ -22,15 +22,14 @@ from rich.table import Table
 from evaluator.assets import golden_files
 from evaluator.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem
 from evaluator.records import Status, Verdict
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator
+from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines
 
-STANDARD_BASELINES = ["eager", "eager_tf32", "compile", "compile_tf32"]
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 def bench_baselines(spec: ProblemSpec) -> list[str]:
-    """The usual baselines, then the problem's ceilings."""
-    return STANDARD_BASELINES + [c for c in spec.bench.ceilings if c not in STANDARD_BASELINES]
+    """The usual CUDA baselines, then the problem's ceilings (what every CUDA evaluation times)."""
+    return default_baselines(spec, "cuda")
 
 
 def golden_candidates() -> list[CandidateFile]:

@@ -25,20 +25,32 @@ than p times the baseline), the geometric mean and the best speedup over correct
 and the tokens and request latency spent (from the generations table). A sample is a
 requested generation: samples whose request failed (`no_reply`) or that were not evaluated
 (`not_evaluated`) count in the denominator too.
+
+Refinement turns (`harness run --turns T`): a candidate of turn t >= 2 refines its `parent`
+(sample `0/2/3`: sample 0, refined at turn 2, then at turn 3); the first-turn sample it
+descends from is its chain. When a board holds a candidate of turn > 1, and only then, its
+rows show the turn and the parent, and each model x variant with such candidates gets: one
+summary row per turn (the same metrics over the samples asked for at that turn: fast_p's
+denominator is that turn's requests), one row per chain (its best ranked candidate by the
+leaderboard's order, whether it was rescued: its first-turn candidate is not ranked but a
+later one is, and the tokens and request latency of all its turns), and the count of chains
+and rescued chains in its summary row. Every turn's candidates are also ordinary samples of
+the run's summary row (whose fast_p is over all of them).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from evaluator.identity import Judge
 from evaluator.records import Flag, FlagPolicy, Status, Verdict
 from harness.outcomes import Outcome
-from harness.records import Run
+from harness.records import Candidate, Generation, Run
 from harness.store import NO_MODEL, Store, VerdictRow
 from harness.text import short_text
 
@@ -49,6 +61,8 @@ FAST_P_BASELINES = ("eager", "compile")
 
 # Whether a verdict was judged by the current rules: (verdict) -> None when it was, else why not.
 StalenessCheck = Callable[[Verdict], "str | None"]
+# Anything with a `candidate_id: str` and a `verdict: Verdict | None` (e.g. pipeline.SampleOutcome).
+Judged = TypeVar("Judged")
 
 
 # -- pure metrics ---------------------------------------------------------------------------------
@@ -127,6 +141,23 @@ class Entry:
     verdict_key: str | None = None
     source_sha256: str | None = None
     created: str | None = None
+    turn: int = 1                 # refinement turn that produced it (1: the first reply)
+    parent: str | None = None     # id of the candidate it refines (turns >= 2)
+
+    @property
+    def chain(self) -> str | None:
+        """The first-turn sample its chain of turns starts from (`0` for `0/2/3`; its own sample on turn 1)."""
+        if self.sample is None or self.turn == 1:
+            return self.sample
+        return self.sample.split("/", 1)[0]
+
+    @property
+    def parent_sample(self) -> str | None:
+        """The parent's sample within the run (`0/2`), or its id when it is in another run."""
+        if self.parent is None:
+            return None
+        prefix = f"{self.run_id}/"
+        return self.parent[len(prefix):] if self.run_id and self.parent.startswith(prefix) else self.parent
 
     @property
     def section(self) -> str:
@@ -140,9 +171,12 @@ class Entry:
         return self.outcome.value if self.outcome in (Outcome.below_tier, Outcome.rejected, Outcome.stale) \
             else self.status
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, turns: bool = False) -> dict[str, Any]:
+        """The row as JSON; `turns` adds its turn, parent and chain (boards with refinement turns)."""
+        lineage = {"turn": self.turn, "parent": self.parent, "chain": self.chain} if turns else {}
         return {
             "section": self.section, "rank": self.rank, "kind": self.kind, "candidate": self.name, "gpu": self.gpu,
+            **lineage,
             "run_id": self.run_id, "sample": self.sample, "candidate_id": self.candidate_id, "model": self.model,
             "variant": self.variant, "problem": self.problem, "size": self.size, "status": self.status,
             "outcome": self.outcome.value, "tiers": self.tiers, "max_abs_err": self.max_abs_err,
@@ -175,15 +209,66 @@ class SummaryRow:
     total_tokens: int = 0
     latency_s: float = 0.0
     reference: bool = False            # golden kernels: not part of `all`
+    turn: int | None = None            # a row of one refinement turn's samples (None: all turns)
+    chains: int | None = None          # chains of refinement turns (None: no candidate of turn > 1)
+    rescued: int | None = None         # chains whose first turn is not ranked and a later turn is
 
     def to_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"turn": self.turn} if self.turn is not None else {}
+        if self.chains is not None:
+            extra.update(chains=self.chains, rescued_chains=self.rescued)
         return {
-            "model": self.model, "variant": self.variant, "samples": self.samples, "counts": self.counts,
+            "model": self.model, "variant": self.variant, **extra, "samples": self.samples, "counts": self.counts,
             "correct_at_tier": self.ranked, "below_tier": self.below_tier, "rejected": self.rejected,
             "fast_p": self.fast_p, "geomean_speedup": self.geomean, "best_speedup": self.best,
             "requests": self.requests, "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens, "total_tokens": self.total_tokens,
             "latency_s": round(self.latency_s, 3), "reference": self.reference,
+        }
+
+
+@dataclass
+class ChainRow:
+    """One chain of refinement turns: a run's first-turn sample and every candidate refined from it."""
+
+    run_id: str
+    chain: str                        # the first-turn sample (`0`)
+    model: str
+    variant: str
+    entries: list[Entry]              # by turn, then name
+    best: Entry | None                # the best ranked candidate (the leaderboard's order); None when none is
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    latency_s: float = 0.0
+
+    @property
+    def first(self) -> Entry | None:
+        """The first turn's candidate."""
+        return next((e for e in self.entries if e.turn == 1), None)
+
+    @property
+    def turns(self) -> int:
+        """The last turn asked for."""
+        return max(e.turn for e in self.entries)
+
+    @property
+    def rescued(self) -> bool:
+        """Its first turn is not ranked, a later one is."""
+        first = self.first
+        return self.best is not None and (first is None or first.outcome != Outcome.correct)
+
+    def to_dict(self) -> dict[str, Any]:
+        first, best = self.first, self.best
+        return {
+            "run_id": self.run_id, "chain": self.chain, "model": self.model, "variant": self.variant,
+            "samples": len(self.entries), "turns": self.turns, "first_outcome": first.outcome.value if first else None,
+            "best": best.name if best else None, "best_turn": best.turn if best else None,
+            "best_speedup": dict(best.speedup) if best else None, "rescued": self.rescued,
+            "candidates": [e.name for e in self.entries], "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens, "latency_s": round(self.latency_s, 3),
         }
 
 
@@ -197,10 +282,17 @@ class Board:
     ranked: list[Entry] = field(default_factory=list)
     unranked: list[Entry] = field(default_factory=list)
     summary: list[SummaryRow] = field(default_factory=list)
+    turns: list[SummaryRow] = field(default_factory=list)    # per model x variant x turn, where turns > 1 exist
+    chains: list[ChainRow] = field(default_factory=list)     # the chains of runs with turns > 1
 
     @property
     def candidates(self) -> list[Entry]:
         return self.ranked + self.unranked
+
+    @property
+    def multi_turn(self) -> bool:
+        """Some candidate comes from a refinement turn: the board shows turns, parents and chains."""
+        return any(e.turn > 1 for e in self.candidates)
 
     @property
     def rows(self) -> list[Entry]:
@@ -216,8 +308,12 @@ class Board:
         return f"Leaderboard on {self.gpu} (ranked by speedup vs eager; tier {self.tier})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "tier": self.tier, "rows": [e.to_dict() for e in self.rows],
-                "summary": [s.to_dict() for s in self.summary]}
+        turns = self.multi_turn
+        out = {"gpu": self.gpu, "tier": self.tier, "rows": [e.to_dict(turns) for e in self.rows],
+               "summary": [s.to_dict() for s in self.summary]}
+        if turns:
+            out.update(turns=[s.to_dict() for s in self.turns], chains=[c.to_dict() for c in self.chains])
+        return out
 
 
 @dataclass
@@ -240,7 +336,9 @@ def _row_gpu(row: VerdictRow) -> str:
     return env.device_name if env is not None and env.device_name else row.device_name
 
 
-def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: StalenessCheck | None = None) -> Entry:
+def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: StalenessCheck | None = None,
+                   candidate: Candidate | None = None) -> Entry:
+    """The board row of a judged candidate; `candidate` (its record) gives its turn and parent."""
     v = row.verdict
     golden = run is not None and run.mode == "golden"
     outcome, reason = classify(v, tier, staleness(v) if staleness is not None else None)
@@ -254,6 +352,7 @@ def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: Stale
         max_rel_err=v.correctness.max_rel_err if v.correctness else None,
         runtime_ms=v.runtime_ms, speedup=dict(v.speedup), flags=list(v.flags), verdict=v,
         verdict_key=row.verdict_key, source_sha256=row.source_sha256, created=row.created,
+        turn=candidate.turn if candidate is not None else 1, parent=candidate.parent if candidate is not None else None,
     )
 
 
@@ -269,17 +368,37 @@ def _run_matches(run: Run, f: Filters) -> bool:
             and (f.size is None or cfg.get("size") == f.size) and (f.gpu is None or run.device_name == f.gpu))
 
 
+def sample_path_key(sample: str) -> tuple:
+    """Orders sample paths numerically: `2` < `10`, `0` < `0/2` < `0/2/3` < `1`."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in sample.split("/"))
+
+
+def _turn_of_path(path: str) -> int:
+    # `0/2/3` was asked for at turn 3 (its last step), `0` at turn 1
+    last = path.rsplit("/", 1)[-1]
+    return int(last) if "/" in path and last.isdigit() else 1
+
+
 def missing_sample_entries(store: Store, run: Run, judged: set[str]) -> list[Entry]:
-    """Samples of a generate run without a verdict: failed requests and unevaluated candidates."""
+    """Samples of a generate run without a verdict: failed requests and unevaluated candidates,
+    of every turn (a later turn's sample is the path its generation's `lineage` names)."""
     samples = int(run.config.get("samples") or 0)
-    generations = {g.sample_index: g for g in store.list_generations(run.id)}
+    generations: dict[str, Generation] = {}
+    for g in sorted(store.list_generations(run.id), key=lambda g: g.created):  # the newest of a path wins
+        path = g.lineage if g.turn > 1 else str(g.sample_index)
+        if path is not None:
+            generations[path] = g
     candidates = {c.id: c for c in store.list_candidates(run.id)}
+    refined = {c.sample for c in candidates.values() if c.turn > 1}
     entries = []
-    for index in sorted(set(range(samples)) | set(generations)):
-        cid = f"{run.id}/{index}"
+    for path in sorted({str(i) for i in range(samples)} | set(generations) | refined, key=sample_path_key):
+        cid = f"{run.id}/{path}"
         if cid in judged:
             continue
-        gen = generations.get(index)
+        gen = generations.get(path)
+        candidate = candidates.get(cid)
+        turn = candidate.turn if candidate else gen.turn if gen else _turn_of_path(path)
+        parent = candidate.parent if candidate else (f"{run.id}/{path.rsplit('/', 1)[0]}" if "/" in path else None)
         if cid in candidates:
             outcome, reason = Outcome.not_evaluated, "parsed, never evaluated (--no-eval, or the run stopped)"
         elif gen is not None and gen.completion.error is not None:
@@ -290,8 +409,8 @@ def missing_sample_entries(store: Store, run: Run, judged: set[str]) -> list[Ent
         entries.append(Entry(
             kind="candidate", name=cid, gpu=run.device_name, problem=_run_problem(run),
             size=str(run.config.get("size") or ""), status=outcome.value, outcome=outcome, reason=reason,
-            run_id=run.id, sample=str(index), candidate_id=cid, model=run.config.get("model") or NO_MODEL,
-            variant=run.config.get("variant") or NO_MODEL))
+            run_id=run.id, sample=path, candidate_id=cid, model=run.config.get("model") or NO_MODEL,
+            variant=run.config.get("variant") or NO_MODEL, turn=turn, parent=parent))
     return entries
 
 
@@ -323,9 +442,38 @@ def baseline_entries(entries: Sequence[Entry], gpu: str) -> list[Entry]:
     return out
 
 
+def _speed_order(eager: float | None, runtime_ms: float | None, name: str) -> tuple:
+    # fastest vs eager first, those without an eager speedup last (by runtime), then by name
+    return (eager is None, -(eager or 0.0), runtime_ms if runtime_ms is not None else math.inf, name)
+
+
 def _rank_key(e: Entry) -> tuple:
-    s = e.speedup.get("eager")
-    return (s is None, -(s or 0.0), e.runtime_ms if e.runtime_ms is not None else math.inf, e.name)
+    return _speed_order(e.speedup.get("eager"), e.runtime_ms, e.name)
+
+
+def rank_key(verdict: Verdict, name: str = "") -> tuple:
+    """The leaderboard's order among rankable verdicts, as a sort key (smaller is better): speedup
+    vs eager (fastest first; none last, by runtime), then `name` (the board uses the candidate's
+    name, `<run-id>/<sample>`, which is its id in a generate run)."""
+    return _speed_order(verdict.speedup.get("eager"), verdict.runtime_ms, name)
+
+
+def ranked(verdicts: Mapping[str, Verdict], tier: str = "loose", staleness: StalenessCheck | None = None) -> list[str]:
+    """The leaderboard's rule over `verdicts` (name -> verdict, e.g. a run's candidate ids): the names
+    of those it would rank at `tier` (correct at the tier, no reject or implausible flag, and current
+    under `staleness` when given), best first. Pure: nothing is read from a store."""
+    rankable = [name for name, v in verdicts.items()
+                if classify(v, tier, staleness(v) if staleness is not None else None)[0] == Outcome.correct]
+    return sorted(rankable, key=lambda name: rank_key(verdicts[name], name))
+
+
+def ranked_outcomes(outcomes: Iterable[Judged], judge: Judge | None = None, tier: str = "loose") -> list[Judged]:
+    """`ranked` over objects with a `candidate_id` and a `verdict` (None: not judged), such as the
+    pipeline's sample outcomes: those the leaderboard would rank at `tier`, best first. With
+    `judge`, a verdict judged by other rules is not ranked (it is stale)."""
+    by_id = {o.candidate_id: o for o in outcomes if o.verdict is not None}
+    staleness = None if judge is None else (lambda v: None if v.judge == judge else "judged by other rules")
+    return [by_id[cid] for cid in ranked({cid: o.verdict for cid, o in by_id.items()}, tier, staleness)]
 
 
 def _outcome_key(e: Entry) -> tuple:
@@ -364,14 +512,55 @@ def summarize(entries: Sequence[Entry], model: str, variant: str, runs: Sequence
                      rejected=sum(e.outcome == Outcome.rejected for e in entries), fast_p=fast, geomean=geo,
                      best=best, reference=reference)
     for run in runs:
-        for g in (generations or {}).get(run.id, []):
-            usage = g.completion.usage
-            row.requests += g.completion.attempts
-            row.prompt_tokens += usage.prompt_tokens or 0
-            row.completion_tokens += usage.completion_tokens or 0
-            row.total_tokens += usage.total_tokens or ((usage.prompt_tokens or 0) + (usage.completion_tokens or 0))
-            row.latency_s += g.completion.latency_s
+        add_spend(row, (generations or {}).get(run.id, []))
     return row
+
+
+def add_spend(row: SummaryRow | ChainRow, generations: Iterable[Generation]) -> None:
+    """Add the requests, tokens and request latency of `generations` to `row`."""
+    for g in generations:
+        usage = g.completion.usage
+        row.requests += g.completion.attempts
+        row.prompt_tokens += usage.prompt_tokens or 0
+        row.completion_tokens += usage.completion_tokens or 0
+        row.total_tokens += usage.total_tokens or ((usage.prompt_tokens or 0) + (usage.completion_tokens or 0))
+        row.latency_s += g.completion.latency_s
+
+
+def chain_rows(entries: Sequence[Entry], model: str, variant: str,
+               generations: dict[str, list[Generation]] | None = None) -> list[ChainRow]:
+    """One row per chain of the runs among `entries` that have a candidate of turn > 1: its
+    candidates, its best ranked one, and what its requests (every turn's) cost."""
+    multi = {e.run_id for e in entries if e.turn > 1}
+    by_chain: dict[tuple[str, str], list[Entry]] = {}
+    for e in entries:
+        if e.run_id in multi and e.chain is not None:
+            by_chain.setdefault((e.run_id, e.chain), []).append(e)
+    rows = []
+    for (run_id, chain), members in sorted(by_chain.items(), key=lambda kv: (kv[0][0], sample_path_key(kv[0][1]))):
+        members.sort(key=lambda e: (e.turn, sample_path_key(e.sample or "")))
+        good = [e for e in members if e.outcome == Outcome.correct]
+        row = ChainRow(run_id=run_id, chain=chain, model=model, variant=variant, entries=members,
+                       best=min(good, key=_rank_key) if good else None)
+        add_spend(row, (g for g in (generations or {}).get(run_id, []) if str(g.sample_index) == chain))
+        rows.append(row)
+    return rows
+
+
+def turn_rows(entries: Sequence[Entry], model: str, variant: str, runs: Sequence[Run],
+              generations: dict[str, list[Generation]] | None, timed: set[str] | None) -> list[SummaryRow]:
+    """One summary row per turn of `entries` (when some is of turn > 1): the metrics over the samples
+    asked for at that turn (fast_p's denominator), the tokens and latency of that turn's requests."""
+    turns = sorted({e.turn for e in entries})
+    if not turns or turns[-1] == 1:
+        return []
+    rows = []
+    for turn in turns:
+        of_turn = {run_id: [g for g in gens if g.turn == turn] for run_id, gens in (generations or {}).items()}
+        row = summarize([e for e in entries if e.turn == turn], model, variant, runs, of_turn, timed=timed)
+        row.turn = turn
+        rows.append(row)
+    return rows
 
 
 def build_boards(store: Store, filters: Filters | None = None, tier: str = "loose",
@@ -382,7 +571,8 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
     f = filters or Filters()
     rows = store.list_verdicts(run=f.run, model=f.model, problem=f.problem, size=f.size, variant=f.variant)
     runs = {r.id: r for r in store.list_runs()}
-    entries = [entry_from_row(r, runs.get(r.run_id), tier, staleness) for r in rows]
+    records = {c.id: c for run_id in sorted({r.run_id for r in rows}) for c in store.list_candidates(run_id)}
+    entries = [entry_from_row(r, runs.get(r.run_id), tier, staleness, records.get(r.candidate_id)) for r in rows]
     judged = {r.candidate_id for r in rows}
     gen_runs = [run for run in runs.values() if run.mode == "generate" and _run_matches(run, f)]
     for run in gen_runs:
@@ -410,9 +600,18 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
         for (model, variant), members in sorted(groups.items()):
             members_runs = [run for run in board_runs if (run.config.get("model") or NO_MODEL) == model
                             and (run.config.get("variant") or NO_MODEL) == variant]
-            board.summary.append(summarize(members, model, variant, members_runs, generations, timed=timed))
+            row = summarize(members, model, variant, members_runs, generations, timed=timed)
+            chains = chain_rows(members, model, variant, generations)
+            if chains:
+                row.chains, row.rescued = len(chains), sum(c.rescued for c in chains)
+                board.chains += chains
+                board.turns += turn_rows(members, model, variant, members_runs, generations, timed)
+            board.summary.append(row)
         if cands:
-            board.summary.append(summarize(cands, "all", "all", board_runs, generations, timed=timed))
+            overall = summarize(cands, "all", "all", board_runs, generations, timed=timed)
+            if board.chains:
+                overall.chains, overall.rescued = len(board.chains), sum(c.rescued for c in board.chains)
+            board.summary.append(overall)
         if golden:
             board.summary.append(summarize(golden, "golden", NO_MODEL, reference=True, timed=timed))
         boards.append(board)

@@ -104,6 +104,11 @@ def run_cli(
     timeout: Optional[float] = typer.Option(None, help="Seconds per request (default: 600)."),
     retries: Optional[int] = typer.Option(None, min=0, help="Retries on 429/5xx/timeouts/connection errors (default: 4)."),
     retry_failed: Optional[bool] = typer.Option(None, "--retry-failed", help="Ask again for stored failed requests."),
+    turns: Optional[int] = typer.Option(None, min=1, help="Turns per sample: each later turn answers feedback on the last verdict (default: 1)."),
+    strategy: Optional[str] = typer.Option(None, help="What later turns refine: chain (each sample its own) or best (default: chain)."),
+    keep: Optional[int] = typer.Option(None, min=1, help="best: how many best candidates (and failing chains) each turn refines (default: 2)."),
+    max_evaluations: Optional[int] = typer.Option(None, min=1, help="Most candidates judged in the run, all turns together."),
+    feedback_template: Optional[str] = typer.Option(None, help="Template of the feedback message (default: feedback)."),
     evaluate: Optional[bool] = typer.Option(None, "--eval/--no-eval", help="Evaluate the candidates (default: on)."),
     compile_only: Optional[bool] = typer.Option(None, "--compile-only", help="Build candidates without running them."),
     run_rejected: Optional[bool] = typer.Option(None, "--run-rejected", help=(
@@ -123,6 +128,8 @@ def run_cli(
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
+    if strategy not in (None, "chain", "best"):
+        raise usage_error(f"--strategy must be chain or best, not {strategy!r}")
     body = None
     if extra_body is not None:
         try:
@@ -135,7 +142,9 @@ def run_cli(
         model=model, samples=samples, variant=variant, problem=problem, size=size, device=device, base_url=base_url,
         api_key_env=api_key_env, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
         extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
-        retry_failed=retry_failed, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected, jobs=jobs,
+        retry_failed=retry_failed, turns=turns, strategy=strategy, keep=keep, max_evaluations=max_evaluations,
+        feedback_template=feedback_template, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected,
+        jobs=jobs,
         store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )

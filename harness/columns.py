@@ -5,16 +5,20 @@ printed. The renderers (terminal, markdown, CSV, HTML) only pick which columns, 
 - `FULL_VIEW` (markdown), `CSV_VIEW` (raw values) and `compact_view(board)` (terminal and
   HTML: model and variant share a column, problem/size only when the board has several,
   speedup columns only for baselines timed on the board's GPU) are lists of those keys.
-- `SUMMARY_COLUMNS`, `OUTCOME_VIEW`, `SPEED_VIEW`: the same for the summary rows.
+  `full_view(board)` and `csv_view(boards)` add the turn and parent (`TURN_KEYS`, and the chain
+  in CSV) when a board holds a candidate of a refinement turn > 1; so does `compact_view`.
+- `SUMMARY_COLUMNS`, `OUTCOME_VIEW`, `SPEED_VIEW`: the same for the summary rows;
+  `outcome_view(board)` adds the chain counts, `TURN_VIEW` is the per-turn summary rows'.
+- `CHAIN_COLUMNS` and `chain_view(board)`: the rows of chains of refinement turns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.board import FAST_P, FAST_P_BASELINES, SPEEDUP_BASELINES, Board, Entry, SummaryRow
+from harness.board import FAST_P, FAST_P_BASELINES, SPEEDUP_BASELINES, Board, ChainRow, Entry, SummaryRow
 from harness.store import NO_MODEL
 from harness.text import fmt_err, fmt_flags, fmt_ms, fmt_share, fmt_speedup
 
@@ -69,6 +73,13 @@ _ENTRY_COLUMNS = [
     Column("sample", "sample", lambda e: e.sample or "", raw=lambda e: e.sample),
     Column("evaluations", "evaluations", lambda e: str(e.evaluations or ""), raw=lambda e: e.evaluations,
            numeric=True),
+    # refinement turns: shown only on boards with a candidate of turn > 1
+    Column("turn", "turn", lambda e: str(e.turn) if e.kind == "candidate" else "",
+           raw=lambda e: e.turn if e.kind == "candidate" else None, numeric=True),
+    Column("parent", "parent", lambda e: e.parent_sample or ("-" if e.kind == "candidate" else ""),
+           raw=lambda e: e.parent),
+    Column("chain", "chain", lambda e: e.chain or "" if e.kind == "candidate" else "",
+           raw=lambda e: e.chain if e.kind == "candidate" else None),
 ]
 ENTRY_COLUMNS: dict[str, Column] = {c.key: c for c in _ENTRY_COLUMNS}
 
@@ -80,17 +91,40 @@ CSV_VIEW = ("gpu", "section", "rank", "kind", "candidate", "model", "variant", "
             "evaluations")
 
 
+TURN_KEYS = ("turn", "parent")   # after the candidate, on boards with refinement turns
+
+
+def _with_turns(keys: Sequence[str], board: Board) -> list[str]:
+    keys = list(keys)
+    if board.multi_turn:
+        at = keys.index("candidate") + 1
+        keys[at:at] = TURN_KEYS
+    return keys
+
+
 def compact_view(board: Board) -> list[Column]:
     """The columns the terminal and the HTML report show for `board` (see the module docstring)."""
     timed = {b for e in board.rows for b in e.speedup}
-    keys = ["rank", "candidate", "model_variant"] + (["problem_size"] if len(board.groups) > 1 else [])
+    keys = _with_turns(["rank", "candidate", "model_variant"], board)
+    keys += ["problem_size"] if len(board.groups) > 1 else []
     keys += ["status", "tiers", "max_abs_err", "runtime_ms"]
     keys += [f"speedup_{b}" for b in SPEEDUP_BASELINES if b == "eager" or b in timed]
     return [ENTRY_COLUMNS[k] for k in keys + ["flags", "reason"]]
 
 
-def view(keys: tuple[str, ...]) -> list[Column]:
+def view(keys: Sequence[str]) -> list[Column]:
     return [ENTRY_COLUMNS[k] for k in keys]
+
+
+def full_view(board: Board) -> list[Column]:
+    """The markdown's columns for `board`: FULL_VIEW, with the turn and parent when it has turns."""
+    return view(_with_turns(FULL_VIEW, board))
+
+
+def csv_view(boards: Sequence[Board]) -> list[Column]:
+    """The CSV's columns: CSV_VIEW, then turn, parent and chain when a board has turns (at the end,
+    so the other columns keep their places)."""
+    return view(CSV_VIEW + (("turn", "parent", "chain") if any(b.multi_turn for b in boards) else ()))
 
 
 # -- summary rows ---------------------------------------------------------------------------------
@@ -132,11 +166,72 @@ _SUMMARY_COLUMNS = [
     Column("tokens", "tokens", lambda s: f"{s.total_tokens:,}" if s.requests else "-", numeric=True),
     Column("latency s", "latency s", lambda s: f"{s.latency_s:.1f}" if s.requests else "-", numeric=True),
     *[c for b in FAST_P_BASELINES for c in _speed_columns(b)],
+    # refinement turns
+    Column("turn", "turn", lambda s: str(s.turn) if s.turn is not None else "all", numeric=True),
+    Column("chains", "chains", lambda s: str(s.chains) if s.chains is not None else "-", numeric=True),
+    Column("rescued", "rescued", lambda s: str(s.rescued) if s.rescued is not None else "-", numeric=True),
 ]
 SUMMARY_COLUMNS: dict[str, Column] = {c.key: c for c in _SUMMARY_COLUMNS}
 OUTCOME_VIEW = ("model", "variant", "samples", *COUNTED_COLUMNS, "correct@tier", "not judged", "tokens", "latency s")
 SPEED_VIEW = ("model", "variant", *[c.key for b in FAST_P_BASELINES for c in _speed_columns(b)])
+# one row per model x variant x turn: `samples` are those asked for at that turn (fast_p's denominator)
+TURN_VIEW = ("model", "variant", "turn", "samples", "correct@tier", "not judged", "tokens", "latency s",
+             *[c.key for b in FAST_P_BASELINES for c in _speed_columns(b)])
+
+# What the tables of refinement turns hold (terminal, markdown and HTML).
+TURNS_CAPTION = ("One row per refinement turn: the samples asked for at that turn, and fast_p over them "
+                 "(correct@tier with speedup > p).")
+CHAINS_CAPTION = ("One row per chain (a first-turn sample and the candidates refined from it): its best ranked "
+                  "candidate; rescued when its first turn is not ranked and a later one is; tokens and request "
+                  "latency of all its turns.")
 
 
-def summary_view(keys: tuple[str, ...]) -> list[Column]:
+def summary_view(keys: Sequence[str]) -> list[Column]:
     return [SUMMARY_COLUMNS[k] for k in keys]
+
+
+def outcome_view(board: Board) -> list[Column]:
+    """The outcome summary's columns: OUTCOME_VIEW, then chains and rescued chains when the board has turns."""
+    return summary_view(OUTCOME_VIEW + (("chains", "rescued") if board.multi_turn else ()))
+
+
+# -- chains of refinement turns -------------------------------------------------------------------
+
+def _best_speedup(baseline: str) -> Column:
+    return Column(f"best_speedup_{baseline}", f"best × {baseline}",
+                  lambda c: fmt_speedup(c.best.speedup.get(baseline) if c.best else None),
+                  raw=lambda c: c.best.speedup.get(baseline) if c.best else None, numeric=True)
+
+
+def _first_outcome(c: ChainRow) -> str:
+    first = c.first
+    return first.shown_status if first is not None else "-"
+
+
+_CHAIN_COLUMNS = [
+    Column("run", "run", lambda c: c.run_id),
+    Column("chain", "chain", lambda c: c.chain),
+    Column("model_variant", "model / variant", lambda c: f"{c.model} / {c.variant}"),
+    Column("samples", "samples", lambda c: str(len(c.entries)), numeric=True),
+    Column("turns", "turns", lambda c: str(c.turns), numeric=True),
+    Column("turn 1", "turn 1", _first_outcome),
+    Column("best", "best", lambda c: c.best.sample or c.best.name if c.best else "-",
+           raw=lambda c: c.best.name if c.best else None),
+    Column("best turn", "best turn", lambda c: str(c.best.turn) if c.best else "-",
+           raw=lambda c: c.best.turn if c.best else None, numeric=True),
+    Column("best rank", "best rank", lambda c: str(c.best.rank) if c.best and c.best.rank else "-",
+           raw=lambda c: c.best.rank if c.best else None, numeric=True),
+    *[_best_speedup(b) for b in SPEEDUP_BASELINES],
+    Column("rescued", "rescued", lambda c: "yes" if c.rescued else "", raw=lambda c: c.rescued),
+    Column("tokens", "tokens", lambda c: f"{c.total_tokens:,}" if c.requests else "-", numeric=True),
+    Column("latency s", "latency s", lambda c: f"{c.latency_s:.1f}" if c.requests else "-", numeric=True),
+]
+CHAIN_COLUMNS: dict[str, Column] = {c.key: c for c in _CHAIN_COLUMNS}
+
+
+def chain_view(board: Board) -> list[Column]:
+    """The chains' columns: the best candidate's speedup vs each baseline timed on the board's GPU."""
+    timed = {b for e in board.rows for b in e.speedup}
+    keys = ["run", "chain", "model_variant", "samples", "turns", "turn 1", "best", "best turn", "best rank"]
+    keys += [f"best_speedup_{b}" for b in SPEEDUP_BASELINES if b == "eager" or b in timed]
+    return [CHAIN_COLUMNS[k] for k in keys + ["rescued", "tokens", "latency s"]]

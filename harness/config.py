@@ -78,6 +78,17 @@ class RunConfig(BaseModel):
     max_retries: int = Field(4, ge=0, description="Retries of a request after 429, 5xx, timeout or connection errors.")
     retry_base_delay_s: float = Field(1.0, ge=0, description="First backoff delay; doubles on each retry (with jitter).")
     retry_failed: bool = Field(False, description="Ask again for stored samples whose request failed (timeouts, 429, 5xx).")
+    # refinement
+    turns: int = Field(1, ge=1, description=(
+        "Turns per sample: 1 asks once; T continues each conversation T-1 times with feedback on its last verdict "
+        "(harness.feedback), each reply a new candidate whose parent is the one it refines."))
+    strategy: Literal["chain", "best"] = Field("chain", description=(
+        "What later turns refine: `chain`, each sample its own last candidate; `best`, the `keep` best candidates "
+        "of the run so far (by the leaderboard's rule) plus up to `keep` chains with no ranked candidate yet."))
+    keep: int = Field(2, ge=1, description="`best`: how many of the best candidates (and of the failing chains) each turn refines.")
+    max_evaluations: int | None = Field(None, ge=1, description=(
+        "Most candidates judged in the run, all turns together (the first turn's samples always are); None: no limit."))
+    feedback_template: str = Field("feedback", description="Template of the feedback message (`feedback` -> feedback.j2).")
     # evaluation and storage
     evaluate: bool = Field(True, description="Evaluate the parsed candidates (False: generate and parse only).")
     compile_only: bool = Field(False, description="Build candidates without running them.")

@@ -71,7 +71,7 @@ class RunError(RuntimeError):
 
 @dataclass
 class SampleOutcome:
-    """What happened to one sample, for the table and for tests."""
+    """What happened to one sample (one turn of it), for the table, the next turn and tests."""
 
     sample: str
     candidate_id: str
@@ -80,6 +80,20 @@ class SampleOutcome:
     verdict: Verdict | None = None
     reused_generation: bool = False
     reused_verdict: bool = False
+    turn: int = 1
+    root: int = 0                                   # the sample index its chain started from
+    parent: SampleOutcome | None = None             # the outcome it refines (turns >= 2)
+    messages: list[Message] = field(default_factory=list)  # the conversation it was asked with
+    parse: ParseResult | None = None
+    repeated: bool = False                          # its source was already in its chain: the chain ends
+
+    def chain(self) -> list[SampleOutcome]:
+        """This outcome and its ancestors, oldest first."""
+        path, node = [], self
+        while node is not None:
+            path.append(node)
+            node = node.parent
+        return path[::-1]
 
     @property
     def status(self) -> Outcome:
@@ -159,10 +173,13 @@ def derive_run_id(cfg: RunConfig, messages: Sequence[Message], size: str, device
     settings, same id."""
     settings = {
         "problem": problem, "variant": cfg.variant, "model": cfg.model,
-        "params": base_params(cfg).model_dump(mode="json", exclude={"sample_index"}),
+        "params": base_params(cfg).model_dump(mode="json", exclude={"sample_index", "lineage"}),
         "messages": [m.model_dump() for m in messages], "size": size, "device": device,
         "compile_only": cfg.compile_only,
     }
+    if cfg.turns > 1:  # (not the number of turns: asking for more turns continues the same run)
+        settings.update(strategy=cfg.strategy, keep=cfg.keep if cfg.strategy == "best" else None,
+                        feedback=cfg.feedback_template)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
     model = "replay-" + slug(Path(cfg.model[len("replay:"):]).name) if is_replay(cfg.model) else slug(cfg.model or "model")
     return f"{problem}-{model}-{cfg.variant}-{digest}"
@@ -238,10 +255,11 @@ def _progress(console: Console) -> Progress:
                     console=console, transient=False)
 
 
-async def _generate(provider: Provider, messages: Sequence[Message], todo: Sequence[tuple[int, GenerationParams]],
+async def _generate(provider: Provider, todo: Sequence[tuple[int, GenerationParams]],
+                    messages_of: Callable[[int], Sequence[Message]],
                     on_done: Callable[[int, GenerationParams, Completion], None]) -> None:
     async def one(index: int, params: GenerationParams) -> None:
-        completion = await provider.generate(messages, params)
+        completion = await provider.generate(messages_of(index), params)
         on_done(index, params, completion)
 
     await asyncio.gather(*(one(i, p) for i, p in todo))
@@ -302,6 +320,17 @@ def _new_run(ctx: RunContext, run_id: str, mode: str, messages: Sequence[Message
                device_name=ctx.device_name, messages=list(messages), updated=utc_now())
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One reply to ask for: sample `sample` (a root index on turn 1, a path of turns after it)."""
+
+    sample: str
+    root: int
+    turn: int
+    messages: list[Message]
+    parent: SampleOutcome | None = None
+
+
 def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str, str]) -> RunSummary:
     cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
     try:
@@ -312,73 +341,163 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
     run = store.put_run(_new_run(ctx, run_id, "generate", messages))
     summary = RunSummary(run=run)
     run_dir = cfg.runs_dir / run_id
+    turns = f", {cfg.turns} turns ({cfg.strategy})" if cfg.turns > 1 else ""
     console.print(f"[bold]run {run_id}[/]: {problem.name}, variant {cfg.variant}, model {cfg.model}, "
-                  f"{cfg.samples} sample(s), size {ctx.size}, device {ctx.device} -> {run_dir}")
+                  f"{cfg.samples} sample(s){turns}, size {ctx.size}, device {ctx.device} -> {run_dir}")
+    asks = [Ask(sample=str(i), root=i, turn=1, messages=list(messages)) for i in range(cfg.samples)]
+    for turn in range(1, cfg.turns + 1):
+        if turn > 1:
+            asks = refinements(ctx, summary, turn)
+            if not asks:
+                console.print(f"[dim]turn {turn}: nothing left to refine ({refinement_stop_reason(ctx, summary)})[/]")
+                break
+        _run_turn(ctx, summary, run_id, run_dir, asks, turn, provider, environ)
+        if summary.fatal_error:
+            break
+    store.put_run(summary.run.model_copy(update={"fatal_error": summary.fatal_error}))
+    return summary
+
+
+def continuable(outcome: SampleOutcome) -> bool:
+    """Whether a turn can follow this outcome: the model replied, the reply was judged (or found
+    unusable), and its source is not one its chain already produced."""
+    return (outcome.generation is not None and outcome.generation.completion.ok and outcome.verdict is not None
+            and not outcome.repeated)
+
+
+def evaluations_spent(summary: RunSummary) -> int:
+    """Candidates of this run that needed a verdict (asked for now or found in the store)."""
+    return sum(1 for o in summary.outcomes if o.candidate is not None and o.candidate.source is not None)
+
+
+def select_parents(ctx: RunContext, summary: RunSummary, turn: int) -> list[SampleOutcome]:
+    """What turn `turn` refines. `chain`: every sample's candidate of the previous turn. `best`: the
+    `keep` best candidates of the run so far by the leaderboard's rule, then up to `keep` chains that
+    have produced no ranked candidate yet (their latest outcome), by sample."""
+    cfg = ctx.cfg
+    if cfg.strategy == "chain":
+        return [o for o in summary.outcomes if o.turn == turn - 1 and continuable(o)]
+    from harness.board import ranked_outcomes
+
+    best = [o for o in ranked_outcomes(summary.outcomes, ctx.judge) if continuable(o)][:cfg.keep]
+    ranked_roots = {o.root for o in ranked_outcomes(summary.outcomes, ctx.judge)}
+    latest: dict[int, SampleOutcome] = {}
+    for outcome in summary.outcomes:
+        if outcome.root not in ranked_roots and continuable(outcome):
+            if outcome.root not in latest or outcome.turn >= latest[outcome.root].turn:
+                latest[outcome.root] = outcome
+    failures = [latest[root] for root in sorted(latest)][:cfg.keep]
+    return best + [o for o in failures if o not in best]
+
+
+def refinements(ctx: RunContext, summary: RunSummary, turn: int) -> list[Ask]:
+    """Turn `turn`'s requests: each parent's conversation, its reply, and the feedback on its verdict
+    (harness.feedback), within the evaluation budget."""
+    from harness.feedback import render_feedback
+
+    cfg = ctx.cfg
+    parents = select_parents(ctx, summary, turn)
+    if cfg.max_evaluations is not None:
+        parents = parents[:max(0, cfg.max_evaluations - evaluations_spent(summary))]
+    asks = []
+    for parent in parents:
+        feedback = render_feedback(ctx.problem, source=parent.candidate.source if parent.candidate else None,
+                                   parse=parent.parse, verdict=parent.verdict, hardware=ctx.hardware,
+                                   template=cfg.feedback_template, templates=cfg.templates)
+        reply = Message(role="assistant", content=parent.generation.completion.text)
+        asks.append(Ask(sample=f"{parent.sample}/{turn}", root=parent.root, turn=turn,
+                        messages=[*parent.messages, reply, feedback], parent=parent))
+    return asks
+
+
+def refinement_stop_reason(ctx: RunContext, summary: RunSummary) -> str:
+    cfg = ctx.cfg
+    if not cfg.evaluate:
+        return "evaluation is off, so there is no feedback to give"
+    if cfg.max_evaluations is not None and evaluations_spent(summary) >= cfg.max_evaluations:
+        return f"the budget of {cfg.max_evaluations} evaluations is spent"
+    repeated = sum(1 for o in summary.outcomes if o.repeated)
+    return ("every chain ended: no reply, not judged" + (f", or a source repeated ({repeated})" if repeated else ""))
+
+
+def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, asks: Sequence[Ask], turn: int,
+              provider: Provider | None, environ: dict[str, str]) -> None:
+    """One turn: replies (stored ones reused, the rest asked for concurrently), candidates taken out
+    of them and written to the run folder, verdicts. `provider` is the one given to `execute_run`
+    (tests); otherwise each turn makes its own (a client belongs to the event loop of its turn)."""
+    cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
+    where = f"turn {turn}: " if turn > 1 else ""
 
     # 1. replies: stored ones are reused, the rest are asked for concurrently
     generations: dict[int, Generation] = {}
     todo: list[tuple[int, GenerationParams]] = []
     keys: dict[int, str] = {}
-    for index in range(cfg.samples):
-        params = sample_params(cfg, index)
-        key = keys[index] = generation_key(problem.name, messages, params, index)
+    for position, ask in enumerate(asks):
+        params = sample_params(cfg, ask.root)
+        if turn > 1:
+            params = params.model_copy(update={"lineage": ask.sample})
+        key = keys[position] = generation_key(problem.name, ask.messages, params, ask.root)
         stored = store.get_generation(key)
         if stored is not None and (stored.completion.ok or not cfg.retry_failed):
-            generations[index] = stored
+            generations[position] = stored
         else:
-            todo.append((index, params))
+            todo.append((position, params))
     reused = set(generations)
     if todo:
-        if provider is None:
+        if provider is None:  # closed by _generate at the end of the turn
             provider = make_provider(
                 cfg.model or "", base_url=cfg.base_url, api_key=cfg.api_key(environ), concurrency=cfg.concurrency,
                 request_timeout_s=cfg.request_timeout_s,
                 retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s))
+        asked_before = getattr(provider, "requests", 0)
         with _progress(console) as progress:
-            task = progress.add_task(f"asking {cfg.model}", total=len(todo))
+            task = progress.add_task(f"{where}asking {cfg.model}", total=len(todo))
 
-            def done(index: int, params: GenerationParams, completion: Completion) -> None:
+            def done(position: int, params: GenerationParams, completion: Completion) -> None:
                 progress.advance(task)
                 if completion.error is not None and completion.error.fatal:
                     return  # a run-level failure, not this sample's outcome: nothing to keep
-                generation = Generation(key=keys[index], run_id=run_id, problem=problem.name, variant=cfg.variant,
-                                        sample_index=index, messages=list(messages), params=params,
-                                        completion=completion)
+                ask = asks[position]
+                generation = Generation(key=keys[position], run_id=run_id, problem=problem.name, variant=cfg.variant,
+                                        sample_index=ask.root, turn=turn, lineage=ask.sample if turn > 1 else None,
+                                        messages=list(ask.messages), params=params, completion=completion)
                 if completion.error is None or completion.error.kind not in UNSTORED:
                     store.put_generation(generation)  # (a replay file not there yet is looked for again next time)
-                generations[index] = generation
+                generations[position] = generation
 
-            asyncio.run(_generate(provider, messages, todo, done))
-        summary.requests = getattr(provider, "requests", len(todo))
+            asyncio.run(_generate(provider, todo, lambda position: asks[position].messages, done))
+        summary.requests += getattr(provider, "requests", asked_before + len(todo)) - asked_before
         fatal = getattr(provider, "fatal", None)
         if fatal is not None:
             summary.fatal_error = fatal.message
             console.print(f"[red]error:[/] {fatal.message}")
-            store.put_run(run.model_copy(update={"fatal_error": fatal.message}))
-    elif cfg.samples:
-        console.print(f"[dim]all {cfg.samples} replies are stored: no requests[/]")
+    elif asks and turn == 1:
+        console.print(f"[dim]all {len(asks)} replies are stored: no requests[/]")
+    elif asks:
+        console.print(f"[dim]{where}all {len(asks)} replies are stored: no requests[/]")
 
     # 2. candidates: parse each reply, write the run folder
     files: list[tuple[SampleOutcome, Path]] = []
-    for index in range(cfg.samples):
-        sample = str(index)
-        outcome = SampleOutcome(sample=sample, candidate_id=f"{run_id}/{sample}")
+    for position, ask in enumerate(asks):
+        outcome = SampleOutcome(sample=ask.sample, candidate_id=f"{run_id}/{ask.sample}", turn=turn, root=ask.root,
+                                parent=ask.parent, messages=list(ask.messages))
         summary.outcomes.append(outcome)
-        generation = generations.get(index)
+        generation = generations.get(position)
         if generation is None:
             continue  # stopped by a fatal error
         outcome.generation = generation
-        outcome.reused_generation = index in reused
+        outcome.reused_generation = position in reused
         completion = generation.completion
-        parse = parse_reply(completion.text, completion.finish_reason) if completion.ok else None
-        path = write_sample_folder(run_dir / sample, messages, generation, parse)
+        parse = outcome.parse = parse_reply(completion.text, completion.finish_reason) if completion.ok else None
+        path = write_sample_folder(run_dir / ask.sample, ask.messages, generation, parse)
         if parse is None:
             continue
         source = parse.source
-        candidate = Candidate(id=outcome.candidate_id, run_id=run_id, sample=sample, problem=problem.name,
+        candidate = Candidate(id=outcome.candidate_id, run_id=run_id, sample=ask.sample, problem=problem.name,
                               generation_key=generation.key, source=source,
                               source_sha256=source_sha256(source) if source is not None else None, parse=parse,
-                              path=str(path) if path else None)
+                              path=str(path) if path else None, turn=turn,
+                              parent=ask.parent.candidate_id if ask.parent is not None else None)
         outcome.candidate = candidate
         store.put_candidate(candidate)
         if source is None:
@@ -387,12 +506,12 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
                               run_id=run_id, model=cfg.model, variant=cfg.variant, candidate_id=candidate.id)
             outcome.verdict = verdict
         else:
+            earlier = {o.candidate.source_sha256 for o in outcome.chain()[:-1] if o.candidate is not None}
+            outcome.repeated = candidate.source_sha256 in earlier
             files.append((outcome, path))
 
     # 3. verdicts
     _evaluate(ctx, files, summary, model=cfg.model, variant=cfg.variant)
-    store.put_run(summary.run.model_copy(update={"fatal_error": summary.fatal_error}))
-    return summary
 
 
 def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summary: RunSummary, *,

@@ -2,12 +2,13 @@
 
 A template folder holds, for each variant `V`, a user-message template `V.j2` and optionally
 its own system message `V.system.j2` (else the shared `system.j2`). Files whose names start
-with `_` are partials (`{% include "_rules.j2" %}`), `feedback.j2` is the refinement turn,
-and `examples/` holds the worked example pair shown by the `kernelbench` variant. A user
-folder given with `--templates DIR` is searched first, the built-in `prompts/` second, so a
-user folder can add variants, replace one, or replace just a partial.
+with `_` are partials (`{% include "_rules.j2" %}`), `feedback.j2` is the refinement turn
+(rendered by harness.feedback, with a context of its own), and `examples/` holds the worked
+example pair shown by the `kernelbench` variant. A user folder given with `--templates DIR` is
+searched first, the built-in `prompts/` second, so a user folder can add variants, replace one,
+or replace just a partial.
 
-The context every template gets:
+The context every variant template gets:
 
 - `problem`: `name`, `title`, `description`, `source`, `mode` (from problem.toml)
 - `reference_source`: the reference `model.py`
@@ -107,7 +108,8 @@ def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None
     }
 
 
-def _render(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+def render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+    """One template file of `env`, stripped; PromptError for a missing, broken or under-supplied one."""
     try:
         return env.get_template(name).render(**context).strip() + "\n"
     except jinja2.UndefinedError as err:
@@ -134,8 +136,8 @@ def render_messages(template: str, context: dict[str, Any], templates: Path | st
     variant = template[: -len(".j2")] if template.endswith(".j2") else template
     system = system or _system_template(env, variant)
     return [
-        Message(role="system", content=_render(env, system, context)),
-        Message(role="user", content=_render(env, f"{variant}.j2", context)),
+        Message(role="system", content=render_template(env, system, context)),
+        Message(role="user", content=render_template(env, f"{variant}.j2", context)),
     ]
 
 
@@ -152,17 +154,6 @@ def render_prompt(problem: ProblemSpec, variant: str = DEFAULT_VARIANT, *, hardw
     context = prompt_context(problem, hardware, templates)
     context.update(extra or {})
     return render_messages(variant, context, templates)
-
-
-def render_feedback(problem: ProblemSpec, verdict: Any, previous_source: str, *,
-                    hardware: Hardware | dict | None = None, templates: Path | str | None = None,
-                    log_tail: str | None = None) -> list[Message]:
-    """The refinement turn: given a Verdict (or its dict) of `previous_source`, ask for a fix
-    (or, when it was correct, for more speed). Returns system + user messages."""
-    data = verdict.model_dump(mode="json") if hasattr(verdict, "model_dump") else dict(verdict)
-    context = prompt_context(problem, hardware, templates)
-    context.update(verdict=data, previous_source=previous_source, log_tail=log_tail)
-    return render_messages("feedback", context, templates)
 
 
 def format_messages(messages: Sequence[Message]) -> str:

@@ -14,7 +14,9 @@
   `DIR/<i>/reply.md` (a run folder written by `harness run`, `candidates/<run-id>/`). An
   optional `DIR/<i>.json` or `DIR/<i>/generation.json` (a `Generation` or `Completion` record,
   as the run folder holds) supplies finish reason and usage; without it the finish reason is
-  `stop`. A missing reply is a per-sample `replay_missing` error.
+  `stop`. A missing reply is a per-sample `replay_missing` error. Later refinement turns are read
+  by their sample path the same way: turn 2 of sample 0 from `DIR/0/2.md` (or `DIR/0/2/reply.md`),
+  its turn 3 from `DIR/0/2/3.md`; so a run folder is a replay folder for every turn.
 
 Payload building (`create_payload`) and reply parsing (`parse_response`) are pure functions,
 so tests check them without a network.
@@ -48,6 +50,7 @@ log = logging.getLogger("harness.providers")
 REPLAY_PREFIX = "replay:"
 PROBE_RETRIES = 2  # retries of a connection error before any request has succeeded
 SAMPLE_HEADER = "X-Harness-Sample"  # which sample a request is; lets proxies and test servers tell them apart
+LINEAGE_HEADER = "X-Harness-Lineage"  # a later refinement turn's sample path (`0/2`)
 
 
 @runtime_checkable
@@ -225,7 +228,8 @@ class OpenAIProvider:
         extra = {k: v for k, v in payload.items() if k not in known}
         response = await self._client.chat.completions.create(
             **known, extra_body=extra or None, timeout=self.request_timeout_s,
-            extra_headers={SAMPLE_HEADER: str(params.sample_index)},
+            extra_headers={SAMPLE_HEADER: str(params.sample_index),
+                           **({LINEAGE_HEADER: params.lineage} if params.lineage else {})},
         )
         return response.model_dump() if hasattr(response, "model_dump") else dict(response)
 
@@ -291,13 +295,14 @@ class ReplayProvider:
                                        message=f"replay folder {self.folder} does not exist")
         self.requests = 0
 
-    def reply_path(self, sample: int) -> Path | None:
+    def reply_path(self, sample: int | str) -> Path | None:
+        """`sample` is a sample index, or a later turn's sample path (`0/2`: DIR/0/2.md)."""
         for path in (self.folder / f"{sample}.md", self.folder / f"{sample}.txt", self.folder / str(sample) / "reply.md"):
             if path.is_file():
                 return path
         return None
 
-    def _metadata(self, sample: int) -> Completion | None:
+    def _metadata(self, sample: int | str) -> Completion | None:
         for path in (self.folder / f"{sample}.json", self.folder / str(sample) / "generation.json"):
             if not path.is_file():
                 continue
@@ -311,7 +316,7 @@ class ReplayProvider:
         if self.fatal is not None:
             return Completion(error=self.fatal, attempts=0)
         self.requests += 1
-        sample = params.sample_index
+        sample = params.lineage or params.sample_index
         path = self.reply_path(sample)
         if path is None:
             return Completion(attempts=0, error=ProviderError(

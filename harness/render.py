@@ -19,14 +19,17 @@ from rich.text import Text
 from evaluator.records import Verdict
 from harness.board import Board, Filters
 from harness.columns import (
-    CSV_VIEW,
-    FULL_VIEW,
-    OUTCOME_VIEW,
+    CHAINS_CAPTION,
     SPEED_VIEW,
+    TURN_VIEW,
+    TURNS_CAPTION,
     Column,
+    chain_view,
     compact_view,
+    csv_view,
+    full_view,
+    outcome_view,
     summary_view,
-    view,
 )
 from harness.outcomes import Outcome
 from harness.text import fmt_flags, short_text
@@ -65,23 +68,27 @@ def leaderboard_table(board: Board) -> Table:
     return table
 
 
-def _summary_table(board: Board, title: str, columns: list[Column]) -> Table:
+def _summary_table(title: str, columns: list[Column], rows: Sequence[object]) -> Table:
     table = Table(title=title, title_justify="left")
     for c in columns:
         table.add_column(c.header, justify="right" if c.numeric else "left")
-    for s in board.summary:
-        style = "bold" if s.model == "all" else ("dim" if s.reference else None)
+    for s in rows:
+        style = "bold" if getattr(s, "model", None) == "all" else ("dim" if getattr(s, "reference", False) else None)
         table.add_row(*[Text(c.text(s)) for c in columns], style=style)
     return table
 
 
 def summary_tables(board: Board) -> list[Table]:
-    return [
-        _summary_table(board, f"Outcomes on {board.gpu} (correct@tier: correct at {board.tier}, not rejected)",
-                       summary_view(OUTCOME_VIEW)),
-        _summary_table(board, f"Speed on {board.gpu} (fast_p: share of all samples correct@tier with speedup > p)",
-                       summary_view(SPEED_VIEW)),
+    tables = [
+        _summary_table(f"Outcomes on {board.gpu} (correct@tier: correct at {board.tier}, not rejected)",
+                       outcome_view(board), board.summary),
+        _summary_table(f"Speed on {board.gpu} (fast_p: share of all samples correct@tier with speedup > p)",
+                       summary_view(SPEED_VIEW), board.summary),
     ]
+    if board.multi_turn:
+        tables += [_summary_table(f"Turns on {board.gpu}. {TURNS_CAPTION}", summary_view(TURN_VIEW), board.turns),
+                   _summary_table(f"Chains on {board.gpu}. {CHAINS_CAPTION}", chain_view(board), board.chains)]
+    return tables
 
 
 def print_tables(boards: Sequence[Board], console: Console) -> None:
@@ -98,7 +105,7 @@ def to_json(boards: Sequence[Board], filters: Filters, tier: str, store_path: st
 
 
 def to_csv(boards: Sequence[Board]) -> str:
-    columns = view(CSV_VIEW)
+    columns = csv_view(boards)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([c.key for c in columns])
@@ -122,11 +129,16 @@ def to_markdown(boards: Sequence[Board]) -> str:
     parts = []
     for board in boards:
         parts.append(f"## {board.title}\n")
-        parts.append(md_table(view(FULL_VIEW), board.rows) + "\n")
+        parts.append(md_table(full_view(board), board.rows) + "\n")
         parts.append(f"### Outcomes on {board.gpu}\n")
-        parts.append(md_table(summary_view(OUTCOME_VIEW), board.summary) + "\n")
+        parts.append(md_table(outcome_view(board), board.summary) + "\n")
         parts.append(f"### Speed on {board.gpu}\n")
         parts.append(md_table(summary_view(SPEED_VIEW), board.summary) + "\n")
+        if board.multi_turn:
+            parts.append(f"### Turns on {board.gpu}\n\n{TURNS_CAPTION}\n")
+            parts.append(md_table(summary_view(TURN_VIEW), board.turns) + "\n")
+            parts.append(f"### Chains on {board.gpu}\n\n{CHAINS_CAPTION}\n")
+            parts.append(md_table(chain_view(board), board.chains) + "\n")
     return "\n".join(parts)
 
 

@@ -9,8 +9,10 @@ Per GPU (rows from different GPUs are never mixed): the summary metrics, the lea
 as `harness leaderboard`), a speedup chart per problem and size (a bar per timed candidate,
 the baselines and golden kernels as vertical lines), a chart of outcomes per model x
 variant, and a detail section per candidate: the correctness numbers, timings, flags, the
-error and log tails, and the source. The page is `templates/report.html.j2` (Jinja2,
-autoescaped); this module computes what it shows.
+error and log tails, and the source. A board with refinement turns (a candidate of turn > 1)
+also gets the turn and parent columns, the per-turn and per-chain tables (see harness.board)
+and a chart of speedup against turn per problem and size, one line per chain. The page is
+`templates/report.html.j2` (Jinja2, autoescaped); this module computes what it shows.
 """
 
 from __future__ import annotations
@@ -18,14 +20,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from harness.board import Board, Entry, Filters
-from harness.columns import OUTCOME_VIEW, SPEED_VIEW, Column, compact_view, summary_view
+from harness.board import Board, ChainRow, Entry, Filters, SummaryRow
+from harness.columns import (
+    CHAINS_CAPTION,
+    SPEED_VIEW,
+    TURN_VIEW,
+    TURNS_CAPTION,
+    Column,
+    chain_view,
+    compact_view,
+    outcome_view,
+    summary_view,
+)
 from harness.outcomes import Outcome
 from harness.records import utc_now
 from harness.store import Store
@@ -135,6 +147,88 @@ def speedup_charts(board: Board) -> list[tuple[str, str]]:
     return charts
 
 
+def _chain_label(chain: ChainRow, runs: int) -> str:
+    label = chain.chain if runs == 1 else f"{chain.run_id}/{chain.chain}"
+    return f"chain {label}" if len(label) <= 40 else "chain …" + label[-39:]
+
+
+def turn_charts(board: Board) -> list[tuple[str, str]]:
+    """(caption, data URI) per problem/size with refinement turns: speedup vs eager against turn, one
+    colour per chain, a line from each candidate to the one it refines. Ranked candidates are dots at
+    their speedup; the others (failed, incorrect, below the tier, rejected) crosses at 0, since only a
+    ranked speedup is one to read; the chain's best is ringed. Baselines and golden kernels as
+    horizontal lines."""
+    from matplotlib import colormaps
+    from matplotlib.lines import Line2D
+
+    groups: dict[tuple[str, str], list[ChainRow]] = {}
+    for chain in board.chains:
+        groups.setdefault((chain.entries[0].problem, chain.entries[0].size), []).append(chain)
+    palette = colormaps["tab10" if max((len(c) for c in groups.values()), default=0) <= 10 else "tab20"].colors
+    charts = []
+    for key in sorted(groups):
+        chains = groups[key]
+        runs = len({c.run_id for c in chains})
+        last_turn = max(c.turns for c in chains)
+        fig = _figure(9.5, 4.2)
+        ax = fig.add_subplot(1, 1, 1)
+        top = 0.0
+        for i, chain in enumerate(chains):
+            color = palette[i % len(palette)]
+            # a small sideways offset per chain, so chains on the same points stay apart
+            dx = (i - (len(chains) - 1) / 2) * min(0.3 / max(len(chains), 1), 0.05)
+            at = {e.candidate_id: (e.turn + dx, e.speedup["eager"] if e.outcome == Outcome.correct
+                                   and e.speedup.get("eager") is not None else 0.0) for e in chain.entries}
+            ranked_ids = {e.candidate_id for e in chain.entries if e.outcome == Outcome.correct}
+            for e in chain.entries:
+                if e.parent in at:
+                    (x0, y0), (x1, y1) = at[e.parent], at[e.candidate_id]
+                    # dotted to or from a candidate that is not ranked: no speedup to read there
+                    both = e.parent in ranked_ids and e.candidate_id in ranked_ids
+                    ax.plot([x0, x1], [y0, y1], color=color, linewidth=1.3, alpha=0.85, zorder=2,
+                            linestyle="-" if both else ":")
+            good = [at[e.candidate_id] for e in chain.entries if e.outcome == Outcome.correct]
+            bad = [at[e.candidate_id] for e in chain.entries if e.outcome != Outcome.correct]
+            if good:
+                ax.scatter(*zip(*good), color=color, s=30, zorder=3)
+            if bad:
+                ax.scatter(*zip(*bad), color=color, marker="x", s=34, zorder=3)
+            if chain.best is not None:
+                ax.scatter(*at[chain.best.candidate_id], s=130, facecolors="none", edgecolors=color, linewidths=1.6,
+                           zorder=3)
+            top = max([top] + [y for _, y in good])
+            ax.plot([], [], color=color, marker="o", linewidth=1.3,
+                    label=_chain_label(chain, runs) + (" (rescued)" if chain.rescued else ""))
+        for e in board.references:
+            value = e.speedup.get("eager")
+            if value is None or (e.problem, e.size) != key:
+                continue
+            top = max(top, value)
+            if e.kind == "baseline":
+                name = e.name.split("/", 1)[1]
+                ax.axhline(value, color=BASELINE_COLORS.get(name, "#9e9e9e"), linestyle="--", linewidth=1.0,
+                           label=f"{name} {value:.2f}×")
+            else:
+                ax.axhline(value, color="#6a1b9a", linestyle=":", linewidth=1.2, label=f"{e.name} {value:.2f}×")
+        ax.set_xticks(range(1, last_turn + 1))
+        ax.set_xlim(0.6, last_turn + 0.4)
+        ax.set_ylim(-0.05 * (top or 1.0), (top or 1.0) * 1.15)
+        ax.set_xlabel("turn", fontsize=8)
+        ax.set_ylabel("speedup vs eager fp32 (ranked only)", fontsize=8)
+        ax.set_title(f"{key[0]} / {key[1]} on {board.gpu}: speedup by turn", fontsize=9)
+        ax.tick_params(labelsize=8)
+        handles, _ = ax.get_legend_handles_labels()
+        if len(chains) > 16:  # too many chains to name: keep the markers' and lines' legend only
+            handles = [h for h in handles if not h.get_label().startswith("chain ")]
+        handles += [Line2D([], [], color="#616161", marker="o", linestyle="", label="ranked"),
+                    Line2D([], [], color="#616161", marker="x", linestyle="", label="not ranked (at 0)"),
+                    Line2D([], [], color="#616161", marker="o", markerfacecolor="none", markersize=10, linestyle="",
+                           label="best of its chain")]
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        charts.append((f"Speedup vs eager by turn: {key[0]} / {key[1]}", _png(fig)))
+    return charts
+
+
 def outcome_chart(board: Board) -> str | None:
     """Data URI of a stacked horizontal bar per model x variant: samples by outcome."""
     groups: dict[str, dict[str, int]] = {}
@@ -207,6 +301,8 @@ def detail_head(e: Entry) -> list[tuple[str, str]]:
             ("GPU", e.gpu)]
     if e.rank is not None:
         head.insert(0, ("rank", str(e.rank)))
+    if e.turn > 1:
+        head.insert(1 if e.rank is not None else 0, ("turn", f"{e.turn}, refines {e.parent_sample or '-'}"))
     if e.reason:
         head.append(("reason", e.reason))
     if v is not None:
@@ -234,6 +330,13 @@ class RowView:
 class SummaryView:
     caption: str
     columns: list[Column]
+    rows: Sequence[SummaryRow | ChainRow]
+    row_class: Callable[[SummaryRow | ChainRow], str]
+    css: str = "summary"
+
+
+def _summary_row_class(s: SummaryRow) -> str:
+    return "summary-row" + (" summary-all" if s.model == "all" else "") + (" row-reference" if s.reference else "")
 
 
 @dataclass
@@ -244,6 +347,7 @@ class BoardView:
     summaries: list[SummaryView]
     speedup_charts: list[tuple[str, str]]
     outcome_chart: str | None
+    turn_charts: list[tuple[str, str]]
 
 
 def board_view(board: Board, index: int, store: Store | None) -> BoardView:
@@ -260,12 +364,21 @@ def board_view(board: Board, index: int, store: Store | None) -> BoardView:
             row.source_html = highlight_source(source) if source else None
         rows.append(row)
     summaries = [
-        SummaryView(f"Outcomes (correct@tier: correct at {board.tier} and not rejected)", summary_view(OUTCOME_VIEW)),
+        SummaryView(f"Outcomes (correct@tier: correct at {board.tier} and not rejected)", outcome_view(board),
+                    board.summary, _summary_row_class),
         SummaryView("Speed (fast_p: share of ALL samples correct@tier with speedup > p; geomean and best over "
-                    "correct@tier samples)", summary_view(SPEED_VIEW)),
+                    "correct@tier samples)", summary_view(SPEED_VIEW), board.summary, _summary_row_class),
     ]
+    if board.multi_turn:
+        summaries += [
+            SummaryView(f"Turns. {TURNS_CAPTION}", summary_view(TURN_VIEW), board.turns, lambda s: "turn-row",
+                        "summary turns"),
+            SummaryView(f"Chains. {CHAINS_CAPTION}", chain_view(board), board.chains,
+                        lambda c: "chain-row" + (" chain-rescued" if c.rescued else ""), "summary chains"),
+        ]
     return BoardView(board=board, columns=compact_view(board), rows=rows, summaries=summaries,
-                     speedup_charts=speedup_charts(board), outcome_chart=outcome_chart(board))
+                     speedup_charts=speedup_charts(board), outcome_chart=outcome_chart(board),
+                     turn_charts=turn_charts(board))
 
 
 def _environment() -> Environment:

@@ -29,9 +29,26 @@ def test_illegal_address_is_judged_and_the_next_cuda_candidate_is_still_correct(
     assert "illegal" in (bad.error + bad.stderr_tail).lower()
     assert good.status == Status.correct, good.error
     assert good.correctness.tiers["loose"] and good.correctness.eval_mode.tiers["loose"]
-    assert set(good.speedup) == {"eager", "eager_tf32", "compile", "compile_tf32"}
+    assert set(good.speedup) == {"eager", "eager_tf32", "compile", "compile_tf32", "part:gemm_tf32"}  # + the ceiling
     assert good.environment.device_name and good.runtime_ms > 0
     assert good.environment.sm_clock_mhz, "read after the timed calls (nvidia-smi is there on a GPU machine)"
+    # each kernel one forward launched, with its device time; the roofline from the accepted median
+    assert good.kernels and len(good.kernel_times_us) == len(good.kernels) and all(t > 0 for t in good.kernel_times_us)
+    assert sum(good.kernel_times_us) < good.runtime_ms * 1e3 * 1.5
+    assert good.roofline.tflops > 0 and 0 < good.roofline.fraction_bandwidth < 1 and good.roofline.fraction_tensor < 1
+
+
+@pytest.mark.gpu
+def test_the_feedback_on_a_correct_cuda_candidate_lists_its_kernels_with_times_and_the_roofline(tmp_path):
+    from evaluator.problem import load_problem
+    from harness.feedback import render_feedback
+
+    [good] = evaluate([candidate("bn_after_addmm_correct")], EvalOptions(device="cuda", size="small", log_root=tmp_path))
+    assert good.status == Status.correct, good.error
+    text = render_feedback(load_problem("gemm_scale_bn"), source=(CUDA / "bn_after_addmm_correct.py").read_text(),
+                           parse=None, verdict=good, hardware=None).content
+    assert "| # | kernel | µs | share | yours |" in text and "TFLOP/s achieved" in text
+    assert "`part:gemm_tf32`" in text and "fastest baseline" in text
 
 
 @pytest.mark.gpu

@@ -7,7 +7,6 @@ from harness.prompts import (
     PromptError,
     available_variants,
     format_messages,
-    render_feedback,
     render_prompt,
 )
 from harness.records import Hardware
@@ -95,18 +94,29 @@ def test_missing_template_folder(problem, tmp_path):
         render_prompt(problem, "kernelbench", templates=tmp_path / "absent")
 
 
-def test_feedback_turn(problem):
+def test_the_feedback_template_is_searched_like_the_others(problem, tmp_path):
+    """harness.feedback renders `feedback.j2` (or a named one) through the same folders, user's first,
+    with StrictUndefined; its own content is tested in tests/test_feedback.py."""
     from evaluator.records import Status, Verdict
+    from harness.feedback import render_feedback
 
     verdict = Verdict(candidate="r/0", source_sha256="0" * 64, problem=problem.name, size="small", device="cuda",
-                      status=Status.compile_error, phase="compile", error="error: identifier \"foo\" is undefined")
-    system, user = render_feedback(problem, verdict, "class ModelNew: pass\n", log_tail="nvcc failed")
-    assert "compile_error" in user.content and "identifier \"foo\" is undefined" in user.content
-    assert "class ModelNew: pass" in user.content and "nvcc failed" in user.content and "fix it" in user.content
-    good = verdict.model_copy(update={"status": Status.correct, "error": None, "runtime_ms": 1.5,
-                                      "speedup": {"eager": 1.25}})
-    text = render_feedback(problem, good, "x = 1\n")[1].content
-    assert "1.5000 ms" in text and "eager 1.25x" in text and "faster" in text
+                      status=Status.timeout, phase="check", error="phase `check` ran past its 300 s limit")
+    built_in = render_feedback(problem, source=None, parse=None, verdict=verdict, hardware=None)
+    assert built_in.role == "user" and "ran past its time limit" in built_in.content
+    (tmp_path / "feedback.j2").write_text("{{ status }} in {{ failure.phase }}")
+    (tmp_path / "terse.j2").write_text("{{ status }}: {{ failure.summary.headline }}")
+    (tmp_path / "typo.j2").write_text("{{ verdict.status }}")
+    own = render_feedback(problem, source=None, parse=None, verdict=verdict, hardware=None, templates=tmp_path)
+    assert own.content == "timeout in check\n"
+    named = render_feedback(problem, source=None, parse=None, verdict=verdict, hardware=None, template="terse",
+                            templates=tmp_path)
+    assert named.content.startswith("timeout: phase `check` ran past")
+    with pytest.raises(PromptError, match="verdict"):
+        render_feedback(problem, source=None, parse=None, verdict=verdict, hardware=None, template="typo",
+                        templates=tmp_path)
+    with pytest.raises(PromptError, match="not found"):
+        render_feedback(problem, source=None, parse=None, verdict=verdict, hardware=None, template="absent")
 
 
 def test_format_messages(problem):

@@ -134,3 +134,49 @@ def test_prompt_command(workdir):
     assert result.exit_code == 0 and "unbiased" in result.output and "<!-- system -->" in result.output
     bad = CliRunner().invoke(app, ["prompt", "--variant", "nope"])
     assert bad.exit_code == 2
+
+
+COMPILE_ERROR = (Path(__file__).parent / "fixtures" / "candidates" / "cpu" / "cpp_compile_error.py").read_text()
+
+
+def refining_script(sample, attempt, body):
+    """Turn by turn (the conversation's length tells which): a C++ compile error, then a correct
+    candidate, then another correct one (a different source)."""
+    turn = len(body["messages"]) // 2
+    if turn == 1:
+        return Reply(body=chat_completion(f"A first try:\n\n```python\n{COMPILE_ERROR}```\n"))
+    correct = (REPLIES / "cpu_correct.md").read_text()
+    if turn == 2:
+        return Reply(body=chat_completion(correct))
+    return Reply(body=chat_completion(correct.replace("import torch\n", "import torch  # turn 3\n", 1)))
+
+
+@pytest.mark.slow
+def test_three_turns_tell_the_model_what_the_evaluator_saw_then_resume(workdir):
+    runner = CliRunner()
+    args = run_args("{url}", "--turns", "3")
+    args[args.index("--samples") + 1] = "1"
+    with FakeOpenAIServer(refining_script) as server:
+        first = runner.invoke(app, [a.replace("{url}", server.url) for a in args])
+        assert first.exit_code == 0, first.output
+        bodies = [body for _, body in server.requests]
+        assert [len(b["messages"]) for b in bodies] == [2, 4, 6]
+        compile_feedback = bodies[1]["messages"][3]
+        assert compile_feedback["role"] == "user" and "cannot convert" in compile_feedback["content"]
+        line = COMPILE_ERROR.splitlines().index("  int not_a_tensor = x;  // error: no conversion from Tensor to int") + 1
+        assert f"line {line}" in compile_feedback["content"]  # the candidate's own line the compiler points to
+        assert bodies[1]["messages"][2]["content"].startswith("A first try")  # its own reply came before
+        correct_feedback = bodies[2]["messages"][5]["content"]
+        assert "eager" in correct_feedback and "ms" in correct_feedback
+
+        with Store(workdir / ".harness" / "results.sqlite") as store:
+            (run,) = store.list_runs()
+            candidates = {c.sample: c for c in store.list_candidates(run.id)}
+            assert sorted(candidates) == ["0", "0/2", "0/2/3"]
+            assert candidates["0/2/3"].parent == candidates["0/2"].id and candidates["0/2"].parent == candidates["0"].id
+            rows = {r.sample: r.status.value for r in store.list_verdicts(run=run.id)}
+            assert rows == {"0": "compile_error", "0/2": "correct", "0/2/3": "correct"}
+
+        again = runner.invoke(app, [a.replace("{url}", server.url) for a in args])
+        assert again.exit_code == 0, again.output
+        assert server.count == 3 and "0 request(s), 0 evaluation(s)" in again.output

@@ -438,6 +438,26 @@ class _FrozenStats(_Honest):
         return super().forward(x)
 
 
+class _WrongOnRand(_Honest):
+    """Right on inputs with a negative entry (`randn`), off by 0.5 on nonnegative ones (`rand`, U[0, 1))."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out if bool((x < 0).any()) else out + 0.5
+
+
+def test_the_checks_say_which_input_distribution_failed():
+    session, _, result = local_executor.checked(_WrongOnRand)
+    correctness = result.correctness
+    randn, rand = correctness.by_distribution["randn"], correctness.by_distribution["rand"]
+    assert all(randn.tiers.values()) and randn.trials == 3 and randn.failure is None
+    assert not any(rand.tiers.values()) and rand.trials == 3 and rand.max_abs_err == pytest.approx(0.5, abs=1e-3)
+    # the main record is both together, as before
+    assert correctness.main.trials == 6 and not any(correctness.main.tiers.values())
+    assert correctness.main.max_abs_err == rand.max_abs_err and result.stop.status == Status.incorrect
+    assert correctness.eval_mode.tiers["strict"]  # eval mode is checked on `randn`
+
+
 def test_uninitialised_memory_is_filled_inside_and_the_settings_come_back():
     before = cmp.fill_settings()
     with cmp.uninitialized_memory_filled():

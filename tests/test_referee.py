@@ -16,7 +16,7 @@ import local_executor
 from evaluator import phases
 from evaluator.exchange import ALIGN, Exchange, ExchangeError
 from evaluator.process import Ended, ExecutorProcess
-from evaluator.protocol import COMMAND, Call, ExecutorMessage, Reply, TensorSlot
+from evaluator.protocol import COMMAND, Call, ExecutorMessage, Profile, Reply, TensorSlot
 from evaluator.records import Status
 
 
@@ -141,3 +141,77 @@ def test_a_verdict_divides_by_the_round_before_it_and_says_which():
     assert verdict.speedup["eager"] == pytest.approx(eager.median_ms / verdict.runtime_ms)
     assert verdict.timing_check.agrees and verdict.timing_check.calls == verdict.timing.reps
     assert verdict.custom_kernels == [] and "no_custom_kernel" in {f.name for f in verdict.flags}
+
+
+def test_the_verdict_says_each_distributions_checks_and_where_its_time_sits_against_the_peaks():
+    referee = local_executor.referee(baselines=["eager"])
+    referee.ensure_round()
+    verdict = phases.judge(local_executor.session_for(local_executor.Honest, referee), compile_only=False,
+                           imported=phases.Imported())
+    assert verdict.status == Status.correct, verdict.error
+    by_distribution = verdict.correctness.by_distribution
+    assert list(by_distribution) == referee.problem.distributions == ["randn", "rand"]
+    assert all(c.trials == referee.problem.trials and all(c.tiers.values()) for c in by_distribution.values())
+    assert sum(c.trials for c in by_distribution.values()) == verdict.correctness.main.trials
+    roof = verdict.roofline
+    # size small: x (128, 1024); Linear 1024 -> 512, scale and BatchNorm's four vectors of 512; output (128, 512)
+    assert roof.min_bytes == 4 * (128 * 1024 + 512 * 1024 + 512 + 512 + 4 * 512 + 128 * 512) + 8  # + num_batches
+    assert roof.flops == 2 * 128 * 1024 * 512
+    assert roof.tflops == pytest.approx(roof.flops / (verdict.runtime_ms * 1e-3) / 1e12)
+    assert roof.bandwidth_tbs == pytest.approx(roof.min_bytes / (verdict.runtime_ms * 1e-3) / 1e12)
+    assert roof.peak_bandwidth_tbs is None and roof.fraction_bandwidth is None  # no bandwidth known for the CPU
+    assert verdict.kernel_times_us == []  # the CPU's observer sees calls, not device time
+
+
+def test_the_roofline_puts_a_time_against_the_devices_peaks():
+    from evaluator.timing import roofline
+
+    roof = roofline(2e12, 3_350_000_000, 10.0, "cuda", "NVIDIA H100 80GB HBM3")  # 2 TFLOP, 3.35 GB in 10 ms
+    assert roof.peaks == "H100 SXM" and roof.tflops == pytest.approx(200) and roof.bandwidth_tbs == pytest.approx(0.335)
+    assert roof.fraction_tf32 == pytest.approx(200 / 495) and roof.fraction_tensor == pytest.approx(200 / 989)
+    assert roof.fraction_fp32 == pytest.approx(200 / 67) and roof.fraction_bandwidth == pytest.approx(0.1)
+    without_flops = roofline(None, 1000, 1.0, "cuda", "NVIDIA L4")
+    assert without_flops.tflops is None and without_flops.fraction_tf32 is None
+    assert without_flops.fraction_bandwidth == pytest.approx(1e-6 / 0.3)
+
+
+class _ListsKernels(local_executor.LocalLink):
+    """The executor's profile reply as a CUDA executor sends it: kernel names and their device times."""
+
+    times: list[float] = []
+
+    def request(self, command, deadline):
+        reply = super().request(command, deadline)
+        if isinstance(command, Profile):
+            reply.kernels, reply.kernel_count = ["fused_scale_kernel", "bn_stats_kernel"], 2
+            reply.kernel_times_us = list(self.times)
+        return reply
+
+
+@pytest.mark.parametrize("times, kept", [
+    ([12.5, 3.0], [12.5, 3.0]),
+    ([12.5], []),                     # one time for two kernels: which is which?
+    ([12.5, -3.0], []),               # no duration
+    ([float("nan"), 3.0], []),
+])
+def test_kernel_times_come_with_their_kernels_or_not_at_all(times, kept):
+    referee = local_executor.referee(baselines=["eager"])
+    referee.ensure_round()
+    link = _ListsKernels(local_executor.Honest, referee)
+    link.times = times
+    session = phases.Session(referee=referee, link=link, name="in-process", digest="", problem=referee.problem.name,
+                             size=referee.size, device=referee.device, compile_timeout_s=60, run_timeout_s=60)
+    verdict = phases.judge(session, compile_only=False, imported=phases.Imported())
+    assert verdict.status == Status.correct, verdict.error
+    assert verdict.kernels == ["fused_scale_kernel", "bn_stats_kernel"] and verdict.kernel_times_us == kept
+
+
+def test_cuda_evaluations_time_the_problems_ceilings_by_default():
+    from evaluator.problem import load_problem
+    from evaluator.sandbox import EvalOptions, Evaluator, default_baselines
+
+    problem = load_problem("gemm_scale_bn")
+    assert default_baselines(problem, "cuda") == ["eager", "eager_tf32", "compile", "compile_tf32", "part:gemm_tf32"]
+    assert default_baselines(problem, "cpu") == ["eager"]
+    assert Evaluator(EvalOptions(device="cuda")).baselines == default_baselines(problem, "cuda")
+    assert Evaluator(EvalOptions(device="cuda", baselines=["eager"])).baselines == ["eager"]
