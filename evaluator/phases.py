@@ -97,6 +97,7 @@ class Session:
     phase: Phase = Phase.compile
     deadline: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    command_seconds: dict[str, float] = field(default_factory=dict)  # waited on the executor, per command kind
     _entered: float = 0.0
 
     def enter(self, phase: Phase) -> None:
@@ -122,10 +123,14 @@ class Session:
     def request(self, command) -> Reply:
         """One command to the executor; its flags logged. An executor that is gone, too slow or
         breaks the protocol is judged here."""
+        started = time.monotonic()
         try:
             reply = self.link.request(command, self.deadline)
         except Ended as ended:
             raise self.ended(ended) from None
+        finally:
+            kind = type(command).__name__
+            self.command_seconds[kind] = self.command_seconds.get(kind, 0.0) + time.monotonic() - started
         self.add(reply.flags)
         return reply
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import json
 import os
 import random
 import secrets
@@ -50,7 +51,10 @@ from evaluator.protocol import BaselineRound, Draws, JudgeReply, JudgeRequest, T
 from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
 from evaluator.timing import Call, Timer, summarize
 
-VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
+VERDICT_TAIL_CHARS = 4000
+# Set (a folder), the referee profiles itself (cProfile) and logs each candidate's phase and command
+# seconds there: for tuning the evaluator, never read by it.
+PROFILE_DIR = os.environ.get("KH_REFEREE_PROFILE")  # how much of each stream the verdict itself carries; the logs keep more
 
 
 class RefereeConfig(BaseModel):
@@ -297,6 +301,10 @@ class Referee:
         finally:
             process.close()
         verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
+        if PROFILE_DIR:  # a diagnostic for tuning the evaluator: where each candidate's seconds went
+            with open(Path(PROFILE_DIR) / f"referee-{os.getpid()}.jsonl", "a") as log:
+                log.write(json.dumps({"name": request.name, "phases": verdict.phase_seconds,
+                                      "executor": session.command_seconds}) + "\n")
         self.judged += 1
         if verdict.timing is not None:
             self.timed_since_round += 1
@@ -360,4 +368,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if PROFILE_DIR:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        code = profiler.runcall(main)
+        profiler.dump_stats(Path(PROFILE_DIR) / f"referee-{os.getpid()}.prof")
+        sys.exit(code)
     sys.exit(main())

@@ -160,10 +160,22 @@ def bench_command(
     out: Path = typer.Option(Path("bench.json"), help="Where the JSON table goes."),
     store: Optional[Path] = typer.Option(None, help="Result store for the verdicts (default as `harness run`)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts."),
+    throughput: Optional[int] = typer.Option(None, min=1, help=(
+        "Instead: evaluate N distinct copies of one correct candidate (FILES' first, default the CUDA replay "
+        "fixture's) cold, then warm, and print candidates per minute, phase seconds and GPU busy fractions "
+        "(size: the first of --sizes).")),
+    jobs: Optional[int] = typer.Option(None, min=1, help="With --throughput: builds at once (default: the evaluator's)."),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.sandbox import CandidateFile
     from harness.bench import run_bench
+
+    if throughput:
+        from harness.throughput import run_throughput
+
+        run_throughput(throughput, problem=problem, size=sizes.split(",")[0].strip(), device=device,
+                       source=files[0] if files else None, jobs=jobs, out=out, console=console)
+        return
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
     run_bench([s.strip() for s in sizes.split(",") if s.strip()], problem, candidates, device, out, console,
