@@ -20,14 +20,20 @@ flags, and a candidate that blinds them gains nothing the referee would not see.
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import traceback
+import time
+
+STARTUP = {"python": time.time()}  # before torch: how long each start-up step takes (Reply.startup)
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path
 
 # Import torch and bind what the executor uses before the candidate exists.
-import torch
+import torch  # noqa: E402
+
+STARTUP["torch"] = time.time()
 
 from evaluator import correctness as cmp
 from evaluator import guard as guards
@@ -132,6 +138,7 @@ class Executor:
         source = Path(self.request.candidate_path).read_text(errors="replace")
         if self.device == "cuda" or any(word in source for word in ("compile", "dynamo", "inductor")):
             guards.prepare_torch_compile()  # on CUDA the profiler of the kernel pass imports it too
+        STARTUP["torch_compile"] = time.time()
         flags_before = guards.read_global_flags()
         # identities of torch's, the problem's and our functions, before the candidate exists
         self.guard = guards.StateGuard(self.request.watch)
@@ -145,7 +152,8 @@ class Executor:
         if not isinstance(getattr(module, "ModelNew", None), type):
             return Reply(id=0, error="the module defines no class ModelNew", error_kind="no_model_new", flags=flags)
         self.module = module
-        return Reply(id=0, flags=flags)
+        STARTUP["candidate"] = time.time()
+        return Reply(id=0, flags=flags, startup=STARTUP)
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -533,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.init()
         except Exception:
             pass  # the checks will say what is wrong with CUDA
+    STARTUP["cuda"] = time.time()
     channel.containment(Containment(mechanisms=[Mechanism(**containment.deny_unix_sockets(off))]))
     channel.phase(Phase.compile)
     if not_in_force:

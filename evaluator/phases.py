@@ -23,13 +23,15 @@ decides a tolerance, a pass or a speedup.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ContextManager
 
 import torch
 
@@ -98,6 +100,8 @@ class Session:
     deadline: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)
     command_seconds: dict[str, float] = field(default_factory=dict)  # waited on the executor, per command kind
+    # the device to this candidate alone while it is timed and profiled (the referee stops the others)
+    exclusive: Callable[[], ContextManager] = contextlib.nullcontext
     _entered: float = 0.0
 
     def enter(self, phase: Phase) -> None:
@@ -651,8 +655,9 @@ def judge(session: Session, compile_only: bool, imported: Imported | None = None
             checked = results["checked"] = check_phase(session, built)
             outcome = checked.stop
             if outcome is None:
-                results["timed"] = time_phase(session, checked, built)
-                results["profiled"] = profile_phase(session, checked, built)
+                with session.exclusive():
+                    results["timed"] = time_phase(session, checked, built)
+                    results["profiled"] = profile_phase(session, checked, built)
                 finish(session)
     except Judged as judged:
         outcome = Stop(judged.status, judged.phase, judged.error)

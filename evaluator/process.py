@@ -150,13 +150,18 @@ def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL to the executor's process group, then to every process left in its session (ninja
     puts each compiler in a group of its own; seccomp keeps them all in the session). Whatever
     runs in the executor's PID namespace dies with its init, which dies with the launcher."""
+    signal_group(proc, signal.SIGKILL)
+
+
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """`sig` to the executor's process group and every process left in its session."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
     for pid in containment.session_members(proc.pid):
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -215,7 +220,9 @@ class ExecutorProcess:
 
     def __init__(self, *, source: bytes, digest: str, device: str, compile_only: bool, watch: list[str],
                  cache_dir: Path, problem_location: Path, protect: list[Path], exchange_bytes: int | None,
-                 output_cap: int, memory_limit_gb: float | None):
+                 output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
+                 environment: dict[str, str] | None = None):
+        self.max_jobs, self.environment = max_jobs, environment or {}
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
         self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
         self.exchange_bytes, self.memory_limit_gb = exchange_bytes, memory_limit_gb
@@ -232,6 +239,9 @@ class ExecutorProcess:
         self._drains: list[threading.Thread] = []
         self._channel_fd = self._commands = None
         self.ended: Ended | None = None
+        self._ahead: threading.Thread | None = None
+        self._ahead_result: Reply | Ended | None = None
+        self.paused = False
 
     # -- lifetime ---------------------------------------------------------------------------------
 
@@ -244,6 +254,9 @@ class ExecutorProcess:
                                                 compile_only=self.compile_only, watch=self.watch).model_dump_json())
         self.extension_dir.mkdir(parents=True, exist_ok=True)
         env = scrubbed_environment(self.extension_dir, self.device, self.workdir)
+        env.update(self.environment)
+        if self.max_jobs:  # concurrent builds share the cores
+            env["MAX_JOBS"] = str(self.max_jobs)
         env[containment.PLAN_ENV] = json.dumps(containment.plan(
             self.workdir, self.extension_dir, self.problem_location, env, protect=self.protect,
             disable=containment.disabled_mechanisms(os.environ)))
@@ -257,7 +270,7 @@ class ExecutorProcess:
             os.set_inheritable(self.exchange.fd, True)
             pass_fds.append(self.exchange.fd)
             command += ["--exchange", str(self.exchange.fd)]
-        self.started = time.monotonic()
+        self.started, self.launched_at = time.monotonic(), time.time()
         try:
             self.proc = subprocess.Popen(
                 containment.launch_command(command), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
@@ -274,11 +287,48 @@ class ExecutorProcess:
             thread.start()
             self._drains.append(thread)
 
-    def close(self) -> int | None:
-        """Kill whatever is left of it (compilers, children, the namespace) and clean up; its exit status."""
+    def import_ahead(self, deadline: float) -> None:
+        """Read its import's reply in the background (memory watched, as `reply(0)` would), so it
+        imports while another candidate holds the device; `reply(0)` then hands over the result."""
+        def read() -> None:
+            try:
+                self._ahead_result = self.reply(0, deadline, poll_memory=True)
+            except Ended as ended:
+                self._ahead_result = ended
+
+        self._ahead = threading.Thread(target=read, daemon=True)
+        self._ahead.start()
+
+    def pause(self) -> None:
+        """SIGSTOP to all of it, while another candidate is timed or baselines are: it can start
+        nothing on the device. Its deadlines still run."""
+        if self.proc is not None and self.proc.poll() is None and not self.paused:
+            signal_group(self.proc, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.proc is not None and self.paused:
+            signal_group(self.proc, signal.SIGCONT)
+            self.paused = False
+
+    def close(self, wait_s: float = 30.0) -> int | None:
+        """Kill whatever is left of it (compilers, children, the namespace) and clean up; its exit status.
+        Waits at most `wait_s` for the killed process: what is left of the clean-up (its driver's
+        teardown of a CUDA context can take seconds) then finishes in the background."""
         if self.proc is None:
             return None
         kill_group(self.proc)
+        self.resume()  # a stopped process dies of SIGKILL too; its group is continued all the same
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            threading.Thread(target=self._reap, daemon=True).start()
+            for thread in self._drains:
+                thread.join(timeout=min(wait_s, 1.0))
+            return None
+        return self._reap()
+
+    def _reap(self) -> int | None:
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -346,6 +396,13 @@ class ExecutorProcess:
     def reply(self, command_id: int, deadline: float, poll_memory: bool = False) -> Reply:
         """The reply to command `command_id` (0: the import). Phase and containment messages before it
         are kept in `messages`; anything else out of turn ends the executor."""
+        if command_id == 0 and self._ahead is not None and threading.current_thread() is not self._ahead:
+            self._ahead.join(max(0.0, deadline - time.monotonic()))
+            if self._ahead.is_alive():
+                raise self._end(Ended("timeout"))
+            if isinstance(self._ahead_result, Ended):
+                raise self._ahead_result
+            return self._ahead_result
         while True:
             message = self.receive(deadline, poll_memory)
             if message.kind != "reply":

@@ -214,6 +214,9 @@ class Reply(Message):
         "profile, CUDA: each of `kernels`' device time (µs, the profiler's), in the same order; empty on the CPU."))
     libraries: list[str] = Field(default_factory=list, description="profile: shared libraries the candidate built.")
     kernel_count: int | None = Field(None, description="profile: launches in all (`kernels` holds at most 256).")
+    startup: dict[str, float] = Field(default_factory=dict, description=(
+        "import: Unix times at the executor's start-up steps (a diagnostic for tuning, logged by a profiling "
+        "referee and never judged)."))
 
 
 class ExecutorMessage(Message):

@@ -124,6 +124,8 @@ class Environment(Record):
     sm_clock_mhz: int | None = Field(None, description="SM clock read just after the candidate's timed calls, when readable.")
     python: str = Field(description="Python version of the worker.")
     hostname: str = Field(description="Machine name.")
+    gpu: str | None = Field(None, description=(
+        "Which GPU of the machine judged it (its CUDA_VISIBLE_DEVICES entry: the lane's); None on the CPU."))
 
 
 class Mechanism(Record):

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
+import contextlib
 import copy
 import json
 import os
@@ -33,6 +35,7 @@ import random
 import secrets
 import statistics
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -77,6 +80,10 @@ class RefereeConfig(BaseModel):
     compile_memory_limit_gb: float | None
     cache_dir: str
     protect: list[str] = Field(default_factory=list, description="Paths no executor may read.")
+    ahead: int = Field(0, ge=0, description=(
+        "Executors started before their turn, from the requests already queued: each imports its candidate "
+        "(its extension loaded) while another is judged, and is stopped (SIGSTOP) while any candidate is timed "
+        "or profiled and while baselines are timed."))
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,7 @@ class Referee:
         self.current_round: Round | None = None
         self.judged = 0
         self.timed_since_round = 0
+        self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
 
     # -- the reference -----------------------------------------------------------------------------
 
@@ -186,7 +194,12 @@ class Referee:
             self.baseline_round()
 
     def baseline_round(self) -> Round:
-        """Every baseline timed once more, and the loop's own cost per call. No executor is alive."""
+        """Every baseline timed once more, and the loop's own cost per call. No executor runs: those
+        started ahead are stopped."""
+        with self.exclusive():
+            return self._baseline_round()
+
+    def _baseline_round(self) -> Round:
         baselines, failed = {}, {}
         for name in self.config.baselines:
             try:
@@ -277,34 +290,69 @@ class Referee:
 
     # -- one candidate -----------------------------------------------------------------------------
 
-    def judge(self, request: JudgeRequest) -> JudgeReply:
-        source = Path(request.path).read_bytes()
+    def executor_for(self, request: JudgeRequest) -> ExecutorProcess:
+        config = self.config
+        return ExecutorProcess(
+            source=Path(request.path).read_bytes(), digest=request.digest, device=self.device,
+            compile_only=request.compile_only, watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir),
+            problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
+            exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
+            memory_limit_gb=config.compile_memory_limit_gb)
+
+    def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
+        """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""
+        for request in upcoming[:self.config.ahead]:
+            key = (request.path, request.digest)
+            if request.kind != "judge" or request.compile_only or key in self.waiting:
+                continue
+            try:
+                process = self.executor_for(request)
+                process.start()
+            except Exception:
+                traceback.print_exc()  # it is started again in its turn
+                continue
+            process.import_ahead(time.monotonic() + self.config.compile_timeout_s)
+            self.waiting[key] = process
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        """The device to one candidate (or to the baselines): every executor started ahead is stopped."""
+        for process in self.waiting.values():
+            process.pause()
+        try:
+            yield
+        finally:
+            for process in self.waiting.values():
+                process.resume()
+
+    def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> JudgeReply:
         if not request.compile_only:
             self.ensure_round()
         config = self.config
-        process = ExecutorProcess(
-            source=source, digest=request.digest, device=self.device, compile_only=request.compile_only,
-            watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir), problem_location=self.problem.location,
-            protect=[Path(p) for p in config.protect], exchange_bytes=self.exchange_bytes,
-            output_cap=config.output_cap_bytes, memory_limit_gb=config.compile_memory_limit_gb)
+        process = self.waiting.pop((request.path, request.digest), None)
+        if process is None:
+            process = self.executor_for(request)
+            process.start()
+        self.start_ahead(list(upcoming))
         session = phases.Session(
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
             run_timeout_s=config.run_timeout_s, memory_limit_gb=config.compile_memory_limit_gb,
-            rng=random.Random(self.rng.randrange(2**63)))
+            rng=random.Random(self.rng.randrange(2**63)), exclusive=self.exclusive)
         returncode = None
         try:
-            process.start()
             verdict = phases.judge(session, request.compile_only)
             if verdict.status == Status.correct:
-                returncode = process.wait_exit(10)  # it exits by itself after `finish`
+                returncode = process.wait_exit(1)  # it exits by itself after `finish`
         finally:
-            process.close()
+            process.close(wait_s=1)  # the rest of a slow exit (a CUDA context's teardown) in the background
         verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
         if PROFILE_DIR:  # a diagnostic for tuning the evaluator: where each candidate's seconds went
+            startup = next((m.reply.startup for m in process.messages if m.reply is not None and m.reply.id == 0), {})
             with open(Path(PROFILE_DIR) / f"referee-{os.getpid()}.jsonl", "a") as log:
                 log.write(json.dumps({"name": request.name, "phases": verdict.phase_seconds,
-                                      "executor": session.command_seconds}) + "\n")
+                                      "executor": session.command_seconds,
+                                      "startup": {k: v - process.launched_at for k, v in startup.items()}}) + "\n")
         self.judged += 1
         if verdict.timing is not None:
             self.timed_since_round += 1
@@ -313,9 +361,46 @@ class Referee:
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds, after a last one when candidates were timed since the last."""
+        for process in self.waiting.values():  # started for requests that never came
+            process.close(wait_s=1)
+        self.waiting.clear()
         if self.current_round is not None and self.timed_since_round:
             self.baseline_round()
         return self.rounds
+
+
+class Inbox:
+    """The parent's requests, read as they come (a thread), so the referee sees those queued behind
+    the one it judges and can start their executors ahead."""
+
+    def __init__(self, stream):
+        self.items: collections.deque = collections.deque()
+        self.ready = threading.Condition()
+        self.done = False
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        try:
+            for line in stream:
+                request = JudgeRequest.model_validate_json(line)
+                with self.ready:
+                    self.items.append(request)
+                    self.ready.notify()
+        finally:
+            with self.ready:
+                self.done = True
+                self.ready.notify()
+
+    def next(self) -> JudgeRequest | None:
+        """The next request; None when the parent is gone."""
+        with self.ready:
+            while not self.items and not self.done:
+                self.ready.wait()
+            return self.items.popleft() if self.items else None
+
+    def queued(self) -> list[JudgeRequest]:
+        with self.ready:
+            return list(self.items)
 
 
 def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> Verdict:
@@ -345,8 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         setup_error = traceback.format_exc()
         traceback.print_exc()
-    for line in requests:
-        request = JudgeRequest.model_validate_json(line)
+    inbox = Inbox(requests)
+    while True:
+        request = inbox.next()
+        if request is None:
+            break
         if request.kind == "close":
             rounds = []
             if referee is not None:
@@ -360,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             answer(JudgeReply(verdict=failed_verdict(request, config, f"it could not start: {setup_error}")))
             continue
         try:
-            answer(referee.judge(request))
+            answer(referee.judge(request, inbox.queued()))
         except Exception:
             traceback.print_exc()
             answer(JudgeReply(verdict=failed_verdict(request, config, traceback.format_exc())))

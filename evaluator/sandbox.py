@@ -77,7 +77,22 @@ class EvalOptions(BaseModel):
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
     seed: int | None = Field(None, description="Root seed; random when None (fresh inputs each run).")
-    jobs: int = Field(1, ge=1, description="Candidates built at once before the (serial) checks.")
+    jobs: int | None = Field(None, ge=1, description=(
+        "Candidates built at once, while earlier ones are judged; None: half the cores, at most 8 (each build "
+        "runs its own compilers). 1: no builds of their own; each executor builds as it imports."))
+    gpus: str | None = Field(None, description=(
+        "GPUs to judge on, one lane each: None or `all`, every visible GPU; else positions among them (`0,2`)."))
+    ahead: int | None = Field(None, ge=0, description=(
+        "Candidates a lane queues at its referee behind the one judged, their executors started and importing "
+        "meanwhile (stopped while anything is timed); None: 2 on a GPU, 0 on the CPU (where the device judged is "
+        "the cores those imports run on)."))
+    executor: Literal["local", "ray"] = Field("local", description=(
+        "`local`: lanes in this process, one per GPU; `ray`: each lane a Ray actor (one GPU each, or one CPU) on "
+        "the cluster at `ray_address`."))
+    ray_address: str | None = Field(None, description="Ray cluster to join (None: a local Ray instance).")
+    lanes: int | None = Field(None, ge=1, description=(
+        "Ray only: how many actors; None: the cluster's GPUs for a CUDA problem, its CPUs' worth for a CPU one "
+        "(at most 4)."))
     compile_timeout_s: float | None = Field(None, description="Override of the problem's compile timeout.")
     run_timeout_s: float | None = Field(None, description="Override of the problem's run timeout.")
     timing_budget_s: float = Field(2.0, description="Target seconds of timed calls per callable.")
@@ -98,6 +113,12 @@ def default_baselines(problem: ProblemSpec, device: str) -> list[str]:
     if device == "cuda":
         names += [c for c in problem.bench.ceilings if c not in names]
     return names
+
+
+def default_build_jobs() -> int:
+    """Half the cores (each build runs its own compilers), at most 8 (each compiler of torch's headers
+    takes a GiB or more)."""
+    return max(1, min(8, (os.cpu_count() or 1) // 2))
 
 
 def resolve_device(device: str | None) -> str:
@@ -163,23 +184,27 @@ def protected_paths(evaluator: Evaluator) -> list[Path]:
 
 
 class RefereeClient:
-    """The parent's end of one referee process (started on first use, for one batch)."""
+    """The parent's end of one referee process (started on first use, for one batch, on one GPU when
+    `gpu` names one: its CUDA_VISIBLE_DEVICES entry). Requests may be sent ahead of their replies
+    (`submit`, then `collect` in the same order): the referee starts the executors of those queued
+    behind the one it judges (`ahead`)."""
 
-    def __init__(self, evaluator: Evaluator):
+    def __init__(self, evaluator: Evaluator, gpu: str | None = None, lane: int = 0):
         self.evaluator = evaluator
+        self.gpu, self.lane = gpu, lane
         self.proc: subprocess.Popen | None = None
         self.rounds: list[BaselineRound] = []
         self.batches = 0
 
     def config(self) -> RefereeConfig:
         ev, options = self.evaluator, self.evaluator.options
+        seed = options.seed + self.lane if options.seed is not None else secrets.randbits(31)
         return RefereeConfig(
             problem=str(ev.problem.location), size=ev.size, device=ev.device, baselines=list(ev.baselines),
-            seed=options.seed if options.seed is not None else secrets.randbits(31),
-            timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
+            seed=seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
             compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, output_cap_bytes=options.output_cap_bytes,
             compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
-            protect=[str(p) for p in protected_paths(ev)])
+            protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead)
 
     def start(self) -> None:
         folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))
@@ -208,6 +233,8 @@ class RefereeClient:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env["PYTHONUNBUFFERED"] = "1"
+        if self.gpu is not None:  # the lane's GPU: the referee and every executor it starts see only it
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
         return env
 
     def log_file(self):
@@ -217,8 +244,8 @@ class RefereeClient:
         except OSError:
             return subprocess.DEVNULL
 
-    def ask(self, request: JudgeRequest, timeout_s: float) -> JudgeReply:
-        """One request and its reply; raises RuntimeError when the referee dies or overruns."""
+    def send(self, request: JudgeRequest) -> None:
+        """Raises RuntimeError when the referee is gone."""
         if self.proc is None:
             self.start()
         try:
@@ -227,8 +254,13 @@ class RefereeClient:
         except (BrokenPipeError, OSError) as err:
             self.stop()
             raise RuntimeError(f"the referee is gone ({err})") from None
+
+    def receive(self, timeout_s: float) -> JudgeReply:
+        """The next reply; raises RuntimeError when the referee dies or overruns (it is killed)."""
         from evaluator.process import select_read
 
+        if self.proc is None:
+            raise RuntimeError("the referee is gone")
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self.buffer:
             remaining = deadline - time.monotonic()
@@ -247,19 +279,42 @@ class RefereeClient:
         self.buffer = bytearray(rest)
         return JudgeReply.model_validate_json(line)
 
-    def judge(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
+    def ask(self, request: JudgeRequest, timeout_s: float) -> JudgeReply:
+        """One request and its reply; raises RuntimeError when the referee dies or overruns."""
+        self.send(request)
+        return self.receive(timeout_s)
+
+    @property
+    def reply_timeout_s(self) -> float:
         ev = self.evaluator
+        return ev.compile_timeout + ev.run_timeout + REFEREE_ALLOWANCE_S
+
+    def submit(self, name: str, source: bytes, digest: str) -> Path:
+        """Send a candidate to be judged (its source in a file of its own until its reply is collected)."""
         path = Path(tempfile.mkdtemp(prefix="kh-candidate-")) / "candidate.py"
         path.write_bytes(source)
         try:
-            reply = self.ask(JudgeRequest(name=candidate.name, path=str(path), digest=digest),
-                             ev.compile_timeout + ev.run_timeout + REFEREE_ALLOWANCE_S)
+            self.send(JudgeRequest(name=name, path=str(path), digest=digest))
+        except RuntimeError:
+            discard(path)
+            raise
+        return path
+
+    def collect(self, path: Path) -> tuple[Verdict, bytes, bytes]:
+        """The reply to the oldest candidate submitted (`path`, as `submit` returned it)."""
+        try:
+            reply = self.receive(self.reply_timeout_s)
         finally:
-            path.unlink(missing_ok=True)
-            path.parent.rmdir()
+            discard(path)
         if reply.verdict is None:
             raise RuntimeError(reply.error or "the referee sent no verdict")
-        return reply.verdict, base64.b64decode(reply.stdout), base64.b64decode(reply.stderr)
+        verdict = reply.verdict
+        if self.gpu is not None and verdict.environment is not None:
+            verdict.environment.gpu = self.gpu
+        return verdict, base64.b64decode(reply.stdout), base64.b64decode(reply.stderr)
+
+    def judge(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
+        return self.collect(self.submit(candidate.name, source, digest))
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds; the referee exits."""
@@ -295,6 +350,14 @@ class RefereeClient:
         return code
 
 
+def discard(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass
+
+
 class Evaluator:
     """Evaluates candidates for one problem, size and device."""
 
@@ -310,7 +373,9 @@ class Evaluator:
         self.log_root = options.log_root or Path(".harness") / "logs"
         self.compile_timeout = options.compile_timeout_s or self.problem.timeouts.compile_s
         self.run_timeout = options.run_timeout_s or self.problem.timeouts.run_s
-        self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch
+        self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
+        self.jobs = options.jobs or default_build_jobs()
+        self.ahead = options.ahead if options.ahead is not None else (2 if self.device == "cuda" else 0)
 
     # -- one candidate ---------------------------------------------------------------------------
 
@@ -344,8 +409,10 @@ class Evaluator:
         finally:
             self.rounds = referee.close()
 
-    def _evaluate(self, candidate: CandidateFile, compile_only: bool | None, referee: RefereeClient | None) -> Verdict:
-        compile_only = self.options.compile_only if compile_only is None else compile_only
+    def _prepare(self, candidate: CandidateFile, compile_only: bool) -> tuple[dict, bytes, str, list[Flag], bool] | Verdict:
+        """Read and gate a candidate: its final verdict when it cannot run (unreadable, not a candidate,
+        rejected by the static checks), else what running it needs (base fields, source, digest,
+        static flags, whether it is only built)."""
         base = dict(candidate=candidate.name, problem=self.problem.name, size=self.size, device=self.device)
         try:
             source_bytes = candidate.path.read_bytes()
@@ -365,6 +432,24 @@ class Evaluator:
                                        flags=flags, error=rejected_error(flags)))
         if self.device == "cpu" and uses_cuda_source(source):
             compile_only = True  # running it would only fail; build it and say plainly it was not run
+        return base, source_bytes, digest, flags, compile_only
+
+    def _settle(self, verdict: Verdict, base: dict, digest: str, flags: list[Flag], stdout: bytes = b"",
+                stderr: bytes = b"", logs: bool = True) -> Verdict:
+        """A verdict from a build or a referee, made the parent's: its names, the logs, the static flags
+        and the stamp."""
+        verdict = verdict.model_copy(update={**base, "source_sha256": digest})
+        if logs:
+            self._write_logs(verdict, stdout, stderr, digest)
+        verdict.flags = merge_flags(flags + verdict.flags)  # one flag per name, static and dynamic reasons joined
+        return self._stamp(verdict)
+
+    def _evaluate(self, candidate: CandidateFile, compile_only: bool | None, referee: RefereeClient | None) -> Verdict:
+        compile_only = self.options.compile_only if compile_only is None else compile_only
+        prepared = self._prepare(candidate, compile_only)
+        if isinstance(prepared, Verdict):
+            return prepared
+        base, source_bytes, digest, flags, compile_only = prepared
         try:
             verdict = self._run_worker(candidate, source_bytes, digest, compile_only, base, referee)
         except Exception as err:  # the harness's own failure: recorded, so the rest of the batch goes on
@@ -400,7 +485,8 @@ class Evaluator:
             source=source, digest=digest, device=self.device, compile_only=True, watch=self.problem.rules.watch,
             cache_dir=self.cache_dir, problem_location=self.problem.location, protect=protected_paths(self),
             exchange_bytes=None, output_cap=self.options.output_cap_bytes,
-            memory_limit_gb=self.options.compile_memory_limit_gb)
+            memory_limit_gb=self.options.compile_memory_limit_gb,
+            max_jobs=max(1, (os.cpu_count() or 1) // self.jobs))  # concurrent builds share the cores
         session = phases.Session(referee=None, link=process, name=candidate.name, digest=digest,
                                  problem=self.problem.name, size=self.size, device=self.device,
                                  compile_timeout_s=self.compile_timeout, run_timeout_s=self.run_timeout,
@@ -438,26 +524,63 @@ class Evaluator:
 
     def evaluate_all(self, candidates: Sequence[CandidateFile],
                      on_verdict: Callable[[Verdict], None] | None = None) -> Iterator[Verdict]:
-        """Verdicts in order. With jobs > 1, builds run in parallel first (build-only executors fill
-        the cache); the referee then judges them one at a time, so they never share the device.
-        With `compile_only` the parallel builds are the verdicts. The batch's baseline rounds are in
-        `self.rounds` once the last verdict is out."""
-        built: list[Verdict] = []
-        if self.options.jobs > 1 and len(candidates) > 1:
-            with ThreadPoolExecutor(self.options.jobs) as pool:
-                built = list(pool.map(lambda c: self._evaluate(c, True, None), candidates))
-        referee = RefereeClient(self)
+        """Verdicts in order. The parent gates each candidate; those that run go to the scheduler
+        (evaluator.lanes): builds `jobs` at once while earlier candidates are judged, one lane per GPU,
+        each judging one candidate at a time with `ahead` more importing behind it. With `compile_only`
+        the builds are the verdicts. The baseline rounds of every lane are in `self.rounds` once the
+        last verdict is out."""
+        from evaluator.lanes import Job, Judged, Scheduler
+
+        verdicts: dict[int, Verdict] = {}
+        jobs: list[Job] = []
+        context: dict[int, tuple] = {}
+        for index, candidate in enumerate(candidates):
+            prepared = self._prepare(candidate, self.options.compile_only)
+            if isinstance(prepared, Verdict):
+                verdicts[index] = prepared
+                continue
+            base, source, digest, flags, compile_only = prepared
+            context[index] = (candidate, base, digest, flags, compile_only)
+            jobs.append(Job(index=index, name=candidate.name, source=source, digest=digest))
+
+        def build(job: Job) -> Verdict | None:
+            """A build's verdict when it is the last word (compile only, or it failed), else None."""
+            candidate, base, digest, flags, compile_only = context[job.index]
+            verdict, stdout, stderr = self._run_build(candidate, job.source, digest)
+            if compile_only or verdict.status != Status.compiled:
+                return self._settle(verdict, base, digest, flags, stdout, stderr)
+            return None
+
+        # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
+        # for those too (else the executor that imports a candidate builds it, in its lane).
+        running = sum(not c[4] for c in context.values())
+        builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
+        scheduler = Scheduler(self, build, lambda job: context[job.index][4] or builds_here)
+        self.rounds = []
         try:
-            for index, candidate in enumerate(candidates):
-                if built and (self.options.compile_only or built[index].status != Status.compiled):
-                    verdict = built[index]
+            next_index = 0
+            for item in scheduler.run(jobs, lanes=running > 0) if jobs else ():
+                if isinstance(item, Judged):
+                    candidate, base, digest, flags, _ = context[item.job.index]
+                    verdicts[item.job.index] = self._settle(item.verdict, base, digest, flags, item.stdout, item.stderr)
                 else:
-                    verdict = self._evaluate(candidate, None, referee)
+                    verdicts[item[0].index] = item[1]
+                while next_index in verdicts:
+                    if on_verdict:
+                        on_verdict(verdicts[next_index])
+                    yield verdicts.pop(next_index)
+                    next_index += 1
+            while next_index < len(candidates):
+                verdict = verdicts.pop(next_index)
                 if on_verdict:
                     on_verdict(verdict)
                 yield verdict
+                next_index += 1
         finally:
-            self.rounds = referee.close()
+            self.rounds = scheduler.rounds
+
+    def _run_build(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
+        return self._build(candidate, source, digest)
 
 
 def evaluate(candidates: Sequence[CandidateFile], options: EvalOptions | None = None) -> Iterator[Verdict]:

@@ -37,7 +37,15 @@ def eval_command(
         "Run candidates the static checks reject (contained), to study what they do; by default they are "
         "`rejected` without running.")),
     json_lines: bool = typer.Option(False, "--json", help="One verdict JSON object per line on stdout."),
-    jobs: int = typer.Option(1, min=1, help="Candidates built at once before the serial checks."),
+    jobs: Optional[int] = typer.Option(None, min=1, help=(
+        "Candidates built at once while earlier ones are judged (default: half the cores, at most 8; 1: each "
+        "executor builds its candidate as it imports it).")),
+    gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
+    ahead: Optional[int] = typer.Option(None, min=0, help=(
+        "Candidates a lane starts ahead, importing while another is judged (default: 2 on a GPU, 0 on the CPU).")),
+    executor: str = typer.Option("local", help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
+    lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
     seed: Optional[int] = typer.Option(None, help="Root seed (default: fresh each run)."),
     baselines: Optional[str] = typer.Option(None, help="Comma list of eager,eager_tf32,compile,compile_tf32."),
     compile_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to build a candidate."),
@@ -57,7 +65,7 @@ def eval_command(
     try:
         options = EvalOptions(
             problem=problem, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,
-            jobs=jobs, seed=seed,
+            jobs=jobs, gpus=gpus, ahead=ahead, executor=executor, ray_address=ray_address, lanes=lanes, seed=seed,
             baselines=[b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None,
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
         )
@@ -114,7 +122,10 @@ def run_cli(
     run_rejected: Optional[bool] = typer.Option(None, "--run-rejected", help=(
         "Run candidates the static checks reject (contained), to study what they do (default: `rejected` "
         "without running).")),
-    jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once before the serial checks (default: half the cores, at most 8)."),
+    jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: half the cores, at most 8)."),
+    gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
+    executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     runs_dir: Optional[Path] = typer.Option(None, help="Root of run folders (default: candidates)."),
     run_id: Optional[str] = typer.Option(None, help="Run id (default: derived from the settings, so reruns resume)."),
@@ -144,7 +155,7 @@ def run_cli(
         extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
         retry_failed=retry_failed, turns=turns, strategy=strategy, keep=keep, max_evaluations=max_evaluations,
         feedback_template=feedback_template, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected,
-        jobs=jobs,
+        jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
         store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )
@@ -165,6 +176,7 @@ def bench_command(
         "fixture's) cold, then warm, and print candidates per minute, phase seconds and GPU busy fractions "
         "(size: the first of --sizes).")),
     jobs: Optional[int] = typer.Option(None, min=1, help="With --throughput: builds at once (default: the evaluator's)."),
+    gpus: Optional[str] = typer.Option(None, help="With --throughput: GPUs to judge on (default: all visible)."),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.sandbox import CandidateFile
@@ -174,7 +186,7 @@ def bench_command(
         from harness.throughput import run_throughput
 
         run_throughput(throughput, problem=problem, size=sizes.split(",")[0].strip(), device=device,
-                       source=files[0] if files else None, jobs=jobs, out=out, console=console)
+                       source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console)
         return
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None

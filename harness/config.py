@@ -96,7 +96,11 @@ class RunConfig(BaseModel):
         "Run candidates the static checks reject (contained), to study them; by default they are `rejected` "
         "without running. Part of the verdict key."))
     eval_seed: int | None = Field(None, description="Root seed of the evaluator's inputs; None = fresh each evaluation.")
-    jobs: int | None = Field(None, ge=1, description="Candidates built at once before the serial checks; None = half the cores, at most 8.")
+    jobs: int | None = Field(None, ge=1, description=(
+        "Candidates built at once while earlier ones are judged; None = half the cores, at most 8."))
+    gpus: str | None = Field(None, description="GPUs to judge on, one lane each: None/`all` or positions (`0,2`).")
+    executor: Literal["local", "ray"] = Field("local", description="`ray`: each lane a Ray actor (`pip install -e '.[ray]'`).")
+    ray_address: str | None = Field(None, description="Ray cluster to join with executor `ray` (None: a local instance).")
     store: Path = Field(DEFAULT_STORE, description="The SQLite result store.")
     runs_dir: Path = Field(Path("candidates"), description="Where run folders (<run-id>/<sample>/...) are written.")
     run_id: str | None = Field(None, description="Run id; None = derived from the settings, so a rerun resumes.")
@@ -105,11 +109,6 @@ class RunConfig(BaseModel):
         """The API key, read from the variable `api_key_env` names (never stored)."""
         environ = os.environ if environ is None else environ
         return environ.get(self.api_key_env) or None
-
-    def build_jobs(self) -> int:
-        """How many candidates are built at once: `jobs`, else half the cores (each build runs
-        its own compilers), at most 8 (each compiler of torch's headers takes a GiB or more)."""
-        return self.jobs or max(1, min(8, (os.cpu_count() or 1) // 2))
 
     def stored(self) -> dict[str, Any]:
         """The config as stored with the run (JSON-safe)."""

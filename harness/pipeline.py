@@ -539,7 +539,8 @@ def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summ
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
     options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
                           compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
-                          jobs=ctx.cfg.build_jobs())
+                          jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor,
+                          ray_address=ctx.cfg.ray_address)
     evaluate_fn = ctx.evaluate_fn or _default_evaluate
     warned: set[str] = set()
     with _progress(ctx.console) as progress:

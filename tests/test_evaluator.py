@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES, expectation
 from evaluator.records import Status
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, evaluate, parse_problem
+from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient, evaluate, parse_problem
 
 CPU = FIXTURES / "candidates" / "cpu"
 GOOD = CPU / "torch_ops_correct.py"
@@ -221,16 +221,16 @@ def test_a_second_problem_is_just_a_folder(tmp_path):
 @pytest.mark.slow
 def test_a_failure_of_the_harness_itself_is_recorded_and_the_batch_goes_on(tmp_path, monkeypatch):
     evaluator = Evaluator(cpu_options(tmp_path))
-    real = evaluator._run_worker
+    real = RefereeClient.submit
     calls = []
 
-    def flaky(candidate, *args):
-        calls.append(candidate.name)
+    def flaky(self, name, *args):
+        calls.append(name)
         if len(calls) == 1:
             raise OSError("fork failed: resource temporarily unavailable")
-        return real(candidate, *args)
+        return real(self, name, *args)
 
-    monkeypatch.setattr(evaluator, "_run_worker", flaky)
+    monkeypatch.setattr(RefereeClient, "submit", flaky)
     first, second = evaluator.evaluate_all([CandidateFile(name="a", path=GOOD), CandidateFile(name="b", path=GOOD)])
     assert first.status == Status.crashed and "fork failed" in first.error
     assert second.status == Status.correct, second.error

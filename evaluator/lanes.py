@@ -1,0 +1,275 @@
+"""Lanes: one referee per device, fed candidates as their builds finish.
+
+The parent (evaluator.sandbox) reads and gates every candidate, then hands those that run to a
+`Scheduler`: builds run in a pool (`jobs` at once) while earlier candidates are judged, with no
+barrier between them, and each build that succeeds becomes ready for the lanes. A lane is one
+device: a GPU (its referee and every executor it starts see only that GPU, through
+CUDA_VISIBLE_DEVICES) or the CPU. A lane takes ready candidates in their order and keeps `ahead`
+of them queued at its referee behind the one being judged, so their executors start, import torch
+and load their extensions while the device is busy (evaluator.referee stops them while anything is
+timed). Only one candidate is ever checked or timed on a device at a time; a candidate that crashes
+or hangs its referee costs its lane that candidate, and the lane goes on with a fresh referee.
+
+With `executor="ray"` each lane is a Ray actor (one GPU each, or one CPU for a CPU problem), on
+any machine of the cluster, running the same `LaneWorker` there; its builds happen there (each
+machine has its own build cache) and candidates go to it a few at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from evaluator.protocol import BaselineRound
+from evaluator.records import Status, Verdict
+
+# How a lane ends a candidate its referee failed around (the verdict says `crashed` with this reason).
+REFEREE_FAILED = "the referee failed around this candidate: "
+
+
+@dataclass(order=True)
+class Job:
+    """One candidate that runs: what the parent read and the static checks let through."""
+
+    index: int
+    name: str = field(compare=False)
+    source: bytes = field(compare=False, repr=False)
+    digest: str = field(compare=False)
+
+
+@dataclass
+class Judged:
+    """A lane's answer for one job: the referee's verdict and the candidate's capped streams."""
+
+    job: Job
+    verdict: Verdict
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (what a child is pinned with)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [entry.strip() for entry in env.split(",") if entry.strip() and entry.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def choose_gpus(spec: str | None) -> list[str]:
+    """`--gpus`: None or `all`, every visible GPU; else a comma list of positions among them (`0,2`)."""
+    visible = visible_gpus()
+    if spec is None or spec.strip() in ("", "all"):
+        return visible
+    chosen = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= len(visible):
+            raise ValueError(f"--gpus {spec!r}: {part!r} is not one of the {len(visible)} visible GPU(s) (0..{len(visible) - 1})")
+        chosen.append(visible[int(part)])
+    return list(dict.fromkeys(chosen))
+
+
+def crashed(job: Job, error: str, device: str) -> Judged:
+    return Judged(job, Verdict(candidate=job.name, source_sha256=job.digest, problem="", size="", device=device,
+                               status=Status.crashed, error=error))
+
+
+class LaneWorker:
+    """One device's judge: a referee (evaluator.sandbox.RefereeClient) fed jobs in order, `ahead`
+    of them sent before the reply to the one being judged. Runs in the parent (a thread per lane)
+    or in a Ray actor."""
+
+    def __init__(self, evaluator, gpu: str | None, lane: int):
+        from evaluator.sandbox import RefereeClient
+
+        self.evaluator = evaluator
+        self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane)
+        self.ahead = evaluator.ahead
+
+    def stream(self, take: Callable[[bool], Job | None]) -> Iterator[Judged]:
+        """Judged jobs in the order taken. `take(block)` gives the next job, None when there are no
+        more; with block=False it may also give None when none is ready yet."""
+        pending: deque[tuple[Job, object]] = deque()
+        done = False
+        while True:
+            while not done and len(pending) <= self.ahead:
+                job = take(not pending)  # blocks only when nothing is pending
+                if job is None:
+                    done = not pending  # a blocking take that gives nothing: there is no more
+                    break
+                pending.append((job, None))
+                self._send(pending, len(pending) - 1)
+            if not pending:
+                return
+            job, path = pending.popleft()
+            yield self._collect(job, path, pending)
+
+    def _send(self, pending: deque, position: int) -> None:
+        job, _ = pending[position]
+        try:
+            pending[position] = (job, self.referee.submit(job.name, job.source, job.digest))
+        except Exception as err:  # the referee cannot be started or written to: the job fails alone
+            pending[position] = (job, err)
+
+    def _collect(self, job: Job, sent, pending: deque) -> Judged:
+        if isinstance(sent, Exception):
+            return crashed(job, f"{REFEREE_FAILED}{type(sent).__name__}: {sent}", self.evaluator.device)
+        try:
+            verdict, stdout, stderr = self.referee.collect(sent)
+            return Judged(job, verdict, stdout, stderr)
+        except Exception as err:
+            if self.referee.proc is None:  # it died: those queued behind go to a fresh one
+                for position in range(len(pending)):
+                    self._send(pending, position)
+            detail = str(err) if isinstance(err, RuntimeError) else f"{type(err).__name__}: {err}\n" + traceback.format_exc()[-2000:]
+            return crashed(job, REFEREE_FAILED + detail, self.evaluator.device)
+
+    def judge_many(self, jobs: list[Job]) -> list[Judged]:
+        """Every job of a list, in order (a Ray actor's unit of work)."""
+        queue = deque(jobs)
+        return list(self.stream(lambda block: queue.popleft() if queue else None))
+
+    def close(self) -> list[BaselineRound]:
+        return self.referee.close()
+
+
+class ReadyQueue:
+    """Jobs whose builds are done, lowest index first; `finish()` once no more will come."""
+
+    def __init__(self):
+        self.heap: list[Job] = []
+        self.closed = False
+        self.cond = threading.Condition()
+
+    def put(self, job: Job) -> None:
+        with self.cond:
+            heapq.heappush(self.heap, job)
+            self.cond.notify()
+
+    def finish(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def take(self, block: bool) -> Job | None:
+        with self.cond:
+            while block and not self.heap and not self.closed:
+                self.cond.wait()
+            return heapq.heappop(self.heap) if self.heap else None
+
+    __call__ = take
+
+
+@dataclass
+class LaneFailure:
+    """A lane that broke down (not a candidate's doing): the scheduler stops waiting for its jobs."""
+
+    error: Exception
+
+
+class Scheduler:
+    """Builds in a pool and lanes that judge (see the module's docstring). `run` yields each job's
+    `Judged` (or a build's final verdict) as it comes, in no particular order."""
+
+    def __init__(self, evaluator, build: Callable[[Job], Verdict | None], builds: Callable[[Job], bool]):
+        self.evaluator = evaluator
+        self.build = build    # a build's final verdict, or None: the job goes on to a lane
+        self.builds = builds  # whether a job is built in the pool (else its executor builds it as it imports)
+        self.rounds: list[BaselineRound] = []
+
+    def lanes(self) -> list[tuple[str | None, int]]:
+        ev = self.evaluator
+        if ev.device != "cuda":
+            return [(None, 0)]
+        gpus = choose_gpus(ev.options.gpus)
+        if not gpus:
+            raise RuntimeError("no GPU is visible to judge CUDA candidates on")
+        return [(gpu, lane) for lane, gpu in enumerate(gpus)]
+
+    def run(self, jobs: list[Job], lanes: bool = True) -> Iterator[Judged | tuple[Job, Verdict]]:
+        """`lanes=False`: every job is only built (no referee, no GPU asked for)."""
+        import queue as queues
+
+        ready = ReadyQueue()
+        out: queues.Queue = queues.Queue()
+        threads = [threading.Thread(target=self._builds, args=(jobs, ready, out), daemon=True)]
+        workers = self.workers() if lanes else []
+        for worker in workers:
+            threads.append(threading.Thread(target=self._lane, args=(worker, ready, out), daemon=True))
+        for thread in threads:
+            thread.start()
+        left = {job.index: job for job in jobs}
+        failures: list[Exception] = []
+        while left:
+            try:
+                item = out.get(timeout=1.0)
+            except queues.Empty:
+                if any(t.is_alive() for t in threads[1:]) or threads[0].is_alive():
+                    continue
+                # every lane has ended and the jobs left were never judged (a lane broke down)
+                reason = "; ".join(f"{type(e).__name__}: {e}" for e in failures) or "no lane was left to judge it"
+                for job in list(left.values()):
+                    left.pop(job.index)
+                    yield crashed(job, f"the evaluator's lanes failed before judging it: {reason}", self.evaluator.device)
+                break
+            if isinstance(item, LaneFailure):
+                failures.append(item.error)
+                continue
+            job = item.job if isinstance(item, Judged) else item[0]
+            if left.pop(job.index, None) is not None:
+                yield item
+        for thread in threads:
+            thread.join(timeout=60)
+
+    def workers(self) -> list:
+        if self.evaluator.options.executor == "ray":
+            from evaluator.ray_lanes import ray_workers
+
+            return ray_workers(self.evaluator)
+        return [LaneWorker(self.evaluator, gpu, lane) for gpu, lane in self.lanes()]
+
+    def _builds(self, jobs: list[Job], ready: ReadyQueue, out) -> None:
+        """Each job to the lanes as soon as its build succeeds; a failed build is the job's verdict."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def build_one(job: Job) -> None:
+            try:
+                verdict = self.build(job)
+            except Exception as err:  # the harness's own failure: the job fails alone
+                verdict = crashed(job, f"the build failed around this candidate: {type(err).__name__}: {err}",
+                                  self.evaluator.device).verdict
+            if verdict is None:
+                ready.put(job)
+            else:
+                out.put((job, verdict))
+
+        try:
+            pooled = [job for job in jobs if self.builds(job)]
+            for job in jobs:
+                if not self.builds(job):
+                    ready.put(job)
+            if pooled:
+                with ThreadPoolExecutor(self.evaluator.jobs) as pool:
+                    list(pool.map(build_one, pooled))
+        finally:
+            ready.finish()
+
+    def _lane(self, worker, ready: ReadyQueue, out) -> None:
+        try:
+            for judged in worker.stream(ready):
+                out.put(judged)
+        except Exception as err:  # the lane itself broke: what it took is lost, so say so per job
+            traceback.print_exc()
+            out.put(LaneFailure(err))
+        finally:
+            try:
+                self.rounds += worker.close()
+            except Exception:
+                traceback.print_exc()

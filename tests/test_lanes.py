@@ -1,0 +1,132 @@
+"""The scheduler (evaluator.lanes): builds overlap judging, lanes per GPU, executors started ahead.
+
+The scheduler's own logic is tested with a fake build and a fake referee (no process); the
+referee's `ahead` with real CPU candidates, whose verdicts must be what they are without it.
+"""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from evaluator.lanes import Job, LaneWorker, ReadyQueue, choose_gpus
+from evaluator.records import Status, Verdict
+from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient
+
+CPU = FIXTURES / "candidates" / "cpu"
+
+
+def test_gpus_are_chosen_among_the_visible_ones_by_position(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert choose_gpus(None) == ["3", "5"] and choose_gpus("all") == ["3", "5"]
+    assert choose_gpus("1") == ["5"] and choose_gpus("1,0,1") == ["5", "3"]
+    with pytest.raises(ValueError, match="not one of the 2 visible"):
+        choose_gpus("2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert choose_gpus(None) == []
+
+
+def test_the_ready_queue_gives_the_lowest_index_first_and_ends_when_finished():
+    ready = ReadyQueue()
+    for index in (4, 1, 3):
+        ready.put(Job(index=index, name=str(index), source=b"", digest=""))
+    assert [ready.take(False).index for _ in range(3)] == [1, 3, 4]
+    assert ready.take(False) is None
+    threading.Timer(0.2, ready.finish).start()
+    assert ready.take(True) is None  # blocks until no more can come
+
+
+def fake_verdict(name: str) -> Verdict:
+    return Verdict(candidate=name, source_sha256="", problem="gemm_scale_bn", size="small", device="cpu",
+                   status=Status.correct)
+
+
+def sources(tmp_path: Path, count: int) -> list[CandidateFile]:
+    files = []
+    for index in range(count):
+        path = tmp_path / f"c{index}.py"
+        path.write_text(f"# {index}\nclass ModelNew:\n    pass\n")
+        files.append(CandidateFile(name=f"c{index}", path=path))
+    return files
+
+
+def test_builds_go_on_while_the_first_candidates_are_judged_and_verdicts_come_in_order(tmp_path, monkeypatch):
+    """No barrier between building and judging: the last build waits until the first candidate is being
+    judged (with a barrier this would time out), and the verdicts still come in the candidates' order."""
+    judging_started = threading.Event()
+    order = []
+
+    def build(self, candidate, source, digest):
+        if candidate.name == "c3":
+            assert judging_started.wait(20), "the first candidate was not judged before every build was done"
+        time.sleep(0.05 * int(candidate.name[1:]))
+        return fake_verdict(candidate.name).model_copy(update={"status": Status.compiled}), b"", b""
+
+    def submit(self, name, source, digest):
+        judging_started.set()
+        order.append(name)
+        return name
+
+    def collect(self, name):
+        return fake_verdict(name), b"", b""
+
+    monkeypatch.setattr(Evaluator, "_run_build", build)
+    monkeypatch.setattr(RefereeClient, "submit", submit)
+    monkeypatch.setattr(RefereeClient, "collect", collect)
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", jobs=2, log_root=tmp_path / "logs"))
+    verdicts = list(evaluator.evaluate_all(sources(tmp_path, 4)))
+    assert [v.candidate for v in verdicts] == ["c0", "c1", "c2", "c3"]
+    assert all(v.status == Status.correct for v in verdicts) and sorted(order) == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_lane_keeps_ahead_candidates_queued_and_a_dead_referee_costs_one_candidate(tmp_path, monkeypatch):
+    """With ahead=2, three candidates are sent before the first reply is read; when the referee dies
+    around the first, it alone is `crashed` and the two queued behind it go to a fresh referee."""
+    sent, replies = [], []
+
+    class FakeReferee:
+        proc = object()
+
+        def submit(self, name, source, digest):
+            sent.append(name)
+            return name
+
+        def collect(self, name):
+            replies.append((name, list(sent)))
+            if name == "c0":
+                self.proc = None
+                raise RuntimeError("the referee ended (exit status -9) without answering")
+            return fake_verdict(name), b"", b""
+
+        def close(self):
+            return []
+
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=2, log_root=tmp_path / "logs"))
+    worker = LaneWorker(evaluator, gpu=None, lane=0)
+    worker.referee = FakeReferee()
+    jobs = [Job(index=i, name=f"c{i}", source=b"", digest="") for i in range(4)]
+    judged = worker.judge_many(jobs)
+    assert [j.job.name for j in judged] == ["c0", "c1", "c2", "c3"]
+    assert replies[0] == ("c0", ["c0", "c1", "c2"])  # two ahead of the one judged
+    assert judged[0].verdict.status == Status.crashed and "exit status -9" in judged[0].verdict.error
+    assert [j.verdict.status for j in judged[1:]] == [Status.correct] * 3
+    assert sent == ["c0", "c1", "c2", "c1", "c2", "c3"]  # c1 and c2 sent again to the fresh referee
+
+
+@pytest.mark.slow
+def test_executors_started_ahead_change_no_verdict(tmp_path):
+    """Real CPU candidates judged with two executors started ahead: the same statuses and flags as one at
+    a time, and the candidates after the first were imported while it was judged."""
+    names = ["torch_ops_correct", "wrong_values", "forward_raises", "torch_ops_correct", "cpp_correct"]
+    files = [CandidateFile(name=f"{i}-{n}", path=CPU / f"{n}.py") for i, n in enumerate(names)]
+    settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"], jobs=1,
+                    cache_dir=tmp_path / "cache")
+    alone = list(Evaluator(EvalOptions(**settings, ahead=0, log_root=tmp_path / "a")).evaluate_all(files))
+    ahead = list(Evaluator(EvalOptions(**settings, ahead=2, log_root=tmp_path / "b")).evaluate_all(files))
+    assert [v.status for v in ahead] == [v.status for v in alone] == [
+        Status.correct, Status.incorrect, Status.runtime_error, Status.correct, Status.correct], [v.error for v in ahead]
+    assert [sorted(f.name for f in v.flags) for v in ahead] == [sorted(f.name for f in v.flags) for v in alone]
+    # started ahead, the fourth's import was done by its turn: its compile phase is only the wait for it
+    assert ahead[3].phase_seconds["compile"] < alone[3].phase_seconds["compile"]
