@@ -206,12 +206,11 @@ def test_no_eval_leaves_candidates_unjudged(cfg):
     assert evaluator.seen == [] and {o.sample: o.status for o in summary.outcomes}["0"] == "not_evaluated"
 
 
-def test_candidates_are_built_with_the_configured_number_of_jobs(cfg, monkeypatch):
+def test_candidates_are_built_with_the_configured_number_of_jobs_on_the_configured_gpus(cfg):
     evaluator = FakeEvaluator()
     execute_run(cfg.model_copy(update={"jobs": 3}), console=quiet(), evaluate_fn=evaluator, environ={})
     assert evaluator.options.jobs == 3
-    monkeypatch.setattr("harness.config.os.cpu_count", lambda: 12)  # unset: half the cores (test_harness_config.py)
-    default = FakeEvaluator()
-    execute_run(cfg.model_copy(update={"store": cfg.store.with_name("default.sqlite")}), console=quiet(),
+    default = FakeEvaluator()  # unset: the evaluator's default, half the cores (test_harness_config.py)
+    execute_run(cfg.model_copy(update={"store": cfg.store.with_name("default.sqlite"), "gpus": "1"}), console=quiet(),
                 evaluate_fn=default, environ={})
-    assert default.options.jobs == 6
+    assert default.options.jobs is None and default.options.gpus == "1" and default.options.executor == "local"
