@@ -136,8 +136,11 @@ class Executor:
 
     def import_candidate(self) -> Reply:
         source = Path(self.request.candidate_path).read_text(errors="replace")
-        if self.device == "cuda" or any(word in source for word in ("compile", "dynamo", "inductor")):
-            guards.prepare_torch_compile()  # on CUDA the profiler of the kernel pass imports it too
+        # On CUDA the profiler of the kernel pass imports dynamo too; a build has no kernel pass, and
+        # importing dynamo costs seconds.
+        if (self.device == "cuda" and not self.request.compile_only) or any(
+                word in source for word in ("compile", "dynamo", "inductor")):
+            guards.prepare_torch_compile()
         STARTUP["torch_compile"] = time.time()
         flags_before = guards.read_global_flags()
         # identities of torch's, the problem's and our functions, before the candidate exists

@@ -90,8 +90,17 @@ class LaneWorker:
         from evaluator.sandbox import RefereeClient
 
         self.evaluator = evaluator
-        self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane)
+        self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True)
         self.ahead = evaluator.ahead
+
+    def start(self) -> None:
+        """The referee up and its first baseline round under way before any candidate is ready (on a
+        CUDA lane: they take tens of seconds, which the first builds then hide)."""
+        if self.evaluator.device == "cuda" and self.referee.proc is None:
+            try:
+                self.referee.start()
+            except Exception:
+                traceback.print_exc()  # started again with the first candidate
 
     def stream(self, take: Callable[[bool], Job | None]) -> Iterator[Judged]:
         """Judged jobs in the order taken. `take(block)` gives the next job, None when there are no
@@ -263,6 +272,8 @@ class Scheduler:
 
     def _lane(self, worker, ready: ReadyQueue, out) -> None:
         try:
+            if hasattr(worker, "start"):
+                worker.start()
             for judged in worker.stream(ready):
                 out.put(judged)
         except Exception as err:  # the lane itself broke: what it took is lost, so say so per job

@@ -80,6 +80,9 @@ class RefereeConfig(BaseModel):
     compile_memory_limit_gb: float | None
     cache_dir: str
     protect: list[str] = Field(default_factory=list, description="Paths no executor may read.")
+    round_at_start: bool = Field(False, description=(
+        "Time the first baseline round as soon as the referee is up, before any request (a lane starts its "
+        "referee while the first builds run)."))
     ahead: int = Field(0, ge=0, description=(
         "Executors started before their turn, from the requests already queued: each imports its candidate "
         "(its extension loaded) while another is judged, and is stopped (SIGSTOP) while any candidate is timed "
@@ -427,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     referee, setup_error = None, None
     try:
         referee = Referee(config)
+        if config.round_at_start:
+            referee.ensure_round()
     except Exception:
         setup_error = traceback.format_exc()
         traceback.print_exc()

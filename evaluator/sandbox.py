@@ -189,9 +189,10 @@ class RefereeClient:
     (`submit`, then `collect` in the same order): the referee starts the executors of those queued
     behind the one it judges (`ahead`)."""
 
-    def __init__(self, evaluator: Evaluator, gpu: str | None = None, lane: int = 0):
+    def __init__(self, evaluator: Evaluator, gpu: str | None = None, lane: int = 0, early: bool = False):
         self.evaluator = evaluator
         self.gpu, self.lane = gpu, lane
+        self.early = early  # started before its first candidate is ready: its first baseline round at once
         self.proc: subprocess.Popen | None = None
         self.rounds: list[BaselineRound] = []
         self.batches = 0
@@ -204,7 +205,7 @@ class RefereeClient:
             seed=seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
             compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, output_cap_bytes=options.output_cap_bytes,
             compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
-            protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead)
+            protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early)
 
     def start(self) -> None:
         folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))
@@ -375,7 +376,9 @@ class Evaluator:
         self.run_timeout = options.run_timeout_s or self.problem.timeouts.run_s
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
         self.jobs = options.jobs or default_build_jobs()
-        self.ahead = options.ahead if options.ahead is not None else (2 if self.device == "cuda" else 0)
+        # 3 on a GPU: an executor takes 10-14 s to start, import torch and dynamo and load its extension
+        # (H100 machine, 16 cores), a candidate holds the GPU about 5 s at kernelbench
+        self.ahead = options.ahead if options.ahead is not None else (3 if self.device == "cuda" else 0)
 
     # -- one candidate ---------------------------------------------------------------------------
 
@@ -549,13 +552,20 @@ class Evaluator:
             verdict, stdout, stderr = self._run_build(candidate, job.source, digest)
             if compile_only or verdict.status != Status.compiled:
                 return self._settle(verdict, base, digest, flags, stdout, stderr)
+            self.mark_built(digest)
             return None
+
+        def pool_builds(job: Job) -> bool:
+            """Only-built candidates always; the others when builds run here and this source was never
+            built here before (its executor loads or builds it anyway: the mark only saves a start)."""
+            compile_only = context[job.index][4]
+            return compile_only or (builds_here and not self.built_before(job.digest))
 
         # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
         # for those too (else the executor that imports a candidate builds it, in its lane).
         running = sum(not c[4] for c in context.values())
         builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
-        scheduler = Scheduler(self, build, lambda job: context[job.index][4] or builds_here)
+        scheduler = Scheduler(self, build, pool_builds)
         self.rounds = []
         try:
             next_index = 0
@@ -578,6 +588,21 @@ class Evaluator:
                 next_index += 1
         finally:
             self.rounds = scheduler.rounds
+
+    def built_mark(self, digest: str) -> Path:
+        """Written by the parent after a build of this source succeeded (outside any executor's folder:
+        no candidate can write it)."""
+        return self.cache_dir / "built" / digest
+
+    def mark_built(self, digest: str) -> None:
+        try:
+            self.built_mark(digest).parent.mkdir(parents=True, exist_ok=True)
+            self.built_mark(digest).touch()
+        except OSError:
+            pass
+
+    def built_before(self, digest: str) -> bool:
+        return self.built_mark(digest).is_file()
 
     def _run_build(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
         return self._build(candidate, source, digest)

@@ -176,7 +176,9 @@ def bench_command(
         "fixture's) cold, then warm, and print candidates per minute, phase seconds and GPU busy fractions "
         "(size: the first of --sizes).")),
     jobs: Optional[int] = typer.Option(None, min=1, help="With --throughput: builds at once (default: the evaluator's)."),
-    gpus: Optional[str] = typer.Option(None, help="With --throughput: GPUs to judge on (default: all visible)."),
+    gpus: Optional[str] = typer.Option(None, help=(
+        "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm "
+        "pass each.")),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.sandbox import CandidateFile

@@ -4,7 +4,7 @@ N distinct copies of one correct candidate (default: the CUDA reply of
 tests/fixtures/replays/cuda/0.md, cuBLAS GEMM then custom scale/BatchNorm kernels; each copy differs
 by a comment in its kernel source, so each is a build of its own) are evaluated twice by the
 ordinary evaluator: cold (an empty build cache: every copy is built) and warm (the same copies, their
-builds cached). Printed per pass: candidates per minute over the whole batch (the referee's start and
+builds cached), the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two). Printed per pass: candidates per minute over the whole batch (the referee's start and
 baseline rounds included), the median seconds of each phase, and per GPU the fraction of the pass
 it was busy (nvidia-smi's utilization, sampled every 200 ms). Nothing is recorded in the store: the
 copies are not candidates anyone wrote.
@@ -111,7 +111,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions) -> dict:
         "errors": sorted({(v.error or "")[:200] for v in verdicts if v.status.value != "correct"}),
         "phase_median_s": {k: statistics.median(v) for k, v in phases.items()},
         "gpu_busy": sampler.busy(),
-        "lanes": dict(Counter(str(getattr(v.environment, "gpu", None)) for v in verdicts)),
+        "lanes": dict(Counter(str(v.environment.gpu) if v.environment else "-" for v in verdicts)),
         "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
         "baseline_rounds": len(evaluator.rounds),
     }
@@ -136,24 +136,25 @@ def throughput_table(passes: dict[str, dict]) -> Table:
 
 def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | None = None, device: str | None = None,
                    source: Path | None = None, jobs: int | None = None, gpus: str | None = None,
-                   passes: tuple[str, ...] = ("cold", "warm"), out: Path | None = None,
-                   console: Console | None = None) -> dict:
-    """Cold then warm passes over `count` copies (see the module docstring)."""
+                   out: Path | None = None, console: Console | None = None) -> dict:
+    """A cold pass, then a warm pass per GPU set (see the module docstring). `gpus` may name several
+    sets separated by `/` (`0/0,1`): the cold pass runs on the first, then one warm pass on each, so
+    one run compares one GPU with two on the same built copies."""
     console = console or Console()
     text = source.read_text() if source else default_source()
     work = Path(tempfile.mkdtemp(prefix="kh-throughput-"))
     report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
+    sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
+    plan = [("cold", sets[0])] + [(f"warm gpus {g}" if g is not None else "warm", g) for g in sets]
     try:
         files = distinct_copies(text, count, work / "copies")
-        extra = {"jobs": jobs} if jobs else {}
-        if gpus is not None:
-            extra["gpus"] = gpus
-        options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
-                              log_root=work / "logs", **extra)
-        for name in passes:
+        for name, gpu_set in plan:
+            extra = {"jobs": jobs} if jobs else {}
+            options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
+                                  log_root=work / "logs", gpus=gpu_set, **extra)
             report["passes"][name] = result = run_pass(files, options)
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
-                          f"{result['per_minute']:.2f}/min; {result['statuses']}")
+                          f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
             if out:
