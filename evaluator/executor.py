@@ -542,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
             # needs it too: load_inline asks the GPU which architecture to build for (without an
             # answer it builds for every one, and the build a check later loads differs).
             torch.cuda.init()
+            if exchange is not None:
+                exchange.pin()
         except Exception:
             pass  # the checks will say what is wrong with CUDA
     STARTUP["cuda"] = time.time()

@@ -280,6 +280,8 @@ class ExecutorProcess:
             os.close(commands_r)
             if self.exchange is not None:
                 os.set_inheritable(self.exchange.fd, False)
+        if self.exchange is not None and self.device == "cuda":
+            self.exchange.pin()  # while the executor starts
         self._channel_fd = channel_r
         self._commands = os.fdopen(commands_w, "w", buffering=1)
         for stream, tail in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):

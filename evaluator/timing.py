@@ -136,6 +136,22 @@ class Timer:
             walls.append(w)
         return events, walls
 
+    def series_until(self, fn: Callable[[], object], most: int, before: Hook | None = None,
+                     target_rel: float = 0.005) -> tuple[list[float], list[float]]:
+        """Timed calls in rounds of `min_reps` until the median is known well enough (the half-width of
+        its distribution-free 95% interval under `target_rel` of it, after at least two rounds) or
+        `most` calls were made (the budget's `reps_for`). For the referee's own baselines."""
+        events, walls = [], []
+        while len(events) < most:
+            for _ in range(min(self.min_reps, most - len(events))):
+                rep = len(events)
+                e, w = self.one(fn, Call(rep, rep, most), before)
+                events.append(e)
+                walls.append(w)
+            if len(events) >= 2 * self.min_reps and median_half_width(events) < target_rel * statistics.median(events):
+                break
+        return events, walls
+
     def time(self, fn: Callable[[], object], before: Hook | None = None,
              after: Hook | None = None) -> tuple[TimingStats, TimingStats]:
         """(event-timed stats, host-clock stats): warm-up, one call to size the series, the series."""
@@ -143,6 +159,16 @@ class Timer:
         estimate = max(self.one(fn, Call(self.warmup), before, after)[1], 1e-3)
         events, walls = self.series(fn, self.reps_for(estimate), before, after)
         return summarize(events, self.warmup + 1), summarize(walls, self.warmup + 1)
+
+
+def median_half_width(values: list[float]) -> float:
+    """Half the width of the median's distribution-free 95% confidence interval (order statistics
+    n/2 -+ 0.98 sqrt(n))."""
+    ordered = sorted(values)
+    n = len(ordered)
+    spread = 0.98 * math.sqrt(n)
+    low, high = max(0, math.floor(n / 2 - spread)), min(n - 1, math.ceil(n / 2 + spread))
+    return (ordered[high] - ordered[low]) / 2
 
 
 # ----------------------------------------------------------------------------- physical floor

@@ -215,3 +215,21 @@ def test_cuda_evaluations_time_the_problems_ceilings_by_default():
     assert default_baselines(problem, "cpu") == ["eager"]
     assert Evaluator(EvalOptions(device="cuda")).baselines == default_baselines(problem, "cuda")
     assert Evaluator(EvalOptions(device="cuda", baselines=["eager"])).baselines == ["eager"]
+
+
+def test_baseline_series_stop_once_the_median_is_known_and_never_beyond_the_budget():
+    from evaluator.timing import Timer, median_half_width
+
+    timer = Timer("cpu", min_reps=10)
+    steady = timer.series_until(lambda: sum(range(2000)), most=200, target_rel=0.5)[0]
+    assert len(steady) == 20  # two rounds of min_reps: the median is known to 50% by then
+    noisy = iter([1.0, 100.0] * 200)
+    clock = {"t": 0.0}
+
+    def fake_one(fn, call, before=None, after=None):
+        clock["t"] = next(noisy)
+        return clock["t"], clock["t"]
+
+    timer.one = fake_one
+    assert len(timer.series_until(lambda: None, most=57)[0]) == 57  # never known to 0.5%: the budget ends it
+    assert median_half_width([1.0] * 19 + [2.0]) == 0.0 and median_half_width([1.0, 3.0] * 10) == 1.0
