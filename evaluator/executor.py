@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import time
 
-STARTUP = {"python": time.time()}  # before torch: how long each start-up step takes (Reply.startup)
+# Unix times of the start-up steps (Reply.startup). `python`: this module starts, after the interpreter
+# and the evaluator package (which imports torch); `torch`: its own imports done.
+STARTUP = {"python": time.time()}
 
 import argparse  # noqa: E402
 import os  # noqa: E402

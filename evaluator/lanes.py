@@ -185,11 +185,11 @@ class LaneFailure:
 
 class Scheduler:
     """Builds in a pool and lanes that judge (see the module's docstring). `run` yields each job's
-    `Judged` (or a build's final verdict) as it comes, in no particular order."""
+    `Judged` (a lane's, or a build's that is the last word) as it comes, in no particular order."""
 
-    def __init__(self, evaluator, build: Callable[[Job], Verdict | None], builds: Callable[[Job], bool]):
+    def __init__(self, evaluator, build: Callable[[Job], Judged | None], builds: Callable[[Job], bool]):
         self.evaluator = evaluator
-        self.build = build    # a build's final verdict, or None: the job goes on to a lane
+        self.build = build    # a build that is the job's last word, or None: the job goes on to a lane
         self.builds = builds  # whether a job is built in the pool (else its executor builds it as it imports)
         self.rounds: list[BaselineRound] = []
 
@@ -202,7 +202,7 @@ class Scheduler:
             raise RuntimeError("no GPU is visible to judge CUDA candidates on")
         return [(gpu, lane) for lane, gpu in enumerate(gpus)]
 
-    def run(self, jobs: list[Job], lanes: bool = True) -> Iterator[Judged | tuple[Job, Verdict]]:
+    def run(self, jobs: list[Job], lanes: bool = True) -> Iterator[Judged]:
         """`lanes=False`: every job is only built (no referee, no GPU asked for)."""
         import queue as queues
 
@@ -220,7 +220,7 @@ class Scheduler:
             try:
                 item = out.get(timeout=1.0)
             except queues.Empty:
-                if any(t.is_alive() for t in threads[1:]) or threads[0].is_alive():
+                if any(t.is_alive() for t in threads):
                     continue
                 # every lane has ended and the jobs left were never judged (a lane broke down)
                 reason = "; ".join(f"{type(e).__name__}: {e}" for e in failures) or "no lane was left to judge it"
@@ -231,8 +231,7 @@ class Scheduler:
             if isinstance(item, LaneFailure):
                 failures.append(item.error)
                 continue
-            job = item.job if isinstance(item, Judged) else item[0]
-            if left.pop(job.index, None) is not None:
+            if left.pop(item.job.index, None) is not None:
                 yield item
         for thread in threads:
             thread.join(timeout=60)
@@ -250,19 +249,21 @@ class Scheduler:
 
         def build_one(job: Job) -> None:
             try:
-                verdict = self.build(job)
+                judged = self.build(job)
             except Exception as err:  # the harness's own failure: the job fails alone
-                verdict = crashed(job, f"the build failed around this candidate: {type(err).__name__}: {err}",
-                                  self.evaluator.device).verdict
-            if verdict is None:
+                judged = crashed(job, f"the build failed around this candidate: {type(err).__name__}: {err}",
+                                 self.evaluator.device)
+            if judged is None:
                 ready.put(job)
             else:
-                out.put((job, verdict))
+                out.put(judged)
 
         try:
-            pooled = [job for job in jobs if self.builds(job)]
+            pooled = []
             for job in jobs:
-                if not self.builds(job):
+                if self.builds(job):
+                    pooled.append(job)
+                else:
                     ready.put(job)
             if pooled:
                 with ThreadPoolExecutor(self.evaluator.jobs) as pool:

@@ -220,9 +220,8 @@ class ExecutorProcess:
 
     def __init__(self, *, source: bytes, digest: str, device: str, compile_only: bool, watch: list[str],
                  cache_dir: Path, problem_location: Path, protect: list[Path], exchange_bytes: int | None,
-                 output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
-                 environment: dict[str, str] | None = None):
-        self.max_jobs, self.environment = max_jobs, environment or {}
+                 output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None):
+        self.max_jobs = max_jobs
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
         self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
         self.exchange_bytes, self.memory_limit_gb = exchange_bytes, memory_limit_gb
@@ -254,7 +253,6 @@ class ExecutorProcess:
                                                 compile_only=self.compile_only, watch=self.watch).model_dump_json())
         self.extension_dir.mkdir(parents=True, exist_ok=True)
         env = scrubbed_environment(self.extension_dir, self.device, self.workdir)
-        env.update(self.environment)
         if self.max_jobs:  # concurrent builds share the cores
             env["MAX_JOBS"] = str(self.max_jobs)
         env[containment.PLAN_ENV] = json.dumps(containment.plan(

@@ -54,10 +54,10 @@ from evaluator.protocol import BaselineRound, Draws, JudgeReply, JudgeRequest, T
 from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
 from evaluator.timing import Call, Timer, summarize
 
-VERDICT_TAIL_CHARS = 4000
-# Set (a folder), the referee profiles itself (cProfile) and logs each candidate's phase and command
-# seconds there: for tuning the evaluator, never read by it.
-PROFILE_DIR = os.environ.get("KH_REFEREE_PROFILE")  # how much of each stream the verdict itself carries; the logs keep more
+VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
+# Set (a folder), the referee profiles itself (cProfile) and logs each candidate's phase, command and
+# executor start-up seconds there: for tuning the evaluator, never read by it.
+PROFILE_DIR = os.environ.get("KH_REFEREE_PROFILE")
 
 
 class RefereeConfig(BaseModel):

@@ -438,8 +438,8 @@ class Evaluator:
 
     def _settle(self, verdict: Verdict, base: dict, digest: str, flags: list[Flag], stdout: bytes = b"",
                 stderr: bytes = b"", logs: bool = True) -> Verdict:
-        """A verdict from a build or a referee, made the parent's: its names, the logs, the static flags
-        and the stamp."""
+        """A verdict from a build or a referee, made the parent's: its names, the logs (unless written
+        already), the static flags and the stamp."""
         verdict = verdict.model_copy(update={**base, "source_sha256": digest})
         if logs:
             self._write_logs(verdict, stdout, stderr, digest)
@@ -458,8 +458,7 @@ class Evaluator:
             verdict = Verdict(**base, source_sha256=digest, status=Status.crashed,
                               error=f"the evaluator failed around this candidate: {type(err).__name__}: {err}\n"
                                     + traceback.format_exc()[-VERDICT_TAIL_CHARS:])
-        verdict.flags = merge_flags(flags + verdict.flags)  # one flag per name, static and dynamic reasons joined
-        return self._stamp(verdict)
+        return self._settle(verdict, base, digest, flags, logs=False)  # _run_worker wrote the logs
 
     def _stamp(self, verdict: Verdict) -> Verdict:
         return verdict.model_copy(update={"judge": self.judge})
@@ -544,13 +543,17 @@ class Evaluator:
             base, source, digest, flags, compile_only = prepared
             context[index] = (candidate, base, digest, flags, compile_only)
             jobs.append(Job(index=index, name=candidate.name, source=source, digest=digest))
+        # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
+        # for those too (else the executor that imports a candidate builds it, in its lane).
+        running = sum(not c[4] for c in context.values())
+        builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
 
-        def build(job: Job) -> Verdict | None:
-            """A build's verdict when it is the last word (compile only, or it failed), else None."""
-            candidate, base, digest, flags, compile_only = context[job.index]
-            verdict, stdout, stderr = self._run_build(candidate, job.source, digest)
+        def build(job: Job) -> Judged | None:
+            """A build, when it is the last word (compile only, or it failed), else None."""
+            candidate, _, digest, _, compile_only = context[job.index]
+            verdict, stdout, stderr = self._build(candidate, job.source, digest)
             if compile_only or verdict.status != Status.compiled:
-                return self._settle(verdict, base, digest, flags, stdout, stderr)
+                return Judged(job, verdict, stdout, stderr)
             self.mark_built(digest)
             return None
 
@@ -560,31 +563,26 @@ class Evaluator:
             compile_only = context[job.index][4]
             return compile_only or (builds_here and not self.built_before(job.digest))
 
-        # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
-        # for those too (else the executor that imports a candidate builds it, in its lane).
-        running = sum(not c[4] for c in context.values())
-        builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
-        scheduler = Scheduler(self, build, pool_builds)
-        self.rounds = []
-        try:
-            next_index = 0
-            for item in scheduler.run(jobs, lanes=running > 0) if jobs else ():
-                if isinstance(item, Judged):
-                    candidate, base, digest, flags, _ = context[item.job.index]
-                    verdicts[item.job.index] = self._settle(item.verdict, base, digest, flags, item.stdout, item.stderr)
-                else:
-                    verdicts[item[0].index] = item[1]
-                while next_index in verdicts:
-                    if on_verdict:
-                        on_verdict(verdicts[next_index])
-                    yield verdicts.pop(next_index)
-                    next_index += 1
-            while next_index < len(candidates):
+        next_index = 0
+
+        def in_order() -> Iterator[Verdict]:
+            nonlocal next_index
+            while next_index in verdicts:
                 verdict = verdicts.pop(next_index)
+                next_index += 1
                 if on_verdict:
                     on_verdict(verdict)
                 yield verdict
-                next_index += 1
+
+        scheduler = Scheduler(self, build, pool_builds)
+        self.rounds = []
+        try:
+            for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
+                _, base, digest, flags, _ = context[judged.job.index]
+                verdicts[judged.job.index] = self._settle(judged.verdict, base, digest, flags, judged.stdout,
+                                                          judged.stderr)
+                yield from in_order()
+            yield from in_order()
         finally:
             self.rounds = scheduler.rounds
 
@@ -602,9 +600,6 @@ class Evaluator:
 
     def built_before(self, digest: str) -> bool:
         return self.built_mark(digest).is_file()
-
-    def _run_build(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
-        return self._build(candidate, source, digest)
 
 
 def evaluate(candidates: Sequence[CandidateFile], options: EvalOptions | None = None) -> Iterator[Verdict]:

@@ -79,6 +79,17 @@ code { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace
 
 # -- charts ---------------------------------------------------------------------------------------
 
+def reference_line(draw, entry: Entry, value: float, width: float) -> None:
+    """A reference's speedup across a chart (`draw`: the axes' axvline or axhline): a baseline dashed in
+    its colour, a golden kernel dotted and a little heavier."""
+    if entry.kind == "baseline":
+        name = entry.name.split("/", 1)[1]
+        draw(value, color=BASELINE_COLORS.get(name, "#9e9e9e"), linestyle="--", linewidth=width,
+             label=f"{name} {value:.2f}×")
+    else:
+        draw(value, color="#6a1b9a", linestyle=":", linewidth=width + 0.2, label=f"{entry.name} {value:.2f}×")
+
+
 def _png(fig) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -124,12 +135,7 @@ def speedup_charts(board: Board) -> list[tuple[str, str]]:
             ax.text(0.5, 0.5, "no timed candidate", transform=ax.transAxes, ha="center", va="center", fontsize=9)
         for e in lines:
             value = e.speedup["eager"]
-            if e.kind == "baseline":
-                name = e.name.split("/", 1)[1]
-                ax.axvline(value, color=BASELINE_COLORS.get(name, "#9e9e9e"), linestyle="--", linewidth=1.2,
-                           label=f"{name} {value:.2f}×")
-            else:
-                ax.axvline(value, color="#6a1b9a", linestyle=":", linewidth=1.4, label=f"{e.name} {value:.2f}×")
+            reference_line(ax.axvline, e, value, 1.2)
         values = [e.speedup["eager"] for e in bars + lines]
         ax.set_xlim(0, max(values) * 1.18 if values else 1)
         ax.set_xlabel("speedup vs eager fp32 (same evaluation, same GPU)", fontsize=8)
@@ -204,12 +210,7 @@ def turn_charts(board: Board) -> list[tuple[str, str]]:
             if value is None or (e.problem, e.size) != key:
                 continue
             top = max(top, value)
-            if e.kind == "baseline":
-                name = e.name.split("/", 1)[1]
-                ax.axhline(value, color=BASELINE_COLORS.get(name, "#9e9e9e"), linestyle="--", linewidth=1.0,
-                           label=f"{name} {value:.2f}×")
-            else:
-                ax.axhline(value, color="#6a1b9a", linestyle=":", linewidth=1.2, label=f"{e.name} {value:.2f}×")
+            reference_line(ax.axhline, e, value, 1.0)
         ax.set_xticks(range(1, last_turn + 1))
         ax.set_xlim(0.6, last_turn + 0.4)
         ax.set_ylim(-0.05 * (top or 1.0), (top or 1.0) * 1.15)

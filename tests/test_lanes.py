@@ -72,7 +72,7 @@ def test_builds_go_on_while_the_first_candidates_are_judged_and_verdicts_come_in
     def collect(self, name):
         return fake_verdict(name), b"", b""
 
-    monkeypatch.setattr(Evaluator, "_run_build", build)
+    monkeypatch.setattr(Evaluator, "_build", build)
     monkeypatch.setattr(RefereeClient, "submit", submit)
     monkeypatch.setattr(RefereeClient, "collect", collect)
     evaluator = Evaluator(EvalOptions(device="cpu", size="small", jobs=2, log_root=tmp_path / "logs"))
