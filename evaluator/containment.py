@@ -136,7 +136,8 @@ def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mappin
             continue
         exact += [found] if isinstance(found, str) else list(found)
     exact += [str(evaluator_dir), str(problem_location)]
-    exact += [env[name] for name in ("CUDA_HOME", "CUDA_PATH", "PYTHONUSERBASE") if env.get(name)]
+    # the bytecode cache (PYTHONPYCACHEPREFIX) is read here, never written: the referee writes it
+    exact += [env[name] for name in ("CUDA_HOME", "CUDA_PATH", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX") if env.get(name)]
     # system hierarchies and search paths: granted except where they hold a protected path
     read: list[str] = list(SYSTEM_READ) + [p for p in sys.path if p]
     for name in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):

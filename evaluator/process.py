@@ -13,6 +13,7 @@ into the verdict's `containment` record (and an `unsandboxed` flag when anything
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -103,7 +104,27 @@ def private_folders(workdir: Path) -> dict[str, str]:
     }
 
 
-def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None = None) -> dict[str, str]:
+@functools.cache
+def torch_bytecode_missing() -> bool:
+    """Whether torch was installed without its bytecode beside its sources (__pycache__)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return False
+    origin = Path(spec.origin)
+    return not (origin.parent / "__pycache__" / f"{origin.stem}.{sys.implementation.cache_tag}.pyc").is_file()
+
+
+def bytecode_cache(cache_dir: Path) -> Path | None:
+    """Where torch's and the evaluator's bytecode is kept (PYTHONPYCACHEPREFIX) when torch was
+    installed without it (as on the device): else every executor compiles some 1,500 modules from
+    source, and importing torch and dynamo took 10.8 s there instead of 4.2 s. Only the referee writes
+    it (it imports what executors import first: `referee.EXECUTOR_MODULES`); executors read it
+    (Landlock grants it read-only by name) and write no bytecode. None where torch has its own."""
+    return cache_dir / "pycache" if torch_bytecode_missing() else None
+
+
+def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None = None,
+                         bytecode: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not any(m in k.upper() for m in SECRET_MARKERS) and not k.upper().startswith(HIDDEN_PREFIXES)}
     if workdir is not None:
@@ -126,6 +147,8 @@ def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None 
         env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if bytecode is not None and bytecode.is_dir():
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -252,7 +275,7 @@ class ExecutorProcess:
         request_file.write_text(ExecutorRequest(candidate_path=str(module_file), device=self.device,
                                                 compile_only=self.compile_only, watch=self.watch).model_dump_json())
         self.extension_dir.mkdir(parents=True, exist_ok=True)
-        env = scrubbed_environment(self.extension_dir, self.device, self.workdir)
+        env = scrubbed_environment(self.extension_dir, self.device, self.workdir, bytecode_cache(self.cache_dir))
         if self.max_jobs:  # concurrent builds share the cores
             env["MAX_JOBS"] = str(self.max_jobs)
         env[containment.PLAN_ENV] = json.dumps(containment.plan(

@@ -29,6 +29,7 @@ import base64
 import collections
 import contextlib
 import copy
+import importlib
 import json
 import os
 import random
@@ -58,6 +59,24 @@ VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries;
 # Set (a folder), the referee profiles itself (cProfile) and logs each candidate's phase, command and
 # executor start-up seconds there: for tuning the evaluator, never read by it.
 PROFILE_DIR = os.environ.get("KH_REFEREE_PROFILE")
+# What every executor imports. The referee imports them first, so that their bytecode is in the cache
+# executors read (process.bytecode_cache) before they start.
+EXECUTOR_MODULES = ("evaluator.executor", "torch._dynamo", "torch.utils.cpp_extension", "torch.profiler")
+
+
+def profile_log(record: dict) -> None:
+    """One line of the tuning diagnostics (PROFILE_DIR), never read by the evaluator."""
+    if PROFILE_DIR:
+        with open(Path(PROFILE_DIR) / f"referee-{os.getpid()}.jsonl", "a") as log:
+            log.write(json.dumps(record) + "\n")
+
+
+def cache_executor_bytecode() -> None:
+    for name in EXECUTOR_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            traceback.print_exc()  # the executor's own import says what is wrong
 
 
 class RefereeConfig(BaseModel):
@@ -199,9 +218,14 @@ class Referee:
     def baseline_round(self) -> Round:
         """Every baseline timed once more, and the loop's own cost per call. No executor runs while
         they are timed: those started ahead are stopped (torch.compile compiles before that)."""
+        started = time.perf_counter()
         self.compile_baselines()
+        compiled = time.perf_counter()
         with self.exclusive():
-            return self._baseline_round()
+            round_ = self._baseline_round()
+        profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
+                     "round_s": time.perf_counter() - compiled})
+        return round_
 
     def compile_baselines(self) -> None:
         """torch.compile's compilations (CPU work, tens of seconds the first time) before the round."""
@@ -368,12 +392,11 @@ class Referee:
         finally:
             process.close(wait_s=1)  # the rest of a slow exit (a CUDA context's teardown) in the background
         verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
-        if PROFILE_DIR:  # a diagnostic for tuning the evaluator: where each candidate's seconds went
+        if PROFILE_DIR:  # where each candidate's seconds went
             startup = next((m.reply.startup for m in process.messages if m.reply is not None and m.reply.id == 0), {})
-            with open(Path(PROFILE_DIR) / f"referee-{os.getpid()}.jsonl", "a") as log:
-                log.write(json.dumps({"name": request.name, "phases": verdict.phase_seconds,
-                                      "executor": session.command_seconds,
-                                      "startup": {k: v - process.launched_at for k, v in startup.items()}}) + "\n")
+            profile_log({"event": "candidate", "name": request.name, "phases": verdict.phase_seconds,
+                         "executor": session.command_seconds,
+                         "startup": {k: v - process.launched_at for k, v in startup.items()}})
         self.judged += 1
         if verdict.timing is not None:
             self.timed_since_round += 1
@@ -446,8 +469,14 @@ def main(argv: list[str] | None = None) -> int:
         replies.flush()
 
     referee, setup_error = None, None
+    started = time.perf_counter()
+    if sys.pycache_prefix:  # the cache executors read (process.bytecode_cache) is written here
+        cache_executor_bytecode()
+    imported = time.perf_counter()
     try:
         referee = Referee(config)
+        profile_log({"event": "start", "executor_modules_s": imported - started,
+                     "setup_s": time.perf_counter() - imported})
         if config.round_at_start:
             referee.ensure_round()
     except Exception:

@@ -39,7 +39,7 @@ from evaluator import identity, phases
 from evaluator.identity import Judge
 from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
 from evaluator.process import (  # noqa: F401 - re-exported: the parent's view of an executor
-    ExecutorProcess, contained, group_resident_bytes, scrubbed_environment, settle,
+    ExecutorProcess, bytecode_cache, contained, group_resident_bytes, scrubbed_environment, settle,
 )
 from evaluator.protocol import BaselineRound, JudgeReply, JudgeRequest
 from evaluator.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
@@ -233,6 +233,11 @@ class RefereeClient:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env["PYTHONUNBUFFERED"] = "1"
+        bytecode = bytecode_cache(self.evaluator.cache_dir)
+        if bytecode is not None:  # the referee writes the bytecode its executors read
+            bytecode.mkdir(parents=True, exist_ok=True)
+            env["PYTHONPYCACHEPREFIX"] = str(bytecode)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
         if self.gpu is not None:  # the lane's GPU: the referee and every executor it starts see only it
             env["CUDA_VISIBLE_DEVICES"] = self.gpu
         return env

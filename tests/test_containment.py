@@ -36,15 +36,17 @@ ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cp
 LAUNCHER_MECHANISMS = [m for m in containment.MECHANISMS if m not in containment.WORKER_MECHANISMS]
 
 
-def launch(tmp_path: Path, code: str, *, disable=(), timeout=60) -> tuple[subprocess.CompletedProcess, dict]:
+def launch(tmp_path: Path, code: str, *, disable=(), timeout=60, env_extra=None,
+           protect=None) -> tuple[subprocess.CompletedProcess, dict]:
     """Run `python -c code` through the launcher, as the sandbox runs the worker: its own session,
     a plan for a worker folder under tmp_path. Returns the process and the launcher's report."""
     workdir, extension_dir = tmp_path / "kh-worker-x", tmp_path / "ext"
     workdir.mkdir(exist_ok=True)
     extension_dir.mkdir(exist_ok=True)
-    env = dict(os.environ)
+    env = {**os.environ, **(env_extra or {})}
     plan = containment.plan(workdir, extension_dir, FIXTURES / "problems" / "scaled_relu", env,
-                            protect=[tmp_path / "store"], disable=disable or containment.disabled_mechanisms(os.environ))
+                            protect=protect or [tmp_path / "store"],
+                            disable=disable or containment.disabled_mechanisms(os.environ))
     env[containment.PLAN_ENV] = json.dumps(plan)
     read_fd, write_fd = os.pipe()
     try:
@@ -99,6 +101,48 @@ for path in ['{tmp_path}/store', '/etc/shadow']:
     assert f"wrote {tmp_path}/kh-worker-x/inside" in lines and f"wrote {tmp_path}/ext/built" in lines
     assert f"unreadable {tmp_path}/store 13" in lines and "unreadable /etc/shadow 13" in lines
     assert not (tmp_path / "outside").exists()
+
+
+def test_the_bytecode_cache_is_read_by_the_worker_and_never_written(tmp_path):
+    """PYTHONPYCACHEPREFIX (process.bytecode_cache) sits in the protected build cache: the worker reads
+    the bytecode there and the interpreter uses it, and can neither change it nor add to it."""
+    cache = tmp_path / "cache"
+    pycache = cache / "pycache"
+    module = tmp_path / "kh-worker-x" / "mod" / "probe_module.py"  # in the worker's folder: readable
+    module.parent.mkdir(parents=True)
+    module.write_text("WHERE = 'original'\n")  # as long as the other: the pyc header holds the size
+    # the cached bytecode says something else than the source: which one the worker imports shows it read it
+    compiled = pycache / module.parent.relative_to("/") / f"probe_module.{sys.implementation.cache_tag}.pyc"
+    other = tmp_path / "other" / "probe_module.py"
+    other.parent.mkdir()
+    other.write_text("WHERE = 'bytecode'\n")
+    import py_compile
+    stat = module.stat()  # the pyc stands for `module` (its mtime and size in the header)
+    os.utime(other, (stat.st_atime, stat.st_mtime))
+    py_compile.compile(str(other), cfile=str(compiled))
+    (cache / "extensions" / "other").mkdir(parents=True)
+    (cache / "extensions" / "other" / "built.so").write_text("another candidate's build")
+    code = f"""
+import sys
+sys.path.insert(0, '{module.parent}')
+import probe_module
+print('imported', probe_module.WHERE)
+for path in ['{compiled}', '{pycache}/new.pyc']:
+    try:
+        open(path, 'wb').write(b'x'); print('wrote', path)
+    except OSError as err:
+        print('refused', path, err.errno)
+try:
+    open('{cache}/extensions/other/built.so').read(); print('read other build')
+except OSError as err:
+    print('unreadable other build', err.errno)
+"""
+    proc, _ = launch(tmp_path, code, env_extra={"PYTHONPYCACHEPREFIX": str(pycache), "PYTHONDONTWRITEBYTECODE": "1"},
+                     protect=[tmp_path / "store", cache])
+    lines = proc.stdout.splitlines()
+    assert "imported bytecode" in lines, (proc.stdout, proc.stderr)
+    assert f"refused {compiled} 13" in lines and f"refused {pycache}/new.pyc 13" in lines, proc.stdout
+    assert "unreadable other build 13" in lines, proc.stdout
 
 
 def test_sockets_ptrace_setsid_and_namespaces_are_refused(tmp_path):

@@ -4,6 +4,8 @@ The scheduler's own logic is tested with a fake build and a fake referee (no pro
 referee's `ahead` with real CPU candidates, whose verdicts must be what they are without it.
 """
 
+import importlib.util
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
+from evaluator import process
 from evaluator.lanes import Job, LaneWorker, ReadyQueue, choose_gpus
 from evaluator.records import Status, Verdict
 from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient
@@ -134,3 +137,24 @@ def test_executors_started_ahead_change_no_verdict(tmp_path):
         return phases["total"] - sum(v for k, v in phases.items() if k != "total")
 
     assert outside_phases(ahead[1]) > outside_phases(alone[1]) + 0.5
+
+
+@pytest.mark.slow
+def test_where_torch_has_no_bytecode_the_referee_caches_it_for_its_executors(tmp_path, monkeypatch):
+    """As on the device (torch installed without __pycache__): the referee writes torch's and the
+    executor's bytecode into the build cache, and the verdicts stay what they are."""
+    monkeypatch.setattr(process, "torch_bytecode_missing", lambda: True)
+    cache = tmp_path / "cache"
+    files = [CandidateFile(name=f"{i}", path=CPU / "torch_ops_correct.py") for i in range(2)]
+    options = EvalOptions(device="cpu", size="small", run_timeout_s=120, timing_budget_s=0.2, baselines=["eager"],
+                          jobs=1, cache_dir=cache, log_root=tmp_path / "logs")
+    verdicts = list(Evaluator(options).evaluate_all(files))
+    assert [v.status for v in verdicts] == [Status.correct] * 2, [v.error for v in verdicts]
+
+    def cached(source: str) -> Path:
+        path = Path(source).resolve()
+        return cache / "pycache" / path.parent.relative_to("/") / f"{path.stem}.{sys.implementation.cache_tag}.pyc"
+
+    assert cached(importlib.util.find_spec("torch").origin).is_file()
+    assert cached(importlib.util.find_spec("torch._dynamo").origin).is_file()
+    assert cached(process.__file__.replace("process.py", "executor.py")).is_file()
