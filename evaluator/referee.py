@@ -371,14 +371,17 @@ class Referee:
                 process.resume()
 
     def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> JudgeReply:
+        steps = {"begin": time.perf_counter()}  # the referee's own steps, for the profile
         if not request.compile_only:
             self.ensure_round()
+        steps["round"] = time.perf_counter()
         config = self.config
         process = self.waiting.pop((request.path, request.digest), None)
         if process is None:
             process = self.executor_for(request)
             process.start()
         self.start_ahead(list(upcoming))
+        steps["start"] = time.perf_counter()
         session = phases.Session(
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
@@ -387,16 +390,21 @@ class Referee:
         returncode = None
         try:
             verdict = phases.judge(session, request.compile_only)
+            steps["phases"] = time.perf_counter()
             if verdict.status == Status.correct:
                 returncode = process.wait_exit(1)  # it exits by itself after `finish`
+            steps["exit"] = time.perf_counter()
         finally:
             process.close(wait_s=1)  # the rest of a slow exit (a CUDA context's teardown) in the background
+        steps["close"] = time.perf_counter()
         verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
         if PROFILE_DIR:  # where each candidate's seconds went
             startup = next((m.reply.startup for m in process.messages if m.reply is not None and m.reply.id == 0), {})
+            marks = list(steps.items())
             profile_log({"event": "candidate", "name": request.name, "phases": verdict.phase_seconds,
                          "executor": session.command_seconds,
-                         "startup": {k: v - process.launched_at for k, v in startup.items()}})
+                         "startup": {k: v - process.launched_at for k, v in startup.items()},
+                         "referee": {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])}})
         self.judged += 1
         if verdict.timing is not None:
             self.timed_since_round += 1
@@ -484,7 +492,10 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
     inbox = Inbox(requests)
     while True:
+        waited = time.perf_counter()
         request = inbox.next()
+        if time.perf_counter() - waited > 0.05:
+            profile_log({"event": "idle", "s": time.perf_counter() - waited})
         if request is None:
             break
         if request.kind == "close":
