@@ -250,7 +250,8 @@ class ExecutorProcess:
         self.exchange_bytes, self.memory_limit_gb = exchange_bytes, memory_limit_gb
         self.stdout, self.stderr = CappedTail(output_cap), CappedTail(output_cap)
         self.messages: list[ExecutorMessage] = []
-        self.exchange: Exchange | None = None
+        self._exchange: Exchange | None = None
+        self._pinning: threading.Thread | None = None
         self.proc: subprocess.Popen | None = None
         self.workdir: Path | None = None
         self.extension_dir = cache_dir / "extensions" / digest[:24]
@@ -287,10 +288,10 @@ class ExecutorProcess:
         command = [sys.executable, "-m", "evaluator.executor", "--request", str(request_file), "--fd", str(channel_w),
                    "--commands", str(commands_r)]
         if self.exchange_bytes:
-            self.exchange = Exchange.create(self.exchange_bytes)
-            os.set_inheritable(self.exchange.fd, True)
-            pass_fds.append(self.exchange.fd)
-            command += ["--exchange", str(self.exchange.fd)]
+            self._exchange = Exchange.create(self.exchange_bytes)
+            os.set_inheritable(self._exchange.fd, True)
+            pass_fds.append(self._exchange.fd)
+            command += ["--exchange", str(self._exchange.fd)]
         self.started, self.launched_at = time.monotonic(), time.time()
         try:
             self.proc = subprocess.Popen(
@@ -299,16 +300,30 @@ class ExecutorProcess:
         finally:
             os.close(channel_w)
             os.close(commands_r)
-            if self.exchange is not None:
-                os.set_inheritable(self.exchange.fd, False)
-        if self.exchange is not None and self.device == "cuda":
-            self.exchange.pin()  # while the executor starts
+            if self._exchange is not None:
+                os.set_inheritable(self._exchange.fd, False)
+        if self._exchange is not None and self.device == "cuda":
+            # while the executor starts (page-locking half a GB or more takes a few tenths of a second)
+            self._pinning = threading.Thread(target=self._exchange.pin, daemon=True)
+            self._pinning.start()
         self._channel_fd = channel_r
         self._commands = os.fdopen(commands_w, "w", buffering=1)
         for stream, tail in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):
             thread = threading.Thread(target=_drain, args=(stream, tail), daemon=True)
             thread.start()
             self._drains.append(thread)
+
+    @property
+    def exchange(self) -> Exchange | None:
+        """The exchange, once its page-locking (started with the executor) is done."""
+        self.wait_pinned()
+        return self._exchange
+
+    def wait_pinned(self) -> None:
+        pinning = self._pinning
+        if pinning is not None:
+            pinning.join()
+            self._pinning = None
 
     def import_ahead(self, deadline: float) -> None:
         """Read its import's reply in the background (memory watched, as `reply(0)` would), so it

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import concurrent.futures
 import contextlib
 import copy
 import importlib
@@ -39,6 +40,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,6 +158,7 @@ class Referee:
         self.judged = 0
         self.timed_since_round = 0
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
+        self.closing: list[threading.Event] = []  # set once a judged executor is closed
 
     # -- the reference -----------------------------------------------------------------------------
 
@@ -361,8 +364,13 @@ class Referee:
 
     @contextlib.contextmanager
     def exclusive(self):
-        """The device to one candidate (or to the baselines): every executor started ahead is stopped."""
+        """The device to one candidate (or to the baselines): every executor started ahead is stopped,
+        and the referee's page-locking of their exchanges is over."""
+        for closed in self.closing:  # judged executors are gone (each within about two seconds)
+            closed.wait()
+        self.closing.clear()
         for process in self.waiting.values():
+            process.wait_pinned()
             process.pause()
         try:
             yield
@@ -370,7 +378,10 @@ class Referee:
             for process in self.waiting.values():
                 process.resume()
 
-    def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> JudgeReply:
+    def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> Callable[[], JudgeReply]:
+        """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its
+        executor's exit and clean-up (a CUDA context's teardown takes tenths of a second) overlap the
+        next candidate's start, and are over before anything is timed (`exclusive`)."""
         steps = {"begin": time.perf_counter()}  # the referee's own steps, for the profile
         if not request.compile_only:
             self.ensure_round()
@@ -387,15 +398,33 @@ class Referee:
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
             run_timeout_s=config.run_timeout_s, memory_limit_gb=config.compile_memory_limit_gb,
             rng=random.Random(self.rng.randrange(2**63)), exclusive=self.exclusive)
-        returncode = None
         try:
             verdict = phases.judge(session, request.compile_only)
-            steps["phases"] = time.perf_counter()
+        except BaseException:
+            process.close(wait_s=1)
+            raise
+        steps["phases"] = time.perf_counter()
+        self.judged += 1
+        if verdict.timing is not None:
+            self.timed_since_round += 1
+        closed = threading.Event()
+        self.closing.append(closed)
+
+        def reply() -> JudgeReply:
+            return self.finish(request, process, session, verdict, steps, closed)
+
+        return reply
+
+    def finish(self, request: JudgeRequest, process: ExecutorProcess, session: phases.Session, verdict: Verdict,
+               steps: dict[str, float], closed: threading.Event) -> JudgeReply:
+        returncode = None
+        try:
             if verdict.status == Status.correct:
                 returncode = process.wait_exit(1)  # it exits by itself after `finish`
             steps["exit"] = time.perf_counter()
         finally:
-            process.close(wait_s=1)  # the rest of a slow exit (a CUDA context's teardown) in the background
+            process.close(wait_s=1)  # the rest of a slow exit in the background
+            closed.set()
         steps["close"] = time.perf_counter()
         verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
         if PROFILE_DIR:  # where each candidate's seconds went
@@ -405,9 +434,6 @@ class Referee:
                          "executor": session.command_seconds,
                          "startup": {k: v - process.launched_at for k, v in startup.items()},
                          "referee": {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])}})
-        self.judged += 1
-        if verdict.timing is not None:
-            self.timed_since_round += 1
         return JudgeReply(verdict=verdict, stdout=base64.b64encode(process.stdout.tail()).decode(),
                           stderr=base64.b64encode(process.stderr.tail()).decode())
 
@@ -476,6 +502,23 @@ def main(argv: list[str] | None = None) -> int:
         replies.write(reply.model_dump_json() + "\n")
         replies.flush()
 
+    # Replies are made and written by one thread, in the order of the requests: a judged candidate's
+    # reply waits there for its executor's exit while the next candidate starts.
+    outbox = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox")
+
+    def send(request: JudgeRequest | None, make: Callable[[], JudgeReply]) -> None:
+        def run() -> None:
+            try:
+                reply = make()
+            except Exception:
+                traceback.print_exc()
+                if request is None:
+                    raise
+                reply = JudgeReply(verdict=failed_verdict(request, config, traceback.format_exc()))
+            answer(reply)
+
+        outbox.submit(run)
+
     referee, setup_error = None, None
     started = time.perf_counter()
     if sys.pycache_prefix:  # the cache executors read (process.bytecode_cache) is written here
@@ -505,16 +548,19 @@ def main(argv: list[str] | None = None) -> int:
                     rounds = referee.close()
                 except Exception:
                     traceback.print_exc()
-            answer(JudgeReply(rounds=rounds))
+            send(None, lambda: JudgeReply(rounds=rounds))
             break
         if referee is None:
-            answer(JudgeReply(verdict=failed_verdict(request, config, f"it could not start: {setup_error}")))
+            error = f"it could not start: {setup_error}"
+            send(request, lambda request=request: JudgeReply(verdict=failed_verdict(request, config, error)))
             continue
         try:
-            answer(referee.judge(request, inbox.queued()))
+            send(request, referee.judge(request, inbox.queued()))
         except Exception:
             traceback.print_exc()
-            answer(JudgeReply(verdict=failed_verdict(request, config, traceback.format_exc())))
+            error = traceback.format_exc()
+            send(request, lambda request=request, error=error: JudgeReply(verdict=failed_verdict(request, config, error)))
+    outbox.shutdown(wait=True)
     return 0
 
 
