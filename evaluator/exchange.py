@@ -13,6 +13,8 @@ changes nothing the referee holds.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import mmap
 import os
@@ -51,6 +53,24 @@ def capacity_for(*groups: int) -> int:
     return max(ALIGN, sum(_align(n) for n in groups) + ALIGN)
 
 
+@functools.cache
+def cuda_runtime():
+    """The CUDA runtime library torch loaded, called through ctypes, which lets go of the GIL for the
+    call (torch's own binding of cudaHostRegister keeps it in some versions): the referee page-locks
+    an exchange in the background, and its other threads run meanwhile. None where it is not a
+    library of its own (torch's binding is used then)."""
+    torch.cuda.init()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libcudart.so"):
+                library = ctypes.CDLL(fields[-1])
+                library.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+                library.cudaHostUnregister.argtypes = [ctypes.c_void_p]
+                return library
+    return None
+
+
 class Exchange:
     """One shared mapping (see the module's docstring)."""
 
@@ -68,7 +88,8 @@ class Exchange:
         if self.pinned or os.environ.get("KH_PIN_EXCHANGE") == "0" or not torch.cuda.is_available():
             return self.pinned
         try:
-            code = torch.cuda.cudart().cudaHostRegister(self.bytes.data_ptr(), self.size, 0)
+            runtime = cuda_runtime() or torch.cuda.cudart()
+            code = runtime.cudaHostRegister(self.bytes.data_ptr(), self.size, 0)
             self.pinned = int(code) == 0
         except Exception:
             self.pinned = False
@@ -90,7 +111,7 @@ class Exchange:
     def close(self) -> None:
         if self.pinned:
             try:
-                torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())
+                (cuda_runtime() or torch.cuda.cudart()).cudaHostUnregister(self.bytes.data_ptr())
             except Exception:
                 pass
             self.pinned = False
