@@ -252,6 +252,7 @@ class ExecutorProcess:
         self.messages: list[ExecutorMessage] = []
         self._exchange: Exchange | None = None
         self._pinning: threading.Thread | None = None
+        self.start_seconds: dict[str, float] = {}
         self.proc: subprocess.Popen | None = None
         self.workdir: Path | None = None
         self.extension_dir = cache_dir / "extensions" / digest[:24]
@@ -269,6 +270,7 @@ class ExecutorProcess:
     # -- lifetime ---------------------------------------------------------------------------------
 
     def start(self) -> None:
+        marks = [time.perf_counter()]  # its steps' seconds, for the referee's profile (start_seconds)
         self.workdir = Path(tempfile.mkdtemp(prefix="kh-worker-"))
         module_file = self.workdir / f"candidate_{self.digest[:12]}.py"
         module_file.write_bytes(self.source)
@@ -276,12 +278,15 @@ class ExecutorProcess:
         request_file.write_text(ExecutorRequest(candidate_path=str(module_file), device=self.device,
                                                 compile_only=self.compile_only, watch=self.watch).model_dump_json())
         self.extension_dir.mkdir(parents=True, exist_ok=True)
+        marks.append(time.perf_counter())
         env = scrubbed_environment(self.extension_dir, self.device, self.workdir, bytecode_cache(self.cache_dir))
+        marks.append(time.perf_counter())
         if self.max_jobs:  # concurrent builds share the cores
             env["MAX_JOBS"] = str(self.max_jobs)
         env[containment.PLAN_ENV] = json.dumps(containment.plan(
             self.workdir, self.extension_dir, self.problem_location, env, protect=self.protect,
             disable=containment.disabled_mechanisms(os.environ)))
+        marks.append(time.perf_counter())
         channel_r, channel_w = os.pipe()
         commands_r, commands_w = os.pipe()
         pass_fds = [channel_w, commands_r]
@@ -292,6 +297,7 @@ class ExecutorProcess:
             os.set_inheritable(self._exchange.fd, True)
             pass_fds.append(self._exchange.fd)
             command += ["--exchange", str(self._exchange.fd)]
+        marks.append(time.perf_counter())
         self.started, self.launched_at = time.monotonic(), time.time()
         try:
             self.proc = subprocess.Popen(
@@ -302,6 +308,7 @@ class ExecutorProcess:
             os.close(commands_r)
             if self._exchange is not None:
                 os.set_inheritable(self._exchange.fd, False)
+        marks.append(time.perf_counter())
         if self._exchange is not None and self.device == "cuda":
             # while the executor starts (page-locking half a GB or more takes a few tenths of a second)
             self._pinning = threading.Thread(target=self._exchange.pin, daemon=True)
@@ -312,6 +319,9 @@ class ExecutorProcess:
             thread = threading.Thread(target=_drain, args=(stream, tail), daemon=True)
             thread.start()
             self._drains.append(thread)
+        marks.append(time.perf_counter())
+        self.start_seconds = {name: round(marks[i + 1] - marks[i], 4) for i, name in enumerate(
+            ("files", "environment", "plan", "exchange", "spawn", "threads"))}
 
     @property
     def exchange(self) -> Exchange | None:

@@ -361,6 +361,7 @@ class Referee:
                 continue
             process.import_ahead(time.monotonic() + self.config.compile_timeout_s)
             self.waiting[key] = process
+            profile_log({"event": "start_ahead", "name": request.name, "steps": process.start_seconds})
 
     @contextlib.contextmanager
     def exclusive(self):
