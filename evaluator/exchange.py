@@ -54,21 +54,48 @@ def capacity_for(*groups: int) -> int:
 
 
 @functools.cache
-def cuda_runtime():
-    """The CUDA runtime library torch loaded, called through ctypes, which lets go of the GIL for the
-    call (torch's own binding of cudaHostRegister keeps it in some versions): the referee page-locks
-    an exchange in the background, and its other threads run meanwhile. None where it is not a
-    library of its own (torch's binding is used then)."""
-    torch.cuda.init()
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libcudart.so"):
-                library = ctypes.CDLL(fields[-1])
-                library.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-                library.cudaHostUnregister.argtypes = [ctypes.c_void_p]
-                return library
-    return None
+def cuda_driver() -> ctypes.CDLL | None:
+    """The CUDA driver (libcuda), called through ctypes, which lets go of the GIL for each call: torch's
+    binding of cudaHostRegister keeps it (measured on the device: the referee stood still for the 0.4 s
+    a background thread took to page-lock an exchange). None where it cannot be loaded."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    pointer = ctypes.POINTER(ctypes.c_void_p)
+    driver.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    driver.cuMemHostUnregister.argtypes = [ctypes.c_void_p]
+    driver.cuCtxGetCurrent.argtypes = [pointer]
+    driver.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    driver.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    driver.cuDevicePrimaryCtxRetain.argtypes = [pointer, ctypes.c_int]
+    return driver
+
+
+@functools.cache
+def _primary_context(driver: ctypes.CDLL) -> ctypes.c_void_p | None:
+    """torch's context: the primary context of its current device (retained for the process's life)."""
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    if driver.cuDeviceGet(ctypes.byref(device), torch.cuda.current_device()) != 0:
+        return None
+    if driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) != 0:
+        return None
+    return context
+
+
+def driver_for_this_thread() -> ctypes.CDLL | None:
+    """The driver, torch's context current in the calling thread (a fresh thread has none)."""
+    driver = cuda_driver()
+    if driver is None:
+        return None
+    current = ctypes.c_void_p()
+    if driver.cuCtxGetCurrent(ctypes.byref(current)) != 0:
+        return None
+    if not current.value:
+        context = _primary_context(driver)
+        if context is None or driver.cuCtxSetCurrent(context) != 0:
+            return None
+    return driver
 
 
 class Exchange:
@@ -88,8 +115,12 @@ class Exchange:
         if self.pinned or os.environ.get("KH_PIN_EXCHANGE") == "0" or not torch.cuda.is_available():
             return self.pinned
         try:
-            runtime = cuda_runtime() or torch.cuda.cudart()
-            code = runtime.cudaHostRegister(self.bytes.data_ptr(), self.size, 0)
+            torch.cuda.init()
+            driver = driver_for_this_thread()
+            if driver is not None:
+                code = driver.cuMemHostRegister_v2(self.bytes.data_ptr(), self.size, 0)
+            else:
+                code = torch.cuda.cudart().cudaHostRegister(self.bytes.data_ptr(), self.size, 0)
             self.pinned = int(code) == 0
         except Exception:
             self.pinned = False
@@ -108,13 +139,22 @@ class Exchange:
         os.set_inheritable(fd, False)
         return cls(fd, os.fstat(fd).st_size)
 
-    def close(self) -> None:
+    def unpin(self) -> bool:
+        """Undo `pin` (from any thread); whether the mapping is pageable again."""
         if self.pinned:
             try:
-                (cuda_runtime() or torch.cuda.cudart()).cudaHostUnregister(self.bytes.data_ptr())
+                driver = driver_for_this_thread()
+                if driver is not None:
+                    code = driver.cuMemHostUnregister(self.bytes.data_ptr())
+                else:
+                    code = torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())
+                self.pinned = int(code) != 0
             except Exception:
                 pass
-            self.pinned = False
+        return not self.pinned
+
+    def close(self) -> None:
+        self.unpin()
         del self.bytes
         try:
             self.map.close()

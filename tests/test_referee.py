@@ -51,6 +51,29 @@ def test_a_slot_that_does_not_describe_its_bytes_is_refused(change, words):
     exchange.close()
 
 
+@pytest.mark.gpu
+def test_an_exchange_is_page_locked_and_released_from_threads_other_than_the_one_that_made_it():
+    """The referee pins an executor's exchange in a background thread and unpins it in its outbox thread
+    (through the driver, torch's context made current there): the memory is page-locked in between."""
+    import threading
+
+    torch.cuda.init()
+    exchange = Exchange.create(256 << 20)
+    pinning = threading.Thread(target=exchange.pin)
+    pinning.start()
+    pinning.join()
+    assert exchange.pinned and exchange.bytes.is_pinned()
+    data = torch.randn(1 << 20, device="cuda")
+    [slot] = exchange.write([("x", data)])
+    assert torch.equal(exchange.read(slot, "cuda"), data)
+    unpinned = []
+    closing = threading.Thread(target=lambda: unpinned.append(exchange.unpin()))
+    closing.start()
+    closing.join()
+    assert unpinned == [True] and not exchange.bytes.is_pinned()
+    exchange.close()
+
+
 def test_tensors_that_do_not_fit_are_refused_before_anything_is_written():
     exchange = Exchange.create(1024)
     with pytest.raises(ExchangeError, match="do not fit"):
