@@ -115,6 +115,9 @@ class Exchange:
         if self.pinned or os.environ.get("KH_PIN_EXCHANGE") == "0" or not torch.cuda.is_available():
             return self.pinned
         try:
+            # The pages allocated through the file first, which takes no lock of this process's memory
+            # map; registering them then holds that lock (every mmap of another thread waits) for less.
+            os.posix_fallocate(self.fd, 0, self.size)
             torch.cuda.init()
             driver = driver_for_this_thread()
             if driver is not None:

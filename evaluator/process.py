@@ -309,16 +309,17 @@ class ExecutorProcess:
             if self._exchange is not None:
                 os.set_inheritable(self._exchange.fd, False)
         marks.append(time.perf_counter())
-        if self._exchange is not None and self.device == "cuda":
-            # while the executor starts (page-locking half a GB or more takes a few tenths of a second)
-            self._pinning = threading.Thread(target=self._exchange.pin, daemon=True)
-            self._pinning.start()
         self._channel_fd = channel_r
         self._commands = os.fdopen(commands_w, "w", buffering=1)
         for stream, tail in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):
             thread = threading.Thread(target=_drain, args=(stream, tail), daemon=True)
             thread.start()
             self._drains.append(thread)
+        if self._exchange is not None and self.device == "cuda":
+            # While the executor starts: page-locking half a GB or more takes a few tenths of a second.
+            # Started last: while it holds this process's memory map, creating a thread waits for it.
+            self._pinning = threading.Thread(target=self._exchange.pin, daemon=True)
+            self._pinning.start()
         marks.append(time.perf_counter())
         self.start_seconds = {name: round(marks[i + 1] - marks[i], 4) for i, name in enumerate(
             ("files", "environment", "plan", "exchange", "spawn", "threads"))}
