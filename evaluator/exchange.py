@@ -13,8 +13,6 @@ changes nothing the referee holds.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import math
 import mmap
 import os
@@ -53,51 +51,6 @@ def capacity_for(*groups: int) -> int:
     return max(ALIGN, sum(_align(n) for n in groups) + ALIGN)
 
 
-@functools.cache
-def cuda_driver() -> ctypes.CDLL | None:
-    """The CUDA driver (libcuda), called through ctypes, which lets go of the GIL for each call: torch's
-    binding of cudaHostRegister keeps it (measured on the device: the referee stood still for the 0.4 s
-    a background thread took to page-lock an exchange). None where it cannot be loaded."""
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    pointer = ctypes.POINTER(ctypes.c_void_p)
-    driver.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-    driver.cuMemHostUnregister.argtypes = [ctypes.c_void_p]
-    driver.cuCtxGetCurrent.argtypes = [pointer]
-    driver.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
-    driver.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
-    driver.cuDevicePrimaryCtxRetain.argtypes = [pointer, ctypes.c_int]
-    return driver
-
-
-@functools.cache
-def _primary_context(driver: ctypes.CDLL) -> ctypes.c_void_p | None:
-    """torch's context: the primary context of its current device (retained for the process's life)."""
-    device, context = ctypes.c_int(), ctypes.c_void_p()
-    if driver.cuDeviceGet(ctypes.byref(device), torch.cuda.current_device()) != 0:
-        return None
-    if driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) != 0:
-        return None
-    return context
-
-
-def driver_for_this_thread() -> ctypes.CDLL | None:
-    """The driver, torch's context current in the calling thread (a fresh thread has none)."""
-    driver = cuda_driver()
-    if driver is None:
-        return None
-    current = ctypes.c_void_p()
-    if driver.cuCtxGetCurrent(ctypes.byref(current)) != 0:
-        return None
-    if not current.value:
-        context = _primary_context(driver)
-        if context is None or driver.cuCtxSetCurrent(context) != 0:
-            return None
-    return driver
-
-
 class Exchange:
     """One shared mapping (see the module's docstring)."""
 
@@ -118,12 +71,7 @@ class Exchange:
             # The pages allocated through the file first, which takes no lock of this process's memory
             # map; registering them then holds that lock (every mmap of another thread waits) for less.
             os.posix_fallocate(self.fd, 0, self.size)
-            torch.cuda.init()
-            driver = driver_for_this_thread()
-            if driver is not None:
-                code = driver.cuMemHostRegister_v2(self.bytes.data_ptr(), self.size, 0)
-            else:
-                code = torch.cuda.cudart().cudaHostRegister(self.bytes.data_ptr(), self.size, 0)
+            code = torch.cuda.cudart().cudaHostRegister(self.bytes.data_ptr(), self.size, 0)  # lets go of the GIL
             self.pinned = int(code) == 0
         except Exception:
             self.pinned = False
@@ -146,12 +94,7 @@ class Exchange:
         """Undo `pin` (from any thread); whether the mapping is pageable again."""
         if self.pinned:
             try:
-                driver = driver_for_this_thread()
-                if driver is not None:
-                    code = driver.cuMemHostUnregister(self.bytes.data_ptr())
-                else:
-                    code = torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())
-                self.pinned = int(code) != 0
+                self.pinned = int(torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())) != 0
             except Exception:
                 pass
         return not self.pinned

@@ -53,8 +53,8 @@ def test_a_slot_that_does_not_describe_its_bytes_is_refused(change, words):
 
 @pytest.mark.gpu
 def test_an_exchange_is_page_locked_and_released_from_threads_other_than_the_one_that_made_it():
-    """The referee pins an executor's exchange in a background thread and unpins it in its outbox thread
-    (through the driver, torch's context made current there): the memory is page-locked in between."""
+    """The referee pins an executor's exchange in a background thread and unpins it in its outbox thread:
+    the memory is page-locked in between, and pageable after."""
     import threading
 
     torch.cuda.init()
