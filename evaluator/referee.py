@@ -304,7 +304,8 @@ class Referee:
             self.timer.untimed(fn, self.timer.warmup, warm)
             estimate = self.timer.one(fn, Call(self.timer.warmup), warm)[1]
             # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
-            events, _ = self.timer.series_until(fn, self.timer.reps_for(estimate), drawing(self.rng.randrange(2**31)))
+            events, _ = self.timer.series(fn, self.timer.reps_for(estimate), drawing(self.rng.randrange(2**31)),
+                                          target_rel=0.005)
         return summarize(events, self.timer.warmup + 1)
 
     def loop_overhead_ms(self) -> float:

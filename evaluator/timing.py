@@ -126,29 +126,20 @@ class Timer:
         return int(min(most, max(self.min_reps, self.budget_s * 1e3 / max(estimate_ms, 1e-3))))
 
     def series(self, fn: Callable[[], object], reps: int, before: Hook | None = None,
-               after: Hook | None = None) -> tuple[list[float], list[float]]:
+               after: Hook | None = None, target_rel: float | None = None) -> tuple[list[float], list[float]]:
         """(event ms, host ms) of `reps` timed calls; `before(call)` runs before each (before the L2
-        flush), `after(call, result)` after it (after the synchronize): neither is timed."""
+        flush), `after(call, result)` after it (after the synchronize): neither is timed. With
+        `target_rel` (the referee's own baselines), it stops sooner once the median is known well
+        enough: the half-width of its distribution-free 95% interval under `target_rel` of it, looked
+        at every `min_reps` calls from the second round of them on."""
         events, walls = [], []
         for rep in range(reps):
             e, w = self.one(fn, Call(rep, rep, reps), before, after)
             events.append(e)
             walls.append(w)
-        return events, walls
-
-    def series_until(self, fn: Callable[[], object], most: int, before: Hook | None = None,
-                     target_rel: float = 0.005) -> tuple[list[float], list[float]]:
-        """Timed calls in rounds of `min_reps` until the median is known well enough (the half-width of
-        its distribution-free 95% interval under `target_rel` of it, after at least two rounds) or
-        `most` calls were made (the budget's `reps_for`). For the referee's own baselines."""
-        events, walls = [], []
-        while len(events) < most:
-            for _ in range(min(self.min_reps, most - len(events))):
-                rep = len(events)
-                e, w = self.one(fn, Call(rep, rep, most), before)
-                events.append(e)
-                walls.append(w)
-            if len(events) >= 2 * self.min_reps and median_half_width(events) < target_rel * statistics.median(events):
+            done = rep + 1
+            if (target_rel is not None and done >= 2 * self.min_reps and done % self.min_reps == 0
+                    and median_half_width(events) < target_rel * statistics.median(events)):
                 break
         return events, walls
 

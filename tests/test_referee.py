@@ -244,7 +244,7 @@ def test_baseline_series_stop_once_the_median_is_known_and_never_beyond_the_budg
     from evaluator.timing import Timer, median_half_width
 
     timer = Timer("cpu", min_reps=10)
-    steady = timer.series_until(lambda: sum(range(2000)), most=200, target_rel=0.5)[0]
+    steady = timer.series(lambda: sum(range(2000)), 200, target_rel=0.5)[0]
     assert len(steady) == 20  # two rounds of min_reps: the median is known to 50% by then
     noisy = iter([1.0, 100.0] * 200)
     clock = {"t": 0.0}
@@ -254,5 +254,5 @@ def test_baseline_series_stop_once_the_median_is_known_and_never_beyond_the_budg
         return clock["t"], clock["t"]
 
     timer.one = fake_one
-    assert len(timer.series_until(lambda: None, most=57)[0]) == 57  # never known to 0.5%: the budget ends it
+    assert len(timer.series(lambda: None, 57, target_rel=0.005)[0]) == 57  # never known to 0.5%: the budget ends it
     assert median_half_width([1.0] * 19 + [2.0]) == 0.0 and median_half_width([1.0, 3.0] * 10) == 1.0
