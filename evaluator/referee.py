@@ -30,6 +30,7 @@ import collections
 import concurrent.futures
 import contextlib
 import copy
+import functools
 import importlib
 import json
 import os
@@ -411,11 +412,7 @@ class Referee:
             self.timed_since_round += 1
         closed = threading.Event()
         self.closing.append(closed)
-
-        def reply() -> JudgeReply:
-            return self.finish(request, process, session, verdict, steps, closed)
-
-        return reply
+        return functools.partial(self.finish, request, process, session, verdict, steps, closed)
 
     def finish(self, request: JudgeRequest, process: ExecutorProcess, session: phases.Session, verdict: Verdict,
                steps: dict[str, float], closed: threading.Event) -> JudgeReply:
@@ -550,18 +547,17 @@ def main(argv: list[str] | None = None) -> int:
                     rounds = referee.close()
                 except Exception:
                     traceback.print_exc()
-            send(None, lambda: JudgeReply(rounds=rounds))
+            send(None, functools.partial(JudgeReply, rounds=rounds))
             break
         if referee is None:
-            error = f"it could not start: {setup_error}"
-            send(request, lambda request=request: JudgeReply(verdict=failed_verdict(request, config, error)))
+            verdict = failed_verdict(request, config, f"it could not start: {setup_error}")
+            send(request, functools.partial(JudgeReply, verdict=verdict))
             continue
         try:
             send(request, referee.judge(request, inbox.queued()))
         except Exception:
             traceback.print_exc()
-            error = traceback.format_exc()
-            send(request, lambda request=request, error=error: JudgeReply(verdict=failed_verdict(request, config, error)))
+            send(request, functools.partial(JudgeReply, verdict=failed_verdict(request, config, traceback.format_exc())))
     outbox.shutdown(wait=True)
     return 0
 
