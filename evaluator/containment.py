@@ -691,11 +691,11 @@ def _channel_fd(argv: list[str]) -> int | None:
 
 
 def _close_worker_fds(argv: list[str]) -> None:
-    """The worker's descriptors (its channel, the referee's commands, the exchange), closed in the
+    """The worker's descriptors (its channel, the referee's commands, the exchange, the stage), closed in the
     launcher and the init once the worker has them: only the worker holds them open."""
-    for option in ("--fd", "--commands", "--exchange"):
+    for option in ("--fd", "--commands", "--exchange", "--stage"):
         try:
-            os.close(int(argv[argv.index(option) + 1]))
+            os.close(int(argv[argv.index(option) + 1].partition(":")[0]))  # --stage is FD:BYTES
         except (ValueError, IndexError, OSError):
             pass
 

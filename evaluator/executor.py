@@ -39,17 +39,16 @@ STARTUP["torch"] = time.time()
 
 from evaluator import correctness as cmp
 from evaluator import guard as guards
-from evaluator import inputs as draws
 from evaluator import kernels
 from evaluator.exchange import Exchange, ExchangeError
 from evaluator.problem import import_file
 from evaluator.protocol import (
-    COMMAND, Call, Construct, ExecutorMessage, ExecutorRequest, Finish, LoadState, Profile, Reply, SendKept,
-    SendState, Time, ValueInfo, Warmup, unpack,
+    COMMAND, Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, LoadState, Profile, Put, Reply, SendState,
+    ValueInfo, unpack,
 )
 from evaluator.records import Containment, Flag, FlagPolicy, Phase
-from evaluator.timing import Call as TimedCall
-from evaluator.timing import Timer
+from evaluator.stage import Stage
+from evaluator.timing import timed_forward
 
 ERROR_CHARS = 6000
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -67,13 +66,6 @@ def describe_import_failure(err: BaseException) -> str:
     if "Error building extension" in text and errors:
         return "build failed: " + "\n".join(errors[:5]) + "\n\n" + describe_exception("traceback")
     return describe_exception("importing the candidate failed")
-
-
-def reserve(device: str, nbytes: int) -> None:
-    """Take `nbytes` of device memory and give it back to torch's caching allocator, which keeps it."""
-    if device == "cuda" and nbytes > 0:
-        block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-        del block
 
 
 def value_info(value) -> ValueInfo:
@@ -106,33 +98,21 @@ class Channel:
         self.send(ExecutorMessage(kind="reply", reply=reply))
 
 
-class Kept:
-    """Outputs of timed calls kept for the referee: a copy taken right after each call returned."""
-
-    def __init__(self):
-        self.outputs: dict[int, tuple[torch.Tensor | None, ValueInfo, list[str]]] = {}
-
-    def keep(self, index: int, out, problems: list[str]) -> None:
-        self.outputs[index] = (cmp.snapshot(out), value_info(out), problems)
-
-    def clear(self) -> None:
-        self.outputs.clear()
-
-
 class Executor:
     """Serves one candidate's commands (see the module's docstring)."""
 
-    def __init__(self, request: ExecutorRequest, exchange: Exchange | None):
-        self.request, self.exchange = request, exchange
+    def __init__(self, request: ExecutorRequest, exchange: Exchange | None, stage: Stage | None = None):
+        self.request, self.exchange, self.stage = request, exchange, stage
         self.device = request.device
         self.module = None
         self.model: torch.nn.Module | None = None
         self.guard: guards.StateGuard | None = None
-        self.timer: Timer | None = None
         self.specs, self.fixed, self.values = [], {}, {}
+        self.staged: list = []           # the clocked calls' inputs: views of the stage (and plain values)
+        self.staged_state: list[str] = []
         self.delay_cycles = 0
-        self.kept = Kept()
-        self.series = None  # (global flags before, the last call's inputs, its draws) until settled
+        self.pending = None              # the output of the last `go`, until `put`
+        self.clocked_since: dict[str, str] | None = None  # global flags before the first `go` not yet settled
 
     # -- the import ------------------------------------------------------------------------------
 
@@ -163,15 +143,13 @@ class Executor:
     # -- commands --------------------------------------------------------------------------------
 
     def handle(self, command) -> Reply:
-        # What follows a timed series (the guard's check, the last call's inputs) is done now, after
-        # the reply that ended the series: outside the referee's clock around it.
-        pending = self.settle_series()
-        if not isinstance(command, SendKept):
-            self.kept.clear()
+        # The guard's look at the clocked calls is taken at the first command after them: never inside
+        # the referee's clock around a call.
+        clocked = isinstance(command, (Go, Put))
+        pending = [] if clocked else self.settle_clocked()
         handler = {
-            Construct: self.construct, LoadState: self.load_state, Call: self.call, Warmup: self.warmup,
-            Time: self.time, SendKept: self.send_kept, SendState: self.send_state, Profile: self.profile,
-            Finish: self.finish,
+            Construct: self.construct, LoadState: self.load_state, Call: self.call, Go: self.go, Put: self.put,
+            SendState: self.send_state, Profile: self.profile, Finish: self.finish,
         }[type(command)]
         try:
             reply = handler(command)
@@ -180,24 +158,20 @@ class Executor:
         reply.flags = pending + reply.flags
         return reply
 
-    def settle_series(self) -> list[Flag]:
-        if self.series is None:
+    def settle_clocked(self) -> list[Flag]:
+        if self.clocked_since is None:
             return []
-        flags_before, inputs, spec = self.series
-        self.series = None
-        last = spec.count - 1
-        if last in self.kept.outputs and inputs is not None:
-            changed = self.changed_inputs(inputs, spec, last)
-            if changed:
-                self.kept.outputs[last][2].append(f"the candidate modified its input(s) {changed} in place")
-        return self.guard_flags(flags_before, "the timed calls to ModelNew.forward")
+        flags_before, self.clocked_since, self.pending = self.clocked_since, None, None
+        return self.guard_flags(flags_before, "the clocked calls to ModelNew.forward")
 
     def construct(self, command: Construct) -> Reply:
         init_inputs = unpack(command.init_inputs)
         self.specs = command.inputs
         self.fixed = {int(s.name.removeprefix("input.")): self.exchange.read(s, self.device) for s in command.fixed}
         self.values = unpack(command.values) or {}
-        self.timer = Timer(self.device)
+        staged = {int(s.name.removeprefix("input.")): self.stage.view(s) for s in command.staged} if self.stage else {}
+        self.staged = [staged[i] if i in staged else self.values.get(i) for i in range(len(self.specs))]
+        self.staged_state = list(command.staged_state)
         self.delay_cycles = self.stream_delay_cycles(command.stream_delay_ms)
         flags_before = guards.read_global_flags()
         torch.manual_seed(command.seed)
@@ -264,52 +238,45 @@ class Executor:
         reply = Reply(id=command.id, flags=flags, problems=problems, fill=fill, output=value_info(out))
         return self.ship(reply, seen, after, state=command.send_state)
 
-    def warmup(self, command: Warmup) -> Reply:
-        """Untimed calls, then one timed call (its time sizes the series)."""
-        reserve(self.device, command.reserve_bytes)
+    def go(self, command: Go) -> Reply:
+        """One clocked forward on the stage's inputs (see protocol.Go): its output kept for `put`."""
+        if self.clocked_since is None:
+            self.clocked_since = guards.read_global_flags()
+        self.pending = None
         self.model.train(command.train)
-        current = {}
-        before = self.drawing(command.draws, current)
-        flags_before = guards.read_global_flags()
-        count = command.draws.count
         try:
             with torch.no_grad():
-                self.timer.untimed(lambda: self.model(*current["inputs"]), count - 1, before)
-                event, host = self.timer.one(lambda: self.model(*current["inputs"]), TimedCall(count - 1), before)
+                out, event_ms, host_ms = timed_forward(self.model, self.staged, self.device)
         except BaseException:
-            return Reply(id=command.id, error=describe_exception("ModelNew.forward raised while warming up"),
-                         error_kind="raised", flags=self.guard_flags(flags_before, "the warm-up calls to ModelNew.forward"))
-        return Reply(id=command.id, events_ms=[event], host_ms=[host],
-                     flags=self.guard_flags(flags_before, "the warm-up calls to ModelNew.forward"))
+            return Reply(id=command.id, error=describe_exception("ModelNew.forward raised"), error_kind="raised")
+        self.pending = out
+        return Reply(id=command.id, output=value_info(out), problems=self.output_problems(out, self.staged),
+                     events_ms=[event_ms] if event_ms is not None else [], host_ms=[host_ms])
 
-    def time(self, command: Time) -> Reply:
-        """The timed calls: fresh drawn inputs for each, outputs kept as asked."""
-        self.model.train(command.train)
-        current = {}
-        before = self.drawing(command.draws, current)
-        keep = None if command.keep is None else set(command.keep)
-
-        def after(call: TimedCall, out) -> None:
-            if keep is None or call.timed in keep:
-                self.kept.keep(call.timed, out, self.output_problems(out, current["inputs"]))
-
-        flags_before = guards.read_global_flags()
-        try:
-            with torch.no_grad():
-                events, walls = self.timer.series(lambda: self.model(*current["inputs"]), command.draws.count,
-                                                  before, after)
-        except BaseException:
-            self.kept.clear()
-            return Reply(id=command.id, error=describe_exception("ModelNew.forward raised while timed"),
-                         error_kind="raised", flags=self.guard_flags(flags_before, "the timed calls to ModelNew.forward"))
-        self.series = (flags_before, current.get("inputs"), command.draws)  # settled by the next command
-        return Reply(id=command.id, events_ms=events, host_ms=walls, kept=sorted(self.kept.outputs))
-
-    def send_kept(self, command: SendKept) -> Reply:
-        if command.index not in self.kept.outputs:
-            return Reply(id=command.id, error=f"no kept output of timed call {command.index}", error_kind="internal")
-        snapshot, info, problems = self.kept.outputs.pop(command.index)
-        return self.ship(Reply(id=command.id, output=info, problems=list(problems)), snapshot, [], state=False)
+    def put(self, command: Put) -> Reply:
+        """The last clocked call's output, then the buffers named at construct, into the stage from
+        `offset`; the device waited for."""
+        out, self.pending = self.pending, None
+        reply = Reply(id=command.id, output=value_info(out))
+        tensors = [("output", out)] if cmp.is_plain_tensor(out) else []
+        entries = cmp.module_tensors(self.model)
+        for name in self.staged_state:
+            value = entries.get(name)
+            if cmp.is_plain_tensor(value):
+                tensors.append((f"state.{name}", value))
+            else:
+                reply.problems.append(f"state.{name}: expected a plain torch.Tensor, got {type(value).__name__}")
+        offset = command.offset
+        with torch.no_grad():
+            for name, tensor in tensors:
+                try:
+                    reply.tensors.append(self.stage.put(name, tensor, offset))
+                except (ExchangeError, RuntimeError) as err:
+                    reply.problems.append(f"{name} could not be staged: {err}"[:500])
+                    continue
+                offset += -(-max(reply.tensors[-1].nbytes, 1) // 256) * 256
+        self.sync()
+        return reply
 
     def send_state(self, command: SendState) -> Reply:
         return self.ship(Reply(id=command.id), None, [], state=True)
@@ -320,8 +287,7 @@ class Executor:
         if self.device == "cuda":
             flags = self.warm_up_profiler()
         self.model.train(command.train)
-        inputs = draws.draw(self.specs, command.draws.distribution, draws.call_seed(command.draws.seed, 0),
-                            self.device, self.fixed, self.values)
+        inputs = list(self.staged)
         flags_before = guards.read_global_flags()
         times: list[float] = []  # the CPU's observer sees calls, not their device time
         try:
@@ -334,9 +300,6 @@ class Executor:
                          flags=flags + self.guard_flags(flags_before, "the profiled call to ModelNew.forward"))
         flags += self.guard_flags(flags_before, "the profiled call to ModelNew.forward")
         problems = self.output_problems(out, inputs)
-        changed = self.changed_inputs(inputs, command.draws, 0)
-        if changed:
-            problems.append(f"the candidate modified its input(s) {changed} in place")
         reply = Reply(id=command.id, flags=flags, problems=problems, kernels=names[:MAX_KERNEL_NAMES],
                       kernel_times_us=times[:MAX_KERNEL_NAMES], kernel_count=len(names),
                       libraries=kernels.candidate_libraries(), output=value_info(out))
@@ -357,21 +320,6 @@ class Executor:
             return out, cmp.snapshot(out), None
         except BaseException:
             return None, None, describe_exception("ModelNew.forward raised")
-
-    def drawing(self, spec, current: dict):
-        """A `before` hook that draws call i's inputs (outside the timed window)."""
-        def before(call: TimedCall) -> None:
-            current.pop("inputs", None)
-            current["inputs"] = draws.draw(self.specs, spec.distribution, draws.call_seed(spec.seed, call.index),
-                                           self.device, self.fixed, self.values)
-        return before
-
-    def changed_inputs(self, inputs: list, spec, index: int) -> list[int]:
-        """Positions of drawn inputs that no longer hold what call `index` of `spec` was given."""
-        fresh = draws.draw(self.specs, spec.distribution, draws.call_seed(spec.seed, index), self.device,
-                           self.fixed, self.values)
-        return [i for i, (a, b) in enumerate(zip(fresh, inputs))
-                if isinstance(a, torch.Tensor) and not (cmp.is_plain_tensor(b) and cmp.same_values(a, b))]
 
     def output_problems(self, out, inputs: list) -> list[str]:
         if not cmp.is_plain_tensor(out):
@@ -518,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--commands", type=int)
     parser.add_argument("--exchange", type=int)
+    parser.add_argument("--stage", help="FD:BYTES of the stage the referee made (evaluator.stage)")
     args = parser.parse_args(argv)
     for name in [k for k in os.environ if any(m in k.upper() for m in SECRET_MARKERS)]:
         del os.environ[name]  # the referee scrubbed them already; this is the second lock
@@ -548,13 +497,21 @@ def main(argv: list[str] | None = None) -> int:
                 exchange.pin()
         except Exception:
             pass  # the checks will say what is wrong with CUDA
+    stage = stage_error = None
+    if args.stage and not not_in_force and not request.compile_only:
+        fd, _, size = args.stage.partition(":")
+        try:  # before the candidate exists: its mapping is the executor's, made once
+            stage = Stage.attach(int(fd), int(size), request.device)
+        except Exception:
+            stage_error = describe_exception("the executor could not map the stage")
     STARTUP["cuda"] = time.time()
     channel.containment(Containment(mechanisms=[Mechanism(**containment.deny_unix_sockets(off))]))
     channel.phase(Phase.compile)
-    if not_in_force:
-        channel.reply(Reply(id=0, error=f"containment not in force: {not_in_force}", error_kind="internal"))
+    if not_in_force or stage_error:
+        why = f"containment not in force: {not_in_force}" if not_in_force else stage_error
+        channel.reply(Reply(id=0, error=why, error_kind="internal"))
         os._exit(0)
-    executor = Executor(request, exchange)
+    executor = Executor(request, exchange, stage)
     try:
         reply = executor.import_candidate()
     except BaseException:
@@ -572,4 +529,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m evaluator.executor`, this file is `__main__`; serve from the module under its own
+    # name instead, so that one copy of the executor exists: the one its guard watches.
+    from evaluator.executor import main as serve
+
+    sys.exit(serve())

@@ -102,7 +102,7 @@ def _watched_namespaces(problem_watch: list[str]) -> list[tuple[str, object]]:
 
     import torch.nn.functional as functional
 
-    from evaluator import exchange, executor, inputs, protocol, records, timing
+    from evaluator import exchange, executor, inputs, protocol, records, stage, timing
 
     this = sys.modules[__name__]
     problem_spaces = []
@@ -121,10 +121,11 @@ def _watched_namespaces(problem_watch: list[str]) -> list[tuple[str, object]]:
         ("random.Random", random.Random),
         ("evaluator.correctness", cmp), ("evaluator.timing", timing), ("evaluator.timing.Timer", timing.Timer),
         ("evaluator.inputs", inputs), ("evaluator.exchange", exchange), ("evaluator.exchange.Exchange", exchange.Exchange),
+        ("evaluator.stage", stage), ("evaluator.stage.Stage", stage.Stage),
         ("evaluator.records", records), ("evaluator.protocol", protocol), ("evaluator.guard", this),
         ("evaluator.guard.StateGuard", StateGuard), ("evaluator.executor", executor),
     ]
-    for name in ("Channel", "Executor", "Kept"):
+    for name in ("Channel", "Executor"):  # the module's own copy: the one that serves (see its `__main__`)
         spaces.append((f"evaluator.executor.{name}", getattr(executor, name)))
     for cls in (records.Flag, protocol.Reply, protocol.ExecutorMessage, protocol.ValueInfo, protocol.TensorSlot):
         spaces.append((f"{cls.__module__}.{cls.__name__}", cls))

@@ -27,7 +27,6 @@ import contextlib
 import copy
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,14 +34,13 @@ from typing import TYPE_CHECKING, ContextManager
 
 import torch
 
+from evaluator import clock
 from evaluator import correctness as cmp
 from evaluator import inputs as draws
 from evaluator.exchange import ExchangeError
 from evaluator.kernels import kernel_base_name, own_kernels
 from evaluator.process import Ended, exit_description
-from evaluator.protocol import (
-    Call, Construct, Draws, Finish, LoadState, Profile, Reply, SendKept, SendState, Time, ValueInfo, Warmup, pack,
-)
+from evaluator.protocol import Call, Finish, LoadState, Profile, Reply, SendState, ValueInfo
 from evaluator.records import (
     Correctness, Flag, FlagPolicy, ModeCheck, Phase, Roofline, Status, TimingCheck, TimingStats, Verdict,
     merge_flags,
@@ -53,14 +51,10 @@ if TYPE_CHECKING:
     from evaluator.referee import Referee
 
 MAX_KERNEL_NAMES = 256
-KEEP_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}  # timed outputs an executor keeps for the referee
-# The referee's clock against the reported per-call times: what one call took by the referee's clock
-# (its wall time around the series, less its own loop's cost per call) may exceed the reported mean
-# by this factor plus this much (ms) before the timings are rejected. On an H100 honest kernels came
-# out at 1.06 to 1.26 times their reported mean (1.8 to 11.7 ms calls, 16 a series, the executor's
-# guard still checked inside the clock then); generous on the CPU, where a loaded machine stretches
-# the loop unevenly.
-TIMING_SLACK = {"cuda": (1.3, 0.25), "cpu": (2.0, 2.0)}
+# What the referee keeps of the clocked calls (each one's output and buffers, copied out of the stage
+# inside its window) until it has compared them: it bounds how many calls a series has (at kernelbench,
+# 256 MiB outputs: 4 warm-up calls and 19 timed ones).
+KEEP_BYTES = {"cuda": 6 << 30, "cpu": 512 << 20}
 
 
 class Judged(Exception):
@@ -190,9 +184,8 @@ class Checked:
 
 @dataclass(frozen=True)
 class Timed:
-    timing: TimingStats
-    host: TimingStats
-    check: TimingCheck
+    timing: TimingStats       # by the referee's clock: what ranks
+    check: TimingCheck        # the executor's reports against it
     floor_ms: float | None
     sm_clock_mhz: int | None
 
@@ -233,9 +226,7 @@ def init_phase(session: Session, imported: Imported) -> Built:
     referee = session.referee
     reference = referee.new_reference(session.seed())
     fixed = referee.exchange_tensors(session.link.exchange)
-    reply = session.request(Construct(id=0, init_inputs=pack(referee.init_inputs), seed=session.seed(),
-                                      inputs=referee.specs, fixed=fixed, values=pack(referee.values),
-                                      stream_delay_ms=referee.stream_delay_ms))
+    reply = session.request(referee.construct(fixed, session.seed()))
     if reply.error_kind == "not_module":
         raise Judged(Status.incorrect, Phase.init, reply.error)
     if reply.error:
@@ -419,146 +410,133 @@ def describe_regression(acc: cmp.ModeAccumulator, correctness: Correctness) -> s
 # ------------------------------------------------------------------------------------------ time
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
-    """Warm-up, then a series of timed calls (each on inputs drawn from a seed the executor learns when
-    the series starts), timed by the executor and by the referee's clock around the whole series. Then
-    the kept outputs against the reference on the same inputs, the buffers against the reference
-    replaying every call, the physical floor, and one more checked call."""
+    """Warm-up calls, then timed calls, every one clocked by the referee (evaluator.clock: its inputs
+    written into the stage and its output and buffers copied out inside the window). Then every clocked
+    call's output and buffers against the float64 reference replaying the same calls, the reported times
+    against the referee's, the physical floor, and one more checked call."""
     session.enter(Phase.time)
     referee = session.referee
-    train = referee.problem.mode == "train"
-    distribution = referee.problem.distributions[0]
     timer = referee.timer
-    warm = Draws(seed=session.seed(), distribution=distribution, count=timer.warmup + 1)
-    fit = KEEP_BYTES[referee.device] // max(referee.output_nbytes, 1)
-    reserve = min(fit, timer.max_reps) * referee.output_nbytes
-    reply = session.request(Warmup(id=0, draws=warm, train=train, reserve_bytes=reserve))
-    if reply.error:
-        raise Judged(Status.runtime_error, Phase.time, reply.error)
-    estimate = _times(reply.host_ms, 1, "warm-up")[0]
-    keep = None
-    reps = timer.reps_for(estimate, cap=fit)
-    if fit < timer.min_reps:  # outputs too large to keep every one: a random few, chosen here
-        keep = sorted(session.rng.sample(range(reps), max(1, min(fit, reps))))
-    series = Draws(seed=session.seed(), distribution=distribution, count=reps)
-    started = time.perf_counter()
-    reply = session.request(Time(id=0, draws=series, keep=keep, train=train))
-    wall_ms = (time.perf_counter() - started) * 1e3
-    if reply.error:
-        raise Judged(Status.runtime_error, Phase.time, reply.error)
-    events = _times(reply.events_ms, reps, "timed")
-    host = _times(reply.host_ms, reps, "timed")
+    cost = referee.window_cost_ms
+    if referee.current_round is not None and referee.current_round.window_cost is None:
+        session.add([Flag(name="uncalibrated", reason=(
+            "the calibrator could not measure what a clocked window costs "
+            f"({referee.current_round.calibration_error}): the times are whole windows, longer than the calls"))])
+    calls: list[tuple[int, clock.Clocked]] = []  # (seed of its inputs, its window)
+    warm = timer.warmup + 1
+    clocked_calls(session, warm, calls)
+    fit = KEEP_BYTES[referee.device] // referee.layout.span
+    reps = timer.reps_for(max(calls[-1][1].ms - cost, 1e-3), cap=max(1, fit - warm))
+    clocked_calls(session, reps, calls)
     sm_clock = referee.sm_clock()
-    timing = summarize(events, timer.warmup + 1)
-    check = cross_check(wall_ms, events, referee.overhead_ms, referee.device)
+    series = [c for _, c in calls[warm:]]
+    timing = summarize(clock.referee_times(series, cost), warm)
+    check = clock.cross_check(series, cost, referee.device)
     if not check.agrees:
-        session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=(
-            f"the reported times do not account for the referee's clock: {check.calls} timed calls took "
-            f"{check.wall_ms:.4g} ms by the referee's clock, {check.referee_ms:.4g} ms a call after its own loop's "
-            f"{check.overhead_ms:.4g} ms, against a reported mean of {check.reported_mean_ms:.4g} ms "
-            f"(at most {check.limit_ms:.4g} ms would stand)"))])
-    expected_kept = set(range(reps)) if keep is None else set(keep)
-    if not set(reply.kept) <= expected_kept:
-        raise Judged(Status.crashed, Phase.time, f"the executor kept outputs of calls it was not asked to keep ({reply.kept[:8]})")
-    missing = sorted(expected_kept - set(reply.kept))
-    if missing:
-        raise Judged(Status.incorrect, Phase.time, f"the outputs of timed calls {missing[:8]} were not kept for the referee")
-    compare_kept(session, checked, built, series, sorted(expected_kept), reps)
-    replayed = compare_state_after_timing(session, checked, [warm, series])
+        session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
+    replayed = compare_clocked(session, checked, calls)
+    compare_state_after_timing(session, checked, replayed, len(calls))
     floor_ms = check_floor(session, built, timing)
     recheck(session, checked, replayed)
-    return Timed(timing=timing, host=summarize(host, timer.warmup + 1), check=check, floor_ms=floor_ms,
-                 sm_clock_mhz=sm_clock)
+    return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock)
 
 
-def _times(values: list[float], count: int, what: str) -> list[float]:
-    if len(values) != count or not all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in values):
-        raise Judged(Status.crashed, Phase.time, f"the executor reported {len(values)} {what} time(s) for {count} "
-                                                 "call(s), or times that are no durations")
-    return values
-
-
-def cross_check(wall_ms: float, events: list[float], overhead_ms: float, device: str) -> TimingCheck:
-    calls = len(events)
-    referee_ms = wall_ms / calls - overhead_ms
-    mean = statistics.fmean(events)
-    ratio, slack = TIMING_SLACK[device]
-    limit = ratio * mean + slack
-    return TimingCheck(wall_ms=round(wall_ms, 4), calls=calls, overhead_ms=round(overhead_ms, 5),
-                       referee_ms=round(referee_ms, 5), reported_mean_ms=round(mean, 5), limit_ms=round(limit, 5),
-                       agrees=referee_ms <= limit)
+def clocked_calls(session: Session, count: int, calls: list) -> None:
+    """`count` more clocked calls, each on fresh inputs drawn here (outside the window) from a seed of its
+    own; after each window, the inputs it was given must be as the referee wrote them."""
+    referee = session.referee
+    train = referee.problem.mode == "train"
+    stage = session.link.stage
+    for _ in range(count):
+        seed = session.seed()
+        inputs = referee.draw(referee.problem.distributions[0], seed)
+        clocked = clock.window(session.request, stage, referee.layout, inputs, train, referee.timer.flush,
+                               session.rng.random())
+        if clocked.go.error:
+            raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
+        changed = clock.inputs_changed(stage, referee.layout, inputs)
+        if changed:
+            raise Judged(Status.incorrect, Phase.time, f"the candidate modified its input(s) {changed} in place "
+                                                       f"(clocked call {len(calls) + 1})")
+        calls.append((seed, clocked))
 
 
 def sanity_tolerances(referee: Referee) -> dict:
-    """The loosest tier widened by half: what every kept output of a timed call must meet."""
+    """The loosest tier widened by half: what every clocked call's output and buffers must meet."""
     name, loosest = max(referee.tolerances.items(), key=lambda kv: (kv[1].atol, kv[1].rtol))
     return {name: type(loosest)(atol=1.5 * loosest.atol, rtol=1.5 * loosest.rtol)}
 
 
-def compare_kept(session: Session, checked: Checked, built: Built, series: Draws, kept: list[int], reps: int) -> None:
-    """Every kept output of a timed call against the fp32 reference on the same inputs, in the loosest
-    tier widened by half; the last call's and one chosen now at random also against the float64
-    reference in every tier the checks passed. A candidate that behaves only while it is checked
-    (and cheats when called back to back, or after N calls) fails here."""
-    if not kept:
-        return
-    full = {kept[-1], session.rng.choice(kept)}
-    models = spot_references(session, checked, built)
-    for index in kept:
-        reply = session.request(SendKept(id=0, index=index))
-        if reply.error:
-            raise Judged(Status.crashed, Phase.time, reply.error)
-        spot(session, checked, models, reply, series, index, f"timed call {index + 1} of {reps}", index in full)
-
-
-def spot_references(session: Session, checked: Checked, built: Built) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """Copies of the fp32 and float64 references to compute the outputs of timed calls with (in the
-    problem's mode; for BatchNorm in training mode the output depends on the batch alone)."""
-    train = session.referee.problem.mode == "train"
-    return copy.deepcopy(built.reference).train(train), copy.deepcopy(checked.reference64).train(train)
-
-
-def spot(session: Session, checked: Checked, models: tuple, reply: Reply, spec: Draws, index: int, label: str,
-         full: bool) -> None:
-    """One output of a call the executor drew the inputs of (call `index` of `spec`)."""
+def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """What a clocked call staged, read from the referee's copy of it, and what could not be read."""
+    tensors, problems = {}, list(clocked.put.problems) if clocked.put is not None else []
     referee = session.referee
-    reference32, reference64 = models
-    sanity = sanity_tolerances(referee)
-    shipped, unreadable = session.shipment(reply)
-    acc = cmp.ModeAccumulator(referee.problem.mode, sanity)
-    for problem in reply.problems + unreadable:
-        acc.fail(problem)
-    if acc.failure is None:
-        inputs = referee.draw(spec.distribution, draws.call_seed(spec.seed, index))
-        with torch.no_grad(), cmp.guarded():
-            expected32 = reference32(*inputs).double()
-        acc.add("output", compare_output(reply.output, shipped.get("output"), expected32, referee, sanity))
-        del expected32
-        if full and acc.passed:
-            every = cmp.ModeAccumulator(referee.problem.mode, referee.tolerances)
-            with torch.no_grad(), cmp.guarded():
-                expected64 = reference64(*draws.as_float64(inputs))
-            every.add("output", compare_output(reply.output, shipped.get("output"), expected64, referee,
-                                               referee.tolerances))
-            acc = every
-    if not acc.passed or (acc.tolerances is referee.tolerances and regressed(acc, checked.correctness)):
-        raise Judged(Status.incorrect, Phase.time, f"wrong on {label}: {describe_regression(acc, checked.correctness)}")
+    for slot in clocked.put.tensors if clocked.put is not None else []:
+        try:
+            tensors[slot.name] = clocked.tensor(slot, referee.layout, session.link.stage)
+        except ExchangeError as err:
+            problems.append(f"the executor staged an unreadable tensor ({err})")
+    return tensors, problems
 
 
-def compare_state_after_timing(session: Session, checked: Checked, series: list[Draws]) -> torch.nn.Module:
-    """The candidate's parameters and buffers after the timed calls, against what the reference's must
-    be after the same calls: a copy of the float64 reference, from its state after the checked calls,
-    replays every call the executor was given (warm-up included) in order on the same inputs. Running
-    statistics made lazy, skipped on back-to-back calls or updated only on the first calls fail here.
-    Returns the replayed reference (the re-check continues from it)."""
+def compare_clocked(session: Session, checked: Checked, calls: list) -> torch.nn.Module:
+    """Every clocked call (warm-up included), in order, against a copy of the float64 reference replaying
+    the same calls on the same inputs from its state after the checks: each output and each call's buffers
+    within the loosest tier widened by half; the last call's output and one chosen now at random in every
+    tier the checks passed. A candidate that behaves only while it is checked, or only on some calls, or
+    leaves its running statistics for later, fails here. Returns the replayed reference."""
     referee = session.referee
     train = referee.problem.mode == "train"
     replay = copy.deepcopy(checked.reference64).train(train)
-    calls = sum(d.count for d in series)
-    if any(True for _ in replay.buffers()):  # without buffers a forward changes nothing to replay
+    sanity = sanity_tolerances(referee)
+    full = {len(calls) - 1, session.rng.randrange(len(calls))}
+    for index, (seed, clocked) in enumerate(calls):
+        label = f"clocked call {index + 1} of {len(calls)}"
         with torch.no_grad(), cmp.guarded():
-            for spec in series:
-                for index in range(spec.count):
-                    replay(*draws.as_float64(referee.draw(spec.distribution, draws.call_seed(spec.seed, index))))
+            expected = replay(*draws.as_float64(referee.draw(referee.problem.distributions[0], seed)))
+        staged, problems = staged_tensors(session, clocked)
+        acc = cmp.ModeAccumulator(referee.problem.mode, sanity)
+        for problem in clocked.go.problems + problems:
+            acc.fail(problem)
+        acc.add("output", compare_output(clocked.put.output, staged.get("output"), expected, referee, sanity))
+        for name, value in replay.named_buffers():
+            acc.add(name, cmp.compare_tensor(name, staged.get(f"state.{name}"), value, sanity, referee.rel_floor))
+        if acc.passed and index in full:
+            every = cmp.ModeAccumulator(referee.problem.mode, referee.tolerances)
+            every.add("output", compare_output(clocked.put.output, staged.get("output"), expected, referee,
+                                               referee.tolerances))
+            if regressed(every, checked.correctness):
+                acc = every
+        if not acc.passed or acc.tolerances is referee.tolerances:
+            buffers = acc.failure is None and "output" not in acc.failed
+            raise Judged(Status.incorrect, Phase.time, f"{'buffers wrong after' if buffers else 'wrong on'} {label}: "
+                                                       f"{describe_regression(acc, checked.correctness)}")
+        calls[index] = (seed, None)  # compared: its copy is freed
+    return replay
+
+
+def spot(session: Session, checked: Checked, reply: Reply, inputs: list, label: str) -> None:
+    """An output shipped through the exchange (the profiled call's) against the float64 reference on the
+    same inputs: within the loosest tier widened by half, and in every tier the checks passed."""
+    referee = session.referee
+    reference64 = copy.deepcopy(checked.reference64).train(referee.problem.mode == "train")
+    shipped, unreadable = session.shipment(reply)
+    with torch.no_grad(), cmp.guarded():
+        expected = reference64(*draws.as_float64(inputs))
+    for tolerances in (sanity_tolerances(referee), referee.tolerances):
+        acc = cmp.ModeAccumulator(referee.problem.mode, tolerances)
+        for problem in reply.problems + unreadable:
+            acc.fail(problem)
+        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, tolerances))
+        if not acc.passed or (tolerances is referee.tolerances and regressed(acc, checked.correctness)):
+            raise Judged(Status.incorrect, Phase.time, f"wrong on {label}: {describe_regression(acc, checked.correctness)}")
+
+
+def compare_state_after_timing(session: Session, checked: Checked, replayed: torch.nn.Module, calls: int) -> None:
+    """Every parameter and buffer of the candidate after the clocked calls (shipped now, outside any window)
+    against the replayed reference, in every tier the checks passed: a weight edited, or buffers that
+    differ from what the last clocked call staged."""
+    referee = session.referee
     reply = session.request(SendState(id=0))
     if reply.error:
         raise Judged(Status.crashed, Phase.time, reply.error)
@@ -566,13 +544,12 @@ def compare_state_after_timing(session: Session, checked: Checked, series: list[
     acc = cmp.ModeAccumulator(referee.problem.mode, referee.tolerances)
     for problem in reply.problems + unreadable:
         acc.fail(problem)
-    for name, value in replay.state_dict().items():
+    for name, value in replayed.state_dict().items():
         acc.add(name, cmp.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances, referee.rel_floor))
     if regressed(acc, checked.correctness):
         raise Judged(Status.incorrect, Phase.time, (
             f"buffers wrong after {calls} timed calls (warm-up included; the reference replayed the same "
             f"calls on the same inputs): {describe_regression(acc, checked.correctness)}"))
-    return replay
 
 
 def check_floor(session: Session, built: Built, timing: TimingStats) -> float | None:
@@ -607,8 +584,10 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
     (CUDA) or which of the candidate's extension functions it called (CPU). None of the candidate's own
     is `no_custom_kernel` (flag). Its output is compared too."""
     referee = session.referee
-    spec = Draws(seed=session.seed(), distribution=referee.problem.distributions[0], count=1)
-    reply = session.request(Profile(id=0, draws=spec, train=referee.problem.mode == "train"))
+    inputs = referee.draw(referee.problem.distributions[0], session.seed())
+    for slot in referee.layout.inputs:  # the profiled call reads the stage, as a clocked one does
+        session.link.stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
+    reply = session.request(Profile(id=0, train=referee.problem.mode == "train"))
     if reply.error:
         session.add([Flag(name="profiler_failed", reason=f"the kernel listing failed: {reply.error}"[:500])])
         return Profiled()
@@ -627,7 +606,7 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
                 if names else "none at all")
         where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
         session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
-    spot(session, checked, spot_references(session, checked, built), reply, spec, 0, "the profiled call", True)
+    spot(session, checked, reply, inputs, "the profiled call")
     return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own))
 
 

@@ -33,6 +33,7 @@ from evaluator import containment
 from evaluator.exchange import Exchange
 from evaluator.protocol import ExecutorMessage, ExecutorRequest, Reply
 from evaluator.records import Containment, Flag, Verdict
+from evaluator.stage import Stage
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Environment variables whose names contain one of these are not passed to candidates.
@@ -243,11 +244,13 @@ class ExecutorProcess:
 
     def __init__(self, *, source: bytes, digest: str, device: str, compile_only: bool, watch: list[str],
                  cache_dir: Path, problem_location: Path, protect: list[Path], exchange_bytes: int | None,
-                 output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None):
+                 output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
+                 stage_bytes: int | None = None):
         self.max_jobs = max_jobs
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
         self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
-        self.exchange_bytes, self.memory_limit_gb = exchange_bytes, memory_limit_gb
+        self.exchange_bytes, self.memory_limit_gb, self.stage_bytes = exchange_bytes, memory_limit_gb, stage_bytes
+        self.stage: Stage | None = None
         self.stdout, self.stderr = CappedTail(output_cap), CappedTail(output_cap)
         self.messages: list[ExecutorMessage] = []
         self._exchange: Exchange | None = None
@@ -297,6 +300,11 @@ class ExecutorProcess:
             os.set_inheritable(self._exchange.fd, True)
             pass_fds.append(self._exchange.fd)
             command += ["--exchange", str(self._exchange.fd)]
+        if self.stage_bytes and not self.compile_only:
+            self.stage = Stage.create(self.stage_bytes, self.device)
+            os.set_inheritable(self.stage.fd, True)
+            pass_fds.append(self.stage.fd)
+            command += ["--stage", f"{self.stage.fd}:{self.stage.size}"]
         marks.append(time.perf_counter())
         self.started, self.launched_at = time.monotonic(), time.time()
         try:
@@ -306,8 +314,9 @@ class ExecutorProcess:
         finally:
             os.close(channel_w)
             os.close(commands_r)
-            if self._exchange is not None:
-                os.set_inheritable(self._exchange.fd, False)
+            for shared in (self._exchange, self.stage):
+                if shared is not None:
+                    os.set_inheritable(shared.fd, False)
         marks.append(time.perf_counter())
         self._channel_fd = channel_r
         self._commands = os.fdopen(commands_w, "w", buffering=1)
@@ -391,6 +400,9 @@ class ExecutorProcess:
                 pass
         if self.exchange is not None:
             self.exchange.close()
+        if self.stage is not None:
+            self.stage.close()
+            self.stage = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
         return self.proc.returncode

@@ -8,9 +8,9 @@ Three processes judge a candidate (see evaluator.referee):
   the baselines, the tolerances and every comparison; it never imports candidate code;
 * the executor (evaluator.executor), contained (evaluator.containment), imports ONE candidate
   and does what the referee's `Command`s ask: build ModelNew, load the weights it is given, run
-  forwards on the inputs it is given (or draws from seeds it is given), time calls. It answers
-  each command with one `Reply` and ships tensors through the exchange (evaluator.exchange):
-  the commands and replies carry only `TensorSlot`s, never tensor bytes.
+  forwards on the inputs it is given, the clocked ones (`Go`, `Put`) through the stage
+  (evaluator.stage), the others through the exchange (evaluator.exchange). It answers each command
+  with one `Reply`: commands and replies carry only `TensorSlot`s, never tensor bytes.
 
 Everything an executor sends is the candidate's to forge: the referee validates every field
 and judges only what it compared itself or measured with its own clock. Commands come from the
@@ -89,6 +89,11 @@ class Construct(Message):
     stream_delay_ms: float = Field(0.0, description=(
         "CUDA: how long the current stream is kept busy before the inputs of a checked call are written "
         "(work that ignores stream order reads NaN)."))
+    staged: list[TensorSlot] = Field(default_factory=list, description=(
+        "Where the tensor inputs of clocked calls lie in the stage (`input.N`): the forward of `go` reads them "
+        "there."))
+    staged_state: list[str] = Field(default_factory=list, description=(
+        "The buffers `put` stages after the output, by state-dict name (the reference's buffers)."))
 
 
 class LoadState(Message):
@@ -113,46 +118,23 @@ class Call(Message):
     send_state: bool = Field(True, description="Ship the parameters and buffers after the call.")
 
 
-class Draws(Message):
-    """Inputs the executor draws itself (evaluator.inputs.draw), call `i` from `call_seed(seed, i)`:
-    the referee draws the same to compare."""
+class Go(Message):
+    """One forward on the inputs the referee has just written into the stage (the executor has no other
+    way to know them): run it, wait for the device, say what it returned, and keep it for `Put`. The
+    referee's clock runs from before it wrote the inputs to after it copied out what `Put` staged."""
 
-    seed: int
-    distribution: str
-    count: int = Field(ge=0)
-
-
-class Warmup(Message):
-    """Untimed calls on drawn inputs, then one timed call: its time sizes the timed calls."""
-
-    kind: Literal["warmup"] = "warmup"
+    kind: Literal["go"] = "go"
     id: int
     train: bool = True
-    draws: Draws = Field(description="count = untimed calls + 1 (the last one is timed).")
-    reserve_bytes: int = Field(0, ge=0, description=(
-        "CUDA: device memory to take and give back to the caching allocator first, so the outputs kept "
-        "during the series reuse it instead of asking the driver for more while they are timed (the "
-        "referee's own run of the loop does the same)."))
 
 
-class Time(Message):
-    """`draws.count` timed calls, each on its own drawn inputs (drawn outside the timed window: before
-    the L2 flush and the start event), outputs kept as asked. The referee's clock runs from sending
-    this to reading the reply."""
+class Put(Message):
+    """Copy the output of the last `Go` and the buffers named at `construct` into the stage, one after
+    another from `offset` (chosen by the referee once the call has returned), and wait for the device."""
 
-    kind: Literal["time"] = "time"
+    kind: Literal["put"] = "put"
     id: int
-    train: bool = True
-    draws: Draws
-    keep: list[int] | None = Field(None, description="Timed calls whose outputs are kept; None: every one.")
-
-
-class SendKept(Message):
-    """Ship the kept output of timed call `index`."""
-
-    kind: Literal["send_kept"] = "send_kept"
-    id: int
-    index: int
+    offset: int = Field(ge=0)
 
 
 class SendState(Message):
@@ -163,13 +145,13 @@ class SendState(Message):
 
 
 class Profile(Message):
-    """One more forward on drawn inputs (call 0 of `draws`), observed: the GPU kernels it launched
-    (CUDA) or its calls into the candidate's own extension modules (CPU). Ships its output."""
+    """One more forward on the inputs the referee has written into the stage, observed: the GPU kernels
+    it launched (CUDA) or its calls into the candidate's own extension modules (CPU). Ships its output
+    through the exchange."""
 
     kind: Literal["profile"] = "profile"
     id: int
     train: bool = True
-    draws: Draws
 
 
 class Finish(Message):
@@ -179,7 +161,7 @@ class Finish(Message):
     id: int
 
 
-Command = Annotated[Union[Construct, LoadState, Call, Warmup, Time, SendKept, SendState, Profile, Finish],
+Command = Annotated[Union[Construct, LoadState, Call, Go, Put, SendState, Profile, Finish],
                     Field(discriminator="kind")]
 COMMAND = TypeAdapter(Command)
 
@@ -202,13 +184,14 @@ class Reply(Message):
         "Integrity problems seen in the executor (output aliasing an input, output changed after forward "
         "returned, ...): each fails the call it belongs to."))
     tensors: list[TensorSlot] = Field(default_factory=list, description="Tensors shipped in the exchange.")
-    output: ValueInfo | None = Field(None, description="What forward returned (call, profile, send_kept).")
+    output: ValueInfo | None = Field(None, description="What forward returned (call, go, profile).")
     state: dict[str, list[int]] | None = Field(None, description="construct: ModelNew's state-dict names and shapes.")
     fill: list[bool] | None = Field(None, description=(
         "call with fill_uninitialized: (deterministic, warn only, fill) as forward left them."))
-    events_ms: list[float] = Field(default_factory=list, description="warmup/time: per timed call, device events.")
-    host_ms: list[float] = Field(default_factory=list, description="warmup/time: per timed call, the host clock.")
-    kept: list[int] = Field(default_factory=list, description="time: the timed calls whose outputs are kept.")
+    events_ms: list[float] = Field(default_factory=list, description=(
+        "go, CUDA: the forward's time by device events (the executor's testimony: checked, never ranked)."))
+    host_ms: list[float] = Field(default_factory=list, description=(
+        "go: the forward's time by the executor's host clock, to the device's synchronize (testimony too)."))
     kernels: list[str] = Field(default_factory=list, description="profile: what the forward launched, in order.")
     kernel_times_us: list[float] = Field(default_factory=list, description=(
         "profile, CUDA: each of `kernels`' device time (µs, the profiler's), in the same order; empty on the CPU."))
@@ -250,6 +233,9 @@ class BaselineRound(Message):
     after_candidates: int = Field(description="Candidates judged before it in this batch.")
     baselines: dict[str, Any] = Field(default_factory=dict, description="name -> TimingStats (as a dict).")
     failed: dict[str, str] = Field(default_factory=dict, description="name -> why it could not be timed.")
+    window_cost_ms: float | None = Field(None, description=(
+        "What a clocked window costs beyond its call, by the calibrator (evaluator.clock); None when it failed."))
+    calibration_error: str | None = Field(None, description="Why the calibrator failed, when it did.")
 
 
 class JudgeReply(Message):

@@ -152,20 +152,37 @@ class Containment(Record):
         "The folders it could write under (its own folder, holding HOME, TMPDIR and caches, and its build folder)."))
 
 
-class TimingCheck(Record):
-    """The candidate's reported timings against the referee's own clock (which the candidate cannot
-    reach): the referee's wall time around the whole series of timed calls, less what its own run of
-    the same loop around a call that does nothing costs per call (drawing inputs, flushing L2,
-    synchronizing, keeping outputs), is what the calls themselves took; the reported per-call times
-    must account for it."""
+class QuantileCheck(Record):
+    """One quantile of the clocked calls: the referee's figure against the executor's report."""
 
-    wall_ms: float = Field(description="The referee's clock, from sending the series to reading its reply.")
-    calls: int = Field(description="Timed calls in the series.")
-    overhead_ms: float = Field(description="Per call, the referee's own run of the loop around a call that does nothing.")
-    referee_ms: float = Field(description="wall_ms / calls - overhead_ms: what one call took by the referee's clock.")
-    reported_mean_ms: float = Field(description="The mean of the per-call times the executor reported.")
-    limit_ms: float = Field(description="The most referee_ms may be for the reported times to stand.")
-    agrees: bool = Field(description="referee_ms <= limit_ms; otherwise the `timing_mismatch` flag (reject).")
+    q: float = Field(description="The quantile (0.5: the median).")
+    referee_ms: float = Field(description="The referee's: its window around each call, less the window's own cost.")
+    reported_ms: float = Field(description="The executor's report (device events on a GPU, its host clock on the CPU).")
+    limit_ms: float = Field(description="The most referee_ms may be for the report to stand.")
+    agrees: bool = Field(description="referee_ms <= limit_ms.")
+
+
+class TimingCheck(Record):
+    """The candidate's reported per-call times against the referee's own clock (evaluator.clock). The
+    referee clocks every timed call itself, from before it writes the call's inputs to after it has
+    copied out the call's output; less what such a window costs around a call (measured on trusted work,
+    `overhead_ms`), that is the call's time, and what ranks. The executor's reports must agree with it
+    at every quantile, or they are `timing_mismatch` (reject)."""
+
+    wall_ms: float = Field(description="The referee's clock summed over the clocked calls' windows.")
+    calls: int = Field(description="Clocked calls compared (warm-up included).")
+    overhead_ms: float = Field(description=(
+        "What one window costs beyond the call's device time, measured in the batch's baseline round with the "
+        "calibrator (a trusted executor, the same code and path), subtracted from every window."))
+    referee_ms: float = Field(description="The median of the referee's per-call times.")
+    reported_mean_ms: float = Field(description="The mean of the per-call times the executor reported (-1: none usable).")
+    reported_median_ms: float | None = Field(None, description="Their median.")
+    limit_ms: float = Field(description="At the median: the most referee_ms may be for the reports to stand.")
+    agrees: bool = Field(description="Every quantile agrees and no call was reported longer than its window.")
+    quantiles: list[QuantileCheck] = Field(default_factory=list, description=(
+        "Each checked quantile; empty on verdicts made when only the mean was checked."))
+    longer_than_window: list[int] = Field(default_factory=list, description=(
+        "Calls the executor reported as longer than the referee's whole window around them (at most 16)."))
 
 
 class Roofline(Record):
@@ -220,8 +237,10 @@ class Verdict(Record):
     error: str | None = Field(None, description="Why it is not correct; null when correct.")
     phase: Phase | None = Field(None, description="Phase in which the error happened.")
     correctness: Correctness | None = Field(None, description="Comparison with the reference, if it ran.")
-    runtime_ms: float | None = Field(None, description="Median time of one candidate forward.")
-    timing: TimingStats | None = Field(None, description="Candidate timing statistics.")
+    runtime_ms: float | None = Field(None, description=(
+        "Median time of one candidate forward by the referee's clock (evaluator.clock): what ranks."))
+    timing: TimingStats | None = Field(None, description=(
+        "The candidate's per-call times by the referee's clock (each window less the window's own cost)."))
     baselines: dict[str, TimingStats] = Field(default_factory=dict, description=(
         "Baseline name -> timing by the referee in the round `baseline_source` names (same device, same timing loop)."))
     baseline_source: BaselineSource | None = Field(None, description="The baseline round the speedups divide by.")

@@ -13,9 +13,10 @@ Started by the parent (evaluator.sandbox) once per batch. It owns everything a j
   no executor alive on the device. A verdict divides by the last round before it and names it
   (`Verdict.baseline_source`); the rounds come back to the parent when the batch closes, so drift
   over a batch shows;
-* its own clock: around each series of timed calls, and around its own run of the same loop on a
-  call that does nothing (`overhead_ms`, per round), which tells what the loop costs beyond the
-  calls themselves.
+* its own clock around every clocked call of a candidate (evaluator.clock), and the cost of such a
+  window, measured in every baseline round with the calibrator: an executor of the referee's own
+  (contained like any other, the same code and path) whose forward does known work and reports its
+  device time truthfully (`Calibrator`).
 
 For each candidate it starts one executor (evaluator.process, contained by evaluator.containment)
 with an exchange sized for the problem, runs the phases and answers the parent with the verdict
@@ -31,12 +32,12 @@ import concurrent.futures
 import contextlib
 import copy
 import functools
+import hashlib
 import importlib
 import json
 import os
 import random
 import secrets
-import statistics
 import sys
 import threading
 import time
@@ -48,14 +49,14 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator import correctness as cmp
-from evaluator import identity, phases
+from evaluator import clock, identity, phases
 from evaluator import inputs as draws
 from evaluator.exchange import Exchange, capacity_for, dtype_name
 from evaluator.problem import import_file, load_problem
-from evaluator.process import ExecutorProcess, settle
-from evaluator.protocol import BaselineRound, Draws, JudgeReply, JudgeRequest, TensorSlot
+from evaluator.process import Ended, ExecutorProcess, settle
+from evaluator.protocol import BaselineRound, Construct, JudgeReply, JudgeRequest, TensorSlot, pack
 from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
+from evaluator.stage import Layout
 from evaluator.timing import Call, Timer, summarize
 
 VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
@@ -118,7 +119,97 @@ class Round:
     baselines: dict[str, TimingStats]
     failed: dict[str, str]
     source: BaselineSource
-    overhead_ms: float
+    window_cost: clock.WindowCost | None  # None: the calibrator failed (windows are then not reduced)
+    calibration_error: str | None = None
+
+
+CALIBRATOR_SOURCE = '''"""The referee's calibrator: never a candidate. It runs in an executor like any candidate (same
+code, same containment, same path for its calls), and its forward does known work on the device (one
+copy of the reference's answer into its output) whose time it reports truthfully: the referee's window
+around it, less that time, is what a window costs (evaluator.clock.window_cost)."""
+from pathlib import Path
+
+import torch
+
+from evaluator.problem import import_file
+
+_reference = import_file(Path(%(path)r), "kh_calibrator_reference")
+for _name, _value in %(sizes)r.items():
+    setattr(_reference, _name, _value)
+
+
+class ModelNew(_reference.Model):
+    def forward(self, *inputs):
+        if getattr(self, "_answer", None) is None:
+            self._answer = super().forward(*inputs).detach().clone()
+            self._out = torch.empty_like(self._answer)
+        return self._out.copy_(self._answer)
+'''
+
+
+class Calibrator:
+    """The referee's own executor for measuring what a clocked window costs (see CALIBRATOR_SOURCE).
+    Started at the first baseline round; measured in every round, while no candidate runs."""
+
+    def __init__(self, referee: Referee, link=None):
+        self.referee, self.link, self.ready = referee, link, link is not None
+        self.error: str | None = None
+
+    def start(self) -> None:
+        referee, config = self.referee, self.referee.config
+        source = (CALIBRATOR_SOURCE % {"path": str(referee.problem.reference_path),
+                                       "sizes": referee.problem.size_values(referee.size)}).encode()
+        self.link = ExecutorProcess(
+            source=source, digest=hashlib.sha256(source).hexdigest(), device=referee.device,
+            compile_only=False, watch=referee.problem.rules.watch, cache_dir=Path(config.cache_dir),
+            problem_location=referee.problem.location, protect=[Path(p) for p in config.protect],
+            exchange_bytes=referee.exchange_bytes, output_cap=config.output_cap_bytes, memory_limit_gb=None,
+            stage_bytes=referee.layout.size)
+        self.link.start()
+        self.link.import_ahead(time.monotonic() + config.compile_timeout_s)
+
+    def measure(self) -> clock.WindowCost | None:
+        """Warm-up windows, then CALIBRATION_WINDOWS more: their median cost. None (and `error`) when the
+        calibrator fails; it is started afresh at the next round."""
+        referee = self.referee
+        try:
+            if self.link is None:
+                self.start()
+            deadline = time.monotonic() + referee.config.run_timeout_s + referee.config.compile_timeout_s
+
+            def request(command):
+                reply = self.link.request(command, deadline)
+                if reply.error:
+                    raise RuntimeError(f"the calibrator failed: {reply.error}"[:2000])
+                return reply
+
+            if not self.ready:
+                reply = self.link.reply(0, deadline)
+                if reply.error:
+                    raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
+                request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
+                self.ready = True
+            inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
+            windows = [clock.window(request, self.link.stage, referee.layout, inputs, referee.problem.mode == "train",
+                                    referee.timer.flush, referee.rng.random())
+                       for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
+            cost = clock.window_cost(windows[referee.timer.warmup:])
+            if cost is None:
+                raise RuntimeError("the calibrator reported no time for its calls")
+            self.error = None
+            return cost
+        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
+            self.error = f"{type(err).__name__}: {err}"[:1000]
+            traceback.print_exc()
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self.link is not None and hasattr(self.link, "close"):
+            self.link.close(wait_s=1)
+        if not isinstance(self.link, ExecutorProcess):
+            return
+        self.link, self.ready = None, False
 
 
 class Referee:
@@ -148,6 +239,11 @@ class Referee:
             out = probe(*sample)
         self.output_shape, self.output_dtype = list(out.shape), dtype_name(out.dtype) or str(out.dtype)
         self.output_nbytes = out.numel() * out.element_size()
+        self.buffer_names = [name for name, _ in probe.named_buffers()]
+        staged = [(i, s.shape, s.dtype) for i, s in enumerate(self.specs) if s.kind == "random"]
+        staged += [(i, list(t.shape), dtype_name(t.dtype)) for i, t in self.fixed.items()]
+        self.layout = Layout.plan(sorted(staged), self.output_nbytes,
+                                  [b.numel() * b.element_size() for b in probe.buffers()])
         self.reference_ms = self.forward_ms(probe, sample)
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
         self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
@@ -160,6 +256,7 @@ class Referee:
         self.timed_since_round = 0
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
+        self.calibrator = Calibrator(self)
 
     # -- the reference -----------------------------------------------------------------------------
 
@@ -174,6 +271,12 @@ class Referee:
     def exchange_tensors(self, exchange: Exchange) -> list[TensorSlot]:
         """The fixed (non-random) tensor inputs, shipped once with `construct`."""
         return exchange.write([(f"input.{i}", t) for i, t in self.fixed.items()])
+
+    def construct(self, fixed: list[TensorSlot], seed: int) -> Construct:
+        """Build ModelNew (torch seeded with `seed`), knowing the forward's inputs and the stage's layout."""
+        return Construct(id=0, init_inputs=pack(self.init_inputs), seed=seed, inputs=self.specs, fixed=fixed,
+                         values=pack(self.values), stream_delay_ms=self.stream_delay_ms,
+                         staged=list(self.layout.inputs), staged_state=self.buffer_names)
 
     @property
     def exchange_bytes(self) -> int:
@@ -256,19 +359,24 @@ class Referee:
                 failed[name] = f"{type(err).__name__}: {err}"[:400]
             finally:
                 torch.set_float32_matmul_precision("highest")
-        overhead = self.loop_overhead_ms()
+        cost = self.calibrator.measure()
         index = len(self.rounds)
         source = BaselineSource(batch=self.batch, round=index, measured_at=time.time(), after_candidates=self.judged)
         self.rounds.append(BaselineRound(index=index, batch=self.batch, measured_at=source.measured_at,
                                          after_candidates=self.judged, failed=failed,
-                                         baselines={k: v.model_dump() for k, v in baselines.items()}))
-        self.current_round = Round(baselines=baselines, failed=failed, source=source, overhead_ms=overhead)
+                                         baselines={k: v.model_dump() for k, v in baselines.items()},
+                                         window_cost_ms=cost.cost_ms if cost else None,
+                                         calibration_error=self.calibrator.error))
+        self.current_round = Round(baselines=baselines, failed=failed, source=source, window_cost=cost,
+                                   calibration_error=self.calibrator.error)
         self.timed_since_round = 0
         return self.current_round
 
     @property
-    def overhead_ms(self) -> float:
-        return self.current_round.overhead_ms if self.current_round is not None else 0.0
+    def window_cost_ms(self) -> float:
+        """What a clocked window costs beyond its call (0 when the calibrator failed: windows count whole)."""
+        cost = self.current_round.window_cost if self.current_round is not None else None
+        return cost.cost_ms if cost is not None else 0.0
 
     def baseline_callable(self, name: str) -> torch.nn.Module:
         tf32 = name.endswith("_tf32")
@@ -309,35 +417,6 @@ class Referee:
                                           target_rel=0.005)
         return summarize(events, self.timer.warmup + 1)
 
-    def loop_overhead_ms(self) -> float:
-        """Per call, what the timing loop costs beyond the call: the referee times the executor's loop
-        (inputs drawn, L2 flushed, synchronized, the output kept) around a call that only returns a
-        tensor of the output's size, by its own clock."""
-        fit = phases.KEEP_BYTES[self.device] // max(self.output_nbytes, 1)
-        reps = max(1, min(self.timer.max_reps, max(self.timer.min_reps, 20), fit))
-        output = torch.zeros(self.output_shape, dtype=getattr(torch, self.output_dtype, torch.float32),
-                             device=self.device)
-        spec = Draws(seed=self.rng.randrange(2**31), distribution=self.problem.distributions[0], count=reps)
-        current: dict = {}
-        kept = []
-
-        def before(call: Call) -> None:
-            current.pop("inputs", None)
-            current["inputs"] = self.draw(spec.distribution, draws.call_seed(spec.seed, call.index))
-
-        def after(call: Call, out) -> None:
-            kept.append(cmp.snapshot(out))
-
-        if self.device == "cuda":  # as the executor does before its series (protocol.Warmup.reserve_bytes)
-            block = torch.empty(reps * self.output_nbytes, dtype=torch.uint8, device="cuda")
-            del block
-        with torch.no_grad():
-            started = time.perf_counter()
-            events, _ = self.timer.series(lambda: output, reps, before, after)
-            wall_ms = (time.perf_counter() - started) * 1e3
-        kept.clear()
-        return max(0.0, wall_ms / reps - statistics.fmean(events))
-
     # -- one candidate -----------------------------------------------------------------------------
 
     def executor_for(self, request: JudgeRequest) -> ExecutorProcess:
@@ -347,7 +426,7 @@ class Referee:
             compile_only=request.compile_only, watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
-            memory_limit_gb=config.compile_memory_limit_gb)
+            memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size)
 
     def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
         """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""
@@ -443,6 +522,7 @@ class Referee:
         self.waiting.clear()
         if self.current_round is not None and self.timed_since_round:
             self.baseline_round()
+        self.calibrator.close()
         return self.rounds
 
 

@@ -1,9 +1,13 @@
-"""Timing callables the same way for the candidate (in its executor) and its baselines (in the referee).
+"""Timing callables: the baselines in the referee (`Timer`), and the executor's own account of a
+clocked call (`timed_forward`).
 
-CUDA: an L2 flush before each call, CUDA events around it on the current stream, then a
-device-wide synchronize; the host clock is read around the call and the synchronize too. CPU:
-the host clock only. These are the executor's raw timings: the referee checks them against its own
-clock around the whole series (evaluator.referee), which the candidate cannot reach.
+`Timer` (the referee's, for the baselines, which it trusts): an L2 flush before each call, CUDA events
+around it on the current stream, then a device-wide synchronize; the host clock is read around the
+call and the synchronize too. CPU: the host clock only.
+
+`timed_forward` is what an executor reports about one clocked call (the same events and clock): the
+candidate's testimony, which the referee checks against its own clock around the call and never ranks
+(evaluator.phases, `window`).
 
 Every function the timing uses (the host clock, `Event.record`, `Event.elapsed_time`,
 `synchronize`) is bound when this module is imported, before any candidate, so patching
@@ -37,7 +41,22 @@ _elapsed_time = torch.cuda.Event.elapsed_time
 _zero_ = torch.Tensor.zero_
 
 
-def _quantile(values: list[float], q: float) -> float:
+def timed_forward(model, inputs: list, device: str) -> tuple[object, float | None, float]:
+    """(output, device-event ms or None on the CPU, host ms) of one forward, to a device-wide synchronize."""
+    if device != "cuda":
+        start = _perf_counter()
+        out = model(*inputs)
+        return out, None, (_perf_counter() - start) * 1e3
+    begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    start = _perf_counter()
+    _record(begin)
+    out = model(*inputs)
+    _record(end)
+    _synchronize()
+    return out, _elapsed_time(begin, end), (_perf_counter() - start) * 1e3
+
+
+def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     pos = (len(ordered) - 1) * q
     lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
@@ -47,7 +66,7 @@ def _quantile(values: list[float], q: float) -> float:
 def summarize(times_ms: list[float], warmup: int) -> TimingStats:
     return TimingStats(
         median_ms=statistics.median(times_ms), mean_ms=statistics.fmean(times_ms), min_ms=min(times_ms),
-        max_ms=max(times_ms), iqr_ms=_quantile(times_ms, 0.75) - _quantile(times_ms, 0.25),
+        max_ms=max(times_ms), iqr_ms=quantile(times_ms, 0.75) - quantile(times_ms, 0.25),
         reps=len(times_ms), warmup=warmup,
     )
 
@@ -81,6 +100,11 @@ class Timer:
     def _sync(self) -> None:
         if self.device == "cuda":
             _synchronize()
+
+    def flush(self) -> None:
+        """Evict the L2 (CUDA): what a call reads then comes from memory, as it would in a real model."""
+        if self.flush_buffer is not None:
+            _zero_(self.flush_buffer)
 
     def one(self, fn: Callable[[], object], call: Call, before: Hook | None = None,
             after: Hook | None = None) -> tuple[float, float]:

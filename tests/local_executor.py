@@ -16,7 +16,8 @@ from evaluator import phases
 from evaluator.exchange import Exchange
 from evaluator.executor import Executor
 from evaluator.protocol import ExecutorRequest
-from evaluator.referee import Referee, RefereeConfig
+from evaluator.referee import CALIBRATOR_SOURCE, Calibrator, Referee, RefereeConfig
+from evaluator.stage import Stage
 
 
 class Honest(torch.nn.Module):
@@ -35,10 +36,16 @@ class Honest(torch.nn.Module):
 class LocalLink:
     def __init__(self, model_class, referee: Referee):
         self.exchange = Exchange.create(referee.exchange_bytes)
+        self.stage = Stage.create(referee.layout.size, referee.device)  # one mapping, shared by both sides
         request = ExecutorRequest(candidate_path="in-process.py", device=referee.device, watch=[])
-        self.executor = Executor(request, self.exchange)
+        self.executor = Executor(request, self.exchange, self.stage)
         self.executor.module = SimpleNamespace(ModelNew=model_class)
         self.ids = 0
+
+    def reply(self, command_id, deadline, poll_memory=False):
+        from evaluator.protocol import Reply
+
+        return Reply(id=0)  # "imported": the class is handed over directly
 
     def request(self, command, deadline):
         self.ids += 1
@@ -48,12 +55,25 @@ class LocalLink:
         return []
 
 
+def calibrator_class(judge: Referee):
+    """The calibrator's ModelNew, made from the same source the referee's contained calibrator imports."""
+    namespace: dict = {}
+    exec(compile(CALIBRATOR_SOURCE % {"path": str(judge.problem.reference_path),
+                                      "sizes": judge.problem.size_values(judge.size)}, "calibrator", "exec"), namespace)
+    return namespace["ModelNew"]
+
+
 def referee(problem: str = "gemm_scale_bn", size: str = "small", **overrides) -> Referee:
+    """A referee whose calibrator runs in this process too (the contained one is tested end to end)."""
     settings = dict(problem=problem, size=size, device="cpu", baselines=[], seed=12, timing_budget_s=0.05,
                     compile_timeout_s=60, run_timeout_s=60, output_cap_bytes=1 << 20, compile_memory_limit_gb=None,
                     cache_dir="/nonexistent")
     settings.update(overrides)
-    return Referee(RefereeConfig(**settings))
+    judge = Referee(RefereeConfig(**settings))
+    link = LocalLink(calibrator_class(judge), judge)
+    judge.calibrator = Calibrator(judge, link=link)
+    judge.calibrator.ready = False  # constructed at its first measurement, as the contained one is
+    return judge
 
 
 def session_for(model_class, judge: Referee | None = None) -> phases.Session:

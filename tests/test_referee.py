@@ -141,7 +141,9 @@ def test_baselines_are_timed_in_rounds_before_the_first_candidate_and_every_few(
     referee = local_executor.referee(baselines=["eager"], baseline_every=2)
     referee.ensure_round()
     first = referee.current_round
-    assert first.source.round == 0 and first.source.after_candidates == 0 and first.overhead_ms >= 0
+    assert first.source.round == 0 and first.source.after_candidates == 0
+    cost = first.window_cost  # the calibrator's windows: each longer than the device time it reported
+    assert cost is not None and cost.windows >= 10 and cost.cost_ms > 0 and cost.window_ms > cost.device_ms
     assert first.baselines["eager"].reps >= 10 and first.source.batch == referee.batch
     referee.ensure_round()
     assert referee.current_round is first  # nothing judged since
@@ -162,7 +164,10 @@ def test_a_verdict_divides_by_the_round_before_it_and_says_which():
     eager = referee.current_round.baselines["eager"]
     assert verdict.baselines["eager"] == eager
     assert verdict.speedup["eager"] == pytest.approx(eager.median_ms / verdict.runtime_ms)
-    assert verdict.timing_check.agrees and verdict.timing_check.calls == verdict.timing.reps
+    check = verdict.timing_check
+    assert check.agrees and check.calls == verdict.timing.reps and [q.q for q in check.quantiles] == [0.1, 0.25, 0.5, 0.75, 0.9]
+    assert check.overhead_ms == pytest.approx(referee.current_round.window_cost.cost_ms, abs=1e-5)
+    assert verdict.runtime_ms == pytest.approx(check.referee_ms, abs=1e-5) == verdict.timing.median_ms
     assert verdict.custom_kernels == [] and "no_custom_kernel" in {f.name for f in verdict.flags}
 
 

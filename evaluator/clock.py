@@ -1,0 +1,168 @@
+"""The referee's clock around one call in an executor (a window), what the window itself costs, and
+the executor's reported times checked against it.
+
+A window, all of it on the referee's clock (time.perf_counter in the referee, which no candidate
+reaches):
+
+    the inputs copied into the stage  ->  L2 flushed  ->  `go`: the executor runs forward on them,
+    waits for the device  ->  `put` at a place chosen now: the executor stages the output and the
+    buffers  ->  the referee copies that part of the stage into its own memory, waits for the device.
+
+So the inputs do not exist anywhere the candidate can read before the window starts, and what the
+referee compares is what the stage held before the window ended: nothing done before or after the
+window can stand in for work inside it. A call's time is its window less what a window costs around
+a call that does real work, measured with the calibrator (a trusted executor that runs the same code
+around a forward whose device time it reports truthfully: `window_cost`). That is the ranked figure.
+
+The executor also reports each forward's time (device events on a GPU, its host clock on the CPU).
+That is testimony: `cross_check` holds it against the referee's figures quantile by quantile, and a
+report the referee's clock contradicts is `timing_mismatch` (reject); it never enters a ranking.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from evaluator.exchange import ExchangeError
+from evaluator.protocol import Go, Put, Reply, TensorSlot
+from evaluator.records import QuantileCheck, TimingCheck
+from evaluator.stage import Layout, Stage
+from evaluator.timing import quantile
+
+_perf_counter = time.perf_counter
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+# How far the referee's figure for a quantile may exceed the reported one (ratio, then ms) before the
+# reports are rejected. On an H100 an honest call's figure came within tens of microseconds of its
+# device events; the CPU (a loaded 2-core machine in CI) is given room for the scheduler's hiccups.
+TIMING_SLACK = {"cuda": (1.15, 0.1), "cpu": (2.0, 2.0)}
+# A reported time may exceed the whole window it happened in by no more than this (ms): clock grain.
+REPORT_GRAIN_MS = 0.05
+CALIBRATION_WINDOWS = 30
+
+
+@dataclass
+class Clocked:
+    """One window: the referee's ms around it, the executor's replies, and the stage's span copied out."""
+
+    ms: float
+    go: Reply
+    put: Reply | None
+    offset: int
+    capture: torch.Tensor | None  # uint8, the referee's own copy of [offset, offset + span)
+
+    @property
+    def reported_ms(self) -> float | None:
+        """What the executor said the forward took: its device events, or its host clock (CPU)."""
+        times = self.go.events_ms or self.go.host_ms
+        return times[0] if len(times) == 1 else None
+
+    def tensor(self, slot: TensorSlot, layout: Layout, stage: Stage) -> torch.Tensor:
+        """A staged tensor, read from the capture (never from the stage, which the executor can still
+        write): it must lie inside the span the referee asked for."""
+        dtype = stage.check(slot)
+        start = slot.offset - self.offset
+        if start < 0 or start + slot.nbytes > layout.span or self.capture is None:
+            raise ExchangeError(f"{slot.name}: bytes {slot.offset}..{slot.offset + slot.nbytes} lie outside the "
+                                f"span the referee asked for ({self.offset}..{self.offset + layout.span})")
+        raw = self.capture[start:start + slot.nbytes]
+        return (raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype, device=raw.device)).view(slot.shape)
+
+
+def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, inputs: list, train: bool,
+           flush: Callable[[], None], place: float) -> Clocked:
+    """One clocked call (see the module's docstring). `request` sends a command and returns its reply
+    (it raises when the executor is gone); `place` in [0, 1) picks where in the region the output goes."""
+    sync = torch.cuda.synchronize if stage.device == "cuda" else (lambda: None)
+    started = _perf_counter()
+    for slot in layout.inputs:
+        stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
+    flush()
+    sync()
+    go = request(Go(id=0, train=train))
+    if go.error:
+        return Clocked((_perf_counter() - started) * 1e3, go, None, 0, None)
+    offset = layout.place(place)
+    put = request(Put(id=0, offset=offset))
+    capture = stage.bytes[offset:offset + layout.span].clone()
+    sync()
+    return Clocked((_perf_counter() - started) * 1e3, go, put, offset, capture)
+
+
+def inputs_changed(stage: Stage, layout: Layout, inputs: list) -> list[int]:
+    """Positions of staged inputs that no longer hold what the referee wrote (read after the window)."""
+    changed = []
+    for slot in layout.inputs:
+        position = int(slot.name.removeprefix("input."))
+        if not torch.equal(stage.view(slot), inputs[position]):
+            changed.append(position)
+    return changed
+
+
+@dataclass(frozen=True)
+class WindowCost:
+    """What a window adds to a call's device time on the executor's path, from the calibrator."""
+
+    cost_ms: float          # median of (window - reported device time)
+    window_ms: float        # median window
+    device_ms: float        # median device time of the calibrator's forward
+    windows: int
+
+
+def window_cost(clocked: list[Clocked]) -> WindowCost | None:
+    """From the calibrator's windows (whose reports are true: it is the referee's own code, no candidate)."""
+    pairs = [(c.ms, c.reported_ms) for c in clocked if c.reported_ms is not None and c.put is not None]
+    if not pairs:
+        return None
+    return WindowCost(cost_ms=statistics.median(w - r for w, r in pairs),
+                      window_ms=statistics.median(w for w, _ in pairs),
+                      device_ms=statistics.median(r for _, r in pairs), windows=len(pairs))
+
+
+def referee_times(clocked: list[Clocked], cost_ms: float) -> list[float]:
+    """Each call's time by the referee's clock: its window less the window's cost (never below a nanosecond)."""
+    return [max(c.ms - cost_ms, 1e-6) for c in clocked]
+
+
+def cross_check(clocked: list[Clocked], cost_ms: float, device: str) -> TimingCheck:
+    """The reported times against the referee's: every quantile of QUANTILES within TIMING_SLACK of the
+    referee's, and no call reported longer than its whole window."""
+    referee = referee_times(clocked, cost_ms)
+    reported = [c.reported_ms for c in clocked]
+    ratio, slack = TIMING_SLACK[device]
+    rows, longer = [], []
+    if all(r is not None and math.isfinite(r) and r >= 0 for r in reported):
+        for q in QUANTILES:
+            ours, theirs = quantile(referee, q), quantile(reported, q)
+            limit = ratio * theirs + slack
+            rows.append(QuantileCheck(q=q, referee_ms=round(ours, 5), reported_ms=round(theirs, 5),
+                                      limit_ms=round(limit, 5), agrees=ours <= limit))
+        longer = [i for i, (c, r) in enumerate(zip(clocked, reported)) if r > c.ms + REPORT_GRAIN_MS]
+    median = next((row for row in rows if row.q == 0.5), None)
+    return TimingCheck(
+        wall_ms=round(sum(c.ms for c in clocked), 4), calls=len(clocked), overhead_ms=round(cost_ms, 5),
+        referee_ms=round(statistics.median(referee), 5),
+        reported_mean_ms=round(statistics.fmean(reported), 5) if rows else -1.0,
+        reported_median_ms=median.reported_ms if median else None,
+        limit_ms=median.limit_ms if median else 0.0,
+        agrees=bool(rows) and all(row.agrees for row in rows) and not longer,
+        quantiles=rows, longer_than_window=longer[:16])
+
+
+def mismatch_reason(check: TimingCheck) -> str:
+    """Why the reports do not stand, for the `timing_mismatch` flag."""
+    if not check.quantiles:
+        return "the executor reported no usable time for its calls"
+    if check.longer_than_window:
+        return (f"the executor reported calls {check.longer_than_window[:8]} as longer than the referee's whole "
+                "window around them")
+    worst = max(check.quantiles, key=lambda row: row.referee_ms - row.limit_ms)
+    return (f"the reported times do not account for the referee's clock: at the {worst.q:.0%} quantile of "
+            f"{check.calls} clocked calls the referee measured {worst.referee_ms:.4g} ms a call (its window less "
+            f"the window's own {check.overhead_ms:.4g} ms), against a reported {worst.reported_ms:.4g} ms (at "
+            f"most {worst.limit_ms:.4g} ms would stand)")

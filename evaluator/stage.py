@@ -1,0 +1,284 @@
+"""The stage: memory the referee and one executor both map, where a clocked call happens.
+
+A clocked call (evaluator.phases `window`) reads its inputs from the stage and leaves its output and
+buffers there, at a place the referee names only once the call has returned. The referee writes the
+inputs in and copies the output and buffers out inside its own clock, so nothing of the call can be
+done before its inputs exist or after the referee has taken what it compares.
+
+Its layout, fixed for a batch: one slot per tensor input (`input.N`), then the region, twice the
+room one output and the buffers need; the referee picks where in the region a call's output goes
+after the call returned, so a candidate cannot write there ahead of time.
+
+On the CPU the stage is host memory (a memfd both processes map). On a GPU it is device memory: a
+CUDA virtual-memory allocation the referee makes and exports as a file descriptor, which the executor
+inherits and maps into its own context (CUDA's older IPC handles cannot cross the executor's PID
+namespace; a descriptor can). Neither side ever hands out a tensor that views it: `view` validates a
+slot against the mapping.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import mmap
+import os
+from dataclasses import dataclass
+
+import torch
+
+from evaluator.exchange import ALIGN, DTYPES, ExchangeError, dtype_name
+from evaluator.protocol import TensorSlot
+
+
+def aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things lie in a stage: the input slots, then the region."""
+
+    inputs: tuple[TensorSlot, ...]
+    span: int           # room for one output and the buffers, each aligned
+    region: int         # first byte of the region (2 * span bytes)
+
+    @property
+    def size(self) -> int:
+        return self.region + 2 * self.span
+
+    @classmethod
+    def plan(cls, inputs: list[tuple[int, list[int], str]], output_nbytes: int, buffer_nbytes: list[int]) -> Layout:
+        """`inputs`: (position, shape, dtype name) of each tensor input."""
+        slots, offset = [], 0
+        for position, shape, dtype in inputs:
+            nbytes = math.prod(shape) * torch.empty((), dtype=DTYPES[dtype]).element_size()
+            slots.append(TensorSlot(name=f"input.{position}", dtype=dtype, shape=list(shape), offset=offset,
+                                    nbytes=nbytes))
+            offset = aligned(offset + max(nbytes, 1))
+        span = aligned(max(output_nbytes, 1)) + sum(aligned(max(n, 1)) for n in buffer_nbytes) + ALIGN
+        return cls(inputs=tuple(slots), span=span, region=offset)
+
+    def place(self, fraction: float) -> int:
+        """The region's offset for `fraction` in [0, 1): one of its span / ALIGN + 1 aligned places."""
+        places = self.span // ALIGN + 1
+        return self.region + min(places - 1, int(fraction * places)) * ALIGN
+
+
+class Stage:
+    """One stage's mapping in this process (see the module's docstring)."""
+
+    def __init__(self, fd: int, size: int, device: str, memory: torch.Tensor, release):
+        self.fd, self.size, self.device = fd, size, device
+        self.bytes = memory  # uint8, `size` long, on `device`
+        self._release = release
+
+    # -- making and mapping ------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, size: int, device: str) -> Stage:
+        """A new stage (the referee's side); its descriptor is inheritable by none."""
+        if device == "cuda":
+            return _cuda_stage(size, None)
+        fd = os.memfd_create("kernelharness-stage", os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        return _host_stage(fd, size)
+
+    @classmethod
+    def attach(cls, fd: int, size: int, device: str) -> Stage:
+        """The executor's side: map the descriptor it inherited (`size`: what the referee made)."""
+        os.set_inheritable(fd, False)
+        if device == "cuda":
+            return _cuda_stage(size, fd)
+        return _host_stage(fd, size)
+
+    def close(self) -> None:
+        memory, self.bytes = self.bytes, None
+        del memory
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+    # -- slots ---------------------------------------------------------------------------------------
+
+    def check(self, slot: TensorSlot) -> torch.dtype:
+        """The slot's dtype, once its fields agree and it lies inside the stage."""
+        dtype = DTYPES.get(slot.dtype)
+        if dtype is None:
+            raise ExchangeError(f"{slot.name}: unknown dtype {slot.dtype!r}")
+        if any(d < 0 for d in slot.shape) or len(slot.shape) > 16:
+            raise ExchangeError(f"{slot.name}: bad shape {slot.shape}")
+        if math.prod(slot.shape) * torch.empty((), dtype=dtype).element_size() != slot.nbytes:
+            raise ExchangeError(f"{slot.name}: {slot.nbytes} bytes for shape {slot.shape} of {slot.dtype}")
+        if slot.offset % ALIGN or slot.offset < 0 or slot.offset + slot.nbytes > self.size:
+            raise ExchangeError(f"{slot.name}: bytes {slot.offset}..{slot.offset + slot.nbytes} are not an aligned "
+                                f"part of the stage ({self.size} bytes)")
+        return dtype
+
+    def view(self, slot: TensorSlot) -> torch.Tensor:
+        """The slot's bytes as a tensor of its dtype and shape: a view of the shared memory."""
+        dtype = self.check(slot)
+        raw = self.bytes[slot.offset:slot.offset + slot.nbytes]
+        return (raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype, device=self.device)).view(slot.shape)
+
+    def put(self, name: str, tensor: torch.Tensor, offset: int) -> TensorSlot:
+        """Copy `tensor` in at `offset`; its slot. Raises ExchangeError when it cannot."""
+        dtype = dtype_name(tensor.dtype)
+        if dtype is None:
+            raise ExchangeError(f"{name}: dtype {tensor.dtype} cannot be staged")
+        slot = TensorSlot(name=name, dtype=dtype, shape=list(tensor.shape), offset=offset,
+                          nbytes=tensor.numel() * tensor.element_size())
+        self.view(slot).copy_(tensor.detach())
+        return slot
+
+
+# ------------------------------------------------------------------------------------------ host memory
+
+def _host_stage(fd: int, size: int) -> Stage:
+    mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    memory = torch.frombuffer(mapping, dtype=torch.uint8)
+
+    def release() -> None:
+        try:
+            mapping.close()
+        except BufferError:  # a view still alive somewhere: the mapping goes with the process
+            pass
+        os.close(fd)
+
+    return Stage(fd, size, "cpu", memory, release)
+
+
+# ------------------------------------------------------------------------------------------ device memory
+
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _AllocationProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
+
+
+class _AccessDesc(ctypes.Structure):
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
+
+
+_PINNED, _POSIX_FD, _ON_DEVICE, _READ_WRITE = 1, 1, 1, 3
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    """The CUDA driver through ctypes: its virtual-memory calls have no binding in torch."""
+    driver = ctypes.CDLL("libcuda.so.1")
+    u64, size_t, vp = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p
+    signatures = {
+        "cuMemGetAllocationGranularity": [ctypes.POINTER(size_t), ctypes.POINTER(_AllocationProp), ctypes.c_int],
+        "cuMemCreate": [ctypes.POINTER(u64), size_t, ctypes.POINTER(_AllocationProp), ctypes.c_ulonglong],
+        "cuMemExportToShareableHandle": [vp, u64, ctypes.c_int, ctypes.c_ulonglong],
+        "cuMemImportFromShareableHandle": [ctypes.POINTER(u64), vp, ctypes.c_int],
+        "cuMemAddressReserve": [ctypes.POINTER(u64), size_t, size_t, u64, ctypes.c_ulonglong],
+        "cuMemMap": [u64, size_t, size_t, u64, ctypes.c_ulonglong],
+        "cuMemSetAccess": [u64, size_t, ctypes.POINTER(_AccessDesc), size_t],
+        "cuMemUnmap": [u64, size_t],
+        "cuMemAddressFree": [u64, size_t],
+        "cuMemRelease": [u64],
+        "cuCtxGetCurrent": [ctypes.POINTER(vp)],
+        "cuCtxSetCurrent": [vp],
+        "cuDeviceGet": [ctypes.POINTER(ctypes.c_int), ctypes.c_int],
+        "cuDevicePrimaryCtxRetain": [ctypes.POINTER(vp), ctypes.c_int],
+    }
+    for name, argtypes in signatures.items():
+        getattr(driver, name).argtypes = argtypes
+        getattr(driver, name).restype = ctypes.c_int
+    return driver
+
+
+def _call(name: str, *args) -> None:
+    code = getattr(_driver(), name)(*args)
+    if code != 0:
+        raise CudaError(f"{name} failed with CUDA error {code}")
+
+
+def _device_ordinal() -> int:
+    """The driver's ordinal of torch's current device, with torch's (primary) context current in this
+    thread, which the virtual-memory calls act in."""
+    torch.cuda.init()
+    ordinal = ctypes.c_int()
+    _call("cuDeviceGet", ctypes.byref(ordinal), torch.cuda.current_device())
+    current = ctypes.c_void_p()
+    _call("cuCtxGetCurrent", ctypes.byref(current))
+    if not current.value:
+        context = ctypes.c_void_p()
+        _call("cuDevicePrimaryCtxRetain", ctypes.byref(context), ordinal)
+        _call("cuCtxSetCurrent", context)
+    return ordinal.value
+
+
+class _DeviceMemory:
+    """A mapped range seen by torch (`__cuda_array_interface__`) without torch owning it."""
+
+    def __init__(self, pointer: int, size: int):
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (pointer, False),
+                                         "version": 3, "strides": None}
+
+
+def _cuda_stage(size: int, fd: int | None) -> Stage:
+    """Create (no `fd`) or import (`fd`, of `size` bytes) a device allocation shared by descriptor, and map
+    it here."""
+    ordinal = _device_ordinal()
+    prop = _AllocationProp(type=_PINNED, requestedHandleTypes=_POSIX_FD, location=_Location(_ON_DEVICE, ordinal))
+    handle = ctypes.c_uint64()
+    if fd is None:
+        granularity = ctypes.c_size_t()
+        _call("cuMemGetAllocationGranularity", ctypes.byref(granularity), ctypes.byref(prop), 0)
+        size = -(-size // granularity.value) * granularity.value
+        _call("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(prop), 0)
+        exported = ctypes.c_int(-1)
+        try:
+            _call("cuMemExportToShareableHandle", ctypes.byref(exported), handle, _POSIX_FD, 0)
+        except CudaError:
+            _call("cuMemRelease", handle)
+            raise
+        fd = exported.value
+        os.set_inheritable(fd, False)
+    else:
+        _call("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fd), _POSIX_FD)
+    pointer = ctypes.c_uint64()
+    mapped = False
+    try:
+        _call("cuMemAddressReserve", ctypes.byref(pointer), size, 0, 0, 0)
+        _call("cuMemMap", pointer, size, 0, handle, 0)
+        mapped = True
+        access = _AccessDesc(location=_Location(_ON_DEVICE, ordinal), flags=_READ_WRITE)
+        _call("cuMemSetAccess", pointer, size, ctypes.byref(access), 1)
+    except CudaError:
+        if mapped:
+            _driver().cuMemUnmap(pointer, size)
+        if pointer.value:
+            _driver().cuMemAddressFree(pointer, size)
+        _driver().cuMemRelease(handle)
+        raise
+    memory = torch.as_tensor(_DeviceMemory(pointer.value, size), device="cuda")
+
+    def release() -> None:  # from any thread (the referee closes an executor on its reply thread)
+        _device_ordinal()
+        torch.cuda.synchronize()
+        driver = _driver()
+        driver.cuMemUnmap(pointer, size)
+        driver.cuMemAddressFree(pointer, size)
+        driver.cuMemRelease(handle)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    return Stage(fd, size, "cuda", memory, release)
