@@ -23,6 +23,15 @@ What is seen and how names are resolved:
   `x.__class__`, `__mro__`), `setattr` passed around as a value, a local helper that writes to a
   parameter and is handed an imported module (monkeypatch); an attribute name computed at run time,
   except a read of ModelNew's own objects (`getattr(self, name)`), is dynamic_code.
+* Names spelled from known parts (`"__imp" + "ort__"`, f-strings, `"".join(...)`, `chr(95)`, `.format`,
+  `.replace`, constant slices: `fold`) are still computed, hence dynamic_code, but what they spell is
+  judged too (`getattr(tb, "tb_" + "frame")` is also introspection). The builtins' namespace read as a
+  mapping (`vars(builtins)`, `builtins.__dict__`, `__builtins__[...]`) is dynamic_code whatever the key:
+  `__import__`, `exec` and `open` are there. Another module's namespace (`vars(os)[name]`,
+  `vars(F).items()`) or the candidate's own globals (`globals()[name]`) read by a computed key or as a
+  whole is dynamic_code; by a constant key it is read like an attribute. So are importlib beyond
+  `import_module` with a constant name, module loaders (`__loader__`, `__spec__`, `sys.meta_path`) and
+  the name-taking functions (`getattr`, `vars`, `__import__`, ...) passed around as values.
 * nn.Module subclasses of the candidate that override what the evaluator calls to load the
   reference's weights and read the buffers back (`load_state_dict`, `_load_from_state_dict`,
   `state_dict`, `named_buffers`, `_apply`, `__getattr__`, ...) or register state-dict hooks are
@@ -38,8 +47,15 @@ What is seen and how names are resolved:
   are matched in every ATen/torch namespace and variant (`at::addmm_out`, `at::native::addmm_out_cuda`,
   `at::_ops::mm::call`, `torch::nn::functional::batch_norm`, `x.addmm_(`) and its module globs as C++
   modules (`torch::nn::Linear`). Anything else (element-wise ops, allocations) is fine.
+* C++ that drives Python (pybind11's `exec`, `eval`, `globals`, `getattr`, `module_::import`, `.attr(`,
+  an embedded interpreter; the C API's `PyRun_*`, `PyImport_*`, `PyEval_*`, `PyObject_*` calls,
+  `PyGILState_Ensure`) is python_from_cpp (reject): Python no syntax tree holds. A Python function the
+  problem names as heavy reached from C++ by name (`F.attr("linear")`) is torch_fallback as well, and so
+  is a heavy aten operator looked up through the dispatcher (`findSchemaOrThrow("aten::addmm", "")`).
+  `dlopen`/`dlsym` are introspection.
 * String scanning covers every string constant except bare expression statements
-  (docstrings and the like, which cannot reach `load_inline`). Comments inside C++ text are
+  (docstrings and the like, which cannot reach `load_inline`), and every string spelled from known
+  parts (`"py::ex" + "ec("`), whose findings beyond those of its parts are reported once. Comments inside C++ text are
   not stripped: the word "stream" alone is harmless, but a comment that names
   `cudaStreamCreate` flags just as the call would. That keeps the rule simple and one-sided.
 * The checks are best-effort and static: code built at run time (`exec`, dynamic `getattr`)
@@ -93,6 +109,10 @@ DEFAULT_POLICIES: dict[str, FlagPolicy] = {
     # exec/eval/compile, dynamic imports or getattr on modules with computed names: code the
     # static checks cannot read, so every other rule could be bypassed through it.
     "dynamic_code": FlagPolicy.reject,
+    # C++/CUDA source that runs Python (pybind11's exec/eval/import/attr/globals, the C API's PyRun_,
+    # PyImport_, PyObject_, PyEval_ calls): Python the static checks never see, so every other rule
+    # (torch_fallback, introspection, io_or_network) could be bypassed through it.
+    "python_from_cpp": FlagPolicy.reject,
 }
 
 FLAG_DESCRIPTIONS: dict[str, str] = {
@@ -115,7 +135,11 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "output_caching": "The candidate may reuse results across calls (lru_cache on functions taking inputs, "
     "outputs kept on self or in module globals and returned, data_ptr()/id() keys).",
     "dynamic_code": "The candidate builds code at run time (exec, eval, compile, code and runpy, computed "
-    "imports or attribute names), which static checks cannot read.",
+    "imports or attribute names, the builtins' or a module's namespace read as a mapping, importlib, module "
+    "loaders), which static checks cannot read.",
+    "python_from_cpp": "The candidate's C++/CUDA source drives Python (pybind11 exec, eval, module imports, "
+    "attribute access, globals or an embedded interpreter; the Python C API's PyRun_, PyImport_, PyObject_, "
+    "PyEval_ calls), code the static checks cannot read.",
 }
 
 # --------------------------------------------------------------------------- name tables
@@ -180,7 +204,21 @@ _DYNAMIC_NAMES = frozenset(
      "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
      "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
 )
-_DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery"))
+_DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery",
+                            # module loaders and the import system's hooks: modules loaded by computed names
+                            "builtins.__loader__", "builtins.__spec__", "sys.meta_path", "sys.path_hooks",
+                            "sys.path_importer_cache"))
+# importlib: only import_module with a constant name (resolved like an import) is read; the rest loads
+# modules out of sight. importlib.reload is introspection already.
+_IMPORTLIB_READ = frozenset(("importlib", "importlib.import_module", "importlib.reload"))
+# Attributes that hand out a module's loader (`torch.__loader__.load_module("gc")`).
+_LOADER_ATTRS = frozenset(("__loader__", "__spec__"))
+# Functions that take a name to look up, import or read: passed around as a value, what they reach is unseen.
+_NAME_FUNCS = frozenset(("builtins.getattr", "builtins.hasattr", "builtins.vars", "builtins.globals", "builtins.locals",
+                         "builtins.__import__", "importlib.import_module", "builtins.object.__getattribute__",
+                         "builtins.type.__getattribute__", "inspect.getattr_static", "operator.attrgetter"))
+# Calls that return a namespace of the calling module: read by a computed key, they reach any global name.
+_GLOBALS_FUNCS = frozenset(("builtins.globals", "builtins.locals", "builtins.vars"))
 # Modules that other modules carry as attributes (`logging.threading`, `torch.utils.cpp_extension.subprocess`,
 # `os.sys`): a dotted name passing through one is also judged as that module's own name.
 _REROOTED = (_CONCURRENCY_ROOTS | _INTROSPECTION_ROOTS | _IO_ROOTS
@@ -256,7 +294,8 @@ _CPP_RULES: list[tuple[str, re.Pattern[str], str]] = [
         r"|\bnamespace\s+\w+\s*=\s*std::(?:experimental::)?filesystem\b"
         r"|\busing\s+namespace\s+std::(?:experimental::)?filesystem\b"
         r"|\bexec[lv]p?e?\s*\(|\bposix_spawnp?\b)"), "touches files, processes or sockets"),
-    ("introspection", re.compile(r"\b(dlopen|dlsym|RTLD_NEXT|LD_PRELOAD|syscall\s*\(|ptrace\s*\(|prctl\s*\()"),
+    ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\s*\("
+                                 r"|ptrace\s*\(|prctl\s*\()"),
      "loads or interposes symbols, or controls the process"),
     ("monkeypatch", re.compile(r"\bTORCH_LIBRARY_(IMPL|FRAGMENT)\s*\(\s*aten\b"), "overrides aten operators"),
     ("precision_flags", re.compile(
@@ -265,17 +304,63 @@ _CPP_RULES: list[tuple[str, re.Pattern[str], str]] = [
 ]
 
 
-def _cpp_heavy_pattern(functions: Iterable[str], methods: Iterable[str], modules: Iterable[str]) -> str | None:
+# Python driven from C++ (python_from_cpp): pybind11's interpreter, evaluator and module access through any
+# namespace alias (`module_::import`, `.attr(`), and the Python C API's running, importing, evaluating,
+# attribute access and calls on Python objects. The pybind11 functions with common names (`exec`, `eval`,
+# `globals`, `getattr`) count when qualified by `py::`, `pybind11::` or an alias the source declares, and bare
+# after `using namespace pybind11`.
+_PY_FROM_CPP = (
+    r"\bmodule_?\s*::\s*(?:import|create_extension_module)\b|(?:\.|->)\s*attr\s*\("
+    r"|\bPYBIND11_EMBEDDED_MODULE\b|\bpybind11/(?:embed|eval)\.h\b"
+    r"|\b_?Py(?:Run|Import|Eval|Code|Frame|Sys|Marshal|Vectorcall|InterpreterState|ThreadState|Unstable"
+    r"|Capsule_Import|CFunction_Call|Module_GetDict|GILState_Ensure)\w*"
+    r"|\b_?PyObject_\w+\s*\(|\bPy_(?:Initialize|CompileString|NewInterpreter|EndInterpreter|Main|BytesMain"
+    r"|RunMain|Finalize)\w*"
+)
+_PYBIND_NAMES = (r"(?:exec|eval|eval_file|globals|getattr|hasattr|setattr|delattr|scoped_interpreter"
+                 r"|initialize_interpreter|finalize_interpreter|gil_scoped_acquire|module_?\s*::\s*import)")
+_PYBIND_ALIAS = re.compile(r"\bnamespace\s+(\w+)\s*=\s*(?:::)?(?:pybind11|py)\s*;"
+                           r"|^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(?:::)?(?:pybind11|py)[ \t]*$", re.M)
+_PYBIND_USING = re.compile(r"\busing\s+namespace\s+(?:::)?(?:pybind11|py)\s*;"
+                           r"|\busing\s+(?:::)?(?:pybind11|py)\s*::\s*(?:exec|eval|eval_file|globals)\s*;")
+
+
+@functools.lru_cache(maxsize=64)
+def _python_from_cpp_pattern(aliases: tuple[str, ...], bare: bool) -> re.Pattern[str]:
+    quals = "|".join(map(re.escape, sorted({"py", "pybind11", *aliases}, key=len, reverse=True)))
+    pattern = _PY_FROM_CPP + rf"|\b(?:{quals})\s*::\s*{_PYBIND_NAMES}\b"
+    if bare:
+        pattern += r"|(?<![\w:.>])(?:exec|eval|eval_file|globals)\s*\("
+    return re.compile(pattern)
+
+
+def _python_from_cpp_rule(text: str) -> tuple[str, re.Pattern[str], str]:
+    """The python_from_cpp rule for one C++ text (the namespace aliases it declares count as `py::`)."""
+    aliases = tuple(sorted({a for pair in _PYBIND_ALIAS.findall(text) for a in pair if a}))
+    return ("python_from_cpp", _python_from_cpp_pattern(aliases, bool(_PYBIND_USING.search(text))),
+            "runs Python (pybind11 or the Python C API)")
+
+
+def _cpp_heavy_pattern(functions: Iterable[str], methods: Iterable[str], modules: Iterable[str],
+                       python_names: Iterable[str] = ()) -> str | None:
     """A regex for C++ calls of the problem's heavy ops, from their names alone: NAME as a function
     in any ATen/torch namespace (`at::NAME(`, `torch::nn::functional::NAME(`, `at::native::NAME_out(`,
     `at::cpu::NAME(`, `at::_ops::NAME_out::call(`: every `_out`, `_outf`, in-place or backend variant and
-    the `_`/`structured_`/`linalg_` prefixed kernels), NAME as a method (`x.NAME(`, `x.NAME_(`), and the
-    problem's torch.nn classes as C++ modules (`torch::nn::Linear`, `torch::nn::BatchNorm1dImpl`)."""
+    the `_`/`structured_`/`linalg_` prefixed kernels) or as an operator the dispatcher looks up by name
+    (`findSchemaOrThrow("aten::NAME", "")`), NAME as a method (`x.NAME(`, `x.NAME_(`), the problem's
+    torch.nn classes as C++ modules (`torch::nn::Linear`, `torch::nn::BatchNorm1dImpl`), and a Python
+    function or method of the problem's reached from C++ by its name (`F.attr("linear")`,
+    `PyObject_GetAttrString(F, "batch_norm")`: `python_names`)."""
     calls = []
     if functions:
         names = "|".join(map(re.escape, sorted(set(functions), key=len, reverse=True)))
-        calls.append(r"\b(?:torch|at|aten)::(?:\w+::)*?(?:_|structured_|linalg_|cudnn_|miopen_|mkldnn_)?"
+        prefixes = r"(?:_|structured_|linalg_|cudnn_|miopen_|mkldnn_)?"
+        calls.append(r"\b(?:torch|at|aten)::(?:\w+::)*?" + prefixes +
                      r"(?:" + names + r")(?:_\w*)?(?:::\w+)?\s*(?:<[^<>;()]*>\s*)?\(")
+        calls.append(r'"aten::' + prefixes + r"(?:" + names + r')(?:_\w*)?(?:\.\w+)?"')
+    if python_names:
+        names = "|".join(map(re.escape, sorted(set(python_names), key=len, reverse=True)))
+        calls.append(r'(?:\battr|\bgetattr|GetAttr\w*)\s*\(\s*(?:[^,()"]*,\s*)?"(?:' + names + r')"\s*\)?')
     if methods:
         calls.append(r"(?:\.|->)(?:" + "|".join(map(re.escape, sorted(set(methods), key=len, reverse=True))) + r")_?\s*\(")
     globs = [r"\w*".join(map(re.escape, g.split("*"))) for g in modules if g.strip("*")]
@@ -305,7 +390,8 @@ class _Heavy:
     @classmethod
     def of(cls, rules: Rules) -> _Heavy:
         h = rules.heavy
-        pattern = _cpp_heavy_pattern(h.cpp, h.cpp_methods, h.modules)
+        python_names = {f.rsplit(".", 1)[-1] for f in h.functions} | set(h.methods)
+        pattern = _cpp_heavy_pattern(h.cpp, h.cpp_methods, h.modules, python_names)
         cpp_rule = ("torch_fallback", re.compile(pattern), f"calls a PyTorch {h.label} from C++") if pattern else None
         return cls(frozenset(h.functions), frozenset(h.methods), frozenset(h.aten), tuple(h.modules),
                    {attr: "nn." + kind.rsplit(".", 1)[-1] for attr, kind in rules.layers.items()}, cpp_rule)
@@ -483,6 +569,7 @@ class _Checker:
             elif isinstance(node, ast.arg):
                 self.bound.add(node.arg)
         self.collect_strings()
+        self.collect_single()
         module_funcs = {n.name: n for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         # plain re-bindings: `mm = torch.matmul`, `F = getattr(torch.nn, "functional")`; helpers that
         # return one imported name (`def _mod(): return torch.nn.modules.linear`); loop variables over a
@@ -563,6 +650,156 @@ class _Checker:
                         if isinstance(x, ast.Name):
                             bind(x.id, None)
 
+    def collect_single(self) -> None:
+        """Names bound exactly once in the whole source, by a plain `name = value`: what they spell can
+        be folded (`name = "__imp" + "ort__"`)."""
+        counts: dict[str, int] = {}
+        values: dict[str, ast.AST] = {}
+        for node in ast.walk(self.tree):
+            names: list[str] = []
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                names = [node.id]
+            elif isinstance(node, ast.arg):
+                names = [node.arg]
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.alias):
+                names = [node.asname or node.name.split(".")[0]]
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                names = list(node.names)
+            for name in names:
+                counts[name] = counts.get(name, 0) + 1
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                values[node.targets[0].id] = node.value
+        self.single: dict[str, ast.AST] = {n: v for n, v in values.items() if counts.get(n) == 1}
+
+    def fold(self, node: ast.AST | None, depth: int = 0) -> str | None:
+        """The text a string expression spells when every part of it is known, however it is spelled:
+        constants, names bound once to one, `+`, `*`, `%`, f-strings, `"".join([...])`, `.format()`,
+        `.replace()`, case and strip methods, `chr(n)`, `str()`, constant slices. None otherwise."""
+        if node is None or depth > 32:
+            return None
+        limit = 1 << 20
+        if isinstance(node, ast.Constant):
+            return node.value if isinstance(node.value, str) else None
+        if isinstance(node, ast.Name):
+            values = self.strings.get(node.id)
+            if values is not None and len(values) == 1:
+                return next(iter(values))
+            value = getattr(self, "single", {}).get(node.id)
+            return self.fold(value, depth + 1) if value is not None else None
+        if isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.Add):
+                a, b = self.fold(node.left, depth + 1), self.fold(node.right, depth + 1)
+                return a + b if a is not None and b is not None and len(a) + len(b) <= limit else None
+            if isinstance(node.op, ast.Mult):
+                text, times = (self.fold(node.left, depth + 1), node.right) if not (
+                    isinstance(node.left, ast.Constant) and isinstance(node.left.value, int)) else \
+                    (self.fold(node.right, depth + 1), node.left)
+                if text is not None and isinstance(times, ast.Constant) and type(times.value) is int \
+                        and 0 <= times.value and len(text) * times.value <= limit:
+                    return text * times.value
+                return None
+            if isinstance(node.op, ast.Mod):
+                text = self.fold(node.left, depth + 1)
+                items = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+                args = [self.literal(a, depth + 1) for a in items]
+                if text is None or any(a is None for a in args) or re.search(r"%[^sdr%]", text):
+                    return None
+                try:
+                    return text % tuple(args)
+                except (TypeError, ValueError):
+                    return None
+            return None
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for v in node.values:
+                if isinstance(v, ast.FormattedValue):
+                    if v.format_spec is not None or v.conversion not in (-1, ord("s")):
+                        return None
+                    value = self.literal(v.value, depth + 1)
+                    if value is None:
+                        return None
+                    parts.append(str(value))
+                else:
+                    part = self.fold(v, depth + 1)
+                    if part is None:
+                        return None
+                    parts.append(part)
+            return "".join(parts)
+        if isinstance(node, ast.Call) and not node.keywords:
+            f = self.resolve(node.func)
+            if f == "builtins.chr" and len(node.args) == 1:
+                code = node.args[0]
+                return chr(code.value) if isinstance(code, ast.Constant) and type(code.value) is int \
+                    and 0 <= code.value < 0x110000 else None
+            if f == "builtins.str" and len(node.args) == 1:
+                value = self.literal(node.args[0], depth + 1)
+                return None if value is None else str(value)
+            if isinstance(node.func, ast.Attribute) and not f:
+                recv, meth = self.fold(node.func.value, depth + 1), node.func.attr
+                if recv is None:
+                    return None
+                if meth == "join" and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple)):
+                    items = [self.fold(e, depth + 1) for e in node.args[0].elts]
+                    return None if any(i is None for i in items) else recv.join(items)  # type: ignore[arg-type]
+                args = [self.literal(a, depth + 1) for a in node.args]
+                if any(a is None for a in args):
+                    return None
+                if meth == "format" and not re.search(r"\{[^{}]*[:!][^{}]*\}", recv):
+                    try:
+                        return recv.format(*args)
+                    except (IndexError, KeyError, ValueError, AttributeError):
+                        return None
+                if meth == "replace" and len(args) in (2, 3) and all(isinstance(a, str) for a in args[:2]) \
+                        and (len(recv) + 1) * (len(args[1]) + 1) <= limit:
+                    return recv.replace(*args)
+                if meth in ("lower", "upper", "strip", "lstrip", "rstrip", "casefold", "swapcase", "title",
+                            "capitalize", "removeprefix", "removesuffix") and all(isinstance(a, str) for a in args):
+                    try:
+                        return getattr(recv, meth)(*args)
+                    except TypeError:
+                        return None
+            return None
+        if isinstance(node, ast.Subscript):
+            text = self.fold(node.value, depth + 1)
+            if text is None:
+                return None
+            sl = node.slice
+
+            def const_int(n: ast.AST | None) -> int | None | bool:
+                if n is None:
+                    return None
+                if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant) \
+                        and type(n.operand.value) is int:
+                    return -n.operand.value
+                return n.value if isinstance(n, ast.Constant) and type(n.value) is int else False
+
+            if isinstance(sl, ast.Slice):
+                bounds = [const_int(sl.lower), const_int(sl.upper), const_int(sl.step)]
+                if any(b is False for b in bounds) or bounds[2] == 0:
+                    return None
+                return text[slice(*bounds)]  # type: ignore[misc]
+            index = const_int(sl)
+            if index is None or index is False:
+                return None
+            try:
+                return text[index]  # type: ignore[index]
+            except IndexError:
+                return None
+        return None
+
+    def literal(self, node: ast.AST, depth: int = 0) -> str | int | float | None:
+        """A string `fold` spells, or a number constant (what formatting may put into a string)."""
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        return self.fold(node, depth)
+
+    def spelled(self, node: ast.AST | None) -> str:
+        """` (spells '__import__')` for a computed name whose text is known anyway, else ``."""
+        text = self.fold(node)
+        return f" (spells {text!r})" if text is not None and _const_str(node) is None else ""
+
     def const_strings(self, node: ast.AST | None) -> set[str] | None:
         """The strings an attribute-name argument can be, when that is known; None when computed."""
         if node is None:
@@ -595,24 +832,57 @@ class _Checker:
             if isinstance(node.func, ast.Name) and node.func.id in self.returns:
                 return self.returns[node.func.id]
             f = self.resolve(node.func)
+            # names spelled by concatenation, f-strings, joins (`"__imp" + "ort__"`) resolve to what they
+            # spell; that they are computed is itself dynamic_code (check_call, check_namespaces)
             if f == "builtins.getattr" and len(node.args) >= 2:
-                base, attr = self.resolve(node.args[0]), _const_str(node.args[1])
+                base, attr = self.resolve(node.args[0]), self.fold(node.args[1])
                 return f"{base}.{attr}" if base and attr else None
-            if f in ("builtins.__import__", "importlib.import_module") and node.args:
-                name = _const_str(node.args[0])
-                if name and f == "builtins.__import__" and len(node.args) < 4 and not node.keywords:
+            if f in ("builtins.__import__", "importlib.import_module", "importlib.__import__") and node.args:
+                name = self.fold(node.args[0])
+                if name and f != "importlib.import_module" and len(node.args) < 4 and not node.keywords:
                     return _root(name)  # __import__("a.b") returns the package a
                 return name
             if f == "builtins.vars" and len(node.args) == 1:
                 base = self.resolve(node.args[0])
                 return f"{base}.__dict__" if base else None
+            if isinstance(node.func, ast.Attribute) and node.args and f and (
+                    f.endswith((".__getattribute__", ".__getattr__"))
+                    or (node.func.attr in ("get", "__getitem__") and self.namespace_module(node.func.value))):
+                # torch.__getattribute__("mm"), vars(torch).get("mm"), __builtins__.get("open")
+                base, attr = self.namespace_module(node.func.value) or self.resolve(node.func.value), \
+                    self.fold(node.args[0])
+                return f"{base}.{attr}" if base and attr else None
             return None
         if isinstance(node, ast.Subscript):
+            if self.globals_call(node.value):  # globals()["torch"] is the global name torch
+                key = self.fold(node.slice)
+                return self.resolve(ast.Name(id=key, ctx=ast.Load())) if key and key.isidentifier() else None
             base = self.resolve(node.value)
             if base == "sys.modules":
-                return _const_str(node.slice) or "sys.modules[?]"
+                return self.fold(node.slice) or "sys.modules[?]"
+            module = self.namespace_module(node.value)
+            if module:  # vars(torch)["mm"], torch.__dict__["mm"], __builtins__["open"]
+                key = self.fold(node.slice)
+                return f"{module}.{key}" if key else None
             return None
         return None
+
+    def namespace_module(self, node: ast.AST) -> str | None:
+        """The module (or class) whose namespace `node` is, read as a mapping: `vars(torch)`,
+        `torch.__dict__`, `getattr(builtins, "__dict__")`, and `__builtins__` itself (a dict outside
+        __main__). None otherwise."""
+        if isinstance(node, ast.Name) and node.id == "__builtins__" and node.id not in self.aliases:
+            return "builtins"
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+            q = self.resolve(node)
+            if q and q.endswith(".__dict__"):
+                return q[: -len(".__dict__")]
+        return None
+
+    def globals_call(self, node: ast.AST) -> bool:
+        """`globals()`, `locals()`, `vars()`: the namespace of the candidate's own code."""
+        return isinstance(node, ast.Call) and not node.args and not node.keywords \
+            and self.resolve(node.func) in _GLOBALS_FUNCS
 
     # ---- classification of a dotted name seen anywhere
     def classify_ref(self, q: str, line: int) -> None:
@@ -633,6 +903,9 @@ class _Checker:
             self.add("io_or_network", line, f"uses {seen} (files, network or processes)", q)
         if v in _DYNAMIC_NAMES or any(_under(v, n) for n in _DYNAMIC_ROOTS):
             self.add("dynamic_code", line, f"uses {seen} (code built or loaded at run time)", q)
+        elif _under(v, "importlib") and not any(_under(v, n) for n in _IMPORTLIB_READ - {"importlib"}) \
+                and v != "importlib":
+            self.add("dynamic_code", line, f"uses {seen} (importlib loads modules out of the checks' sight)", q)
         if any(_under(v, n) for n in _CUDA_STREAM_NAMES):
             self.add("cuda_stream", line, f"uses {seen} (CUDA streams/events/graphs)", q)
         if v in _PRECISION_CALLS or v.startswith("torch._C._set_"):
@@ -680,11 +953,18 @@ class _Checker:
                 if q:
                     self.classify_ref(q, line)
                     parent = self.parents.get(id(node))
-                    if q in _ATTR_WRITERS and not (isinstance(parent, ast.Call) and parent.func is node):
+                    called = isinstance(parent, ast.Call) and parent.func is node
+                    if q in _ATTR_WRITERS and not called:
                         self.add("monkeypatch", line, f"passes {q} around as a value (attribute writes out of sight)")
+                    if q in _NAME_FUNCS and not called:
+                        self.add("dynamic_code", line, f"passes {q} around as a value (the names it is given, and "
+                                                       "what they reach, are out of sight)")
                 if isinstance(node, ast.Attribute):
                     if node.attr in _INTROSPECTION_ATTRS:
                         self.add("introspection", line, f"accesses .{node.attr} (frames, code or globals of other code)")
+                    if node.attr in _LOADER_ATTRS:
+                        self.add("dynamic_code", line, f"accesses .{node.attr} (a module loader: loads and runs "
+                                                       "modules by name)")
                     if node.attr in _SUBCLASS_ATTRS and not q:
                         self.add("monkeypatch", line, f"uses .{node.attr} (tensor subclass overriding torch functions)")
                     if node.attr in ("data_ptr", "_version"):
@@ -701,7 +981,64 @@ class _Checker:
                     self.check_state_overrides(node)
             elif isinstance(node, ast.Call):
                 self.check_call(node, line)
+            if isinstance(node, (ast.Subscript, ast.Call)) and id(node) not in in_targets:
+                q = self.resolve(node)  # vars(builtins)["open"], __import__("gc"), getattr(os, "system")
+                if q and q != "sys.modules[?]":
+                    self.classify_ref(q, line)
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Call)) and id(node) not in in_targets:
+                self.check_namespace(node, line)
         self.scan_strings()
+
+    def check_namespace(self, node: ast.AST, line: int) -> None:
+        """A namespace read as a mapping, by a computed key or as a whole: the builtins' (`vars(builtins)`,
+        `builtins.__dict__`, `__builtins__[...]`: always, since __import__, exec and open are in it), another
+        module's (`vars(os)[name]`, `torch.__dict__.items()`) or the candidate's own globals
+        (`globals()[name]`). A constant key is read like an attribute (resolve); writes are monkeypatch's."""
+        module = self.namespace_module(node)
+        own = module is None and self.globals_call(node)
+        if module is None and not own:
+            return
+        parent = self.parents.get(id(node))
+        grand = self.parents.get(id(parent)) if parent is not None else None
+        key: ast.AST | None = None
+        whole = False
+        use = node
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            if isinstance(parent.ctx, (ast.Store, ast.Del)):
+                return
+            key, use = parent.slice, parent
+        elif isinstance(parent, ast.Attribute) and parent.value is node:
+            if isinstance(node, ast.Name) and node.id == "__builtins__" and parent.attr not in (
+                    "get", "__getitem__", "items", "keys", "values", "copy", "pop", "setdefault"):
+                return  # __builtins__.open: an attribute of the builtins module, resolved like any
+            if parent.attr in _CONTAINER_WRITES - {"pop", "setdefault"}:
+                return  # vars(torch).update(...): a write (monkeypatch)
+            if parent.attr in ("get", "__getitem__", "pop", "setdefault") and isinstance(grand, ast.Call) \
+                    and grand.func is parent and grand.args:
+                key, use = grand.args[0], grand
+            else:
+                whole, use = True, (grand if isinstance(grand, ast.Call) and grand.func is parent else parent)
+        elif isinstance(parent, ast.Compare) or (isinstance(parent, ast.Call) and any(
+                a is node for a in self.written_args(parent))):
+            return  # `"x" in vars(m)`; a local writer handed the namespace (monkeypatch)
+        elif isinstance(node, ast.Name) and node.id == "__builtins__":
+            return  # __builtins__ handed around whole: introspection
+        elif own and isinstance(parent, ast.Call) and self.resolve(parent.func) in ("builtins.exec", "builtins.eval"):
+            return  # exec(code, globals()): dynamic_code already
+        else:
+            whole = True
+        text = ast.unparse(use)
+        if len(text) > 80:
+            text = text[:77] + "..."
+        if module == "builtins":
+            self.add("dynamic_code", line, f"reads the builtins' namespace as a mapping ({text}{self.spelled(key)}: "
+                                           "__import__, exec and open are reachable there by any name)")
+        elif whole:
+            where = f"{module}'s namespace" if module else "the module's own globals"
+            self.add("dynamic_code", line, f"reads {where} as a whole ({text}: any name in it is reachable unseen)")
+        elif self.const_strings(key) is None:
+            where = f"{module}'s namespace" if module else "the module's own globals"
+            self.add("dynamic_code", line, f"reads {where} with a computed key ({text}{self.spelled(key)})")
 
     def resolve_all(self, node: ast.AST) -> list[str]:
         """Every dotted name `node` can stand for (a loop variable over a literal tuple stands for each)."""
@@ -853,10 +1190,16 @@ class _Checker:
             strings = self.const_strings(node)
             if strings is None:
                 if write or receiver is None or not _rooted_in_self(receiver):
-                    self.add("dynamic_code", line, f"{short}() with a computed attribute name (what it reaches "
-                                                   "cannot be read)")
-                continue
+                    self.add("dynamic_code", line, f"{short}() with a computed attribute name{self.spelled(node)} "
+                                                   "(what it reaches cannot be read)")
+                spelled = self.fold(node)
+                if spelled is None:
+                    continue
+                strings = {spelled}  # what it spells is judged too: getattr(tb, "tb_" + "frame")
             for text in sorted(strings):
+                if any(part in _LOADER_ATTRS for part in text.split(".")):
+                    self.add("dynamic_code", line, f"{short}(..., {text!r}) (a module loader: loads and runs "
+                                                   "modules by name)")
                 if any(part in _INTROSPECTION_ATTRS for part in text.split(".")):
                     self.add("introspection", line, f"{short}(..., {text!r}) (frames, code or globals of other code)")
                 if write and text in _MODULE_REGISTRIES:
@@ -904,14 +1247,21 @@ class _Checker:
                 names = list(args[name_index:]) if recv_index is None else args[name_index:name_index + 1]
                 if f == "builtins.getattr" and len(args) >= 2 and self.const_strings(args[1]) is None \
                         and self.resolve(args[0]):
-                    self.add("dynamic_code", line, "getattr() on a module with a computed name")
+                    what = "the builtins module" if self.resolve(args[0]) == "builtins" else "a module"
+                    self.add("dynamic_code", line, f"getattr() on {what} with a computed name{self.spelled(args[1])}")
                     self.seen_names.add(id(args[1]))
                     names = []
                 self.check_attr_names(f, names, receiver, line, write=False)
             else:
                 self.check_attr_names(method, args[:1], node.func.value, line, write=False)  # type: ignore[arg-type,union-attr]
-        if f in ("builtins.__import__", "importlib.import_module") and (not args or _const_str(args[0]) is None):
-            self.add("dynamic_code", line, f"{f.split('.')[-1]}() with a computed module name")
+        if f and f.endswith((".__getattribute__", ".__getattr__")) and f not in _ATTR_FUNCS \
+                and isinstance(node.func, ast.Attribute) and not _rooted_in_self(node.func.value):
+            name = args[0] if args else None
+            self.check_attr_names(f, [name] if name is not None else [], node.func.value, line, write=False)
+        if f in ("builtins.__import__", "importlib.import_module", "importlib.__import__") and (
+                not args or _const_str(args[0]) is None):
+            self.add("dynamic_code", line, f"{f.split('.')[-1]}() with a computed module name"
+                                           f"{self.spelled(args[0]) if args else ''}")
         if f in _LIBRARY_FUNCS:
             strings = [s for a in (*args, *(k.value for k in node.keywords)) if (s := _const_str(a))]
             if any(s == "aten" or s.startswith("aten::") for s in strings):
@@ -931,26 +1281,50 @@ class _Checker:
                 self.add("io_or_network", line, f".{meth}() (file-system access)")
 
     def scan_strings(self) -> None:
+        """Every string constant (bare expression statements apart: docstrings cannot reach load_inline),
+        and every string the source spells from known parts (`"py::ex" + "ec("`, f-strings, joins: `fold`),
+        read as C++/CUDA text and for attribute names. One walker: the C++ handed to load_inline is such a
+        string, whatever variable or argument carries it."""
         bare: set[int] = set()
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
                 bare.add(id(node.value))
         for node in ast.walk(self.tree):
-            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in bare:
-                continue
-            text = node.value
-            if text in _INTROSPECTION_ATTRS and id(node) not in self.seen_names:
-                self.add("introspection", node.lineno, f"the string {text!r} (an attribute of frames, tracebacks or "
-                                                       "functions, reachable by name)")
-            for name, pattern, what in _CPP_RULES + ([self.rules.cpp_rule] if self.rules.cpp_rule else []):
-                seen: dict[int, list[str]] = {}  # line -> what was seen there
-                for m in pattern.finditer(text):
-                    line = min(node.lineno + text.count("\n", 0, m.start()), node.end_lineno or node.lineno)
-                    token = m.group(0).strip()
-                    if token not in seen.setdefault(line, []):
-                        seen[line].append(token)
-                for line, tokens in seen.items():
-                    self.add(name, line, f"C++/CUDA source {what}: {', '.join(tokens)}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if id(node) not in bare:
+                    self.scan_text(node, node.value)
+            elif isinstance(node, (ast.BinOp, ast.JoinedStr, ast.Call, ast.Subscript)):
+                text = self.fold(node)
+                parent = self.parents.get(id(node))
+                if text is None or (parent is not None and self.fold(parent) is not None):
+                    continue  # not a string, or part of a longer one: scanned as that
+                parts = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                if text in parts:
+                    continue  # nothing spelled beyond a constant it holds
+                self.scan_text(node, text, parts)
+
+    def scan_text(self, node: ast.AST, text: str, parts: list[str] | None = None) -> None:
+        """One string: `node`'s constant, or what it spells (`parts`: the constants it is spelled from, whose
+        own findings are not repeated)."""
+        start = getattr(node, "lineno", 0)
+        if text in _INTROSPECTION_ATTRS and id(node) not in self.seen_names:
+            how = "" if parts is None else " spelled at run time"
+            self.add("introspection", start, f"the string {text!r}{how} (an attribute of frames, tracebacks or "
+                                             "functions, reachable by name)")
+        rules = [*_CPP_RULES, _python_from_cpp_rule(text), *([self.rules.cpp_rule] if self.rules.cpp_rule else [])]
+        for name, pattern, what in rules:
+            seen: dict[int, list[str]] = {}  # line -> what was seen there
+            for m in pattern.finditer(text):
+                token = m.group(0).strip()
+                if parts is not None and any(token in p for p in parts):
+                    continue
+                line = min(start + text.count("\n", 0, m.start()), getattr(node, "end_lineno", None) or start)
+                if token not in seen.setdefault(line, []):
+                    seen[line].append(token)
+            spelled = "" if parts is None else " (spelled from parts)"
+            for line, tokens in seen.items():
+                if tokens:
+                    self.add(name, line, f"C++/CUDA source {what}{spelled}: {', '.join(tokens)}")
 
     # ---- pass 2: what ModelNew.forward reaches (torch_fallback, output_caching)
     def collect_classes(self) -> dict[str, _ClassInfo]:

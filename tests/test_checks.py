@@ -344,7 +344,7 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("settrace", model("sys.settrace(None)\nreturn x", header=HEADER + "import sys\n"), {"introspection"}),
     ("ctypes_from_import", model("return x", header=HEADER + "from ctypes import CDLL\n"), {"introspection"}),
     ("ctypes_use", model("return x", top="import ctypes\nlib = ctypes.CDLL(None)\n"), {"introspection"}),
-    ("builtins_dunder", model('o = __builtins__["open"]\nreturn x'), {"introspection"}),
+    ("builtins_dunder", model('o = __builtins__["open"]\nreturn x'), {"introspection", "dynamic_code", "io_or_network"}),
     ("importlib_reload", model("return x", header=HEADER + "import importlib\n", top="importlib.reload(torch)\n"),
      {"introspection"}),
     ("frame_walk", model("f = self.forward.__globals__\nreturn x"), {"introspection"}),
@@ -445,7 +445,9 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("data_ptr", model("k = x.data_ptr()\nreturn _ext.fused(x)", top=EXT), {"output_caching"}),
     # ------------------------------------------------------------------ dynamic_code
     ("exec_eval_compile", model('exec("y = 1"); eval("2"); compile("3", "f", "eval")\nreturn x'), {"dynamic_code"}),
-    ("computed_import", model("m = __import__(name)\nreturn x", top='name = "g" + "c"\n'), {"dynamic_code"}),
+    # a name spelled from known parts is still computed (dynamic_code), and what it spells is judged too
+    ("computed_import", model("m = __import__(name)\nreturn x", top='name = "g" + "c"\n'),
+     {"dynamic_code", "introspection"}),
     ("computed_getattr_on_module", model("f = getattr(torch, name)\nreturn x", top='name = "all" + "close"\n'),
      {"dynamic_code"}),
     ("computed_getattr_on_a_local", model("return x", init="""
@@ -454,12 +456,109 @@ CASES: list[tuple[str, str, set[str]]] = [
         except RuntimeError as err:
             tb = err.with_traceback(None)
         f = getattr(tb, "tb_" + "frame")
-    """), {"dynamic_code"}),
+    """), {"dynamic_code", "introspection"}),
     ("code_interpreter", model("return x", header=HEADER + "import code\n",
                                top='code.InteractiveInterpreter().runsource("import threading")\n'), {"dynamic_code"}),
     ("runpy", model("return x", header=HEADER + "import runpy\n", top='runpy.run_path("x.py")\n'), {"dynamic_code"}),
     ("constant_dynamic_import_resolves", model("return x", top='g = __import__("gc")\ng.collect()\n'),
      {"introspection"}),
+    # ------------------------------------------------------------------ indirect builtins (issue 21): dynamic_code
+    ("vars_builtins_spelled_import", model("return x", header=HEADER + "import builtins\n",
+                                           top='g = vars(builtins)["__imp" + "ort__"]("gc")\n'),
+     {"dynamic_code", "introspection"}),  # introspection: what it spells (__import__("gc")) is judged too
+    ("builtins_dict_constant_key", model("return x", header=HEADER + "import builtins\n",
+                                         top='length = builtins.__dict__["len"]\n'), {"dynamic_code"}),
+    ("builtins_dict_get", model("return x", header=HEADER + "import builtins as b\n",
+                                top='imp = b.__dict__.get(name)\n', init="name = 'x'"), {"dynamic_code"}),
+    ("getattr_dunder_builtins_spelled", model("return x", top='s = getattr(__builtins__, "__imp" + "ort__")("sys")\n'),
+     {"dynamic_code", "introspection"}),
+    ("getattr_builtins_chr_join", model("return x", header=HEADER + "import builtins\n", top=D("""
+        name = "".join([chr(95), chr(95), "import", chr(95) * 2])
+        imp = getattr(builtins, name)
+    """)), {"dynamic_code"}),
+    ("getattr_builtins_fstring", model("return x", header=HEADER + "import builtins\n",
+                                       top='part = "ort"\nimp = getattr(builtins, f"__imp{part}__")\n'),
+     {"dynamic_code"}),
+    ("builtins_getattribute", model("return x", header=HEADER + "import builtins\n",
+                                    top='imp = builtins.__getattribute__("__imp" + "ort__")\n'), {"dynamic_code"}),
+    ("getattr_passed_as_a_value", model("return x", header=HEADER + "import builtins, functools\n",
+                                        top='imp = functools.reduce(getattr, ["__import__"], builtins)\n'),
+     {"dynamic_code"}),
+    ("importlib_find_spec", model("return x", header=HEADER + "import importlib.util\n",
+                                  top='loader = importlib.util.find_spec("gc").loader\n'), {"dynamic_code"}),
+    ("module_loader", model("return x", top='g = __loader__.load_module("gc")\nt = torch.__loader__\n'),
+     {"dynamic_code"}),
+    ("globals_computed_key", model("return x", top='b = globals()["__buil" + "tins__"]\n'),
+     {"dynamic_code", "introspection"}),
+    ("module_namespace_computed_key", model("return x", header=HEADER + "import os\n",
+                                            top="def _get(name):\n    return vars(os)[name]\n"), {"dynamic_code"}),
+    ("module_namespace_read_whole", model("return x", header=HEADER + "import torch.nn.functional as F\n",
+                                          top="ops = dict(vars(F).items())\n"), {"dynamic_code"}),
+    # near misses: constant names resolve like attributes; ModelNew's own objects and globals are its own
+    ("indirect_builtins_near_misses", model("""
+        n = getattr(builtins, "len")(x.shape)
+        lin = vars(F)["relu"]
+        ok = "linear" in vars(F) and "__import__" in dir(builtins)
+        own = vars(self), self.__dict__.items(), globals()["_SCALE"]
+        m = importlib.import_module("math")
+        return x * _SCALE
+    """, header=HEADER + "import builtins\nimport importlib\nimport torch.nn.functional as F\n", top="_SCALE = 2.0\n"),
+     set()),
+    # ------------------------------------------------------------------ Python driven from C++ (issue 21)
+    ("cpp_pybind_import_attr", model("return _ext.fused(x)", top="src = " + repr(D("""
+        torch::Tensor fused(torch::Tensor x, torch::Tensor w) {
+          auto F = py::module_::import("torch.nn.functional");
+          return F.attr("linear")(x, w).cast<torch::Tensor>();
+        }
+    """)) + "\n" + EXT), {"python_from_cpp", "torch_fallback"}),
+    ("cpp_pybind_exec", model("return _ext.fused(x)", top="src = " + repr(
+        'void f() { py::exec("import gc; gc.collect()"); }') + "\n" + EXT), {"python_from_cpp"}),
+    ("cpp_pybind_eval_and_globals_through_an_alias", model("return _ext.fused(x)", top="src = " + repr(D("""
+        namespace q = pybind11;
+        void f() { q::eval("1"); auto g = q::globals(); }
+    """)) + "\n" + EXT), {"python_from_cpp"}),
+    ("cpp_pybind_bare_after_using", model("return _ext.fused(x)", top="src = " + repr(D("""
+        using namespace pybind11;
+        void f() { exec("import os"); }
+    """)) + "\n" + EXT), {"python_from_cpp"}),
+    ("cpp_python_c_api", model("return _ext.fused(x)", top="src = " + repr(D("""
+        void f() {
+          PyGILState_STATE s = PyGILState_Ensure();
+          PyRun_SimpleString("import gc");
+          PyObject* m = PyImport_ImportModule("torch.nn.functional");
+          PyObject* bn = PyObject_GetAttrString(m, "batch_norm");
+          PyGILState_Release(s);
+        }
+    """)) + "\n" + EXT), {"python_from_cpp", "torch_fallback"}),
+    ("cpp_embedded_interpreter", model("return _ext.fused(x)", top="src = " + repr(
+        "#include <pybind11/embed.h>\nvoid f() {}") + "\n" + EXT), {"python_from_cpp"}),
+    ("cpp_python_spelled_from_parts", model("return _ext.fused(x)", top='a = "py::ex"\nsrc = a + "ec(\\"x\\");"\n' + EXT),
+     {"python_from_cpp"}),
+    ("cpp_attr_of_an_argument", model("return _ext.fused(x)", top="src = " + repr(
+        'void f(py::object o) { o.attr("relu")(); }') + "\n" + EXT), {"python_from_cpp"}),
+    ("cpp_pybind_honest_near_misses", model("return _ext.fused(x)", top="src = " + repr(D("""
+        #include <torch/extension.h>
+        __device__ float eval_poly(float x) { return x; }
+        __global__ void evaluate(float* y) { }
+        torch::Tensor fused(torch::Tensor x) {
+          TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
+          auto out = at::empty({x.size(0)}, x.options());
+          float* p = out.data_ptr<float>();
+          auto r = c10::Dispatcher::singleton().findSchemaOrThrow("aten::relu", "");
+          PyObject* unused = nullptr;
+          return out;
+        }
+        PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+          m.def("fused", &fused, "fused", py::arg("x"), py::call_guard<py::gil_scoped_release>());
+        }
+    """)) + "\n" + EXT), set()),
+    # ------------------------------------------------------------------ torch operators called from C++: torch_fallback
+    ("cpp_torch_linear_and_batch_norm", model("return _ext.fused(x)", top="src = " + repr(
+        "auto y = torch::linear(x, w, b); auto z = at::batch_norm(y, g, be, rm, rv, true, 0.1, 1e-5, false);")
+        + "\n" + EXT), {"torch_fallback"}),
+    ("cpp_dispatcher_by_name", model("return _ext.fused(x)", top="src = " + repr(
+        'static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::addmm", "");') + "\n" + EXT),
+     {"torch_fallback"}),
 ]
 
 
@@ -532,6 +631,55 @@ def test_line_numbers_inside_cpp_strings() -> None:
     src = 'import torch\nsrc = """\nline two\nline three\ncudaStreamCreate(&s);\n"""\n'
     (flag,) = static_flags(src)
     assert flag.name == "cuda_stream" and flag.reason.startswith("line 5:")
+
+
+def test_python_from_cpp_reasons_name_the_construct_and_its_line() -> None:
+    src = model("return _ext.fused(x)", top=D('''
+        src = """
+        #include <torch/extension.h>
+        torch::Tensor fused(torch::Tensor x) {
+          py::exec("import gc");
+          auto F = py::module_::import("torch.nn.functional");
+          return F.attr("batch_norm")(x).cast<torch::Tensor>();
+        }
+        """
+    ''') + EXT)
+    lines = src.splitlines()
+    line_of = {word: next(i for i, t in enumerate(lines, 1) if word in t) for word in ("py::exec", "module_", ".attr(")}
+    flags = {f.name: f for f in static_flags(src)}
+    assert set(flags) == {"python_from_cpp", "torch_fallback"}
+    reason = flags["python_from_cpp"].reason
+    assert flags["python_from_cpp"].policy == FlagPolicy.reject
+    for word, line in line_of.items():
+        assert f"line {line}: " in reason and word.strip("._") in reason, reason
+    assert flags["torch_fallback"].policy == FlagPolicy.flag
+    assert flags["torch_fallback"].reason.startswith(f"line {line_of['.attr(']}: ") and 'attr("batch_norm")' in \
+        flags["torch_fallback"].reason
+
+
+def test_indirect_builtins_reasons_name_what_is_spelled() -> None:
+    src = model("return x", header=HEADER + "import builtins\n", top=D('''
+        _gc = vars(builtins)["__imp" + "ort__"]("gc")
+        _sys = getattr(__builtins__, "__imp" + "ort__")("sys")
+    '''))
+    first = next(i for i, t in enumerate(src.splitlines(), 1) if "vars(builtins)" in t)
+    flags = {f.name: f for f in static_flags(src)}
+    dynamic = flags["dynamic_code"].reason
+    assert flags["dynamic_code"].policy == FlagPolicy.reject
+    assert dynamic.startswith(f"line {first}: reads the builtins' namespace as a mapping (vars(builtins)[")
+    assert dynamic.count("spells '__import__'") == 2 and f"line {first + 1}: getattr() on the builtins module" in dynamic
+    assert f"line {first}: uses gc" in flags["introspection"].reason  # what the spelled __import__ imports
+    assert "accesses __builtins__" in flags["introspection"].reason
+
+
+def test_a_string_spelled_from_parts_is_scanned_as_cpp_once() -> None:
+    """A C++ token split over constants (`"py::ex" + "ec("`) is found in what they spell; a token one
+    constant already holds is not reported twice."""
+    src = 'import torch\nsrc = "cudaStreamCreate(&s); py::ex" + "ec(\\"x\\");"\n'
+    flags = {f.name: f.reason for f in static_flags(src)}
+    assert flags == {"cuda_stream": "line 2: C++/CUDA source creates a CUDA stream/event/graph: cudaStreamCreate",
+                     "python_from_cpp": "line 2: C++/CUDA source runs Python (pybind11 or the Python C API) "
+                                        "(spelled from parts): py::exec"}
 
 
 def test_fallback_reported_on_helper_line() -> None:
