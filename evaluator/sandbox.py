@@ -102,6 +102,9 @@ class EvalOptions(BaseModel):
     output_cap_bytes: int = Field(1 << 20, description="Bytes of stdout and of stderr kept (the tail).")
     log_root: Path | None = Field(None, description="Where per-candidate logs go (default .harness/logs).")
     cache_dir: Path | None = Field(None, description="Extension build cache (default ~/.cache/kernelharness).")
+    store: Path | None = Field(None, description=(
+        "The result store the harness writes (however it was given: --store, harness.toml, HARNESS_STORE): "
+        "no executor may read it, its SQLite side files or the folder that holds them (`protected_paths`)."))
 
 
 def default_baselines(problem: ProblemSpec, device: str) -> list[str]:
@@ -168,18 +171,57 @@ def rejected_error(flags: Sequence[Flag]) -> str:
     return f"not run: the static checks reject it ({names}); --run-rejected runs it, contained, to study it"
 
 
+STORE_SIDE_FILES = ("", "-wal", "-shm", "-journal")  # SQLite writes these beside the store
+
+
 def protected_paths(evaluator: Evaluator) -> list[Path]:
     """What no executor may read, even inside a hierarchy it can read: the result store (the default
-    `.harness/` here and HARNESS_STORE with SQLite's side files), the logs, the build cache (other
-    candidates' builds; its own folder is granted by name) and, run from a checkout, the checkout
-    (of which the executor reads only the evaluator package and the problem)."""
+    `.harness/` here, the store the options name and HARNESS_STORE: each with SQLite's side files and
+    the folder that holds them, see `store_paths`), the logs, the build cache (other candidates' builds;
+    its own folder is granted by name) and, run from a checkout, the checkout (of which the executor
+    reads only the evaluator package and the problem)."""
     paths = [Path.cwd() / ".harness", evaluator.log_root, evaluator.cache_dir]
-    store = os.environ.get("HARNESS_STORE")
-    if store:
-        paths += [Path(store + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
     if (PROJECT_ROOT / "pyproject.toml").is_file():
         paths.append(PROJECT_ROOT)
-    return [p.absolute() for p in paths]
+    paths = [p.absolute() for p in paths]
+    for store in (evaluator.options.store, os.environ.get("HARNESS_STORE")):
+        if store and str(store) != ":memory:":
+            paths += [p for p in store_paths(Path(store), paths) if p not in paths]
+    return paths
+
+
+def store_paths(store: Path, protected: Sequence[Path] = ()) -> list[Path]:
+    """A SQLite store as the harness writes it: the file, its side files (-wal, -shm, -journal) and the
+    folder that holds them, so that an executor can neither read a verdict nor list the folder. The
+    folder is left out (its files alone are protected, their names listable) only where protecting it
+    would cut the executor off from what it reads by search path: when it is, or holds, a system folder
+    (`/usr`, `/etc`, ...) or a folder on sys.path, PATH, LD_LIBRARY_PATH, PYTHONPATH or the compilers'
+    search paths that no other protected path already cuts off (`/`, a home whose `~/.local/bin` is on
+    PATH). Python, the evaluator and the problem are granted by name, inside protected folders too; a
+    protected folder inside a readable hierarchy is carved out of it (evaluator.containment)."""
+    store = store.absolute()
+    files = [store.with_name(store.name + suffix) for suffix in STORE_SIDE_FILES]
+    folder = store.parent
+    return [*files, folder] if _folder_protectable(folder, protected) else files
+
+
+def _folder_protectable(folder: Path, protected: Sequence[Path]) -> bool:
+    from evaluator.containment import SYSTEM_READ
+
+    real = os.path.realpath(folder)
+    searched = list(SYSTEM_READ) + [p for p in sys.path if p]
+    for name in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
+        searched += [p for p in os.environ.get(name, "").split(os.pathsep) if p]
+    shielded = [os.path.realpath(p) for p in protected]
+    for path in searched:
+        if not os.path.isabs(path):
+            continue
+        path = os.path.realpath(path)
+        if any(path == s or path.startswith(s.rstrip("/") + "/") for s in shielded):
+            continue  # cut off already
+        if path == real or path.startswith(real.rstrip("/") + "/"):
+            return False  # the folder is, or holds, one the executor reads: `/`, a home with tools on PATH, ...
+    return True
 
 
 class RefereeClient:

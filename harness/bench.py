@@ -124,9 +124,13 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
     spec = load_problem(problem)
     target_size = spec.bench.size or spec.default_size
     report = {"problem": spec.name, "python": platform.python_version(), "sizes": {}}
+    if store is None:
+        from harness.commands import default_store_path
+
+        store = default_store_path()  # where the verdicts go, and unreadable from every executor either way
     for size in sizes:
         options = EvalOptions(problem=str(spec.location), size=size, device=device, baselines=bench_baselines(spec),
-                              jobs=len(candidates))
+                              jobs=len(candidates), store=store)
         evaluator = Evaluator(options)
         verdicts = list(evaluator.evaluate_all(candidates))
         if record:  # the leaderboard's golden reference rows come from here

@@ -228,6 +228,8 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
     from evaluator.sandbox import CandidateFile, Evaluator
     from harness.render import verdict_table
 
+    if options.store is None:  # the store is unreadable from every executor, --no-store or not
+        options = options.model_copy(update={"store": store or default_store_path()})
     try:
         evaluator = Evaluator(options)
     except (FileNotFoundError, KeyError, ValueError) as err:

@@ -540,7 +540,7 @@ def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summ
     options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
                           compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
                           jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor,
-                          ray_address=ctx.cfg.ray_address)
+                          ray_address=ctx.cfg.ray_address, store=ctx.cfg.store)
     evaluate_fn = ctx.evaluate_fn or _default_evaluate
     warned: set[str] = set()
     with _progress(ctx.console) as progress:
