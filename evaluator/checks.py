@@ -597,6 +597,10 @@ class _Checker:
                     changed = True
             if not changed:
                 break
+        # what names bound once spell, in the order they are bound: a long chain of them (`a1 = a0 + ""`,
+        # `a2 = a1 + ""`, ...) is followed one link at a time, never by recursion
+        for name, value in sorted(self.single.items(), key=lambda item: getattr(item[1], "lineno", 0)):
+            self.name_folds[name] = self.fold(value)
 
     def collect_strings(self) -> None:
         """Names bound only to string constants (`name = "tb_frame"`, `for n in ("weight", "bias")`):
@@ -672,12 +676,13 @@ class _Checker:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 values[node.targets[0].id] = node.value
         self.single: dict[str, ast.AST] = {n: v for n, v in values.items() if counts.get(n) == 1}
+        self.name_folds: dict[str, str | None] = {}
 
     def fold(self, node: ast.AST | None, depth: int = 0) -> str | None:
         """The text a string expression spells when every part of it is known, however it is spelled:
         constants, names bound once to one, `+`, `*`, `%`, f-strings, `"".join([...])`, `.format()`,
         `.replace()`, case and strip methods, `chr(n)`, `str()`, constant slices. None otherwise."""
-        if node is None or depth > 32:
+        if node is None or depth > 64:
             return None
         limit = 1 << 20
         if isinstance(node, ast.Constant):
@@ -686,12 +691,26 @@ class _Checker:
             values = self.strings.get(node.id)
             if values is not None and len(values) == 1:
                 return next(iter(values))
+            if node.id in getattr(self, "name_folds", {}):
+                return self.name_folds[node.id]
             value = getattr(self, "single", {}).get(node.id)
             return self.fold(value, depth + 1) if value is not None else None
         if isinstance(node, ast.BinOp):
-            if isinstance(node.op, ast.Add):
-                a, b = self.fold(node.left, depth + 1), self.fold(node.right, depth + 1)
-                return a + b if a is not None and b is not None and len(a) + len(b) <= limit else None
+            if isinstance(node.op, ast.Add):  # a chain of `+`, however long, is one step
+                operands, todo = [], [node]
+                while todo:
+                    item = todo.pop()
+                    if isinstance(item, ast.BinOp) and isinstance(item.op, ast.Add):
+                        todo += [item.right, item.left]
+                    else:
+                        operands.append(item)
+                texts = []
+                for operand in operands:
+                    text = self.fold(operand, depth + 1)
+                    if text is None:
+                        return None
+                    texts.append(text)
+                return "".join(texts) if sum(map(len, texts)) <= limit else None
             if isinstance(node.op, ast.Mult):
                 text, times = (self.fold(node.left, depth + 1), node.right) if not (
                     isinstance(node.left, ast.Constant) and isinstance(node.left.value, int)) else \
@@ -1626,7 +1645,7 @@ def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None, rul
     """
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):  # ValueError: null bytes; the parse error is reported elsewhere
+    except (SyntaxError, ValueError, RecursionError):  # null bytes, nesting too deep: reported elsewhere
         return []
     merged = dict(DEFAULT_POLICIES)
     for name, pol in (policies or {}).items():

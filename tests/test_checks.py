@@ -682,6 +682,17 @@ def test_a_string_spelled_from_parts_is_scanned_as_cpp_once() -> None:
                                         "(spelled from parts): py::exec"}
 
 
+def test_padding_does_not_hide_a_spelled_string() -> None:
+    """A long chain of `+` is one step, and names bound once are followed one link at a time: padding
+    either (`"" + "" + ... + "py::ex" + "ec("`, `a1 = a0 + ""`, ...) hides nothing."""
+    plus = 'import torch\nsrc = ' + " + ".join(['""'] * 300) + ' + "py::ex" + "ec(1);"\n'
+    names = "import torch\n" + "".join(f"a{i} = a{i - 1} + ''\n" if i else "a0 = 'py::ex'\n" for i in range(300))
+    names += "src = a299 + 'ec(1);'\n"
+    for src in (plus, names):
+        assert [f.name for f in static_flags(src)] == ["python_from_cpp"]
+    assert [f.name for f in static_flags(names.replace("'py::ex'", "'py::'"))] == []  # near miss: py::ec(
+
+
 def test_fallback_reported_on_helper_line() -> None:
     src = model("return self._mm(x)", methods="""
         def _mm(self, x):
