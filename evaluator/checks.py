@@ -55,8 +55,8 @@ What is seen and how names are resolved:
   `dlopen`/`dlsym` are introspection.
 * String scanning covers every string constant except bare expression statements
   (docstrings and the like, which cannot reach `load_inline`), and every string spelled from known
-  parts (`"py::ex" + "ec("`), whose findings beyond those of its parts are reported once. Comments inside C++ text are
-  not stripped: the word "stream" alone is harmless, but a comment that names
+  parts (`"py::ex" + "ec("`), whose findings beyond those of its parts are reported once. Comments
+  inside C++ text are not stripped: the word "stream" alone is harmless, but a comment that names
   `cudaStreamCreate` flags just as the call would. That keeps the rule simple and one-sided.
 * The checks are best-effort and static: code built at run time (`exec`, dynamic `getattr`)
   is itself flagged as `dynamic_code` (reject), because it would blind every other check.
