@@ -22,7 +22,12 @@ draw them). Reading rules (what makes a ranking honest):
 Summary metrics per model x prompt variant (and overall, golden kernels excluded):
 outcome counts, `fast_p` (KernelBench: the share of ALL samples that are correct and faster
 than p times the baseline), the geometric mean and the best speedup over correct samples,
-and the tokens and request latency spent (from the generations table). A sample is a
+and what the requests cost (from the generations table, harness.spend): requests, tokens
+(prompt, completion, reasoning), tokens per sample and per correct candidate (correct@tier),
+request latency, and with prices (`[prices.MODEL]` in harness.toml, else those stored with the
+run) the cost and the cost per correct candidate. Every request counts: a sample's own and the
+extra requests that salvaged its reply when the token limit cut it off (harness.salvage); each
+row of a candidate carries its own sample's spend, and what salvage did (`salvage`). A sample is a
 requested generation: samples whose request failed (`no_reply`) or that were not evaluated
 (`not_evaluated`) count in the denominator too.
 
@@ -49,8 +54,10 @@ from typing import Any, TypeVar
 
 from evaluator.identity import Judge
 from evaluator.records import Flag, FlagPolicy, Status, Verdict
+from harness.config import TokenPrices
 from harness.outcomes import Outcome
-from harness.records import Candidate, Generation, Run
+from harness.records import Candidate, Generation, Run, Salvage, SalvageOutcome
+from harness.spend import Prices, Spend
 from harness.store import NO_MODEL, Store, VerdictRow
 from harness.text import short_text
 
@@ -143,6 +150,16 @@ class Entry:
     created: str | None = None
     turn: int = 1                 # refinement turn that produced it (1: the first reply)
     parent: str | None = None     # id of the candidate it refines (turns >= 2)
+    spend: Spend | None = None    # its sample's requests (salvage included); None for golden kernels, baselines
+    salvage: Salvage | None = None  # what was done about its reply, cut off by the token limit
+
+    @property
+    def salvage_text(self) -> str | None:
+        """`truncated -> salvaged by continue after 2 extra requests`, or None."""
+        if self.salvage is None:
+            return None
+        before = self.salvage.before.reason.value if self.salvage.before.reason else "cut off"
+        return f"{before} → {self.salvage.note}"
 
     @property
     def chain(self) -> str | None:
@@ -185,7 +202,8 @@ class Entry:
             "speedup": dict(self.speedup),
             "flags": [f.model_dump(mode="json") for f in self.flags], "reason": self.reason,
             "evaluations": self.evaluations, "verdict_key": self.verdict_key, "source_sha256": self.source_sha256,
-            "created": self.created,
+            "created": self.created, "spend": self.spend.to_dict() if self.spend is not None else None,
+            "salvage": self.salvage.model_dump(mode="json", exclude={"before"}) if self.salvage is not None else None,
         }
 
 
@@ -203,15 +221,32 @@ class SummaryRow:
     fast_p: dict[str, dict[str, float | None]]   # baseline -> "fast_<p>" -> share
     geomean: dict[str, float | None]             # baseline -> geometric mean over ranked samples
     best: dict[str, float | None]                # baseline -> best speedup among ranked samples
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    latency_s: float = 0.0
+    spend: Spend = field(default_factory=Spend)  # the requests of its runs' samples (salvage included)
     reference: bool = False            # golden kernels: not part of `all`
     turn: int | None = None            # a row of one refinement turn's samples (None: all turns)
     chains: int | None = None          # chains of refinement turns (None: no candidate of turn > 1)
     rescued: int | None = None         # chains whose first turn is not ranked and a later turn is
+    cut_off: int = 0                   # samples whose reply the token limit cut off without usable code...
+    salvaged: int = 0                  # ...and of those, salvaged into a usable one
+
+    requests = property(lambda self: self.spend.requests)
+    prompt_tokens = property(lambda self: self.spend.prompt_tokens)
+    completion_tokens = property(lambda self: self.spend.completion_tokens)
+    total_tokens = property(lambda self: self.spend.total_tokens)
+    latency_s = property(lambda self: self.spend.latency_s)
+
+    @property
+    def tokens_per_sample(self) -> float | None:
+        return self.spend.tokens_per(self.samples)
+
+    @property
+    def tokens_per_correct(self) -> float | None:
+        """Tokens spent per candidate correct at the tier (None when none is)."""
+        return self.spend.tokens_per(self.ranked)
+
+    @property
+    def cost_per_correct(self) -> float | None:
+        return self.spend.cost_per(self.ranked)
 
     def to_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"turn": self.turn} if self.turn is not None else {}
@@ -221,8 +256,12 @@ class SummaryRow:
             "model": self.model, "variant": self.variant, **extra, "samples": self.samples, "counts": self.counts,
             "correct_at_tier": self.ranked, "below_tier": self.below_tier, "rejected": self.rejected,
             "fast_p": self.fast_p, "geomean_speedup": self.geomean, "best_speedup": self.best,
-            "requests": self.requests, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "total_tokens": self.total_tokens,
+            "requests": self.requests, "salvage_requests": self.spend.salvage_requests,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.spend.reasoning_tokens, "total_tokens": self.total_tokens,
+            "tokens_per_sample": self.tokens_per_sample, "tokens_per_correct": self.tokens_per_correct,
+            "cost_usd": self.spend.cost, "cost_per_correct_usd": self.cost_per_correct,
+            "cut_off": self.cut_off, "salvaged": self.salvaged,
             "latency_s": round(self.latency_s, 3), "reference": self.reference,
         }
 
@@ -237,11 +276,13 @@ class ChainRow:
     variant: str
     entries: list[Entry]              # by turn, then name
     best: Entry | None                # the best ranked candidate (the leaderboard's order); None when none is
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    latency_s: float = 0.0
+    spend: Spend = field(default_factory=Spend)   # the requests of all its turns (salvage included)
+
+    requests = property(lambda self: self.spend.requests)
+    prompt_tokens = property(lambda self: self.spend.prompt_tokens)
+    completion_tokens = property(lambda self: self.spend.completion_tokens)
+    total_tokens = property(lambda self: self.spend.total_tokens)
+    latency_s = property(lambda self: self.spend.latency_s)
 
     @property
     def first(self) -> Entry | None:
@@ -268,7 +309,7 @@ class ChainRow:
             "best_speedup": dict(best.speedup) if best else None, "rescued": self.rescued,
             "candidates": [e.name for e in self.entries], "requests": self.requests,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens, "latency_s": round(self.latency_s, 3),
+            "total_tokens": self.total_tokens, "cost_usd": self.spend.cost, "latency_s": round(self.latency_s, 3),
         }
 
 
@@ -293,6 +334,21 @@ class Board:
     def multi_turn(self) -> bool:
         """Some candidate comes from a refinement turn: the board shows turns, parents and chains."""
         return any(e.turn > 1 for e in self.candidates)
+
+    @property
+    def salvaging(self) -> bool:
+        """Some candidate's reply was cut off by the token limit and salvage was tried: the board says how it went."""
+        return any(e.salvage is not None for e in self.candidates)
+
+    @property
+    def spent(self) -> bool:
+        """Some candidate's requests are known (a generate run's): the rows show their tokens."""
+        return any(e.spend is not None for e in self.candidates)
+
+    @property
+    def priced(self) -> bool:
+        """Some summary row has a cost: the summary shows it."""
+        return any(s.spend.cost is not None for s in self.summary)
 
     @property
     def rows(self) -> list[Entry]:
@@ -353,6 +409,7 @@ def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: Stale
         runtime_ms=v.runtime_ms, speedup=dict(v.speedup), flags=list(v.flags), verdict=v,
         verdict_key=row.verdict_key, source_sha256=row.source_sha256, created=row.created,
         turn=candidate.turn if candidate is not None else 1, parent=candidate.parent if candidate is not None else None,
+        salvage=candidate.salvage if candidate is not None else None,
     )
 
 
@@ -373,6 +430,24 @@ def sample_path_key(sample: str) -> tuple:
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in sample.split("/"))
 
 
+def generation_path(generation: Generation) -> str:
+    """The sample path a generation (a sample's own request or one salvaging its reply) belongs to."""
+    return generation.lineage if generation.turn > 1 and generation.lineage else str(generation.sample_index)
+
+
+def run_prices(run: Run, prices: Prices | None = None) -> dict[str, TokenPrices]:
+    """The prices a run's requests are counted at: those stored with the run (its config's `prices`), the
+    ones given (the current config's) over them."""
+    out: dict[str, TokenPrices] = {}
+    for model, value in (run.config.get("prices") or {}).items():
+        try:
+            out[model] = TokenPrices.model_validate(value)
+        except ValueError:
+            continue  # a run stored with prices this harness cannot read: not counted at them
+    out.update(prices or {})
+    return out
+
+
 def _turn_of_path(path: str) -> int:
     # `0/2/3` was asked for at turn 3 (its last step), `0` at turn 1
     last = path.rsplit("/", 1)[-1]
@@ -385,9 +460,8 @@ def missing_sample_entries(store: Store, run: Run, judged: set[str]) -> list[Ent
     samples = int(run.config.get("samples") or 0)
     generations: dict[str, Generation] = {}
     for g in sorted(store.list_generations(run.id), key=lambda g: g.created):  # the newest of a path wins
-        path = g.lineage if g.turn > 1 else str(g.sample_index)
-        if path is not None:
-            generations[path] = g
+        if g.salvage_of is None:  # (a salvage request is not a sample of its own)
+            generations[generation_path(g)] = g
     candidates = {c.id: c for c in store.list_candidates(run.id)}
     refined = {c.sample for c in candidates.values() if c.turn > 1}
     entries = []
@@ -410,7 +484,8 @@ def missing_sample_entries(store: Store, run: Run, judged: set[str]) -> list[Ent
             kind="candidate", name=cid, gpu=run.device_name, problem=_run_problem(run),
             size=str(run.config.get("size") or ""), status=outcome.value, outcome=outcome, reason=reason,
             run_id=run.id, sample=path, candidate_id=cid, model=run.config.get("model") or NO_MODEL,
-            variant=run.config.get("variant") or NO_MODEL, turn=turn, parent=parent))
+            variant=run.config.get("variant") or NO_MODEL, turn=turn, parent=parent,
+            salvage=candidate.salvage if candidate is not None else None))
     return entries
 
 
@@ -487,9 +562,10 @@ def timed_baselines(entries: Iterable[Entry]) -> set[str]:
 
 def summarize(entries: Sequence[Entry], model: str, variant: str, runs: Sequence[Run] = (),
               generations: dict[str, list] | None = None, reference: bool = False,
-              timed: set[str] | None = None) -> SummaryRow:
+              timed: set[str] | None = None, prices: Mapping[str, Prices] | None = None) -> SummaryRow:
     """Summary metrics over candidate entries (see the module docstring). `timed`: the
-    baselines timed on this GPU (fast_p vs a baseline never timed there is None, not 0)."""
+    baselines timed on this GPU (fast_p vs a baseline never timed there is None, not 0).
+    `generations` and `prices` are by run id: what each run asked for, and its prices."""
     counts: dict[str, int] = {}
     for e in entries:
         counts[e.status] = counts.get(e.status, 0) + 1
@@ -510,25 +586,23 @@ def summarize(entries: Sequence[Entry], model: str, variant: str, runs: Sequence
     row = SummaryRow(model=model, variant=variant, samples=len(entries), counts=counts, ranked=len(ranked),
                      below_tier=sum(e.outcome == Outcome.below_tier for e in entries),
                      rejected=sum(e.outcome == Outcome.rejected for e in entries), fast_p=fast, geomean=geo,
-                     best=best, reference=reference)
+                     best=best, reference=reference,
+                     cut_off=sum(e.salvage is not None for e in entries),
+                     salvaged=sum(e.salvage is not None and e.salvage.outcome == SalvageOutcome.salvaged
+                                  for e in entries))
     for run in runs:
-        add_spend(row, (generations or {}).get(run.id, []))
+        add_spend(row, (generations or {}).get(run.id, []), (prices or {}).get(run.id))
     return row
 
 
-def add_spend(row: SummaryRow | ChainRow, generations: Iterable[Generation]) -> None:
-    """Add the requests, tokens and request latency of `generations` to `row`."""
-    for g in generations:
-        usage = g.completion.usage
-        row.requests += g.completion.attempts
-        row.prompt_tokens += usage.prompt_tokens or 0
-        row.completion_tokens += usage.completion_tokens or 0
-        row.total_tokens += usage.total_tokens or ((usage.prompt_tokens or 0) + (usage.completion_tokens or 0))
-        row.latency_s += g.completion.latency_s
+def add_spend(row: SummaryRow | ChainRow, generations: Iterable[Generation], prices: Prices | None = None) -> None:
+    """Add the requests, tokens, request latency and cost of `generations` to `row`."""
+    row.spend.add_all(generations, prices)
 
 
 def chain_rows(entries: Sequence[Entry], model: str, variant: str,
-               generations: dict[str, list[Generation]] | None = None) -> list[ChainRow]:
+               generations: dict[str, list[Generation]] | None = None,
+               prices: Mapping[str, Prices] | None = None) -> list[ChainRow]:
     """One row per chain of the runs among `entries` that have a candidate of turn > 1: its
     candidates, its best ranked one, and what its requests (every turn's) cost."""
     multi = {e.run_id for e in entries if e.turn > 1}
@@ -542,13 +616,15 @@ def chain_rows(entries: Sequence[Entry], model: str, variant: str,
         good = [e for e in members if e.outcome == Outcome.correct]
         row = ChainRow(run_id=run_id, chain=chain, model=model, variant=variant, entries=members,
                        best=min(good, key=_rank_key) if good else None)
-        add_spend(row, (g for g in (generations or {}).get(run_id, []) if str(g.sample_index) == chain))
+        add_spend(row, (g for g in (generations or {}).get(run_id, []) if str(g.sample_index) == chain),
+                  (prices or {}).get(run_id))
         rows.append(row)
     return rows
 
 
 def turn_rows(entries: Sequence[Entry], model: str, variant: str, runs: Sequence[Run],
-              generations: dict[str, list[Generation]] | None, timed: set[str] | None) -> list[SummaryRow]:
+              generations: dict[str, list[Generation]] | None, timed: set[str] | None,
+              prices: Mapping[str, Prices] | None = None) -> list[SummaryRow]:
     """One summary row per turn of `entries` (when some is of turn > 1): the metrics over the samples
     asked for at that turn (fast_p's denominator), the tokens and latency of that turn's requests."""
     turns = sorted({e.turn for e in entries})
@@ -557,17 +633,19 @@ def turn_rows(entries: Sequence[Entry], model: str, variant: str, runs: Sequence
     rows = []
     for turn in turns:
         of_turn = {run_id: [g for g in gens if g.turn == turn] for run_id, gens in (generations or {}).items()}
-        row = summarize([e for e in entries if e.turn == turn], model, variant, runs, of_turn, timed=timed)
+        row = summarize([e for e in entries if e.turn == turn], model, variant, runs, of_turn, timed=timed,
+                        prices=prices)
         row.turn = turn
         rows.append(row)
     return rows
 
 
 def build_boards(store: Store, filters: Filters | None = None, tier: str = "loose",
-                 staleness: StalenessCheck | None = None) -> list[Board]:
+                 staleness: StalenessCheck | None = None, prices: Prices | None = None) -> list[Board]:
     """The boards (one per GPU) of everything in `store` that passes `filters`. `staleness`
     tells which verdicts were judged by other rules than the current ones (see
-    `current_rules`); None trusts every verdict."""
+    `current_rules`); None trusts every verdict. `prices` (by model, USD per million tokens)
+    over those stored with each run give the cost (harness.spend)."""
     f = filters or Filters()
     rows = store.list_verdicts(run=f.run, model=f.model, problem=f.problem, size=f.size, variant=f.variant)
     runs = {r.id: r for r in store.list_runs()}
@@ -580,6 +658,15 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
     if f.gpu is not None:
         entries = [e for e in entries if e.gpu == f.gpu]
     generations = {run.id: store.list_generations(run.id) for run in gen_runs}
+    costs = {run.id: run_prices(run, prices) for run in gen_runs}
+    # each sample's own spend: its requests, salvage included (a run's samples are its paths)
+    by_path: dict[tuple[str, str], list[Generation]] = {}
+    for run_id, gens in generations.items():
+        for g in gens:
+            by_path.setdefault((run_id, generation_path(g)), []).append(g)
+    for e in entries:
+        if e.kind == "candidate" and e.run_id in generations and e.sample is not None:
+            e.spend = Spend().add_all(by_path.get((e.run_id, e.sample), []), costs[e.run_id])
     boards = []
     for gpu in sorted({e.gpu for e in entries}):
         mine = [e for e in entries if e.gpu == gpu]
@@ -600,15 +687,15 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
         for (model, variant), members in sorted(groups.items()):
             members_runs = [run for run in board_runs if (run.config.get("model") or NO_MODEL) == model
                             and (run.config.get("variant") or NO_MODEL) == variant]
-            row = summarize(members, model, variant, members_runs, generations, timed=timed)
-            chains = chain_rows(members, model, variant, generations)
+            row = summarize(members, model, variant, members_runs, generations, timed=timed, prices=costs)
+            chains = chain_rows(members, model, variant, generations, costs)
             if chains:
                 row.chains, row.rescued = len(chains), sum(c.rescued for c in chains)
                 board.chains += chains
-                board.turns += turn_rows(members, model, variant, members_runs, generations, timed)
+                board.turns += turn_rows(members, model, variant, members_runs, generations, timed, costs)
             board.summary.append(row)
         if cands:
-            overall = summarize(cands, "all", "all", board_runs, generations, timed=timed)
+            overall = summarize(cands, "all", "all", board_runs, generations, timed=timed, prices=costs)
             if board.chains:
                 overall.chains, overall.rescued = len(board.chains), sum(c.rescued for c in board.chains)
             board.summary.append(overall)

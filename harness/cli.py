@@ -112,6 +112,14 @@ def run_cli(
     timeout: Optional[float] = typer.Option(None, help="Seconds per request (default: 600)."),
     retries: Optional[int] = typer.Option(None, min=0, help="Retries on 429/5xx/timeouts/connection errors (default: 4)."),
     retry_failed: Optional[bool] = typer.Option(None, "--retry-failed", help="Ask again for stored failed requests."),
+    salvage: Optional[str] = typer.Option(None, help=(
+        "A reply cut off by the token limit without usable code: continue (ask the model to go on where it "
+        "stopped, parse the joined reply), conclude (ask for the final code now), or off (default: continue).")),
+    salvage_requests: Optional[int] = typer.Option(None, min=0, help=(
+        "Most extra requests spent salvaging one cut-off reply; 0 turns salvage off (default: 2).")),
+    salvage_native: Optional[bool] = typer.Option(None, "--salvage-native/--no-salvage-native", help=(
+        "Continue through the server's own continuation of the final assistant message (vLLM's "
+        "continue_final_message, in the request body) instead of asking in a user message (default: off).")),
     turns: Optional[int] = typer.Option(None, min=1, help="Turns per sample: each later turn answers feedback on the last verdict (default: 1)."),
     strategy: Optional[str] = typer.Option(None, help="What later turns refine: chain (each sample its own) or best (default: chain)."),
     keep: Optional[int] = typer.Option(None, min=1, help="best: how many best candidates (and failing chains) each turn refines (default: 2)."),
@@ -141,6 +149,8 @@ def run_cli(
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
     if strategy not in (None, "chain", "best"):
         raise usage_error(f"--strategy must be chain or best, not {strategy!r}")
+    if salvage not in (None, "continue", "conclude", "off"):
+        raise usage_error(f"--salvage must be continue, conclude or off, not {salvage!r}")
     body = None
     if extra_body is not None:
         try:
@@ -153,7 +163,8 @@ def run_cli(
         model=model, samples=samples, variant=variant, problem=problem, size=size, device=device, base_url=base_url,
         api_key_env=api_key_env, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
         extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
-        retry_failed=retry_failed, turns=turns, strategy=strategy, keep=keep, max_evaluations=max_evaluations,
+        retry_failed=retry_failed, salvage=salvage, salvage_requests=salvage_requests, salvage_native=salvage_native,
+        turns=turns, strategy=strategy, keep=keep, max_evaluations=max_evaluations,
         feedback_template=feedback_template, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected,
         jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
         store=store, runs_dir=runs_dir,
@@ -210,13 +221,15 @@ def leaderboard_cli(
     tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
     fmt: str = typer.Option("table", "--format", help="table|json|csv|md."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
+    config: Optional[Path] = typer.Option(None, help="Config file with token prices (default: ./harness.toml; env HARNESS_CONFIG)."),
 ) -> None:
     """Ranked candidates per GPU with their baselines and golden kernels, then summary metrics."""
     from harness.board import Filters
     from harness.commands import leaderboard_command
 
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
-    raise typer.Exit(leaderboard_command(store=store, filters=filters, tier=tier, fmt=fmt, console=console))
+    raise typer.Exit(leaderboard_command(store=store, filters=filters, tier=tier, fmt=fmt, console=console,
+                                         config_file=config))
 
 
 @app.command("report")
@@ -230,10 +243,12 @@ def report_cli(
     gpu: Optional[str] = typer.Option(None, help="Only this GPU."),
     tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
+    config: Optional[Path] = typer.Option(None, help="Config file with token prices (default: ./harness.toml; env HARNESS_CONFIG)."),
 ) -> None:
     """Write one self-contained HTML report (summary, leaderboard, charts, every candidate)."""
     from harness.board import Filters
     from harness.commands import report_command
 
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
-    raise typer.Exit(report_command(store=store, filters=filters, tier=tier, out=out, console=console))
+    raise typer.Exit(report_command(store=store, filters=filters, tier=tier, out=out, console=console,
+                                    config_file=config))

@@ -6,9 +6,13 @@ printed. The renderers (terminal, markdown, CSV, HTML) only pick which columns, 
   HTML: model and variant share a column, problem/size only when the board has several,
   speedup columns only for baselines timed on the board's GPU) are lists of those keys.
   `full_view(board)` and `csv_view(boards)` add the turn and parent (`TURN_KEYS`, and the chain
-  in CSV) when a board holds a candidate of a refinement turn > 1; so does `compact_view`.
+  in CSV) when a board holds a candidate of a refinement turn > 1; so does `compact_view`. What
+  salvage did about a reply cut off by the token limit (`salvage`) is a column wherever a board
+  has such a candidate; each row's tokens (its sample's requests, salvage included) wherever a
+  board has a generate run's candidate (CSV: every count, always).
 - `SUMMARY_COLUMNS`, `OUTCOME_VIEW`, `SPEED_VIEW`: the same for the summary rows;
-  `outcome_view(board)` adds the chain counts, `TURN_VIEW` is the per-turn summary rows'.
+  `outcome_view(board)` adds the chain counts, the salvaged replies and the cost where the board has
+  them; `TURN_VIEW` is the per-turn summary rows'.
 - `CHAIN_COLUMNS` and `chain_view(board)`: the rows of chains of refinement turns.
 """
 
@@ -20,7 +24,7 @@ from typing import Any
 
 from harness.board import FAST_P, FAST_P_BASELINES, SPEEDUP_BASELINES, Board, ChainRow, Entry, SummaryRow
 from harness.store import NO_MODEL
-from harness.text import fmt_err, fmt_flags, fmt_ms, fmt_share, fmt_speedup
+from harness.text import fmt_cost, fmt_err, fmt_flags, fmt_ms, fmt_share, fmt_speedup, fmt_tokens
 
 
 @dataclass(frozen=True)
@@ -80,15 +84,32 @@ _ENTRY_COLUMNS = [
            raw=lambda e: e.parent),
     Column("chain", "chain", lambda e: e.chain or "" if e.kind == "candidate" else "",
            raw=lambda e: e.chain if e.kind == "candidate" else None),
+    # what its sample's requests cost (its own and those salvaging its reply), and what salvage did
+    Column("tokens", "tokens", lambda e: fmt_tokens(e.spend.total_tokens) if e.spend else "",
+           raw=lambda e: e.spend.total_tokens if e.spend else None, numeric=True),
+    Column("requests", "requests", lambda e: str(e.spend.requests) if e.spend else "",
+           raw=lambda e: e.spend.requests if e.spend else None, numeric=True),
+    Column("salvage_requests", "salvage requests", lambda e: str(e.spend.salvage_requests) if e.spend else "",
+           raw=lambda e: e.spend.salvage_requests if e.spend else None, numeric=True),
+    Column("prompt_tokens", "prompt tokens", lambda e: fmt_tokens(e.spend.prompt_tokens) if e.spend else "",
+           raw=lambda e: e.spend.prompt_tokens if e.spend else None, numeric=True),
+    Column("completion_tokens", "completion tokens", lambda e: fmt_tokens(e.spend.completion_tokens) if e.spend else "",
+           raw=lambda e: e.spend.completion_tokens if e.spend else None, numeric=True),
+    Column("reasoning_tokens", "reasoning tokens", lambda e: fmt_tokens(e.spend.reasoning_tokens) if e.spend else "",
+           raw=lambda e: e.spend.reasoning_tokens if e.spend else None, numeric=True),
+    Column("cost", "cost", lambda e: fmt_cost(e.spend.cost) if e.spend else "",
+           raw=lambda e: e.spend.cost if e.spend else None, numeric=True),
+    Column("salvage", "salvage", lambda e: e.salvage_text or "", raw=lambda e: e.salvage_text),
 ]
 ENTRY_COLUMNS: dict[str, Column] = {c.key: c for c in _ENTRY_COLUMNS}
 
 SPEEDUP_KEYS = tuple(f"speedup_{b}" for b in SPEEDUP_BASELINES)
 FULL_VIEW = ("rank", "candidate", "model", "variant", "problem_size", "status", "tiers", "max_abs_err", "runtime_ms",
-             *SPEEDUP_KEYS, "flags", "reason")
+             *SPEEDUP_KEYS, "flags", "reason", "tokens")
 CSV_VIEW = ("gpu", "section", "rank", "kind", "candidate", "model", "variant", "problem", "size", "status", "outcome",
             "tiers", "max_abs_err", "max_rel_err", "runtime_ms", *SPEEDUP_KEYS, "flags", "reason", "run_id", "sample",
-            "evaluations")
+            "evaluations", "requests", "salvage_requests", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+            "tokens", "cost")
 
 
 TURN_KEYS = ("turn", "parent")   # after the candidate, on boards with refinement turns
@@ -102,6 +123,14 @@ def _with_turns(keys: Sequence[str], board: Board) -> list[str]:
     return keys
 
 
+def _with_salvage(keys: list[str], board: Board) -> list[str]:
+    # before the reason: the salvage note says how the reply that reason is about came to be
+    if board.salvaging:
+        at = keys.index("reason") if "reason" in keys else len(keys)
+        keys[at:at] = ["salvage"]
+    return keys
+
+
 def compact_view(board: Board) -> list[Column]:
     """The columns the terminal and the HTML report show for `board` (see the module docstring)."""
     timed = {b for e in board.rows for b in e.speedup}
@@ -109,7 +138,8 @@ def compact_view(board: Board) -> list[Column]:
     keys += ["problem_size"] if len(board.groups) > 1 else []
     keys += ["status", "tiers", "max_abs_err", "runtime_ms"]
     keys += [f"speedup_{b}" for b in SPEEDUP_BASELINES if b == "eager" or b in timed]
-    return [ENTRY_COLUMNS[k] for k in keys + ["flags", "reason"]]
+    keys += ["tokens"] if board.spent else []
+    return [ENTRY_COLUMNS[k] for k in _with_salvage(keys + ["flags", "reason"], board)]
 
 
 def view(keys: Sequence[str]) -> list[Column]:
@@ -117,14 +147,16 @@ def view(keys: Sequence[str]) -> list[Column]:
 
 
 def full_view(board: Board) -> list[Column]:
-    """The markdown's columns for `board`: FULL_VIEW, with the turn and parent when it has turns."""
-    return view(_with_turns(FULL_VIEW, board))
+    """The markdown's columns for `board`: FULL_VIEW, with the turn and parent when it has turns, and the
+    salvage note when a reply was salvaged."""
+    return view(_with_salvage(_with_turns(FULL_VIEW, board), board))
 
 
 def csv_view(boards: Sequence[Board]) -> list[Column]:
-    """The CSV's columns: CSV_VIEW, then turn, parent and chain when a board has turns (at the end,
-    so the other columns keep their places)."""
-    return view(CSV_VIEW + (("turn", "parent", "chain") if any(b.multi_turn for b in boards) else ()))
+    """The CSV's columns: CSV_VIEW, then turn, parent and chain when a board has turns, and the salvage
+    note when a reply was salvaged (at the end, so the other columns keep their places)."""
+    return view(CSV_VIEW + (("turn", "parent", "chain") if any(b.multi_turn for b in boards) else ())
+                + (("salvage",) if any(b.salvaging for b in boards) else ()))
 
 
 # -- summary rows ---------------------------------------------------------------------------------
@@ -164,6 +196,13 @@ _SUMMARY_COLUMNS = [
     Column("correct@tier", "correct@tier", lambda s: str(s.ranked), numeric=True),
     Column("not judged", "not judged", _not_judged, numeric=True),
     Column("tokens", "tokens", lambda s: f"{s.total_tokens:,}" if s.requests else "-", numeric=True),
+    Column("tokens/sample", "tokens/sample", lambda s: fmt_tokens(s.tokens_per_sample) if s.requests else "-",
+           numeric=True),
+    Column("tokens/correct", "tokens/correct", lambda s: fmt_tokens(s.tokens_per_correct) if s.requests else "-",
+           numeric=True),
+    Column("cost", "cost", lambda s: fmt_cost(s.spend.cost), numeric=True),
+    Column("cost/correct", "cost/correct", lambda s: fmt_cost(s.cost_per_correct), numeric=True),
+    Column("salvaged", "salvaged", lambda s: f"{s.salvaged}/{s.cut_off}" if s.cut_off else "-", numeric=True),
     Column("latency s", "latency s", lambda s: f"{s.latency_s:.1f}" if s.requests else "-", numeric=True),
     *[c for b in FAST_P_BASELINES for c in _speed_columns(b)],
     # refinement turns
@@ -172,10 +211,12 @@ _SUMMARY_COLUMNS = [
     Column("rescued", "rescued", lambda s: str(s.rescued) if s.rescued is not None else "-", numeric=True),
 ]
 SUMMARY_COLUMNS: dict[str, Column] = {c.key: c for c in _SUMMARY_COLUMNS}
-OUTCOME_VIEW = ("model", "variant", "samples", *COUNTED_COLUMNS, "correct@tier", "not judged", "tokens", "latency s")
+OUTCOME_VIEW = ("model", "variant", "samples", *COUNTED_COLUMNS, "correct@tier", "not judged", "tokens",
+                "tokens/sample", "tokens/correct", "latency s")
 SPEED_VIEW = ("model", "variant", *[c.key for b in FAST_P_BASELINES for c in _speed_columns(b)])
 # one row per model x variant x turn: `samples` are those asked for at that turn (fast_p's denominator)
-TURN_VIEW = ("model", "variant", "turn", "samples", "correct@tier", "not judged", "tokens", "latency s",
+TURN_VIEW = ("model", "variant", "turn", "samples", "correct@tier", "not judged", "tokens", "tokens/correct",
+             "latency s",
              *[c.key for b in FAST_P_BASELINES for c in _speed_columns(b)])
 
 # What the tables of refinement turns hold (terminal, markdown and HTML).
@@ -191,8 +232,13 @@ def summary_view(keys: Sequence[str]) -> list[Column]:
 
 
 def outcome_view(board: Board) -> list[Column]:
-    """The outcome summary's columns: OUTCOME_VIEW, then chains and rescued chains when the board has turns."""
-    return summary_view(OUTCOME_VIEW + (("chains", "rescued") if board.multi_turn else ()))
+    """The outcome summary's columns: OUTCOME_VIEW with the cost (and per correct candidate) when some row
+    has prices and the salvaged replies (of those cut off) when some were, then chains and rescued chains
+    when the board has turns."""
+    keys = list(OUTCOME_VIEW)
+    at = keys.index("latency s")
+    keys[at:at] = (["cost", "cost/correct"] if board.priced else []) + (["salvaged"] if board.salvaging else [])
+    return summary_view(keys + (["chains", "rescued"] if board.multi_turn else []))
 
 
 # -- chains of refinement turns -------------------------------------------------------------------

@@ -42,6 +42,18 @@ def default_store_path() -> Path:
         return Path(os.environ.get("HARNESS_STORE") or DEFAULT_STORE)
 
 
+def configured_prices(config_file: Path | None = None) -> dict:
+    """The token prices of harness.toml (or `config_file`, or HARNESS_CONFIG), by model; none when the
+    config cannot be read (the boards then use the prices stored with each run)."""
+    from harness.config import ConfigError, resolve_config
+
+    try:
+        return dict(resolve_config({}, config_file=config_file).prices)
+    except ConfigError as error:
+        _err.print(f"[yellow]warning:[/] token prices not read: {error}")
+        return {}
+
+
 def _bad_tier(tier: str) -> bool:
     if tier not in TIERS:
         _err.print(f"[red]error:[/] --tier must be one of {', '.join(TIERS)}, not {tier!r}")
@@ -59,7 +71,8 @@ def _open_existing(path: Path) -> Store:
 # -- reading the store ----------------------------------------------------------------------------
 
 def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "loose", fmt: str = "table",
-                        console: Console | None = None, out: io.TextIOBase | None = None) -> int:
+                        console: Console | None = None, out: io.TextIOBase | None = None,
+                        config_file: Path | None = None) -> int:
     """`harness leaderboard`. Returns the exit code (0, or 2 for a bad option or store)."""
     console = console or Console()
     if _bad_tier(tier):
@@ -70,7 +83,7 @@ def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "lo
     path = store or default_store_path()
     try:
         with _open_existing(path) as db:
-            boards = build_boards(db, filters, tier, staleness=current_rules())
+            boards = build_boards(db, filters, tier, staleness=current_rules(), prices=configured_prices(config_file))
     except StoreError as error:
         _err.print(f"[red]error:[/] {error}")
         return 2
@@ -92,7 +105,7 @@ def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "lo
 
 
 def report_command(*, store: Path | None, filters: Filters, tier: str = "loose", out: Path = Path("report.html"),
-                   console: Console | None = None) -> int:
+                   console: Console | None = None, config_file: Path | None = None) -> int:
     """`harness report`: write the HTML file. Returns the exit code (0, or 2 for a bad option or store)."""
     from harness.report import render_report
 
@@ -102,7 +115,7 @@ def report_command(*, store: Path | None, filters: Filters, tier: str = "loose",
     path = store or default_store_path()
     try:
         with _open_existing(path) as db:
-            boards = build_boards(db, filters, tier, staleness=current_rules())
+            boards = build_boards(db, filters, tier, staleness=current_rules(), prices=configured_prices(config_file))
             document = render_report(boards, db, store_path=str(path), filters=filters, tier=tier)
     except StoreError as error:
         _err.print(f"[red]error:[/] {error}")
@@ -298,8 +311,9 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
     server, nothing to evaluate), 2 for unusable settings."""
     from harness.config import ConfigError, resolve_config
     from harness.outcomes import Outcome
+    from harness.board import ranked_outcomes
     from harness.pipeline import RunError, execute_run
-    from harness.render import run_table
+    from harness.render import run_table, spend_line
 
     console = console or Console()
     try:
@@ -321,6 +335,9 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
     if any(o.status != Outcome.skipped for o in summary.outcomes):
         console.print(f"[bold]Run {summary.run.id}[/] on {summary.run.device_name}")
         console.print(run_table(summary))
+        correct = len(ranked_outcomes(summary.outcomes))  # correct at the loose tier, not rejected
+        console.print(f"[dim]{spend_line(summary.spend(cfg.prices), len(summary.outcomes), correct)}[/]",
+                      highlight=False)
     console.print(f"[dim]{judged}/{len(summary.outcomes)} judged; {summary.requests} request(s), "
                   f"{summary.evaluated} evaluation(s) this time; store {cfg.store}[/]")
     return summary.exit_code

@@ -11,6 +11,9 @@ RunConfig fields at its top level or under a `[run]` table, e.g.
     temperature = 0.6
     [extra_body]
     reasoning_effort = "high"
+    [prices."Qwen/Qwen3-32B"]      # USD per million tokens: the leaderboard shows cost
+    prompt = 0.1
+    completion = 0.3
 
 Environment: `OPENAI_BASE_URL` (base_url), `HARNESS_MODEL` (model), `HARNESS_STORE`
 (store), `HARNESS_RUNS_DIR` (runs_dir). The API key itself is never part of the config
@@ -51,6 +54,17 @@ class ConfigError(ValueError):
     """The configuration cannot be used (bad file, unknown key, wrong type)."""
 
 
+class TokenPrices(BaseModel):
+    """What a model's tokens cost, in US dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: float = Field(ge=0, description="USD per million prompt tokens.")
+    completion: float = Field(ge=0, description="USD per million completion tokens (reasoning tokens are among them).")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.prompt + completion_tokens * self.completion) / 1e6
+
+
 class RunConfig(BaseModel):
     """Everything a run depends on. Stored with the run (as JSON), so it holds no secret."""
 
@@ -78,6 +92,19 @@ class RunConfig(BaseModel):
     max_retries: int = Field(4, ge=0, description="Retries of a request after 429, 5xx, timeout or connection errors.")
     retry_base_delay_s: float = Field(1.0, ge=0, description="First backoff delay; doubles on each retry (with jitter).")
     retry_failed: bool = Field(False, description="Ask again for stored samples whose request failed (timeouts, 429, 5xx).")
+    # replies cut off by the token limit
+    salvage: Literal["continue", "conclude", "off"] = Field("continue", description=(
+        "A reply cut off by the token limit (finish reason `length`) without usable ModelNew: `continue` asks the "
+        "model to go on where it stopped and parses the joined reply; `conclude` keeps its partial reasoning and asks "
+        "for the final code now (then continues that answer if it is cut off too); `off` keeps it as it is "
+        "(harness.salvage). A reply with usable code is never extended."))
+    salvage_requests: int = Field(2, ge=0, description="Most extra requests spent salvaging one cut-off reply (0: off).")
+    salvage_native: bool = Field(False, description=(
+        "Continue through the server's own continuation of the final assistant message (vLLM's "
+        "`continue_final_message`, sent in the request body) instead of a user message asking the model to go on."))
+    prices: dict[str, TokenPrices] = Field(default_factory=dict, description=(
+        "Token prices by model name (USD per million tokens): the run summary, the leaderboard and the report "
+        "show the cost of each model's requests."))
     # refinement
     turns: int = Field(1, ge=1, description=(
         "Turns per sample: 1 asks once; T continues each conversation T-1 times with feedback on its last verdict "
@@ -109,6 +136,11 @@ class RunConfig(BaseModel):
         """The API key, read from the variable `api_key_env` names (never stored)."""
         environ = os.environ if environ is None else environ
         return environ.get(self.api_key_env) or None
+
+    @property
+    def salvaging(self) -> bool:
+        """Whether replies cut off by the token limit are salvaged."""
+        return self.salvage != "off" and self.salvage_requests > 0
 
     def stored(self) -> dict[str, Any]:
         """The config as stored with the run (JSON-safe)."""

@@ -58,6 +58,14 @@ class CodeBlock:
         return bool(_MODEL_NEW.search(self.body))
 
 
+def fence_language(line: str) -> str | None:
+    """The language of a fence line (`python`; `` for a bare fence), None for a line that is no fence. Pure."""
+    match = _FENCE_OPEN.match(line)
+    if match is None:
+        return None
+    return match["info"].split()[0].lower() if match["info"].strip() else ""
+
+
 def strip_reasoning(text: str) -> str:
     """The reply with reasoning spans blanked out. Newlines inside them are kept so that
     line numbers still point into the original reply."""

@@ -3,10 +3,12 @@
 One run renders the prompt once, asks the model for `samples` replies concurrently, takes the
 candidate out of each reply, writes `<runs_dir>/<run-id>/<sample>/{prompt.md, reply.md,
 generation.json, candidate.py}`, evaluates each parsed candidate in the evaluator's sandbox,
-stores every record and ends with a ranked table.
+stores every record and ends with a ranked table. A reply the server cut off at the token limit
+without usable code is salvaged first (harness.salvage: continued or concluded by extra requests,
+each stored like a reply), and the candidate is taken out of the salvaged reply.
 
 Resume: a reply is stored under its generation key (problem, rendered prompt, model, params,
-sample index) and a verdict under its verdict key (source hash, problem, size, device name
+sample index; a salvage request under its own conversation) and a verdict under its verdict key (source hash, problem, size, device name
 and the fingerprint of the rules that judged it: evaluator.identity), so running the same
 settings again asks the model for nothing and re-evaluates nothing already judged, while a
 change to the evaluator or the problem re-judges everything. The default run id is derived from the settings, so a
@@ -44,6 +46,8 @@ from harness.outcomes import Outcome
 from harness.parsing import parse_reply
 from harness.prompts import PromptError, format_messages, render_prompt
 from harness.providers import Provider, RetryPolicy, is_replay, make_provider
+from harness.salvage import Requests, Salvaged, SalvagePrompts, SalvageState, needs_salvage, run_salvage
+from harness.spend import Prices, Spend
 from harness.records import (
     Candidate,
     Completion,
@@ -86,6 +90,21 @@ class SampleOutcome:
     messages: list[Message] = field(default_factory=list)  # the conversation it was asked with
     parse: ParseResult | None = None
     repeated: bool = False                          # its source was already in its chain: the chain ends
+    salvage: Salvaged | None = None                 # its reply was cut off by the token limit and salvaged
+
+    @property
+    def reply(self) -> list[Message]:
+        """The model's reply as a conversation goes on from it (refinement turns): the salvaged one (for
+        `conclude`, the cut-off reply, the request to conclude and the answer), else the reply as it came."""
+        if self.salvage is not None:
+            return list(self.salvage.messages)
+        return [Message(role="assistant", content=self.generation.completion.text if self.generation else "")]
+
+    @property
+    def generations(self) -> list[Generation]:
+        """Every request made for it: its own, then those salvaging its reply."""
+        own = [self.generation] if self.generation is not None else []
+        return own + (list(self.salvage.generations) if self.salvage is not None else [])
 
     def chain(self) -> list[SampleOutcome]:
         """This outcome and its ancestors, oldest first."""
@@ -128,6 +147,10 @@ class RunSummary:
     @property
     def exit_code(self) -> int:
         return 1 if self.fatal_error else 0
+
+    def spend(self, prices: Prices | None = None) -> Spend:
+        """What the run's requests cost, every sample's and every salvage request, stored or asked now."""
+        return Spend().add_all((g for o in self.outcomes for g in o.generations), prices)
 
     def ranked_outcomes(self) -> list[SampleOutcome]:
         """Best first: by outcome, then runtime, then sample number."""
@@ -173,7 +196,7 @@ def derive_run_id(cfg: RunConfig, messages: Sequence[Message], size: str, device
     settings, same id."""
     settings = {
         "problem": problem, "variant": cfg.variant, "model": cfg.model,
-        "params": base_params(cfg).model_dump(mode="json", exclude={"sample_index", "lineage"}),
+        "params": base_params(cfg).model_dump(mode="json", exclude={"sample_index", "lineage", "salvage"}),
         "messages": [m.model_dump() for m in messages], "size": size, "device": device,
         "compile_only": cfg.compile_only,
     }
@@ -227,10 +250,21 @@ def parse_error_verdict(candidate: Candidate, reply: str, ctx: RunContext) -> Ve
 # -- run folders ----------------------------------------------------------------------------------
 
 def write_sample_folder(folder: Path, messages: Sequence[Message], generation: Generation,
-                        parse: ParseResult | None) -> Path | None:
-    """prompt.md, reply.md (+ reasoning.md), generation.json and, when parsed, candidate.py.
+                        parse: ParseResult | None, salvaged: Salvaged | None = None) -> Path | None:
+    """prompt.md, reply.md (+ reasoning.md), generation.json and, when parsed, candidate.py; for a
+    salvaged reply also salvage/<n>.md and salvage/<n>.json (each extra request's reply and generation:
+    a replay folder reads them back) and salvaged.md (the reply the candidate was taken from).
     Returns the candidate path (None when there is no source)."""
     folder.mkdir(parents=True, exist_ok=True)
+    if salvaged is not None:
+        (folder / "salvage").mkdir(exist_ok=True)
+        for number, step in enumerate(salvaged.generations, 1):
+            (folder / "salvage" / f"{number}.json").write_text(step.model_dump_json(indent=2))
+            if step.completion.ok or step.completion.text:
+                (folder / "salvage" / f"{number}.md").write_text(step.completion.text)
+        (folder / "salvaged.md").write_text(salvaged.text)
+    elif (folder / "salvaged.md").exists():
+        (folder / "salvaged.md").unlink()
     (folder / "prompt.md").write_text(format_messages(messages))
     (folder / "generation.json").write_text(generation.model_dump_json(indent=2))
     completion = generation.completion
@@ -253,19 +287,6 @@ def write_sample_folder(folder: Path, messages: Sequence[Message], generation: G
 def _progress(console: Console) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console, transient=False)
-
-
-async def _generate(provider: Provider, todo: Sequence[tuple[int, GenerationParams]],
-                    messages_of: Callable[[int], Sequence[Message]],
-                    on_done: Callable[[int, GenerationParams, Completion], None]) -> None:
-    async def one(index: int, params: GenerationParams) -> None:
-        completion = await provider.generate(messages_of(index), params)
-        on_done(index, params, completion)
-
-    await asyncio.gather(*(one(i, p) for i, p in todo))
-    close = getattr(provider, "aclose", None)
-    if close is not None:
-        await close()
 
 
 def _default_evaluate(candidates: Sequence[Any], options: Any) -> Iterator[Verdict]:
@@ -337,13 +358,23 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
         messages = render_prompt(problem, cfg.variant, hardware=ctx.hardware, templates=cfg.templates)
     except PromptError as err:
         raise RunError(str(err)) from err
+    prompts = None
+    if cfg.salvaging:
+        try:  # rendered now, so that a broken template stops the run before any request
+            prompts = SalvagePrompts(problem, cfg.templates)
+            for name in ("continue", "conclude"):
+                prompts.message(name, False)
+        except PromptError as err:
+            raise RunError(str(err)) from err
     run_id = cfg.run_id or derive_run_id(cfg, messages, ctx.size, ctx.device, problem.name)
     run = store.put_run(_new_run(ctx, run_id, "generate", messages))
     summary = RunSummary(run=run)
     run_dir = cfg.runs_dir / run_id
     turns = f", {cfg.turns} turns ({cfg.strategy})" if cfg.turns > 1 else ""
+    salvage = (f", cut-off replies salvaged by {cfg.salvage}{' (native)' if cfg.salvage_native else ''} "
+               f"(at most {cfg.salvage_requests} extra request(s) each)" if cfg.salvaging else "")
     console.print(f"[bold]run {run_id}[/]: {problem.name}, variant {cfg.variant}, model {cfg.model}, "
-                  f"{cfg.samples} sample(s){turns}, size {ctx.size}, device {ctx.device} -> {run_dir}")
+                  f"{cfg.samples} sample(s){turns}, size {ctx.size}, device {ctx.device}{salvage} -> {run_dir}")
     asks = [Ask(sample=str(i), root=i, turn=1, messages=list(messages)) for i in range(cfg.samples)]
     for turn in range(1, cfg.turns + 1):
         if turn > 1:
@@ -351,7 +382,7 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
             if not asks:
                 console.print(f"[dim]turn {turn}: nothing left to refine ({refinement_stop_reason(ctx, summary)})[/]")
                 break
-        _run_turn(ctx, summary, run_id, run_dir, asks, turn, provider, environ)
+        _run_turn(ctx, summary, run_id, run_dir, asks, turn, provider, environ, prompts)
         if summary.fatal_error:
             break
     store.put_run(summary.run.model_copy(update={"fatal_error": summary.fatal_error}))
@@ -391,8 +422,8 @@ def select_parents(ctx: RunContext, summary: RunSummary, turn: int) -> list[Samp
 
 
 def refinements(ctx: RunContext, summary: RunSummary, turn: int) -> list[Ask]:
-    """Turn `turn`'s requests: each parent's conversation, its reply, and the feedback on its verdict
-    (harness.feedback), within the evaluation budget."""
+    """Turn `turn`'s requests: each parent's conversation, its reply (the salvaged one, when it was cut
+    off and salvaged), and the feedback on its verdict (harness.feedback), within the evaluation budget."""
     from harness.feedback import render_feedback
 
     cfg = ctx.cfg
@@ -404,9 +435,8 @@ def refinements(ctx: RunContext, summary: RunSummary, turn: int) -> list[Ask]:
         feedback = render_feedback(ctx.problem, source=parent.candidate.source if parent.candidate else None,
                                    parse=parent.parse, verdict=parent.verdict, hardware=ctx.hardware,
                                    template=cfg.feedback_template, templates=cfg.templates)
-        reply = Message(role="assistant", content=parent.generation.completion.text)
         asks.append(Ask(sample=f"{parent.sample}/{turn}", root=parent.root, turn=turn,
-                        messages=[*parent.messages, reply, feedback], parent=parent))
+                        messages=[*parent.messages, *parent.reply, feedback], parent=parent))
     return asks
 
 
@@ -420,63 +450,146 @@ def refinement_stop_reason(ctx: RunContext, summary: RunSummary) -> str:
     return ("every chain ended: no reply, not judged" + (f", or a source repeated ({repeated})" if repeated else ""))
 
 
+class _TurnProvider:
+    """The turn's provider, made on its first request (a turn whose replies and salvage requests are all
+    stored makes no client); the one given to `execute_run` (tests) when there is one. Counts what it sends."""
+
+    def __init__(self, given: Provider | None, make: Callable[[], Provider]):
+        self.provider, self.make, self.calls = given, make, 0
+        self.before = getattr(given, "requests", 0) if given is not None else 0
+
+    async def generate(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        if self.provider is None:
+            self.provider = self.make()
+        self.calls += 1
+        return await self.provider.generate(messages, params)
+
+    @property
+    def requests(self) -> int:
+        """Requests sent (retries included) or replay files read, through this wrapper."""
+        if not self.calls:
+            return 0
+        return getattr(self.provider, "requests", self.before + self.calls) - self.before
+
+    @property
+    def fatal(self):
+        return getattr(self.provider, "fatal", None) if self.provider is not None else None
+
+    async def aclose(self) -> None:
+        close = getattr(self.provider, "aclose", None) if self.calls else None
+        if close is not None:
+            await close()
+
+
 def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, asks: Sequence[Ask], turn: int,
-              provider: Provider | None, environ: dict[str, str]) -> None:
-    """One turn: replies (stored ones reused, the rest asked for concurrently), candidates taken out
-    of them and written to the run folder, verdicts. `provider` is the one given to `execute_run`
-    (tests); otherwise each turn makes its own (a client belongs to the event loop of its turn)."""
+              provider: Provider | None, environ: dict[str, str], prompts: SalvagePrompts | None = None) -> None:
+    """One turn: replies (stored ones reused, the rest asked for concurrently), each reply cut off by the
+    token limit without usable code salvaged (`prompts` given: harness.salvage), candidates taken out of
+    them and written to the run folder, verdicts. `provider` is the one given to `execute_run` (tests);
+    otherwise each turn makes its own (a client belongs to the event loop of its turn)."""
     cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
     where = f"turn {turn}: " if turn > 1 else ""
 
-    # 1. replies: stored ones are reused, the rest are asked for concurrently
+    # 1. replies: stored ones are reused, the rest are asked for concurrently; a cut-off reply is salvaged
+    #    as soon as it is there, its extra requests taken from the store when they are stored
     generations: dict[int, Generation] = {}
-    todo: list[tuple[int, GenerationParams]] = []
+    params_of: dict[int, GenerationParams] = {}
     keys: dict[int, str] = {}
+    todo: list[int] = []
     for position, ask in enumerate(asks):
         params = sample_params(cfg, ask.root)
         if turn > 1:
             params = params.model_copy(update={"lineage": ask.sample})
+        params_of[position] = params
         key = keys[position] = generation_key(problem.name, ask.messages, params, ask.root)
         stored = store.get_generation(key)
         if stored is not None and (stored.completion.ok or not cfg.retry_failed):
             generations[position] = stored
         else:
-            todo.append((position, params))
+            todo.append(position)
     reused = set(generations)
-    if todo:
-        if provider is None:  # closed by _generate at the end of the turn
-            provider = make_provider(
-                cfg.model or "", base_url=cfg.base_url, api_key=cfg.api_key(environ), concurrency=cfg.concurrency,
-                request_timeout_s=cfg.request_timeout_s,
-                retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s))
-        asked_before = getattr(provider, "requests", 0)
-        with _progress(console) as progress:
-            task = progress.add_task(f"{where}asking {cfg.model}", total=len(todo))
 
-            def done(position: int, params: GenerationParams, completion: Completion) -> None:
-                progress.advance(task)
+    def cut_off(generation: Generation) -> bool:
+        completion = generation.completion
+        return prompts is not None and needs_salvage(
+            completion, parse_reply(completion.text, completion.finish_reason) if completion.ok else None)
+
+    salvaged: dict[int, Salvaged] = {}
+    to_salvage = [position for position in sorted(reused) if cut_off(generations[position])]
+    if todo or to_salvage:
+        lazy = _TurnProvider(provider, lambda: make_provider(
+            cfg.model or "", base_url=cfg.base_url, api_key=cfg.api_key(environ), concurrency=cfg.concurrency,
+            request_timeout_s=cfg.request_timeout_s,
+            retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s)))
+        with _progress(console) as progress:
+            asking = progress.add_task(f"{where}asking {cfg.model}", total=len(todo)) if todo else None
+            salvaging: list[Any] = []  # the salvage task (added with the first cut-off reply), then each one
+
+            def record(position: int, key: str, messages: list[Message], params: GenerationParams,
+                       completion: Completion, salvage_of: str | None = None) -> Generation | None:
                 if completion.error is not None and completion.error.fatal:
-                    return  # a run-level failure, not this sample's outcome: nothing to keep
+                    return None  # a run-level failure, not this sample's outcome: nothing to keep
                 ask = asks[position]
-                generation = Generation(key=keys[position], run_id=run_id, problem=problem.name, variant=cfg.variant,
+                generation = Generation(key=key, run_id=run_id, problem=problem.name, variant=cfg.variant,
                                         sample_index=ask.root, turn=turn, lineage=ask.sample if turn > 1 else None,
-                                        messages=list(ask.messages), params=params, completion=completion)
+                                        messages=list(messages), params=params, completion=completion,
+                                        salvage_of=salvage_of)
                 if completion.error is None or completion.error.kind not in UNSTORED:
                     store.put_generation(generation)  # (a replay file not there yet is looked for again next time)
-                generations[position] = generation
+                return generation
 
-            asyncio.run(_generate(provider, todo, lambda position: asks[position].messages, done))
-        summary.requests += getattr(provider, "requests", asked_before + len(todo)) - asked_before
-        fatal = getattr(provider, "fatal", None)
+            async def one(position: int) -> None:
+                ask = asks[position]
+                if position not in generations:
+                    completion = await lazy.generate(ask.messages, params_of[position])
+                    progress.advance(asking)
+                    generation = record(position, keys[position], ask.messages, params_of[position], completion)
+                    if generation is None:
+                        return
+                    generations[position] = generation
+                generation = generations[position]
+                if not cut_off(generation) or lazy.fatal is not None:
+                    return
+                if not salvaging:
+                    salvaging.append(progress.add_task(f"{where}salvaging cut-off replies ({cfg.salvage})", total=0))
+                salvaging.append(position)
+                progress.update(salvaging[0], total=len(salvaging) - 1)
+                completion = generation.completion
+                state = SalvageState.start(cfg.salvage, cfg.salvage_requests, cfg.salvage_native, ask.messages,
+                                           generation.params, completion,
+                                           parse_reply(completion.text, completion.finish_reason), prompts)
+                requests = Requests(
+                    key=lambda messages, params: generation_key(problem.name, messages, params, ask.root),
+                    stored=store.get_generation, ask=lazy.generate, retry_failed=cfg.retry_failed,
+                    record=lambda key, messages, params, reply: record(position, key, messages, params, reply,
+                                                                      salvage_of=generation.key))
+                salvaged[position] = await run_salvage(state, requests)
+                progress.advance(salvaging[0])
+
+            async def every() -> None:
+                try:
+                    await asyncio.gather(*(one(position) for position in sorted({*todo, *to_salvage})))
+                finally:
+                    await lazy.aclose()
+
+            asyncio.run(every())
+        summary.requests += lazy.requests
+        fatal = lazy.fatal
         if fatal is not None:
             summary.fatal_error = fatal.message
             console.print(f"[red]error:[/] {fatal.message}")
-    elif asks and turn == 1:
-        console.print(f"[dim]all {len(asks)} replies are stored: no requests[/]")
+        if salvaged:
+            done = sum(1 for s in salvaged.values() if s.parse.ok)
+            extra = sum(s.record.requests for s in salvaged.values())
+            console.print(f"[dim]{where}{len(salvaged)} repl{'y' if len(salvaged) == 1 else 'ies'} cut off by the "
+                          f"token limit without usable code: {done} salvaged by {cfg.salvage}, "
+                          f"{len(salvaged) - done} not ({extra} extra request(s), stored ones included)[/]")
+        if not lazy.requests and asks:
+            console.print(f"[dim]{where}all {len(asks)} replies and their salvage requests are stored: no requests[/]")
     elif asks:
         console.print(f"[dim]{where}all {len(asks)} replies are stored: no requests[/]")
 
-    # 2. candidates: parse each reply, write the run folder
+    # 2. candidates: parse each reply (the salvaged one, when it was cut off), write the run folder
     files: list[tuple[SampleOutcome, Path]] = []
     for position, ask in enumerate(asks):
         outcome = SampleOutcome(sample=ask.sample, candidate_id=f"{run_id}/{ask.sample}", turn=turn, root=ask.root,
@@ -488,8 +601,14 @@ def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, 
         outcome.generation = generation
         outcome.reused_generation = position in reused
         completion = generation.completion
-        parse = outcome.parse = parse_reply(completion.text, completion.finish_reason) if completion.ok else None
-        path = write_sample_folder(run_dir / ask.sample, ask.messages, generation, parse)
+        rescued = outcome.salvage = salvaged.get(position)
+        text = rescued.text if rescued is not None else completion.text
+        if rescued is not None:
+            parse = rescued.parse
+        else:
+            parse = parse_reply(completion.text, completion.finish_reason) if completion.ok else None
+        outcome.parse = parse
+        path = write_sample_folder(run_dir / ask.sample, ask.messages, generation, parse, rescued)
         if parse is None:
             continue
         source = parse.source
@@ -497,11 +616,12 @@ def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, 
                               generation_key=generation.key, source=source,
                               source_sha256=source_sha256(source) if source is not None else None, parse=parse,
                               path=str(path) if path else None, turn=turn,
-                              parent=ask.parent.candidate_id if ask.parent is not None else None)
+                              parent=ask.parent.candidate_id if ask.parent is not None else None,
+                              salvage=rescued.record if rescued is not None else None)
         outcome.candidate = candidate
         store.put_candidate(candidate)
         if source is None:
-            verdict = parse_error_verdict(candidate, completion.text, ctx)
+            verdict = parse_error_verdict(candidate, text, ctx)
             store.put_verdict(ctx.verdict_key(verdict.source_sha256), verdict, device_name=ctx.device_name,
                               run_id=run_id, model=cfg.model, variant=cfg.variant, candidate_id=candidate.id)
             outcome.verdict = verdict

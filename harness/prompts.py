@@ -31,7 +31,7 @@ from harness.records import Hardware, Message
 
 EXAMPLE_REFERENCE = "examples/elementwise_add.py"
 EXAMPLE_SOLUTION = "examples/elementwise_add_new.py"
-NOT_VARIANTS = {"system", "feedback"}
+NOT_VARIANTS = {"system", "feedback", "continue", "conclude"}  # rendered with contexts of their own
 DEFAULT_VARIANT = "kernelbench"
 
 

@@ -16,7 +16,9 @@
   as the run folder holds) supplies finish reason and usage; without it the finish reason is
   `stop`. A missing reply is a per-sample `replay_missing` error. Later refinement turns are read
   by their sample path the same way: turn 2 of sample 0 from `DIR/0/2.md` (or `DIR/0/2/reply.md`),
-  its turn 3 from `DIR/0/2/3.md`; so a run folder is a replay folder for every turn.
+  its turn 3 from `DIR/0/2/3.md`; so a run folder is a replay folder for every turn. The extra requests that
+  salvage a reply cut off by the token limit (harness.salvage) are read from the sample's folder the way the
+  run folder holds them: the 2nd of sample 0 from `DIR/0/salvage/2.md` (metadata `DIR/0/salvage/2.json`).
 
 Payload building (`create_payload`) and reply parsing (`parse_response`) are pure functions,
 so tests check them without a network.
@@ -51,6 +53,7 @@ REPLAY_PREFIX = "replay:"
 PROBE_RETRIES = 2  # retries of a connection error before any request has succeeded
 SAMPLE_HEADER = "X-Harness-Sample"  # which sample a request is; lets proxies and test servers tell them apart
 LINEAGE_HEADER = "X-Harness-Lineage"  # a later refinement turn's sample path (`0/2`)
+SALVAGE_HEADER = "X-Harness-Salvage"  # an extra request salvaging a cut-off reply (`continue/2`)
 
 
 @runtime_checkable
@@ -229,7 +232,8 @@ class OpenAIProvider:
         response = await self._client.chat.completions.create(
             **known, extra_body=extra or None, timeout=self.request_timeout_s,
             extra_headers={SAMPLE_HEADER: str(params.sample_index),
-                           **({LINEAGE_HEADER: params.lineage} if params.lineage else {})},
+                           **({LINEAGE_HEADER: params.lineage} if params.lineage else {}),
+                           **({SALVAGE_HEADER: params.salvage} if params.salvage else {})},
         )
         return response.model_dump() if hasattr(response, "model_dump") else dict(response)
 
@@ -295,15 +299,23 @@ class ReplayProvider:
                                        message=f"replay folder {self.folder} does not exist")
         self.requests = 0
 
-    def reply_path(self, sample: int | str) -> Path | None:
-        """`sample` is a sample index, or a later turn's sample path (`0/2`: DIR/0/2.md)."""
+    def reply_path(self, sample: int | str, salvage: str | None = None) -> Path | None:
+        """`sample` is a sample index, or a later turn's sample path (`0/2`: DIR/0/2.md); `salvage` an extra
+        request's `strategy/number` (`continue/2`: DIR/0/salvage/2.md)."""
+        if salvage is not None:
+            path = self.folder / str(sample) / "salvage" / f"{salvage.rsplit('/', 1)[-1]}.md"
+            return path if path.is_file() else None
         for path in (self.folder / f"{sample}.md", self.folder / f"{sample}.txt", self.folder / str(sample) / "reply.md"):
             if path.is_file():
                 return path
         return None
 
-    def _metadata(self, sample: int | str) -> Completion | None:
-        for path in (self.folder / f"{sample}.json", self.folder / str(sample) / "generation.json"):
+    def _metadata(self, sample: int | str, salvage: str | None = None) -> Completion | None:
+        if salvage is not None:
+            paths = (self.folder / str(sample) / "salvage" / f"{salvage.rsplit('/', 1)[-1]}.json",)
+        else:
+            paths = (self.folder / f"{sample}.json", self.folder / str(sample) / "generation.json")
+        for path in paths:
             if not path.is_file():
                 continue
             data = json.loads(path.read_text())
@@ -317,14 +329,16 @@ class ReplayProvider:
             return Completion(error=self.fatal, attempts=0)
         self.requests += 1
         sample = params.lineage or params.sample_index
-        path = self.reply_path(sample)
+        path = self.reply_path(sample, params.salvage)
         if path is None:
+            where = (f"{sample}/salvage/{params.salvage.rsplit('/', 1)[-1]}.md" if params.salvage
+                     else f"{sample}.md or {sample}/reply.md")
+            what = f"salvage request {params.salvage} of sample" if params.salvage else "sample"
             return Completion(attempts=0, error=ProviderError(
-                kind=ProviderErrorKind.replay_missing,
-                message=f"no saved reply for sample {sample} in {self.folder} ({sample}.md or {sample}/reply.md)"))
+                kind=ProviderErrorKind.replay_missing, message=f"no saved reply for {what} {sample} in {self.folder} ({where})"))
         text = path.read_text()
         try:
-            meta = self._metadata(sample)
+            meta = self._metadata(sample, params.salvage)
         except (ValueError, OSError) as err:
             return Completion(text=text, attempts=0, error=ProviderError(
                 kind=ProviderErrorKind.other, message=f"unreadable metadata for sample {sample}: {_short(err)}"))

@@ -54,6 +54,10 @@ class GenerationParams(Record):
     lineage: str | None = Field(None, description=(
         "Refinement turns after the first: the candidate's sample path (`0/2` is sample 0's turn-2 candidate, "
         "`0/2/3` its turn-3 child). Not sent to the server; part of the generation key when set. None on turn 1."))
+    salvage: str | None = Field(None, description=(
+        "An extra request salvaging a reply cut off by the token limit: the strategy and the request's number "
+        "(`continue/2`, `conclude/1`; harness.salvage). Sent only as a header (`X-Harness-Salvage`); part of the "
+        "generation key when set. None for a sample's own request."))
 
 
 class Usage(Record):
@@ -126,6 +130,9 @@ class Generation(Record):
     params: GenerationParams = Field(description="Model and sampling parameters as sent.")
     completion: Completion = Field(description="The reply (or the error) with finish reason, usage and latency.")
     created: str = Field(default_factory=utc_now, description="When the reply arrived (UTC).")
+    salvage_of: str | None = Field(None, description=(
+        "The key of the generation whose reply, cut off by the token limit, this extra request salvages (its "
+        "`params.salvage` says how and which request it is); None for a sample's own request."))
 
 
 # -- from reply to candidate ----------------------------------------------------------------------
@@ -155,6 +162,61 @@ class ParseResult(Record):
         return self.source is not None
 
 
+class SalvageStrategy(str, Enum):
+    """How a reply cut off by the token limit is salvaged (harness.salvage)."""
+
+    continue_ = "continue"   # ask the model to go on exactly where it stopped, join the pieces, parse the whole
+    conclude = "conclude"    # keep the partial reasoning, ask for the final code now (budget forcing)
+
+
+class Seam(str, Enum):
+    """How one extra request's reply was put together with the text before it."""
+
+    exact = "exact"                  # it went on where the text stopped: appended as it is
+    overlap = "overlap"              # it repeated the end of the text first: the repeat was dropped
+    block_restart = "block_restart"  # it began the cut-off code block again: the cut-off block was dropped
+    restart = "restart"              # it started the whole answer over: taken alone, not joined
+    answer = "answer"                # conclude: a new answer after the partial reasoning
+    empty = "empty"                  # it added nothing
+    failed = "failed"                # the request failed (the error is in its generation)
+
+
+class SalvageOutcome(str, Enum):
+    """How a salvage ended."""
+
+    salvaged = "salvaged"                 # the salvaged reply holds a usable ModelNew
+    still_truncated = "still_truncated"   # every extra request allowed was made, and the reply is still cut off
+    no_code = "no_code"                   # the model ended its answer (not at the limit) without usable code
+    stopped = "stopped"                   # a request failed, or a reply added nothing
+
+
+class SalvageStep(Record):
+    """One extra request of a salvage."""
+
+    generation_key: str = Field(description="Its generation (stored like a sample's own, `salvage_of` the sample's).")
+    seam: Seam = Field(description="How its reply was put together with the text before it.")
+    overlap: int = Field(0, description="Characters of its reply dropped as a repeat of the text before it.")
+    finish_reason: str | None = Field(None, description="Its finish reason (`length`: cut off again).")
+
+
+class Salvage(Record):
+    """What was done about a reply cut off by the token limit (finish reason `length`) without usable code."""
+
+    strategy: SalvageStrategy = Field(description="`continue` or `conclude`, as the run was configured.")
+    native: bool = Field(False, description=(
+        "Continuations asked with the server's own continuation of the final assistant message "
+        "(vLLM's `continue_final_message`), not with a user message asking to go on."))
+    limit: int = Field(description="Most extra requests allowed for this reply.")
+    outcome: SalvageOutcome = Field(description="How it ended.")
+    note: str = Field(description="One line for people: `salvaged by continue after 2 extra requests`, ...")
+    before: ParseResult = Field(description="How the cut-off reply itself parsed (reason `truncated`, usually).")
+    steps: list[SalvageStep] = Field(default_factory=list, description="The extra requests, in order.")
+
+    @property
+    def requests(self) -> int:
+        return len(self.steps)
+
+
 class Candidate(Record):
     """A candidate source taken from a reply (or a committed golden file)."""
 
@@ -170,8 +232,11 @@ class Candidate(Record):
     source: str | None = Field(None, description="The source; None when the reply had no usable code.")
     source_sha256: str | None = Field(None, description="SHA-256 of the UTF-8 source: the verdict and build-cache key.")
     parent: str | None = Field(None, description="Id of the candidate this one refines (its previous turn), if any.")
-    parse: ParseResult = Field(description="How the source was taken from the reply.")
+    parse: ParseResult = Field(description=(
+        "How the source was taken from the reply (from the salvaged reply, when its reply was cut off and salvaged)."))
     path: str | None = Field(None, description="Where the source was written (candidate.py).")
+    salvage: Salvage | None = Field(None, description=(
+        "What was done about a reply cut off by the token limit without usable code; None when nothing was."))
 
 
 # -- a run ----------------------------------------------------------------------------------------

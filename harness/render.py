@@ -32,10 +32,11 @@ from harness.columns import (
     summary_view,
 )
 from harness.outcomes import Outcome
-from harness.text import fmt_flags, short_text
+from harness.text import fmt_cost, fmt_flags, fmt_tokens, short_text
 
 if TYPE_CHECKING:
     from harness.pipeline import RunSummary
+    from harness.spend import Spend
 
 FORMATS = ("table", "json", "csv", "md")
 
@@ -170,24 +171,51 @@ def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Tabl
 
 
 def run_table(summary: RunSummary, title: str | None = None) -> Table:
-    """`harness run`'s table: samples best first, with status, error, runtime, speedup per baseline."""
+    """`harness run`'s table: samples best first, with status, error, runtime, speedup per baseline, the
+    tokens of each sample's requests, and (when a reply was cut off by the token limit) what salvage did."""
     outcomes = summary.ranked_outcomes()
     baselines = sorted({b for o in outcomes if o.verdict is not None for b in o.verdict.speedup})
+    salvaged = any(o.salvage is not None for o in outcomes)
     table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("sample")
     table.add_column("status")
+    if salvaged:
+        table.add_column("reply", overflow="fold", max_width=60)
     table.add_column("error", overflow="fold", max_width=80)
     table.add_column("ms", justify="right")
     for name in baselines:
         table.add_column(f"× {name}", justify="right")
+    table.add_column("tokens", justify="right")
     for rank, o in enumerate(outcomes, 1):
         status = o.status.styled()
         if o.reused_verdict or o.reused_generation:
             status += " [dim](stored)[/]"
         ms = f"{o.verdict.runtime_ms:.4f}" if o.verdict is not None and o.verdict.runtime_ms is not None else "-"
-        row = [str(rank), o.sample, status, short_text(o.error, 80), ms]
+        row = [str(rank), o.sample, status]
+        if salvaged:
+            record = o.salvage.record if o.salvage is not None else None
+            before = record.before.reason.value if record is not None and record.before.reason else "cut off"
+            row.append(f"{before} → {record.note}" if record is not None else "")
+        row += [short_text(o.error, 80), ms]
         row += [f"{o.verdict.speedup[b]:.2f}" if o.verdict is not None and b in o.verdict.speedup else "-"
                 for b in baselines]
+        tokens = sum(g.completion.usage.total_tokens or 0 for g in o.generations)
+        row.append(fmt_tokens(tokens) if o.generations else "-")
         table.add_row(*row)
     return table
+
+
+def spend_line(spend: Spend, samples: int, correct: int) -> str:
+    """One line of what a run's requests cost: tokens (prompt, completion, reasoning), requests (salvage
+    among them), per sample and per correct candidate, and the cost when the model has prices."""
+    parts = [f"{spend.prompt_tokens:,} prompt", f"{spend.completion_tokens:,} completion"]
+    if spend.reasoning_tokens:
+        parts.append(f"{spend.reasoning_tokens:,} of them reasoning")
+    salvage = f", {spend.salvage_requests} of them salvaging cut-off replies" if spend.salvage_requests else ""
+    line = (f"tokens: {spend.total_tokens:,} ({', '.join(parts)}) over {spend.requests} request(s){salvage}; "
+            f"{fmt_tokens(spend.tokens_per(samples))} per sample, {fmt_tokens(spend.tokens_per(correct))} per correct "
+            f"candidate ({correct} of {samples})")
+    if spend.cost is not None:
+        line += f"; cost {fmt_cost(spend.cost)}, {fmt_cost(spend.cost_per(correct))} per correct candidate"
+    return line

@@ -41,7 +41,7 @@ from harness.columns import (
 from harness.outcomes import Outcome
 from harness.records import utc_now
 from harness.store import Store
-from harness.text import fmt_err, fmt_ms, fmt_speedup
+from harness.text import fmt_cost, fmt_err, fmt_ms, fmt_speedup
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BASELINE_COLORS = {"eager": "#424242", "compile": "#1565c0", "eager_tf32": "#757575", "compile_tf32": "#42a5f5"}
@@ -306,6 +306,17 @@ def detail_head(e: Entry) -> list[tuple[str, str]]:
         head.insert(1 if e.rank is not None else 0, ("turn", f"{e.turn}, refines {e.parent_sample or '-'}"))
     if e.reason:
         head.append(("reason", e.reason))
+    if e.salvage is not None:
+        head.append(("reply", e.salvage_text or ""))
+    if e.spend is not None:
+        spend = e.spend
+        requests = f"{spend.requests}" + (f" ({spend.salvage_requests} salvaging its cut-off reply)"
+                                          if spend.salvage_requests else "")
+        tokens = f"{spend.total_tokens:,} (prompt {spend.prompt_tokens:,}, completion {spend.completion_tokens:,}"
+        tokens += f", reasoning {spend.reasoning_tokens:,})" if spend.reasoning_tokens else ")"
+        head += [("requests", requests), ("tokens", tokens)]
+        if spend.cost is not None:
+            head.append(("cost", fmt_cost(spend.cost)))
     if v is not None:
         head += [("candidate file", v.candidate), ("source sha256", v.source_sha256[:16] + "…"),
                  ("evaluator", v.evaluator_version),

@@ -13,9 +13,12 @@ Tables:
   (`harness run` asking a model), `golden` (committed golden kernels, from `harness run`
   without a model or `harness eval`/`bench` of files under candidates/golden/), `eval`
   (`harness eval` of any other files: one run named `eval`).
-- `generations(key, run_id, sample_index, ok, ..., record)`: a `Generation`, keyed by
+- `generations(key, run_id, sample_index, ok, ..., salvage_of, record)`: a `Generation`, keyed by
   `generation_key()`: a hash of problem, rendered prompt, model, params and sample index.
-  A rerun with the same settings finds its replies here and asks the model for nothing.
+  A rerun with the same settings finds its replies here and asks the model for nothing. The extra
+  requests salvaging a reply cut off by the token limit (harness.salvage) are rows too, `salvage_of`
+  the key of the generation they salvage (NULL for a sample's own request), keyed by their own
+  conversation, so a rerun asks for none of them twice either.
 - `candidates(id, run_id, sample, source_sha256, verdict_key, ..., record)`: a `Candidate`
   (`<run-id>/<sample>`), with the key of the verdict that judged it.
 - `verdicts(key, source_sha256, problem, size, fingerprint, device_name, status,
@@ -45,7 +48,7 @@ from evaluator.identity import json_digest
 from evaluator.records import Status, Verdict
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 NO_MODEL = "-"  # the model and variant columns of runs no model answered (`harness eval`)
 
 _SCHEMA = """
@@ -73,9 +76,11 @@ CREATE TABLE IF NOT EXISTS generations (
     ok            INTEGER NOT NULL,
     finish_reason TEXT,
     created       TEXT NOT NULL,
-    record        TEXT NOT NULL
+    record        TEXT NOT NULL,
+    salvage_of    TEXT
 );
 CREATE INDEX IF NOT EXISTS generations_run ON generations (run_id, sample_index);
+CREATE INDEX IF NOT EXISTS generations_salvage ON generations (salvage_of);
 CREATE TABLE IF NOT EXISTS candidates (
     id             TEXT PRIMARY KEY,
     run_id         TEXT NOT NULL,
@@ -123,6 +128,12 @@ _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # `harness eval` runs were written as mode `golden` and told apart by their id
         "UPDATE runs SET mode = 'eval', record = json_set(record, '$.mode', 'eval') WHERE id = 'eval'",
     )),
+    (3, (
+        # extra requests salvaging a reply cut off by the token limit are generations of their own, each
+        # naming the generation it salvages; every older generation is a sample's own request (NULL)
+        "ALTER TABLE generations ADD COLUMN salvage_of TEXT",
+        "CREATE INDEX IF NOT EXISTS generations_salvage ON generations (salvage_of)",
+    )),
 )
 
 
@@ -134,16 +145,19 @@ class StoreError(RuntimeError):
 
 def generation_key(problem: str, messages: Sequence[Message], params: GenerationParams, sample_index: int) -> str:
     """SHA-256 of (problem, conversation, model, params, sample index, and for later refinement turns
-    the sample path): the resume key of a reply. A first turn's key is what it always was."""
+    the sample path, for salvage requests their `strategy/number`): the resume key of a reply. A first
+    turn's key is what it always was."""
     parts = {
         "problem": problem,
         "messages": [m.model_dump() for m in messages],
         "model": params.model,
-        "params": params.model_dump(mode="json", exclude={"sample_index", "model", "lineage"}),
+        "params": params.model_dump(mode="json", exclude={"sample_index", "model", "lineage", "salvage"}),
         "sample": sample_index,
     }
     if params.lineage is not None:
         parts["lineage"] = params.lineage
+    if params.salvage is not None:
+        parts["salvage"] = params.salvage
     return json_digest(parts)
 
 
@@ -281,18 +295,23 @@ class Store:
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO generations (key, run_id, problem, model, variant, sample_index, ok,"
-                " finish_reason, created, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " finish_reason, created, salvage_of, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (generation.key, generation.run_id, generation.problem, generation.params.model, generation.variant,
                  generation.sample_index, int(generation.completion.ok), generation.completion.finish_reason,
-                 generation.created, generation.model_dump_json()))
+                 generation.created, generation.salvage_of, generation.model_dump_json()))
 
     def get_generation(self, key: str) -> Generation | None:
         row = self.db.execute("SELECT record FROM generations WHERE key = ?", (key,)).fetchone()
         return Generation.model_validate_json(row[0]) if row else None
 
     def list_generations(self, run_id: str) -> list[Generation]:
-        """Generations first asked for by `run_id`, by sample index."""
+        """Generations first asked for by `run_id` (salvage requests included), by sample index."""
         rows = self.db.execute("SELECT record FROM generations WHERE run_id = ? ORDER BY sample_index", (run_id,))
+        return [Generation.model_validate_json(r[0]) for r in rows]
+
+    def list_salvage(self, key: str) -> list[Generation]:
+        """The extra requests that salvaged the reply of generation `key`, oldest first."""
+        rows = self.db.execute("SELECT record FROM generations WHERE salvage_of = ? ORDER BY created, rowid", (key,))
         return [Generation.model_validate_json(r[0]) for r in rows]
 
     # candidates ---------------------------------------------------------------------------------

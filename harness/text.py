@@ -47,3 +47,15 @@ def fmt_flags(flags: Sequence[Flag]) -> str:
         if label not in names:
             names.append(label)
     return ", ".join(names)
+
+
+def fmt_tokens(value: float | None) -> str:
+    """Tokens as the tables print them: `12,345`, `-` for none."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def fmt_cost(value: float | None) -> str:
+    """US dollars as the tables print them: `$0.0123`, `$12.35`, `-` for none."""
+    if value is None:
+        return "-"
+    return f"${value:.2f}" if value >= 1 else f"${value:.4f}"

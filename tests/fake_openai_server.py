@@ -2,8 +2,9 @@
 
 It listens on 127.0.0.1 (a free port), answers `POST /v1/chat/completions` from a script
 `(sample, attempt, body) -> Reply`, counts requests per sample (from the
-`X-Harness-Sample` header the harness sends), tracks how many requests are in flight at
-once, and shuts itself down after `lifetime_s` whatever happens to the test.
+`X-Harness-Sample` header the harness sends), keeps each request's headers, tracks how many
+requests are in flight at once, and shuts itself down after `lifetime_s` whatever happens to
+the test. `CuttingModel` is a script for the salvage of replies cut off by the token limit.
 """
 
 from __future__ import annotations
@@ -43,10 +44,73 @@ def error_body(message: str, kind: str = "error") -> dict[str, Any]:
 Script = Callable[[int, int, dict], Reply]
 
 
+class CuttingModel:
+    """A model that writes at most `limit` characters a request, and continues from whatever prefix it is
+    sent (a script for the salvage tests; harness.salvage). Per sample one whole answer (`answers`, by
+    sample; a str for every sample):
+
+    - asked afresh (the last message is the prompt, or feedback): the answer from its beginning (or
+      `feedback_answer` when the conversation is longer than the prompt, when given);
+    - sent a part of an answer as the last assistant message, followed by a user message holding
+      `continue_marker` (or alone with `continue_final_message` in the body: vLLM's own continuation):
+      the rest of that answer from where the part ends, its last `overlap` characters repeated first; with
+      `restarts`, the answer's beginning again (a server that ignores what it is sent);
+    - asked to conclude (the last user message holds `conclude_marker`): `conclusion`, from its beginning.
+
+    The part belongs to the sample's answer or to the conclusion, whichever it begins; a part that begins
+    neither gets a reply saying so (finish reason `stop`), so a wrongly joined text shows. Each reply is cut at
+    `limit` characters (finish reason `length`) unless it reaches the end of its answer (`stop`). Usage:
+    tokens are characters / 4 (the prompt's: all its messages); reasoning tokens, those of the reply that lie
+    before its answer's first code fence."""
+
+    def __init__(self, answers: dict[int, str] | str, *, limit: int, continue_marker: str = "",
+                 conclude_marker: str = "", conclusion: str = "", overlap: int = 0, restarts: bool = False,
+                 feedback_answer: str | None = None):
+        self.answers, self.limit, self.conclusion = answers, limit, conclusion
+        self.continue_marker, self.conclude_marker = continue_marker, conclude_marker
+        self.overlap, self.restarts, self.feedback_answer = overlap, restarts, feedback_answer
+
+    def answer(self, sample: int) -> str:
+        return self.answers if isinstance(self.answers, str) else self.answers[sample]
+
+    def __call__(self, sample: int, attempt: int, body: dict) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        whole, start, prefix = self.answer(sample), 0, ""
+        if last["role"] == "assistant" and body.get("continue_final_message"):
+            part = last["content"]
+        elif last["role"] == "user" and self.continue_marker and self.continue_marker in last["content"]:
+            part = messages[-2]["content"]
+        else:
+            part = None
+        if part is not None:
+            whole = next((w for w in (self.answer(sample), self.conclusion) if w and w.startswith(part)), None)
+            if whole is None:
+                return Reply(body=chat_completion("NOT A PREFIX OF ANY ANSWER", "stop"))
+            if not self.restarts:
+                start = len(part)
+                prefix = part[len(part) - self.overlap:] if self.overlap else ""
+        elif last["role"] == "user" and self.conclude_marker and self.conclude_marker in last["content"]:
+            whole = self.conclusion
+        elif len(messages) > 2 and self.feedback_answer is not None:
+            whole = self.feedback_answer
+        rest = prefix + whole[start:]
+        text = rest[:self.limit]
+        fence = whole.find("```")
+        written_end = start + len(text) - len(prefix)
+        reasoning = max(0, min(fence if fence >= 0 else len(whole), written_end) - start)
+        data = chat_completion(text, "length" if len(rest) > self.limit else "stop",
+                               prompt_tokens=sum(len(m["content"]) for m in messages) // 4,
+                               completion_tokens=max(1, len(text) // 4))
+        data["usage"]["completion_tokens_details"] = {"reasoning_tokens": reasoning // 4}
+        return Reply(body=data)
+
+
 class FakeOpenAIServer:
     def __init__(self, script: Script, lifetime_s: float = 180.0):
         self.script = script
         self.requests: list[tuple[int, dict]] = []
+        self.headers: list[dict[str, str]] = []  # each request's, names in lower case
         self.per_sample: Counter[int] = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -69,6 +133,7 @@ class FakeOpenAIServer:
                 sample = int(self.headers.get("X-Harness-Sample", "-1"))
                 with server.lock:
                     server.requests.append((sample, body))
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
                     server.per_sample[sample] += 1
                     attempt = server.per_sample[sample]
                     server.in_flight += 1

@@ -37,8 +37,9 @@ def workdir(tmp_path, monkeypatch):
 
 
 def script(sample, attempt, body):
-    """0: 429 then a correct CPU candidate; 1: cut off (finish_reason length); 2: slower than the
-    request timeout; 3: a reply without code; 4: a wrong CPU candidate."""
+    """0: 429 then a correct CPU candidate; 1: cut off (finish_reason length), and cut off the same way
+    again when asked to continue (a server that starts over); 2: slower than the request timeout; 3: a
+    reply without code; 4: a wrong CPU candidate."""
     if sample == 0:
         if attempt == 1:
             return Reply(429, error_body("rate limit reached", "rate_limit"), headers={"Retry-After": "0"})
@@ -67,12 +68,14 @@ def test_run_records_every_outcome_then_resumes(workdir):
         first = runner.invoke(app, run_args(server.url))
         assert first.exit_code == 0, first.output
         requests = dict(server.per_sample)
-        assert requests == {0: 2, 1: 1, 2: 2, 3: 1, 4: 1}   # one retry after the 429, two timeouts
+        # one retry after the 429, two timeouts; the cut-off reply salvaged by 2 extra requests (continue),
+        # each answered with the same cut-off reply again
+        assert requests == {0: 2, 1: 3, 2: 2, 3: 1, 4: 1}
         assert all(body["model"] == "test-model" for _, body in server.requests)
 
         with Store(workdir / ".harness" / "results.sqlite") as store:
             (run,) = store.list_runs()
-            gens = {g.sample_index: g for g in store.list_generations(run.id)}
+            gens = {g.sample_index: g for g in store.list_generations(run.id) if g.salvage_of is None}
             assert gens[0].completion.ok and gens[0].completion.attempts == 2
             assert gens[0].completion.usage.prompt_tokens == 1200 and gens[0].completion.latency_s > 0
             assert gens[1].completion.finish_reason == "length"
@@ -83,6 +86,8 @@ def test_run_records_every_outcome_then_resumes(workdir):
             assert rows["0"].status.value == "correct" and rows["0"].runtime_ms > 0
             assert rows["4"].status.value == "incorrect"
             assert rows["1"].status.value == "parse_error" and rows["1"].verdict.error.startswith("truncated")
+            assert "still truncated after 2 extra requests (continue); the server started over" in rows["1"].verdict.error
+            assert [g.params.salvage for g in store.list_salvage(gens[1].key)] == ["continue/1", "continue/2"]
             assert rows["3"].status.value == "parse_error" and rows["3"].verdict.error.startswith("no_code")
             assert "2" not in rows
             assert rows["0"].verdict.environment.device_name == rows["0"].device_name
