@@ -162,6 +162,14 @@ class Entry:
         return f"{before} → {self.salvage.note}"
 
     @property
+    def salvage_short(self) -> str | None:
+        """`salvaged (continue ×2)`: how salvage ended, by which strategy, in how many extra requests."""
+        if self.salvage is None:
+            return None
+        outcome = self.salvage.outcome.value.replace("_", " ").replace("no code", "ended without code")
+        return f"{outcome} ({self.salvage.strategy.value} ×{self.salvage.requests})"
+
+    @property
     def chain(self) -> str | None:
         """The first-turn sample its chain of turns starts from (`0` for `0/2/3`; its own sample on turn 1)."""
         if self.sample is None or self.turn == 1:

@@ -100,6 +100,7 @@ _ENTRY_COLUMNS = [
     Column("cost", "cost", lambda e: fmt_cost(e.spend.cost) if e.spend else "",
            raw=lambda e: e.spend.cost if e.spend else None, numeric=True),
     Column("salvage", "salvage", lambda e: e.salvage_text or "", raw=lambda e: e.salvage_text),
+    Column("salvage_short", "salvage", lambda e: e.salvage_short or "", raw=lambda e: e.salvage_short),
 ]
 ENTRY_COLUMNS: dict[str, Column] = {c.key: c for c in _ENTRY_COLUMNS}
 
@@ -123,11 +124,11 @@ def _with_turns(keys: Sequence[str], board: Board) -> list[str]:
     return keys
 
 
-def _with_salvage(keys: list[str], board: Board) -> list[str]:
+def _with_salvage(keys: list[str], board: Board, key: str = "salvage") -> list[str]:
     # before the reason: the salvage note says how the reply that reason is about came to be
     if board.salvaging:
         at = keys.index("reason") if "reason" in keys else len(keys)
-        keys[at:at] = ["salvage"]
+        keys[at:at] = [key]
     return keys
 
 
@@ -139,7 +140,7 @@ def compact_view(board: Board) -> list[Column]:
     keys += ["status", "tiers", "max_abs_err", "runtime_ms"]
     keys += [f"speedup_{b}" for b in SPEEDUP_BASELINES if b == "eager" or b in timed]
     keys += ["tokens"] if board.spent else []
-    return [ENTRY_COLUMNS[k] for k in _with_salvage(keys + ["flags", "reason"], board)]
+    return [ENTRY_COLUMNS[k] for k in _with_salvage(keys + ["flags", "reason"], board, "salvage_short")]
 
 
 def view(keys: Sequence[str]) -> list[Column]:

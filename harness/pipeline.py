@@ -21,7 +21,6 @@ run says so in one line and evaluates the committed golden candidates instead.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -34,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evaluator import identity
 from evaluator.assets import golden_files
@@ -45,29 +43,25 @@ from harness.config import RunConfig, endpoint_configured
 from harness.outcomes import Outcome
 from harness.parsing import parse_reply
 from harness.prompts import PromptError, format_messages, render_prompt
-from harness.providers import Provider, RetryPolicy, is_replay, make_provider
-from harness.salvage import Requests, Salvaged, SalvagePrompts, SalvageState, needs_salvage, run_salvage
+from harness.providers import Provider, is_replay
+from harness.replies import gather_replies, progress_bar
+from harness.salvage import Salvaged, SalvagePrompts
 from harness.spend import Prices, Spend
 from harness.records import (
     Candidate,
-    Completion,
     Generation,
     GenerationParams,
     Hardware,
     Message,
     ParseResult,
-    ProviderErrorKind,
     Run,
     utc_now,
 )
-from harness.store import Store, StoreError, generation_key, source_sha256
+from harness.store import Store, StoreError, source_sha256
 
 log = logging.getLogger("harness.pipeline")
 
 EvaluateFn = Callable[[Sequence[Any], Any], Iterable[Verdict]]  # (candidate files, EvalOptions) -> verdicts
-
-UNSTORED = {ProviderErrorKind.replay_missing}
-
 
 class RunError(RuntimeError):
     """The run cannot start (bad problem, size, variant, template, store). One line for people."""
@@ -284,11 +278,6 @@ def write_sample_folder(folder: Path, messages: Sequence[Message], generation: G
 
 # -- the run --------------------------------------------------------------------------------------
 
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=False)
-
-
 def _default_evaluate(candidates: Sequence[Any], options: Any) -> Iterator[Verdict]:
     from evaluator.sandbox import evaluate
 
@@ -450,144 +439,26 @@ def refinement_stop_reason(ctx: RunContext, summary: RunSummary) -> str:
     return ("every chain ended: no reply, not judged" + (f", or a source repeated ({repeated})" if repeated else ""))
 
 
-class _TurnProvider:
-    """The turn's provider, made on its first request (a turn whose replies and salvage requests are all
-    stored makes no client); the one given to `execute_run` (tests) when there is one. Counts what it sends."""
-
-    def __init__(self, given: Provider | None, make: Callable[[], Provider]):
-        self.provider, self.make, self.calls = given, make, 0
-        self.before = getattr(given, "requests", 0) if given is not None else 0
-
-    async def generate(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
-        if self.provider is None:
-            self.provider = self.make()
-        self.calls += 1
-        return await self.provider.generate(messages, params)
-
-    @property
-    def requests(self) -> int:
-        """Requests sent (retries included) or replay files read, through this wrapper."""
-        if not self.calls:
-            return 0
-        return getattr(self.provider, "requests", self.before + self.calls) - self.before
-
-    @property
-    def fatal(self):
-        return getattr(self.provider, "fatal", None) if self.provider is not None else None
-
-    async def aclose(self) -> None:
-        close = getattr(self.provider, "aclose", None) if self.calls else None
-        if close is not None:
-            await close()
-
-
 def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, asks: Sequence[Ask], turn: int,
               provider: Provider | None, environ: dict[str, str], prompts: SalvagePrompts | None = None) -> None:
     """One turn: replies (stored ones reused, the rest asked for concurrently), each reply cut off by the
     token limit without usable code salvaged (`prompts` given: harness.salvage), candidates taken out of
     them and written to the run folder, verdicts. `provider` is the one given to `execute_run` (tests);
     otherwise each turn makes its own (a client belongs to the event loop of its turn)."""
-    cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
-    where = f"turn {turn}: " if turn > 1 else ""
+    cfg, problem, store = ctx.cfg, ctx.problem, ctx.store
 
     # 1. replies: stored ones are reused, the rest are asked for concurrently; a cut-off reply is salvaged
-    #    as soon as it is there, its extra requests taken from the store when they are stored
-    generations: dict[int, Generation] = {}
-    params_of: dict[int, GenerationParams] = {}
-    keys: dict[int, str] = {}
-    todo: list[int] = []
-    for position, ask in enumerate(asks):
-        params = sample_params(cfg, ask.root)
-        if turn > 1:
-            params = params.model_copy(update={"lineage": ask.sample})
-        params_of[position] = params
-        key = keys[position] = generation_key(problem.name, ask.messages, params, ask.root)
-        stored = store.get_generation(key)
-        if stored is not None and (stored.completion.ok or not cfg.retry_failed):
-            generations[position] = stored
-        else:
-            todo.append(position)
-    reused = set(generations)
-
-    def cut_off(generation: Generation) -> bool:
-        completion = generation.completion
-        return prompts is not None and needs_salvage(
-            completion, parse_reply(completion.text, completion.finish_reason) if completion.ok else None)
-
-    salvaged: dict[int, Salvaged] = {}
-    to_salvage = [position for position in sorted(reused) if cut_off(generations[position])]
-    if todo or to_salvage:
-        lazy = _TurnProvider(provider, lambda: make_provider(
-            cfg.model or "", base_url=cfg.base_url, api_key=cfg.api_key(environ), concurrency=cfg.concurrency,
-            request_timeout_s=cfg.request_timeout_s,
-            retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s)))
-        with _progress(console) as progress:
-            asking = progress.add_task(f"{where}asking {cfg.model}", total=len(todo)) if todo else None
-            salvaging: list[Any] = []  # the salvage task (added with the first cut-off reply), then each one
-
-            def record(position: int, key: str, messages: list[Message], params: GenerationParams,
-                       completion: Completion, salvage_of: str | None = None) -> Generation | None:
-                if completion.error is not None and completion.error.fatal:
-                    return None  # a run-level failure, not this sample's outcome: nothing to keep
-                ask = asks[position]
-                generation = Generation(key=key, run_id=run_id, problem=problem.name, variant=cfg.variant,
-                                        sample_index=ask.root, turn=turn, lineage=ask.sample if turn > 1 else None,
-                                        messages=list(messages), params=params, completion=completion,
-                                        salvage_of=salvage_of)
-                if completion.error is None or completion.error.kind not in UNSTORED:
-                    store.put_generation(generation)  # (a replay file not there yet is looked for again next time)
-                return generation
-
-            async def one(position: int) -> None:
-                ask = asks[position]
-                if position not in generations:
-                    completion = await lazy.generate(ask.messages, params_of[position])
-                    progress.advance(asking)
-                    generation = record(position, keys[position], ask.messages, params_of[position], completion)
-                    if generation is None:
-                        return
-                    generations[position] = generation
-                generation = generations[position]
-                if not cut_off(generation) or lazy.fatal is not None:
-                    return
-                if not salvaging:
-                    salvaging.append(progress.add_task(f"{where}salvaging cut-off replies ({cfg.salvage})", total=0))
-                salvaging.append(position)
-                progress.update(salvaging[0], total=len(salvaging) - 1)
-                completion = generation.completion
-                state = SalvageState.start(cfg.salvage, cfg.salvage_requests, cfg.salvage_native, ask.messages,
-                                           generation.params, completion,
-                                           parse_reply(completion.text, completion.finish_reason), prompts)
-                requests = Requests(
-                    key=lambda messages, params: generation_key(problem.name, messages, params, ask.root),
-                    stored=store.get_generation, ask=lazy.generate, retry_failed=cfg.retry_failed,
-                    record=lambda key, messages, params, reply: record(position, key, messages, params, reply,
-                                                                      salvage_of=generation.key))
-                salvaged[position] = await run_salvage(state, requests)
-                progress.advance(salvaging[0])
-
-            async def every() -> None:
-                try:
-                    await asyncio.gather(*(one(position) for position in sorted({*todo, *to_salvage})))
-                finally:
-                    await lazy.aclose()
-
-            asyncio.run(every())
-        summary.requests += lazy.requests
-        fatal = lazy.fatal
-        if fatal is not None:
-            summary.fatal_error = fatal.message
-            console.print(f"[red]error:[/] {fatal.message}")
-        if salvaged:
-            done = sum(1 for s in salvaged.values() if s.parse.ok)
-            extra = sum(s.record.requests for s in salvaged.values())
-            console.print(f"[dim]{where}{len(salvaged)} repl{'y' if len(salvaged) == 1 else 'ies'} cut off by the "
-                          f"token limit without usable code: {done} salvaged by {cfg.salvage}, "
-                          f"{len(salvaged) - done} not ({extra} extra request(s), stored ones included)[/]")
-        if not lazy.requests and asks:
-            console.print(f"[dim]{where}all {len(asks)} replies and their salvage requests are stored: no requests[/]")
-    elif asks:
-        console.print(f"[dim]{where}all {len(asks)} replies are stored: no requests[/]")
+    #    as soon as it is there, its extra requests taken from the store when they are stored (harness.replies)
+    params = []
+    for ask in asks:
+        one = sample_params(cfg, ask.root)
+        params.append(one.model_copy(update={"lineage": ask.sample}) if turn > 1 else one)
+    replies = gather_replies(cfg, problem.name, store, ctx.console, run_id, asks, params, turn, provider, environ,
+                             prompts)
+    generations, reused, salvaged = replies.generations, replies.reused, replies.salvaged
+    summary.requests += replies.requests
+    if replies.fatal is not None:
+        summary.fatal_error = replies.fatal.message
 
     # 2. candidates: parse each reply (the salvaged one, when it was cut off), write the run folder
     files: list[tuple[SampleOutcome, Path]] = []
@@ -663,7 +534,7 @@ def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summ
                           ray_address=ctx.cfg.ray_address, store=ctx.cfg.store)
     evaluate_fn = ctx.evaluate_fn or _default_evaluate
     warned: set[str] = set()
-    with _progress(ctx.console) as progress:
+    with progress_bar(ctx.console) as progress:
         task = progress.add_task(f"evaluating on {ctx.device}", total=len(batch))
         for key, verdict in zip(order, evaluate_fn(batch, options)):
             env_name = verdict.environment.device_name if verdict.environment else None

@@ -27,7 +27,7 @@ from harness.board import build_boards  # noqa: E402
 from harness.config import RunConfig, TokenPrices  # noqa: E402
 from harness.pipeline import execute_run  # noqa: E402
 from harness.records import SalvageOutcome, Seam  # noqa: E402
-from harness.render import spend_line, to_csv, to_json, to_markdown  # noqa: E402
+from harness.render import print_tables, spend_line, to_csv, to_json, to_markdown  # noqa: E402
 from harness.report import render_report  # noqa: E402
 from harness.salvage import NATIVE_CONTINUE, SalvagePrompts, open_block_start  # noqa: E402
 from harness.store import Store  # noqa: E402
@@ -261,6 +261,11 @@ def test_the_board_shows_tokens_per_sample_and_per_correct_candidate_and_the_cos
     outcomes_header = next(line for line in md[md.index("### Outcomes on"):].splitlines() if line.startswith("| "))
     assert "| tokens | tokens/sample | tokens/correct | cost | cost/correct | salvaged | latency s |" in outcomes_header
     assert f"| {total / 2:,.0f} |" in md and "| 1/2 |" in md
+    table = Console(file=io.StringIO(), width=400)
+    print_tables([board], table)
+    terminal = table.file.getvalue()
+    assert "salvaged (continue ×2)" in terminal and "still truncated (continue ×2)" in terminal
+    assert "tokens/correct" in terminal and f"{total / 2:,.0f}" in terminal
     assert "<th>reply</th><td>truncated → salvaged by continue after 2 extra requests</td>" in html
     assert "<th>requests</th><td>3 (2 salvaging its cut-off reply)</td>" in html and "<th>tokens/correct</th>" in html
 
