@@ -211,7 +211,7 @@ class Entry:
             "flags": [f.model_dump(mode="json") for f in self.flags], "reason": self.reason,
             "evaluations": self.evaluations, "verdict_key": self.verdict_key, "source_sha256": self.source_sha256,
             "created": self.created, "spend": self.spend.to_dict() if self.spend is not None else None,
-            "salvage": self.salvage.model_dump(mode="json", exclude={"before"}) if self.salvage is not None else None,
+            "salvage": self.salvage.model_dump(mode="json") if self.salvage is not None else None,
         }
 
 

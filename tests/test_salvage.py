@@ -244,6 +244,23 @@ def test_the_prompts_are_templates_a_user_can_replace(tmp_path):
     assert mine.message("conclude", False).content == conclude   # not replaced: the built-in one
 
 
+def test_salvage_settings_do_not_change_the_run_id_and_bad_ones_are_refused(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.pipeline import derive_run_id
+    from harness.prompts import render_prompt
+
+    cfg = RunConfig(model="m", base_url="http://unused/v1")
+    messages = render_prompt(load_problem("gemm_scale_bn"), "kernelbench")
+    # a rerun with another strategy or limit salvages the same run's replies (its extra requests are keyed apart)
+    assert derive_run_id(cfg, messages, "small", "cpu", "gemm_scale_bn") == derive_run_id(
+        cfg.model_copy(update={"salvage": "conclude", "salvage_requests": 5, "salvage_native": True}), messages,
+        "small", "cpu", "gemm_scale_bn")
+    bad = CliRunner().invoke(app, ["run", "--model", "m", "--salvage", "maybe", "--store", str(tmp_path / "s.sqlite")])
+    assert bad.exit_code == 2 and "--salvage must be continue, conclude or off" in bad.output
+
+
 def test_salvage_settings(tmp_path):
     cfg = resolve_config({}, environ={}, cwd=tmp_path)
     assert (cfg.salvage, cfg.salvage_requests, cfg.salvage_native, cfg.salvaging) == ("continue", 2, False, True)

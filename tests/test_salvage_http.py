@@ -270,6 +270,24 @@ def test_the_board_shows_tokens_per_sample_and_per_correct_candidate_and_the_cos
     assert "<th>requests</th><td>3 (2 salvaging its cut-off reply)</td>" in html and "<th>tokens/correct</th>" in html
 
 
+def test_prices_given_later_in_the_config_price_the_stored_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    with FakeOpenAIServer(model(answers=LONG)) as server:
+        cfg = config(tmp_path, server.url, samples=1)   # no prices when it ran
+        run(cfg)
+    args = ["leaderboard", "--store", str(cfg.store), "--format", "md"]
+    assert "| cost |" not in CliRunner().invoke(app, args).output
+    (tmp_path / "prices.toml").write_text('[prices.cutting-model]\nprompt = 1.0\ncompletion = 1.0\n')
+    priced = CliRunner().invoke(app, [*args, "--config", str(tmp_path / "prices.toml")])
+    assert priced.exit_code == 0 and "| cost | cost/correct |" in priced.output
+    with Store(cfg.store) as store:
+        total = sum(g.completion.usage.total_tokens for g in store.list_generations(store.list_runs()[0].id))
+    assert f"${total / 1e6:.4f}" in priced.output   # 1 USD per million tokens, prompt or completion
+
+
 def test_a_run_folder_replays_its_salvage(tmp_path):
     with FakeOpenAIServer(model()) as server:
         first = run(config(tmp_path, server.url))
