@@ -110,20 +110,19 @@ def restarts(text: str, piece: str) -> bool:
 
 def overlap(text: str, piece: str) -> int:
     """How many of `piece`'s first characters repeat the end of `text`: the longest such repeat of at least
-    MIN_OVERLAP characters, or one that spans the whole cut last line (MIN_LINE_OVERLAP non-space
-    characters); 0 for none. Pure."""
+    MIN_OVERLAP characters, or the cut last line written again from its start (the text ends mid-line, and
+    that unfinished line holds MIN_LINE_OVERLAP non-space characters); 0 for none. A shorter repeat is left
+    alone: code repeats short lines (`}`, `__syncthreads();`) on purpose. Pure."""
     probe = piece[:MIN_LINE_OVERLAP]
     if len(probe) < MIN_LINE_OVERLAP:
         return 0
-    start = max(0, len(text) - MAX_OVERLAP)
-    at = text.find(probe, start)
-    while at != -1:  # the first match that runs to the end is the longest repeat
+    at = text.find(probe, max(0, len(text) - MAX_OVERLAP))
+    while at != -1:  # from the longest repeat down
         tail = text[at:]
         if piece.startswith(tail):
-            whole_line = at == 0 or text[at - 1] == "\n" or "\n" in tail
-            if len(tail) >= MIN_OVERLAP or (whole_line and len("".join(tail.split())) >= MIN_LINE_OVERLAP):
+            cut_line = (at == 0 or text[at - 1] == "\n") and "\n" not in tail
+            if len(tail) >= MIN_OVERLAP or (cut_line and len("".join(tail.split())) >= MIN_LINE_OVERLAP):
                 return len(tail)
-            return 0
         at = text.find(probe, at + 1)
     return 0
 

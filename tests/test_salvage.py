@@ -74,8 +74,12 @@ def test_a_repeat_of_the_end_is_dropped_and_a_short_coincidence_is_not():
     assert cut - line_start >= 8
     line = join(ANSWER[:cut], ANSWER[line_start:])
     assert line.text == ANSWER and line.seam == Seam.overlap
-    # a few characters that happen to match are no repeat: `the ` then `the next` is kept as written
+    # a few characters that happen to match are no repeat: `the ` then `the next` is kept as written; nor is a
+    # short whole line written twice on purpose (the text ended with it complete)
     assert overlap("we compute the ", "the next block") == 0
+    sync = "    x[i] = y;\n    __syncthreads();\n"
+    assert overlap(sync, "    __syncthreads();\n    z[i] = x[i];\n") == 0
+    assert overlap(sync + "    out[i] = acc[", "    out[i] = acc[i];\n") == len("    out[i] = acc[")   # the cut line again
     assert join("we compute the ", "the next block").text == "we compute the the next block"
     # a native continuation keeps a repeat: the server continued the text itself, so it is the text's own
     assert join(ANSWER[:cut], ANSWER[cut - 45:], repeats=False).text == ANSWER[:cut] + ANSWER[cut - 45:]
