@@ -11,6 +11,7 @@ import sqlite3
 
 import pytest
 
+from conftest import FIXTURES
 from evaluator.problem import load_problem
 from harness.config import ConfigError, RunConfig, TokenPrices, resolve_config
 from harness.parsing import parse_reply
@@ -299,12 +300,10 @@ def test_spend_sums_every_request_and_prices_only_when_all_are_priced():
 
 def test_an_older_store_gains_the_salvage_column_and_keeps_its_generations(tmp_path):
     path = tmp_path / "old.sqlite"
-    Store(path).close()
-    db = sqlite3.connect(path)   # make it a version-2 store: the generations table without `salvage_of`
+    db = sqlite3.connect(path)   # a version-2 store, as the harness before salvage wrote it
+    db.executescript((FIXTURES / "stores" / "schema_v2.sql").read_text())
     with db:
-        db.execute("DROP INDEX generations_salvage")
-        db.execute("ALTER TABLE generations DROP COLUMN salvage_of")
-        db.execute("UPDATE schema_version SET version = 2")
+        db.execute("INSERT INTO schema_version (version) VALUES (2)")
         old = Generation(key="old", run_id="r", problem="p", variant="v", sample_index=0, messages=CONVERSATION,
                          params=GenerationParams(model="m"), completion=Completion(text="hi", finish_reason="length"))
         record = json.loads(old.model_dump_json(exclude={"salvage_of"}))
