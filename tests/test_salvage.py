@@ -24,7 +24,6 @@ from harness.records import (
     ProviderError,
     ProviderErrorKind,
     SalvageOutcome,
-    SalvageStrategy,
     Seam,
     Usage,
 )
