@@ -12,7 +12,8 @@ So the inputs do not exist anywhere the candidate can read before the window sta
 referee compares is what the stage held before the window ended: nothing done before or after the
 window can stand in for work inside it. A call's time is its window less what a window costs around
 a call that does real work, measured with the calibrator (a trusted executor that runs the same code
-around a forward whose device time it reports truthfully: `window_cost`). That is the ranked figure.
+around a forward whose device time it reports truthfully: `window_cost`), one of its windows beside each
+of the candidate's, so that both see the same load. That is the ranked figure.
 
 The executor also reports each forward's time (device events on a GPU, its host clock on the CPU).
 That is testimony: `cross_check` holds it against the referee's figures quantile by quantile, and a

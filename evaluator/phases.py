@@ -411,27 +411,31 @@ def describe_regression(acc: cmp.ModeAccumulator, correctness: Correctness) -> s
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     """Warm-up calls, then timed calls, every one clocked by the referee (evaluator.clock: its inputs
-    written into the stage and its output and buffers copied out inside the window). Then every clocked
-    call's output and buffers against the float64 reference replaying the same calls, the reported times
-    against the referee's, the physical floor, and one more checked call."""
+    written into the stage and its output and buffers copied out inside the window), each followed by a
+    window of the calibrator on the same inputs: what a window costs, measured in the same minute. Then
+    every clocked call's output and buffers against the float64 reference replaying the same calls, the
+    reported times against the referee's, the physical floor, and one more checked call."""
     session.enter(Phase.time)
     referee = session.referee
     timer = referee.timer
-    cost = referee.window_cost_ms
-    if referee.current_round is not None and referee.current_round.window_cost is None:
-        session.add([Flag(name="uncalibrated", reason=(
-            "the calibrator could not measure what a clocked window costs "
-            f"({referee.current_round.calibration_error}): the times are whole windows, longer than the calls"))])
     calls: list[tuple[int, clock.Clocked]] = []  # (seed of its inputs, its window)
+    costs: list[clock.Clocked] = []              # the calibrator's windows beside them
     warm = timer.warmup + 1
-    clocked_calls(session, warm, calls)
+    clocked_calls(session, warm, calls, costs)
     fit = KEEP_BYTES[referee.device] // referee.layout.span
-    reps = timer.reps_for(max(calls[-1][1].ms - cost, 1e-3), cap=max(1, fit - warm))
-    clocked_calls(session, reps, calls)
+    estimate = calls[-1][1].ms - (costs[-1].ms - (costs[-1].reported_ms or 0.0) if costs else 0.0)
+    reps = timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm))
+    clocked_calls(session, reps, calls, costs)
     sm_clock = referee.sm_clock()
+    cost = clock.window_cost(costs[warm:]) if len(costs) == len(calls) else None
+    if cost is None:
+        session.add([Flag(name="uncalibrated", reason=(
+            f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
+            "times are whole windows, longer than the calls"))])
+    cost_ms = cost.cost_ms if cost is not None else 0.0
     series = [c for _, c in calls[warm:]]
-    timing = summarize(clock.referee_times(series, cost), warm)
-    check = clock.cross_check(series, cost, referee.device)
+    timing = summarize(clock.referee_times(series, cost_ms), warm)
+    check = clock.cross_check(series, cost_ms, referee.device)
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     replayed = compare_clocked(session, checked, calls)
@@ -441,9 +445,10 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock)
 
 
-def clocked_calls(session: Session, count: int, calls: list) -> None:
+def clocked_calls(session: Session, count: int, calls: list, costs: list) -> None:
     """`count` more clocked calls, each on fresh inputs drawn here (outside the window) from a seed of its
-    own; after each window, the inputs it was given must be as the referee wrote them."""
+    own, each followed by one of the calibrator's windows on the same inputs; after each window, the inputs
+    it was given must be as the referee wrote them."""
     referee = session.referee
     train = referee.problem.mode == "train"
     stage = session.link.stage
@@ -459,6 +464,9 @@ def clocked_calls(session: Session, count: int, calls: list) -> None:
             raise Judged(Status.incorrect, Phase.time, f"the candidate modified its input(s) {changed} in place "
                                                        f"(clocked call {len(calls) + 1})")
         calls.append((seed, clocked))
+        beside = referee.calibrator.window(inputs)
+        if beside is not None:
+            costs.append(beside)
 
 
 def sanity_tolerances(referee: Referee) -> dict:

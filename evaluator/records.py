@@ -172,8 +172,9 @@ class TimingCheck(Record):
     wall_ms: float = Field(description="The referee's clock summed over the clocked calls' windows.")
     calls: int = Field(description="Clocked calls compared (warm-up included).")
     overhead_ms: float = Field(description=(
-        "What one window costs beyond the call's device time, measured in the batch's baseline round with the "
-        "calibrator (a trusted executor, the same code and path), subtracted from every window."))
+        "What one window costs beyond the call's device time: the median over the calibrator's windows (a "
+        "trusted executor, the same code and path), one run beside each of the candidate's, on the same inputs; "
+        "subtracted from every window. 0 when the calibrator failed (flag `uncalibrated`)."))
     referee_ms: float = Field(description="The median of the referee's per-call times.")
     reported_mean_ms: float = Field(description="The mean of the per-call times the executor reported (-1: none usable).")
     reported_median_ms: float | None = Field(None, description="Their median.")

@@ -172,6 +172,19 @@ class Calibrator:
         """Warm-up windows, then CALIBRATION_WINDOWS more: their median cost. None (and `error`) when the
         calibrator fails; it is started afresh at the next round."""
         referee = self.referee
+        inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
+        windows = [self.window(inputs) for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
+        if any(w is None for w in windows):
+            return None
+        cost = clock.window_cost(windows[referee.timer.warmup:])
+        if cost is None:
+            self.failed("the calibrator reported no time for its calls")
+        return cost
+
+    def window(self, inputs: list) -> clock.Clocked | None:
+        """One of the calibrator's windows on `inputs` (a candidate's, so that both copy the same bytes in);
+        None when it failed."""
+        referee = self.referee
         try:
             if self.link is None:
                 self.start()
@@ -189,20 +202,19 @@ class Calibrator:
                     raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
                 request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
                 self.ready = True
-            inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
-            windows = [clock.window(request, self.link.stage, referee.layout, inputs, referee.problem.mode == "train",
-                                    referee.timer.flush, referee.rng.random())
-                       for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
-            cost = clock.window_cost(windows[referee.timer.warmup:])
-            if cost is None:
-                raise RuntimeError("the calibrator reported no time for its calls")
+            clocked = clock.window(request, self.link.stage, referee.layout, inputs, referee.problem.mode == "train",
+                                   referee.timer.flush, referee.rng.random())
+            clocked.capture = None  # only its time is wanted
             self.error = None
-            return cost
-        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
-            self.error = f"{type(err).__name__}: {err}"[:1000]
-            traceback.print_exc()
-            self.close()
+            return clocked
+        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round or verdict; the batch goes on
+            self.failed(f"{type(err).__name__}: {err}")
             return None
+
+    def failed(self, why: str) -> None:
+        self.error = why[:1000]
+        traceback.print_exc()
+        self.close()
 
     def close(self) -> None:
         if self.link is not None and hasattr(self.link, "close"):
@@ -371,12 +383,6 @@ class Referee:
                                    calibration_error=self.calibrator.error)
         self.timed_since_round = 0
         return self.current_round
-
-    @property
-    def window_cost_ms(self) -> float:
-        """What a clocked window costs beyond its call (0 when the calibrator failed: windows count whole)."""
-        cost = self.current_round.window_cost if self.current_round is not None else None
-        return cost.cost_ms if cost is not None else 0.0
 
     def baseline_callable(self, name: str) -> torch.nn.Module:
         tf32 = name.endswith("_tf32")

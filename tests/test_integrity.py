@@ -205,8 +205,8 @@ def test_the_dynamic_checks_flag_what_the_static_ones_also_see(cpu_verdicts, nam
     # the allocator's block held no answer (the reference ran elsewhere): the output's comparison fails, on
     # wrong values (`output`) or, when the garbage holds NaN, on "output: N NaN/Inf values"
     ("reference_freed_memory", ["output"]),
-    ("timing_detection", ["timed call"]),               # caught on the outputs of timed calls
-    ("correct_first_12_calls", ["timed call"]),
+    ("timing_detection", ["clocked call"]),             # caught on the outputs of clocked calls
+    ("correct_first_12_calls", ["clocked call"]),
     ("lazy_running_stats", ["bn."]),                     # buffers read from the registries, not state_dict()
     ("lazy_tensor_subclass", ["plain torch.Tensor"]),
     ("input_mutation", ["modified its input"]),
@@ -228,6 +228,49 @@ def test_a_child_process_cannot_write_to_the_verdict_channel(cpu_verdicts):
     verdict = cpu_verdicts["fd_inherit_child"]
     assert verdict.status == Status.correct
     assert "CHILD COULD NOT WRITE" in verdict.stderr_tail and "Bad file descriptor" in verdict.stderr_tail
+
+
+# --------------------------------------------------------------------------- issue 21: what ranks is the referee's
+
+ISSUE_21_CPU = {"redistributed_time", "front_loading", "deferred_buffers", "late_stage_write", "patch_live_executor",
+                "cpp_drives_python", "builtins_spelled_import", "cpp_torch_ops"}
+
+
+def test_each_class_of_issue_21_has_a_cpu_fixture():
+    assert ISSUE_21_CPU <= {p.stem for p in HACKS_CPU}
+
+
+def test_reported_times_reshaped_change_no_ranked_number(cpu_verdicts):
+    """Nine calls in ten reported twenty times too fast (the mean kept honest): the referee's median is
+    the call's, the reports are `timing_mismatch`."""
+    verdict, honest = cpu_verdicts["redistributed_time"], cpu_verdicts["good-torch_ops_correct"]
+    check = verdict.timing_check
+    assert verdict.runtime_ms == pytest.approx(check.referee_ms, abs=1e-5)
+    assert check.reported_median_ms < check.referee_ms / 5  # what it claimed, never ranked
+    assert verdict.runtime_ms > 0.3 * honest.runtime_ms  # the same work as the honest twin, within CPU noise
+    assert "executor.timed_forward" in dynamic_reason(verdict, FIXTURES / "hacks/cpu/redistributed_time.py",
+                                                      "monkeypatch")
+
+
+def test_no_later_input_exists_anywhere_the_candidate_can_look(cpu_verdicts):
+    verdict = cpu_verdicts["front_loading"]
+    assert verdict.status == Status.correct and "LOOKED AHEAD" in verdict.stdout_tail
+    assert "FOUND AHEAD" not in verdict.stdout_tail and "FOUND A SERIES SEED" not in verdict.stdout_tail
+
+
+@pytest.mark.parametrize("name, words", [
+    ("deferred_buffers", "buffers wrong after clocked call 1 of"),   # settled in an unclocked turn: too late
+    ("late_stage_write", "wrong on clocked call 1 of"),               # written after the referee's copy
+])
+def test_work_done_outside_a_window_is_never_what_the_referee_compares(cpu_verdicts, name, words):
+    verdict = cpu_verdicts[name]
+    assert verdict.status == Status.incorrect and verdict.phase.value == "time" and words in verdict.error, verdict.error
+
+
+def test_the_guard_watches_the_executor_that_serves(cpu_verdicts):
+    verdict = cpu_verdicts["patch_live_executor"]
+    reason = dynamic_reason(verdict, FIXTURES / "hacks/cpu/patch_live_executor.py", "monkeypatch")
+    assert "evaluator.executor.Executor.go" in reason and "DEAD COPY RAN" not in verdict.stdout_tail
 
 
 # --------------------------------------------------------------------------- unwritten output, buffers, eval mode
@@ -253,7 +296,7 @@ def test_an_output_it_never_wrote_is_incorrect(cpu_verdicts):
 def test_buffers_are_compared_after_the_timed_calls(cpu_verdicts, name):
     verdict = cpu_verdicts[name]
     assert verdict.status == Status.incorrect and verdict.phase.value == "time"
-    assert re.search(r"buffers wrong after \d+ timed calls", verdict.error), verdict.error
+    assert re.search(r"buffers wrong after clocked call \d+ of \d+", verdict.error), verdict.error
     assert "`bn.running_" in verdict.error
     assert verdict.correctness.tiers["strict"] and verdict.runtime_ms is None  # right in every checked call
 
@@ -524,7 +567,8 @@ def test_buffers_after_timing_are_what_replaying_the_calls_gives(model_class, ho
         with pytest.raises(phases.Judged) as caught:
             phases.time_phase(session, result, built)
         assert caught.value.status == Status.incorrect
-        assert re.search(r"buffers wrong after \d+ timed calls", caught.value.error) and "`bn.running_" in caught.value.error
+        assert re.search(r"buffers wrong after clocked call \d+ of \d+", caught.value.error)
+        assert "`bn.running_" in caught.value.error
 
 
 class _EditsWhatItIsGiven(_Honest):
@@ -548,15 +592,36 @@ def test_what_the_executor_is_handed_are_copies_the_reference_never_shares():
     assert result.stop.status == Status.incorrect and "`output`" in result.stop.error
 
 
-def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
-    from evaluator.phases import cross_check
+def _windows(windows_ms: list[float], reported_ms: list[float]):
+    from evaluator.clock import Clocked
+    from evaluator.protocol import Reply
 
-    honest = cross_check(wall_ms=40 * 1.2, events=[1.0] * 40, overhead_ms=0.15, device="cuda")
-    assert honest.agrees and honest.referee_ms == pytest.approx(1.05)
-    faked = cross_check(wall_ms=40 * 1.2, events=[0.1] * 40, overhead_ms=0.15, device="cuda")
-    assert not faked.agrees and faked.limit_ms == pytest.approx(0.38)
-    loaded_cpu = cross_check(wall_ms=20 * 6.0, events=[2.5] * 20, overhead_ms=1.0, device="cpu")
-    assert loaded_cpu.agrees  # a loaded 2-core machine stretches the loop: generous there
+    return [Clocked(ms=w, go=Reply(id=1, events_ms=[r], host_ms=[r]), put=Reply(id=2), offset=0, capture=None)
+            for w, r in zip(windows_ms, reported_ms)]
+
+
+def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
+    from evaluator.clock import cross_check, mismatch_reason, referee_times
+
+    honest = cross_check(_windows([1.2] * 40, [1.0] * 40), 0.18, "cuda")
+    assert honest.agrees and honest.referee_ms == pytest.approx(1.02) and len(honest.quantiles) == 5
+    faked = cross_check(_windows([1.2] * 40, [0.1] * 40), 0.18, "cuda")
+    assert not faked.agrees and faked.limit_ms == pytest.approx(0.215)
+    # the mean kept honest, nine calls in ten reported 20 times too fast: the median gives it away
+    true = [1.0] * 40
+    shown = [t / 20 if i % 10 else t + 9 * (t - t / 20) for i, t in enumerate(true)]
+    assert sum(shown) == pytest.approx(sum(true))
+    redistributed = cross_check(_windows([1.2] * 40, shown), 0.18, "cuda")
+    assert not redistributed.agrees and not next(q for q in redistributed.quantiles if q.q == 0.5).agrees
+    assert "longer than the referee's whole window" in mismatch_reason(redistributed)  # the tenth call
+    spread = cross_check(_windows([1.2] * 40, [t if i % 10 == 0 else t / 20 for i, t in enumerate(true)]), 0.18, "cuda")
+    assert not spread.agrees and not next(q for q in spread.quantiles if q.q == 0.5).agrees
+    assert "quantile of 40 clocked calls" in mismatch_reason(spread)
+    longer = cross_check(_windows([1.2] * 40, [1.0] * 39 + [5.0]), 0.18, "cuda")  # longer than its window
+    assert not longer.agrees and longer.longer_than_window == [39]
+    loaded_cpu = cross_check(_windows([6.0] * 20, [2.5] * 20), 1.0, "cpu")
+    assert loaded_cpu.agrees  # a loaded 2-core machine stretches windows: generous there
+    assert referee_times(_windows([0.5, 2.0], [0.1, 0.1]), 1.0) == [1e-6, 1.0]  # never below a nanosecond
 
 
 # --------------------------------------------------------------------------- CUDA twins
@@ -577,10 +642,10 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     for path in HACKS_CUDA:
         assert_expected(verdicts[path.stem], path)
     assert "output" in verdicts["reference_freed_memory"].error
-    assert "timed call" in verdicts["correct_first_12_calls"].error
+    assert "clocked call" in verdicts["correct_first_12_calls"].error
     unwritten = verdicts["unwritten_output"]  # passes every ordinary trial (the caching allocator's block)
     assert "never wrote" in unwritten.error and unwritten.correctness.tiers["loose"]
-    assert re.search(r"buffers wrong after \d+ timed calls", verdicts["running_stats_first_16_calls"].error)
+    assert re.search(r"buffers wrong after clocked call \d+ of \d+", verdicts["running_stats_first_16_calls"].error)
     good = verdicts["good"]
     assert good.status == Status.correct and not good.rejected, good.error
     assert {"scale_batch_stats", "scale_normalize"} <= {k.split("(")[0].split()[-1] for k in good.custom_kernels}
