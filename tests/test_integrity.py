@@ -119,6 +119,8 @@ def test_the_issue_list_of_hacks_has_cpu_fixtures():
         assert hack in names
     cuda = {p.stem for p in HACKS_CUDA}
     assert {"reference_freed_memory", "side_stream", "correct_first_12_calls", "no_custom_kernel"} <= cuda
+    assert {"redistributed_time", "deferred_buffers", "late_stage_write", "deferred_device_work",
+            "patch_live_executor"} <= cuda
 
 
 @pytest.fixture(scope="module")
@@ -637,10 +639,18 @@ def test_a_cuda_hack_fixture_compiles_here(tmp_path):
 @pytest.mark.gpu
 def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     batch = [CandidateFile(name=p.stem, path=p) for p in HACKS_CUDA] + [CandidateFile(name="good", path=GOOD_CUDA)]
-    verdicts = {v.candidate: v for v in evaluate(batch, EvalOptions(device="cuda", size="small", jobs=2,
+    verdicts = {v.candidate: v for v in evaluate(batch, EvalOptions(device="cuda", size="small", jobs=2, run_rejected=True,
                                                                      baselines=["eager"], log_root=tmp_path))}
     for path in HACKS_CUDA:
         assert_expected(verdicts[path.stem], path)
+    # issue 21 on the GPU: reports reshaped change no ranked number; work outside a window is never compared
+    reshaped = verdicts["redistributed_time"]
+    assert reshaped.timing_check.reported_median_ms < reshaped.timing_check.referee_ms / 5
+    assert reshaped.runtime_ms > 0.5 * verdicts["good"].runtime_ms  # the reference's work, clocked
+    assert "buffers wrong after clocked call 1 of" in verdicts["deferred_buffers"].error
+    for name in ("late_stage_write", "deferred_device_work"):
+        assert "wrong on clocked call 1 of" in verdicts[name].error, verdicts[name].error
+    assert "evaluator.executor.Executor.go" in " ".join(f.reason for f in verdicts["patch_live_executor"].flags)
     assert "output" in verdicts["reference_freed_memory"].error
     assert "clocked call" in verdicts["correct_first_12_calls"].error
     unwritten = verdicts["unwritten_output"]  # passes every ordinary trial (the caching allocator's block)
