@@ -74,6 +74,25 @@ def test_an_exchange_is_page_locked_and_released_from_threads_other_than_the_one
     exchange.close()
 
 
+@pytest.mark.gpu
+def test_a_device_stage_is_one_memory_seen_through_two_mappings():
+    """The referee's stage on a GPU: a virtual-memory allocation exported as a descriptor; a second mapping
+    of it (what the executor makes) sees what the first wrote, and slots outside it are refused."""
+    from evaluator.stage import Layout, Stage
+
+    layout = Layout.plan([(0, [64, 32], "float32")], 64 * 16 * 4, [16 * 4, 16 * 4, 8])
+    referee_side = Stage.create(layout.size, "cuda")
+    executor_side = Stage.attach(os.dup(referee_side.fd), referee_side.size, "cuda")
+    x = torch.randn(64, 32, device="cuda")
+    referee_side.view(layout.inputs[0]).copy_(x)
+    torch.cuda.synchronize()
+    assert torch.equal(executor_side.view(layout.inputs[0]), x)
+    with pytest.raises(ExchangeError):
+        executor_side.view(layout.inputs[0].model_copy(update={"offset": referee_side.size}))
+    executor_side.close()
+    referee_side.close()
+
+
 def test_tensors_that_do_not_fit_are_refused_before_anything_is_written():
     exchange = Exchange.create(1024)
     with pytest.raises(ExchangeError, match="do not fit"):
