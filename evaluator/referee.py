@@ -54,7 +54,7 @@ from evaluator import inputs as draws
 from evaluator.exchange import Exchange, capacity_for, dtype_name
 from evaluator.problem import import_file, load_problem
 from evaluator.process import Ended, ExecutorProcess, settle
-from evaluator.protocol import BaselineRound, Construct, JudgeReply, JudgeRequest, TensorSlot, pack
+from evaluator.protocol import BaselineRound, Construct, JudgeReply, JudgeRequest, LoadState, TensorSlot, pack
 from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
 from evaluator.stage import Layout
 from evaluator.timing import Call, Timer, summarize
@@ -154,6 +154,7 @@ class Calibrator:
     def __init__(self, referee: Referee, link=None):
         self.referee, self.link, self.ready = referee, link, link is not None
         self.error: str | None = None
+        self.broken = False  # failed since the last round: not started again before the next one
 
     def start(self) -> None:
         referee, config = self.referee, self.referee.config
@@ -172,6 +173,7 @@ class Calibrator:
         """Warm-up windows, then CALIBRATION_WINDOWS more: their median cost. None (and `error`) when the
         calibrator fails; it is started afresh at the next round."""
         referee = self.referee
+        self.broken = False
         inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
         windows = [self.window(inputs) for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
         if any(w is None for w in windows):
@@ -185,6 +187,8 @@ class Calibrator:
         """One of the calibrator's windows on `inputs` (a candidate's, so that both copy the same bytes in);
         None when it failed."""
         referee = self.referee
+        if self.broken:
+            return None
         try:
             if self.link is None:
                 self.start()
@@ -201,6 +205,8 @@ class Calibrator:
                 if reply.error:
                     raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
                 request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
+                state = referee.new_reference(referee.rng.randrange(2**31)).state_dict()  # onto the device, as a candidate
+                request(LoadState(id=0, tensors=self.link.exchange.write([(f"state.{k}", v) for k, v in state.items()])))
                 self.ready = True
             clocked = clock.window(request, self.link.stage, referee.layout, inputs, referee.problem.mode == "train",
                                    referee.timer.flush, referee.rng.random())
@@ -212,7 +218,7 @@ class Calibrator:
             return None
 
     def failed(self, why: str) -> None:
-        self.error = why[:1000]
+        self.error, self.broken = why[:1000], True
         traceback.print_exc()
         self.close()
 
