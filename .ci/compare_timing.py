@@ -12,6 +12,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -31,6 +32,7 @@ def evaluate(tree: Path, files: list[str], size: str, label: str, log: Path) -> 
                 "reported": check.get("reported_median_ms"), "cost": check.get("overhead_ms"),
                 "flags": [f["name"] for f in v.get("flags", [])], "error": (v.get("error") or "")[:200]}
     print(f"{label}: rc={proc.returncode}, {len(rows)} verdicts", flush=True)
+    time.sleep(10)  # what is left of its executors' teardown is over before the next one times anything
     return rows
 
 

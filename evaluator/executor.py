@@ -27,6 +27,7 @@ import time
 STARTUP = {"python": time.time()}
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
@@ -162,6 +163,7 @@ class Executor:
         if self.clocked_since is None:
             return []
         flags_before, self.clocked_since, self.pending = self.clocked_since, None, None
+        gc.enable()
         return self.guard_flags(flags_before, "the clocked calls to ModelNew.forward")
 
     def construct(self, command: Construct) -> Reply:
@@ -242,6 +244,7 @@ class Executor:
         """One clocked forward on the stage's inputs (see protocol.Go): its output kept for `put`."""
         if self.clocked_since is None:
             self.clocked_since = guards.read_global_flags()
+            gc.disable()  # no collection pause inside a window (until the clocked calls are over)
         self.pending = None
         self.model.train(command.train)
         try:

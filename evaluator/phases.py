@@ -421,11 +421,12 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     calls: list[tuple[int, clock.Clocked]] = []  # (seed of its inputs, its window)
     costs: list[clock.Clocked] = []              # the calibrator's windows beside them
     warm = timer.warmup + 1
-    clocked_calls(session, warm, calls, costs)
-    fit = KEEP_BYTES[referee.device] // referee.layout.span
-    estimate = calls[-1][1].ms - (costs[-1].ms - (costs[-1].reported_ms or 0.0) if costs else 0.0)
-    reps = timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm))
-    clocked_calls(session, reps, calls, costs)
+    with clock.collector_paused():
+        clocked_calls(session, warm, calls, costs)
+        fit = KEEP_BYTES[referee.device] // referee.layout.span
+        estimate = calls[-1][1].ms - (costs[-1].ms - (costs[-1].reported_ms or 0.0) if costs else 0.0)
+        reps = timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm))
+        clocked_calls(session, reps, calls, costs)
     sm_clock = referee.sm_clock()
     cost = clock.window_cost(costs[warm:]) if len(costs) == len(calls) else None
     if cost is None:
@@ -435,7 +436,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     cost_ms = cost.cost_ms if cost is not None else 0.0
     series = [c for _, c in calls[warm:]]
     timing = summarize(clock.referee_times(series, cost_ms), warm)
-    check = clock.cross_check(series, cost_ms, referee.device)
+    check = clock.cross_check(series, cost, referee.device)
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     replayed = compare_clocked(session, checked, calls)

@@ -175,7 +175,8 @@ class Calibrator:
         referee = self.referee
         self.broken = False
         inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
-        windows = [self.window(inputs) for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
+        with clock.collector_paused():
+            windows = [self.window(inputs) for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
         if any(w is None for w in windows):
             return None
         cost = clock.window_cost(windows[referee.timer.warmup:])

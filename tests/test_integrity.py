@@ -603,25 +603,32 @@ def _windows(windows_ms: list[float], reported_ms: list[float]):
 
 
 def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
-    from evaluator.clock import cross_check, mismatch_reason, referee_times
+    from evaluator.clock import WindowCost, cross_check, mismatch_reason, referee_times
 
-    honest = cross_check(_windows([1.2] * 40, [1.0] * 40), 0.18, "cuda")
+    def cost(ms):  # a calibrator whose windows all cost `ms`
+        return WindowCost(cost_ms=ms, window_ms=ms + 0.1, device_ms=0.1, windows=30, costs=(ms,) * 30)
+
+    honest = cross_check(_windows([1.2] * 40, [1.0] * 40), cost(0.18), "cuda")
     assert honest.agrees and honest.referee_ms == pytest.approx(1.02) and len(honest.quantiles) == 5
-    faked = cross_check(_windows([1.2] * 40, [0.1] * 40), 0.18, "cuda")
-    assert not faked.agrees and faked.limit_ms == pytest.approx(0.215)
+    faked = cross_check(_windows([1.2] * 40, [0.1] * 40), cost(0.18), "cuda")
+    assert not faked.agrees and faked.limit_ms == pytest.approx(0.21)
+    # a noisy calibrator widens the upper quantiles' limits by its own spread there, never the median's
+    noisy = WindowCost(cost_ms=0.18, window_ms=0.3, device_ms=0.1, windows=30, costs=(0.18,) * 20 + (0.9,) * 10)
+    jittery = cross_check(_windows([1.2] * 30 + [1.9] * 10, [1.0] * 40), noisy, "cuda")
+    assert jittery.agrees and jittery.quantiles[-1].limit_ms > jittery.quantiles[2].limit_ms + 0.5
     # the mean kept honest, nine calls in ten reported 20 times too fast: the median gives it away
     true = [1.0] * 40
     shown = [t / 20 if i % 10 else t + 9 * (t - t / 20) for i, t in enumerate(true)]
     assert sum(shown) == pytest.approx(sum(true))
-    redistributed = cross_check(_windows([1.2] * 40, shown), 0.18, "cuda")
+    redistributed = cross_check(_windows([1.2] * 40, shown), cost(0.18), "cuda")
     assert not redistributed.agrees and not next(q for q in redistributed.quantiles if q.q == 0.5).agrees
     assert "longer than the referee's whole window" in mismatch_reason(redistributed)  # the tenth call
-    spread = cross_check(_windows([1.2] * 40, [t if i % 10 == 0 else t / 20 for i, t in enumerate(true)]), 0.18, "cuda")
+    spread = cross_check(_windows([1.2] * 40, [t if i % 10 == 0 else t / 20 for i, t in enumerate(true)]), cost(0.18), "cuda")
     assert not spread.agrees and not next(q for q in spread.quantiles if q.q == 0.5).agrees
     assert "quantile of 40 clocked calls" in mismatch_reason(spread)
-    longer = cross_check(_windows([1.2] * 40, [1.0] * 39 + [5.0]), 0.18, "cuda")  # longer than its window
+    longer = cross_check(_windows([1.2] * 40, [1.0] * 39 + [5.0]), cost(0.18), "cuda")  # longer than its window
     assert not longer.agrees and longer.longer_than_window == [39]
-    loaded_cpu = cross_check(_windows([6.0] * 20, [2.5] * 20), 1.0, "cpu")
+    loaded_cpu = cross_check(_windows([6.0] * 20, [2.5] * 20), cost(1.0), "cpu")
     assert loaded_cpu.agrees  # a loaded 2-core machine stretches windows: generous there
     assert referee_times(_windows([0.5, 2.0], [0.1, 0.1]), 1.0) == [1e-6, 1.0]  # never below a nanosecond
 
