@@ -42,9 +42,11 @@ _perf_counter = time.perf_counter
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 # How far the referee's figure for a quantile may exceed the reported one (ratio, then ms) before the
 # reports are rejected, beyond how far the calibrator's own window costs spread at that quantile (the
-# noise every window carries: at the median, none). On an H100 an honest call's median came within
-# 0.1 ms of its device events; the CPU (a loaded 2-core machine in CI) is given room for the scheduler.
-TIMING_SLACK = {"cuda": (1.1, 0.1), "cpu": (2.0, 2.0)}
+# noise every window carries: at the median, none). On an H100 (2026-11-25) an honest multi-kernel
+# candidate's median at `small` read 0.17 ms above its device events (0.36 against 0.19 ms: launches the
+# calibrator's one copy does not have), at `kernelbench` within 0.1 ms; reports twenty times too fast
+# (0.013 ms for 0.42) still fail at the median. The CPU (a loaded 2-core machine in CI) is given more.
+TIMING_SLACK = {"cuda": (1.1, 0.25), "cpu": (2.0, 2.0)}
 # A reported time may exceed the whole window it happened in by no more than this (ms): clock grain.
 REPORT_GRAIN_MS = 0.05
 CALIBRATION_WINDOWS = 30

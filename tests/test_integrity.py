@@ -610,8 +610,12 @@ def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
 
     honest = cross_check(_windows([1.2] * 40, [1.0] * 40), cost(0.18), "cuda")
     assert honest.agrees and honest.referee_ms == pytest.approx(1.02) and len(honest.quantiles) == 5
+    # seen on an H100 at `small`: an honest candidate's figure 0.17 ms above its events stands; a twentieth
+    # of the time reported does not
+    assert cross_check(_windows([1.87] * 40, [0.19] * 40), cost(1.51), "cuda").agrees
+    assert not cross_check(_windows([1.93] * 40, [0.013] * 40), cost(1.51), "cuda").agrees
     faked = cross_check(_windows([1.2] * 40, [0.1] * 40), cost(0.18), "cuda")
-    assert not faked.agrees and faked.limit_ms == pytest.approx(0.21)
+    assert not faked.agrees and faked.limit_ms == pytest.approx(0.36)
     # a noisy calibrator widens the upper quantiles' limits by its own spread there, never the median's
     noisy = WindowCost(cost_ms=0.18, window_ms=0.3, device_ms=0.1, windows=30, costs=(0.18,) * 20 + (0.9,) * 10)
     jittery = cross_check(_windows([1.2] * 30 + [1.9] * 10, [1.0] * 40), noisy, "cuda")
