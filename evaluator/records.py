@@ -173,8 +173,9 @@ class TimingCheck(Record):
     calls: int = Field(description="Clocked calls compared (warm-up included).")
     overhead_ms: float = Field(description=(
         "What one window costs beyond the call's device time: the median over the calibrator's windows (a "
-        "trusted executor, the same code and path), one run beside each of the candidate's, on the same inputs; "
-        "subtracted from every window. 0 when the calibrator failed (flag `uncalibrated`)."))
+        "trusted executor, the same code and path), one run beside each of the candidate's, on the same inputs, "
+        "or over those of the baseline round (no candidate alive) when that is less; subtracted from every "
+        "window. 0 when the calibrator failed (flag `uncalibrated`)."))
     referee_ms: float = Field(description="The median of the referee's per-call times.")
     reported_mean_ms: float = Field(description="The mean of the per-call times the executor reported (-1: none usable).")
     reported_median_ms: float | None = Field(None, description="Their median.")
