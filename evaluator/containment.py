@@ -86,7 +86,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
 
 # Denied with EPERM by the seccomp filter (names this libseccomp does not know are skipped).
 DENIED_SYSCALLS = (
@@ -602,8 +602,28 @@ def check_namespaces(report: Report) -> None:
                        "outside its namespaces")
 
 
+def hide_protected_folders(report: Report) -> list[str]:
+    """An empty, read-only tmpfs over each protected folder that holds nothing the worker is granted
+    (the store's folder, the logs), in the worker's own mount namespace: Landlock keeps a protected
+    file unreadable, but a folder whose parent may be listed would still show its names. Only where the
+    namespace's mounts are private (nothing propagates out). The folders hidden."""
+    if not report.proc or "landlock" in report.disabled:
+        return []
+    plan = report.plan
+    granted = [*plan.get("write", []), *plan.get("exact", []), *plan.get("read", []), *plan.get("list", [])]
+    libc, hidden = _libc(), []
+    for folder in plan.get("protect", []):
+        if not os.path.isdir(folder) or any(_within(path, folder) for path in granted):
+            continue
+        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                      b"size=4k,mode=000") == 0:
+            hidden.append(folder)
+    return hidden
+
+
 def become_worker(argv: list[str], report: Report, channel_fd: int | None) -> None:
     check_namespaces(report)
+    hide_protected_folders(report)
     try:
         apply_landlock(report)
     except Exception as err:  # noqa: BLE001 - reported, and the worker still runs (flagged unsandboxed)

@@ -308,24 +308,24 @@ def test_a_custom_store_cannot_be_read_from_a_contained_process(tmp_path, monkey
     proc, report = launch(tmp_path, code, env_extra=env, protect=_protect(tmp_path, store, apart))
     lines = proc.stdout.splitlines()
     assert report["landlock"]["state"] == "verified", report["landlock"]
-    for path in (store, f"{store}-wal", apart, f"{apart}-wal"):
-        assert f"unreadable {path} 13" in lines, (proc.stdout, proc.stderr)
-    assert f"unlistable {apart.parent} 13" in lines, proc.stdout
+    for path in (store, f"{store}-wal", apart, f"{apart}-wal"):  # refused (Landlock), or hidden (an empty mount)
+        assert f"unreadable {path} 13" in lines or f"unreadable {path} 2" in lines, (proc.stdout, proc.stderr)
+    assert f"unlistable {apart.parent} 13" in lines or f"listed {apart.parent} []" in lines, proc.stdout
     assert f"listed {readable}/other ['note.txt']" in lines and f"read {readable}/other/note.txt" in lines
     control, _ = launch(tmp_path, code, env_extra=env, protect=[tmp_path / "elsewhere"])
     assert f"read {store}" in control.stdout.splitlines(), control.stdout  # the probe can see it at all
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Landlock's READ_DIR covers a whole hierarchy: the carve-out in evaluator.containment grants the parents "
-    "of a protected path READ_DIR (names only), so the protected folder's names stay listable, and so is every "
-    "folder of the checkout (its root is granted READ_DIR for Python's import system). Making it unlistable "
-    "needs evaluator.containment (e.g. an empty read-only mount over each protected folder in the executor's "
-    "mount namespace)."))
-def test_a_custom_store_folder_inside_a_readable_hierarchy_cannot_be_listed(tmp_path, monkeypatch):
+def test_a_custom_store_folder_inside_a_readable_hierarchy_shows_no_names(tmp_path, monkeypatch):
+    """Landlock's READ_DIR covers a whole hierarchy, so a protected folder inside a listable one would still
+    show its names: the launcher mounts an empty read-only tmpfs over it in the worker's own mount
+    namespace. Its parent's other entries are untouched."""
     readable, store, _, code = _store_probe(tmp_path, monkeypatch)
     proc, _ = launch(tmp_path, code, env_extra={"PYTHONPATH": str(readable)}, protect=_protect(tmp_path, store))
-    assert f"unlistable {store.parent} 13" in proc.stdout.splitlines(), proc.stdout
+    lines = proc.stdout.splitlines()
+    assert f"listed {store.parent} []" in lines or f"unlistable {store.parent} 13" in lines, proc.stdout
+    assert f"listed {readable}/other ['note.txt']" in lines
+    assert store.exists()  # hidden from the worker only
 
 
 def test_harness_eval_and_run_hand_the_store_they_write_to_the_evaluator(tmp_path, monkeypatch):
