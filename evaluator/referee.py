@@ -171,9 +171,8 @@ class Calibrator:
 
     def measure(self) -> clock.WindowCost | None:
         """Warm-up windows, then CALIBRATION_WINDOWS more: their median cost. None (and `error`) when the
-        calibrator fails; it is started afresh at the next round."""
+        calibrator fails; it is started afresh at the next round (start_early)."""
         referee = self.referee
-        self.broken = False
         inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
         with clock.collector_paused():
             windows = [self.window(inputs) for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
@@ -191,32 +190,58 @@ class Calibrator:
         if self.broken:
             return None
         try:
-            if self.link is None:
-                self.start()
-            deadline = time.monotonic() + referee.config.run_timeout_s + referee.config.compile_timeout_s
-
-            def request(command):
-                reply = self.link.request(command, deadline)
-                if reply.error:
-                    raise RuntimeError(f"the calibrator failed: {reply.error}"[:2000])
-                return reply
-
-            if not self.ready:
-                reply = self.link.reply(0, deadline)
-                if reply.error:
-                    raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
-                request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
-                state = referee.new_reference(referee.rng.randrange(2**31)).state_dict()  # onto the device, as a candidate
-                request(LoadState(id=0, tensors=self.link.exchange.write([(f"state.{k}", v) for k, v in state.items()])))
-                self.ready = True
-            clocked = clock.window(request, self.link.stage, referee.layout, inputs, referee.problem.mode == "train",
-                                   referee.timer.flush, referee.rng.random())
+            self.get_ready()
+            clocked = clock.window(self.request, self.link.stage, referee.layout, inputs,
+                                   referee.problem.mode == "train", referee.timer.flush, referee.rng.random())
             clocked.capture = None  # only its time is wanted
             self.error = None
             return clocked
         except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round or verdict; the batch goes on
             self.failed(f"{type(err).__name__}: {err}")
             return None
+
+    def start_early(self) -> None:
+        """At a round's beginning: started afresh if it failed before, its process started now (the
+        round's torch.compile overlaps its imports)."""
+        self.broken = False
+        if self.link is None:
+            try:
+                self.start()
+            except Exception as err:  # noqa: BLE001 - recorded with the round; the batch goes on
+                self.failed(f"{type(err).__name__}: {err}")
+
+    def prepare(self) -> None:
+        """Ready before anything of the round is timed (its start-up never overlaps a timed call)."""
+        if self.broken:
+            return
+        try:
+            self.get_ready()
+        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
+            self.failed(f"{type(err).__name__}: {err}")
+
+    def get_ready(self) -> None:
+        """Started, its model built and its state on the device (raises when it cannot be)."""
+        referee = self.referee
+        if self.link is None:
+            self.start()
+        if self.ready:
+            return
+        reply = self.link.reply(0, self.deadline())
+        if reply.error:
+            raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
+        self.request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
+        state = referee.new_reference(referee.rng.randrange(2**31)).state_dict()  # onto the device, as a candidate
+        self.request(LoadState(id=0, tensors=self.link.exchange.write([(f"state.{k}", v) for k, v in state.items()])))
+        self.ready = True
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.referee.config.run_timeout_s + self.referee.config.compile_timeout_s
+
+    def request(self, command):
+        reply = self.link.request(command, self.deadline())
+        if reply.error:
+            raise RuntimeError(f"the calibrator failed: {reply.error}"[:2000])
+        return reply
 
     def failed(self, why: str) -> None:
         self.error, self.broken = why[:1000], True
@@ -345,7 +370,9 @@ class Referee:
         """Every baseline timed once more, and the loop's own cost per call. No executor runs while
         they are timed: those started ahead are stopped (torch.compile compiles before that)."""
         started = time.perf_counter()
+        self.calibrator.start_early()
         self.compile_baselines()
+        self.calibrator.prepare()
         compiled = time.perf_counter()
         with self.exclusive():
             round_ = self._baseline_round()
@@ -479,6 +506,7 @@ class Referee:
         next candidate's start, and are over before anything is timed (`exclusive`)."""
         steps = {"begin": time.perf_counter()}  # the referee's own steps, for the profile
         if not request.compile_only:
+            self.start_ahead([request, *upcoming])  # its own executor too: it imports while a round compiles
             self.ensure_round()
         steps["round"] = time.perf_counter()
         config = self.config
