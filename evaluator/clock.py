@@ -12,8 +12,10 @@ So the inputs do not exist anywhere the candidate can read before the window sta
 referee compares is what the stage held before the window ended: nothing done before or after the
 window can stand in for work inside it. A call's time is its window less what a window costs around
 a call that does real work, measured with the calibrator (a trusted executor that runs the same code
-around a forward whose device time it reports truthfully: `window_cost`), one of its windows beside each
-of the candidate's, so that both see the same load. That is the ranked figure.
+around a forward whose device time it reports truthfully: `window_cost`) in each baseline round, with no
+candidate alive, its windows back to back as a candidate's are (the pattern matters: on an H100 at
+`kernelbench` its windows cost 2.44 ms each when alternated with a candidate's, 1.98 ms back to back).
+That is the ranked figure.
 
 The executor also reports each forward's time (device events on a GPU, its host clock on the CPU).
 That is testimony: `cross_check` holds it against the referee's figures quantile by quantile, and a
@@ -42,14 +44,14 @@ _perf_counter = time.perf_counter
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 # How far the referee's figure for a quantile may exceed the reported one (ratio, then ms) before the
 # reports are rejected, beyond how far the calibrator's own window costs spread at that quantile (the
-# noise every window carries: at the median, none). On an H100 (2026-11-25) an honest multi-kernel
-# candidate's median at `small` read 0.17 ms above its device events (0.36 against 0.19 ms: launches the
-# calibrator's one copy does not have), at `kernelbench` within 0.1 ms; reports twenty times too fast
-# (0.013 ms for 0.42) still fail at the median. The CPU (a loaded 2-core machine in CI) is given more.
+# noise every window carries: at the median, none). On an H100 (2026-11-25) honest candidates' windows
+# less their device events came within 0.12 ms of the calibrator's at `small` and `kernelbench`, when both
+# are measured in the same pattern; reports twenty times too fast (0.013 ms for 0.42) still fail at the
+# median. The CPU (a loaded 2-core machine in CI) is given more.
 TIMING_SLACK = {"cuda": (1.1, 0.25), "cpu": (2.0, 2.0)}
 # A reported time may exceed the whole window it happened in by no more than this (ms): clock grain.
 REPORT_GRAIN_MS = 0.05
-CALIBRATION_WINDOWS = 30
+CALIBRATION_WINDOWS = 60
 
 
 @dataclass
@@ -61,6 +63,7 @@ class Clocked:
     put: Reply | None
     offset: int
     capture: torch.Tensor | None  # uint8, the referee's own copy of [offset, offset + span)
+    steps: tuple[float, ...] = ()  # ms of its steps: inputs staged (device waited for), go, put, copied out
 
     @property
     def reported_ms(self) -> float | None:
@@ -90,14 +93,19 @@ def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, inp
         stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
     flush()
     sync()
+    staged = _perf_counter()
     go = request(Go(id=0, train=train))
     if go.error:
         return Clocked((_perf_counter() - started) * 1e3, go, None, 0, None)
+    went = _perf_counter()
     offset = layout.place(place)
     put = request(Put(id=0, offset=offset))
+    was_put = _perf_counter()
     capture = stage.bytes[offset:offset + layout.span].clone()
     sync()
-    return Clocked((_perf_counter() - started) * 1e3, go, put, offset, capture)
+    ended = _perf_counter()
+    steps = tuple((b - a) * 1e3 for a, b in ((started, staged), (staged, went), (went, was_put), (was_put, ended)))
+    return Clocked((ended - started) * 1e3, go, put, offset, capture, steps)
 
 
 @contextlib.contextmanager

@@ -411,36 +411,30 @@ def describe_regression(acc: cmp.ModeAccumulator, correctness: Correctness) -> s
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     """Warm-up calls, then timed calls, every one clocked by the referee (evaluator.clock: its inputs
-    written into the stage and its output and buffers copied out inside the window), each followed by a
-    window of the calibrator on the same inputs: what a window costs, measured in the same minute. Then
-    every clocked call's output and buffers against the float64 reference replaying the same calls, the
-    reported times against the referee's, the physical floor, and one more checked call."""
+    written into the stage and its output and buffers copied out inside the window), less what a window
+    costs: the calibrator's, measured in the baseline round before with no candidate alive, its windows
+    run back to back as these are. Then every clocked call's output and buffers against the float64
+    reference replaying the same calls, the reported times against the referee's, the physical floor,
+    and one more checked call."""
     session.enter(Phase.time)
     referee = session.referee
     timer = referee.timer
     calls: list[tuple[int, clock.Clocked]] = []  # (seed of its inputs, its window)
-    costs: list[clock.Clocked] = []              # the calibrator's windows beside them
     warm = timer.warmup + 1
+    cost = referee.current_round.window_cost if referee.current_round is not None else None
+    cost_ms = cost.cost_ms if cost is not None else 0.0
     with clock.collector_paused():
-        clocked_calls(session, warm, calls, costs)
+        clocked_calls(session, warm, calls)
         fit = KEEP_BYTES[referee.device] // referee.layout.span
-        estimate = calls[-1][1].ms - (costs[-1].ms - (costs[-1].reported_ms or 0.0) if costs else 0.0)
-        reps = timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm))
-        clocked_calls(session, reps, calls, costs)
+        reps = timer.reps_for(max(calls[-1][1].ms - cost_ms, 1e-3), cap=max(1, fit - warm))
+        clocked_calls(session, reps, calls)
     sm_clock = referee.sm_clock()
-    cost = clock.window_cost(costs[warm:]) if len(costs) == len(calls) else None
-    # The round's calibration ran with no candidate alive. Device work a candidate leaves queued after its
-    # own windows could slow the calibrator's windows beside them, and a dearer window would make its calls
-    # look cheaper: the cheaper of the two costs is taken, which never makes a call look cheaper than it was.
-    measured = referee.current_round.window_cost if referee.current_round is not None else None
-    if cost is not None and measured is not None and measured.cost_ms < cost.cost_ms:
-        cost = measured
     if cost is None:
         session.add([Flag(name="uncalibrated", reason=(
-            f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
+            f"the calibrator could not measure what a clocked window costs ({referee.current_round.calibration_error if referee.current_round else 'no round'}): the "
             "times are whole windows, longer than the calls"))])
-    cost_ms = cost.cost_ms if cost is not None else 0.0
     series = [c for _, c in calls[warm:]]
+    referee.profile_windows(session.name, series, referee.calibrator.last_windows)
     timing = summarize(clock.referee_times(series, cost_ms), warm)
     check = clock.cross_check(series, cost, referee.device)
     if not check.agrees:
@@ -452,10 +446,9 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock)
 
 
-def clocked_calls(session: Session, count: int, calls: list, costs: list) -> None:
-    """`count` more clocked calls, each on fresh inputs drawn here (outside the window) from a seed of its
-    own, each followed by one of the calibrator's windows on the same inputs; after each window, the inputs
-    it was given must be as the referee wrote them."""
+def clocked_calls(session: Session, count: int, calls: list) -> None:
+    """`count` more clocked calls, back to back, each on fresh inputs drawn here (outside the window) from
+    a seed of its own; after each window, the inputs it was given must be as the referee wrote them."""
     referee = session.referee
     train = referee.problem.mode == "train"
     stage = session.link.stage
@@ -471,9 +464,6 @@ def clocked_calls(session: Session, count: int, calls: list, costs: list) -> Non
             raise Judged(Status.incorrect, Phase.time, f"the candidate modified its input(s) {changed} in place "
                                                        f"(clocked call {len(calls) + 1})")
         calls.append((seed, clocked))
-        beside = referee.calibrator.window(inputs)
-        if beside is not None:
-            costs.append(beside)
 
 
 def sanity_tolerances(referee: Referee) -> dict:

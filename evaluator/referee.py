@@ -57,7 +57,7 @@ from evaluator.process import Ended, ExecutorProcess, settle
 from evaluator.protocol import BaselineRound, Construct, JudgeReply, JudgeRequest, LoadState, TensorSlot, pack
 from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
 from evaluator.stage import Layout
-from evaluator.timing import Call, Timer, summarize
+from evaluator.timing import Call, Timer, quantile, summarize
 
 VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
 # Set (a folder), the referee profiles itself (cProfile) and logs each candidate's phase, command and
@@ -149,12 +149,15 @@ class ModelNew(_reference.Model):
 
 class Calibrator:
     """The referee's own executor for measuring what a clocked window costs (see CALIBRATOR_SOURCE).
-    Started at the first baseline round; measured in every round, while no candidate runs."""
+    Started as each baseline round begins; measured in every round, while no candidate runs, so that
+    nothing a candidate does (device work it leaves queued, say) can make a window look dearer and its
+    own calls cheaper."""
 
     def __init__(self, referee: Referee, link=None):
         self.referee, self.link, self.ready = referee, link, link is not None
         self.error: str | None = None
         self.broken = False  # failed since the last round: not started again before the next one
+        self.last_windows: list[clock.Clocked] = []  # the last round's measured windows (the profile's)
 
     def start(self) -> None:
         referee, config = self.referee, self.referee.config
@@ -170,22 +173,26 @@ class Calibrator:
         self.link.import_ahead(time.monotonic() + config.compile_timeout_s)
 
     def measure(self) -> clock.WindowCost | None:
-        """Warm-up windows, then CALIBRATION_WINDOWS more: their median cost. None (and `error`) when the
-        calibrator fails; it is started afresh at the next round (start_early)."""
+        """Warm-up windows, then CALIBRATION_WINDOWS more, back to back as a candidate's series runs them
+        (fresh inputs drawn before each, the stage's inputs read back after each): their median cost.
+        None (and `error`) when the calibrator fails; it is started afresh at the next round (start_early)."""
         referee = self.referee
-        inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
+        windows = []
         with clock.collector_paused():
-            windows = [self.window(inputs) for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS)]
-        if any(w is None for w in windows):
-            return None
-        cost = clock.window_cost(windows[referee.timer.warmup:])
+            for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS):
+                inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
+                windows.append(self.window(inputs))
+                if windows[-1] is None:
+                    return None
+                clock.inputs_changed(self.link.stage, referee.layout, inputs)
+        self.last_windows = windows[referee.timer.warmup:]
+        cost = clock.window_cost(self.last_windows)
         if cost is None:
             self.failed("the calibrator reported no time for its calls")
         return cost
 
     def window(self, inputs: list) -> clock.Clocked | None:
-        """One of the calibrator's windows on `inputs` (a candidate's, so that both copy the same bytes in);
-        None when it failed."""
+        """One of the calibrator's windows on `inputs`; None when it failed."""
         referee = self.referee
         if self.broken:
             return None
@@ -196,7 +203,7 @@ class Calibrator:
             clocked.capture = None  # only its time is wanted
             self.error = None
             return clocked
-        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round or verdict; the batch goes on
+        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
             self.failed(f"{type(err).__name__}: {err}")
             return None
 
@@ -301,6 +308,7 @@ class Referee:
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
         self.calibrator = Calibrator(self)
+        self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
 
     # -- the reference -----------------------------------------------------------------------------
 
@@ -359,6 +367,26 @@ class Referee:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
+    @staticmethod
+    def profile_windows(name: str, candidate: list[clock.Clocked], calibrator: list[clock.Clocked]) -> None:
+        """Where a candidate's windows and the calibrator's in the round before spent their time
+        (PROFILE_DIR): the quartiles of each step, and of the executors' reports."""
+        if not PROFILE_DIR:
+            return
+
+        def quartiles(values: list[float]) -> list[float]:
+            return [round(quantile(values, q), 4) for q in (0.25, 0.5, 0.75)] if values else []
+
+        record = {"event": "windows", "name": name}
+        for role, windows in (("candidate", candidate), ("calibrator", calibrator)):
+            steps = [w.steps for w in windows if len(w.steps) == 4]
+            record[role] = {step: quartiles([s[i] for s in steps])
+                            for i, step in enumerate(("staged", "go", "put", "copied"))}
+            record[role]["window"] = quartiles([w.ms for w in windows])
+            record[role]["events"] = quartiles([w.go.events_ms[0] for w in windows if w.go.events_ms])
+            record[role]["host"] = quartiles([w.go.host_ms[0] for w in windows if w.go.host_ms])
+        profile_log(record)
+
     # -- baselines ---------------------------------------------------------------------------------
 
     def ensure_round(self) -> None:
@@ -372,6 +400,7 @@ class Referee:
         started = time.perf_counter()
         self.calibrator.start_early()
         self.compile_baselines()
+        self.start_ahead(self.queued())  # requests that came while it compiled: their imports overlap the round
         self.calibrator.prepare()
         compiled = time.perf_counter()
         with self.exclusive():
@@ -640,12 +669,14 @@ def main(argv: list[str] | None = None) -> int:
         outbox.submit(run)
 
     referee, setup_error = None, None
+    inbox = Inbox(requests)  # reading before the referee is up: a round at start sees what is queued
     started = time.perf_counter()
     if sys.pycache_prefix:  # the cache executors read (process.bytecode_cache) is written here
         cache_executor_bytecode()
     imported = time.perf_counter()
     try:
         referee = Referee(config)
+        referee.queued = inbox.queued
         profile_log({"event": "start", "executor_modules_s": imported - started,
                      "setup_s": time.perf_counter() - imported})
         if config.round_at_start:
@@ -653,7 +684,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         setup_error = traceback.format_exc()
         traceback.print_exc()
-    inbox = Inbox(requests)
     while True:
         waited = time.perf_counter()
         request = inbox.next()

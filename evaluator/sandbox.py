@@ -83,7 +83,7 @@ class EvalOptions(BaseModel):
         "GPUs to judge on, one lane each: None or `all`, every visible GPU; else positions among them (`0,2`)."))
     ahead: int | None = Field(None, ge=0, description=(
         "Candidates a lane queues at its referee behind the one judged, their executors started and importing "
-        "meanwhile (stopped while anything is timed); None: 2 on a GPU, 0 on the CPU (where the device judged is "
+        "meanwhile (stopped while anything is timed); None: 4 on a GPU, 0 on the CPU (where the device judged is "
         "the cores those imports run on)."))
     executor: Literal["local", "ray"] = Field("local", description=(
         "`local`: lanes in this process, one per GPU; `ray`: each lane a Ray actor (one GPU each, or one CPU) on "
@@ -430,7 +430,7 @@ class Evaluator:
         self.jobs = options.jobs or default_build_jobs()
         # 3 on a GPU: an executor takes 10-14 s to start, import torch and dynamo and load its extension
         # (H100 machine, 16 cores), a candidate holds the GPU about 5 s at kernelbench
-        self.ahead = options.ahead if options.ahead is not None else (3 if self.device == "cuda" else 0)
+        self.ahead = options.ahead if options.ahead is not None else (4 if self.device == "cuda" else 0)
 
     # -- one candidate ---------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ def eval_command(
         "executor builds its candidate as it imports it).")),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
     ahead: Optional[int] = typer.Option(None, min=0, help=(
-        "Candidates a lane starts ahead, importing while another is judged (default: 3 on a GPU, 0 on the CPU).")),
+        "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU).")),
     executor: str = typer.Option("local", help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
     lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
