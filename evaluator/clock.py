@@ -12,10 +12,12 @@ So the inputs do not exist anywhere the candidate can read before the window sta
 referee compares is what the stage held before the window ended: nothing done before or after the
 window can stand in for work inside it. A call's time is its window less what a window costs around
 a call that does real work, measured with the calibrator (a trusted executor that runs the same code
-around a forward whose device time it reports truthfully: `window_cost`) in each baseline round, with no
-candidate alive, its windows back to back as a candidate's are (the pattern matters: on an H100 at
-`kernelbench` its windows cost 2.44 ms each when alternated with a candidate's, 1.98 ms back to back).
-That is the ranked figure.
+around a forward whose device time it reports truthfully: `window_cost`), one of its windows beside each
+of the candidate's, so that both run in the same pattern and the same minute (the pattern matters: on an
+H100 at `kernelbench` its windows cost 2.44 ms each alternated with a candidate's, 1.98 ms back to back
+in a round). During the calibrator's window the candidate's processes are stopped, and it starts only
+once the device has no work of theirs left (`device_idle`), so a candidate cannot make it dearer and its
+own calls cheaper. That is the ranked figure.
 
 The executor also reports each forward's time (device events on a GPU, its host clock on the CPU).
 That is testimony: `cross_check` holds it against the referee's figures quantile by quantile, and a
@@ -51,7 +53,31 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 TIMING_SLACK = {"cuda": (1.1, 0.25), "cpu": (2.0, 2.0)}
 # A reported time may exceed the whole window it happened in by no more than this (ms): clock grain.
 REPORT_GRAIN_MS = 0.05
-CALIBRATION_WINDOWS = 60
+CALIBRATION_WINDOWS = 30
+# How long the referee waits, with the candidate's processes stopped, for the device to have no work of
+# theirs left before and after a calibrator window beside its call (evaluator.phases.idle).
+IDLE_WAIT_S = 2.0
+# A device is idle when two tiny kernels of the referee's in a row each finish within this (ms): work of
+# another process on it makes the second wait for its time slice.
+IDLE_PROBE_MS = 0.1
+
+
+def device_idle(probe: torch.Tensor, limit_s: float) -> float | None:
+    """Seconds waited until the device runs the referee's tiny kernels at once (no other context has work
+    on it), or None when it still does after `limit_s`. On the CPU, at once."""
+    if probe.device.type != "cuda":
+        return 0.0
+    started = _perf_counter()
+    quick = 0
+    while quick < 2:
+        begun = _perf_counter()
+        probe.add_(1)
+        torch.cuda.synchronize()
+        ended = _perf_counter()
+        quick = quick + 1 if (ended - begun) * 1e3 < IDLE_PROBE_MS else 0
+        if ended - started > limit_s:
+            return None
+    return _perf_counter() - started
 
 
 @dataclass
@@ -88,6 +114,8 @@ def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, inp
     """One clocked call (see the module's docstring). `request` sends a command and returns its reply
     (it raises when the executor is gone); `place` in [0, 1) picks where in the region the output goes."""
     sync = torch.cuda.synchronize if stage.device == "cuda" else (lambda: None)
+    # the referee's copy, allocated before the clock starts (a fresh device allocation takes tenths of a ms)
+    capture = torch.empty(layout.span, dtype=torch.uint8, device=stage.bytes.device)
     started = _perf_counter()
     for slot in layout.inputs:
         stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
@@ -101,7 +129,7 @@ def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, inp
     offset = layout.place(place)
     put = request(Put(id=0, offset=offset))
     was_put = _perf_counter()
-    capture = stage.bytes[offset:offset + layout.span].clone()
+    capture.copy_(stage.bytes[offset:offset + layout.span])
     sync()
     ended = _perf_counter()
     steps = tuple((b - a) * 1e3 for a, b in ((started, staged), (staged, went), (went, was_put), (was_put, ended)))

@@ -411,30 +411,34 @@ def describe_regression(acc: cmp.ModeAccumulator, correctness: Correctness) -> s
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     """Warm-up calls, then timed calls, every one clocked by the referee (evaluator.clock: its inputs
-    written into the stage and its output and buffers copied out inside the window), less what a window
-    costs: the calibrator's, measured in the baseline round before with no candidate alive, its windows
-    run back to back as these are. Then every clocked call's output and buffers against the float64
-    reference replaying the same calls, the reported times against the referee's, the physical floor,
-    and one more checked call."""
+    written into the stage and its output and buffers copied out inside the window), each followed by a
+    window of the calibrator on the same inputs, with the candidate's processes stopped and the device
+    idle: what a window costs, measured in the same pattern and the same minute. Then every clocked
+    call's output and buffers against the float64 reference replaying the same calls, the reported times
+    against the referee's, the physical floor, and one more checked call."""
     session.enter(Phase.time)
     referee = session.referee
     timer = referee.timer
     calls: list[tuple[int, clock.Clocked]] = []  # (seed of its inputs, its window)
+    costs: list[clock.Clocked] = []              # the calibrator's windows beside them
     warm = timer.warmup + 1
-    cost = referee.current_round.window_cost if referee.current_round is not None else None
-    cost_ms = cost.cost_ms if cost is not None else 0.0
     with clock.collector_paused():
-        clocked_calls(session, warm, calls)
+        clocked_calls(session, warm, calls, costs)
         fit = KEEP_BYTES[referee.device] // referee.layout.span
-        reps = timer.reps_for(max(calls[-1][1].ms - cost_ms, 1e-3), cap=max(1, fit - warm))
-        clocked_calls(session, reps, calls)
+        estimate = calls[-1][1].ms - (costs[-1].ms - (costs[-1].reported_ms or 0.0) if costs else 0.0)
+        reps = timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm))
+        clocked_calls(session, reps, calls, costs)
     sm_clock = referee.sm_clock()
+    cost = clock.window_cost(costs[warm:]) if len(costs) == len(calls) else None
+    if cost is None and referee.current_round is not None:  # the calibrator failed beside it: the round's
+        cost = referee.current_round.window_cost
     if cost is None:
         session.add([Flag(name="uncalibrated", reason=(
-            f"the calibrator could not measure what a clocked window costs ({referee.current_round.calibration_error if referee.current_round else 'no round'}): the "
+            f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
             "times are whole windows, longer than the calls"))])
+    cost_ms = cost.cost_ms if cost is not None else 0.0
     series = [c for _, c in calls[warm:]]
-    referee.profile_windows(session.name, series, referee.calibrator.last_windows)
+    referee.profile_windows(session.name, series, costs[warm:])
     timing = summarize(clock.referee_times(series, cost_ms), warm)
     check = clock.cross_check(series, cost, referee.device)
     if not check.agrees:
@@ -446,9 +450,12 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock)
 
 
-def clocked_calls(session: Session, count: int, calls: list) -> None:
-    """`count` more clocked calls, back to back, each on fresh inputs drawn here (outside the window) from
-    a seed of its own; after each window, the inputs it was given must be as the referee wrote them."""
+def clocked_calls(session: Session, count: int, calls: list, costs: list) -> None:
+    """`count` more clocked calls, each on fresh inputs drawn here (outside the window) from a seed of its
+    own; after each window, the inputs it was given must be as the referee wrote them. Each is followed
+    by one of the calibrator's windows on the same inputs (the pattern a window's cost depends on), run
+    with the candidate's processes stopped and only once the device has no work of theirs left, so that
+    nothing the candidate does can make the calibrator's windows, and so a window's cost, dearer."""
     referee = session.referee
     train = referee.problem.mode == "train"
     stage = session.link.stage
@@ -464,6 +471,34 @@ def clocked_calls(session: Session, count: int, calls: list) -> None:
             raise Judged(Status.incorrect, Phase.time, f"the candidate modified its input(s) {changed} in place "
                                                        f"(clocked call {len(calls) + 1})")
         calls.append((seed, clocked))
+        with held(session.link):
+            idle(session, f"after clocked call {len(calls)} had returned")
+            beside = referee.calibrator.window(inputs)
+            idle(session, f"through the calibrator's window after clocked call {len(calls)}")
+        if beside is not None:
+            costs.append(beside)
+
+
+def idle(session: Session, when: str) -> None:
+    """The device has no work of any other process left (its processes held, the candidate can add none)."""
+    waited = session.referee.device_idle(clock.IDLE_WAIT_S)
+    if waited is None:
+        raise Judged(Status.runtime_error, Phase.time, (
+            f"device work kept running {when}, for {clock.IDLE_WAIT_S:g} s with the candidate's processes "
+            "stopped: work left queued could make the calibrator's windows, and so a window's cost, dearer"))
+
+
+@contextlib.contextmanager
+def held(link):
+    """The candidate's processes stopped (SIGSTOP): nothing of theirs can start on the device meanwhile."""
+    hold, release = getattr(link, "hold", None), getattr(link, "release", None)
+    if hold is not None:
+        hold()
+    try:
+        yield
+    finally:
+        if release is not None:
+            release()
 
 
 def sanity_tolerances(referee: Referee) -> dict:

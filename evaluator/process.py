@@ -269,6 +269,7 @@ class ExecutorProcess:
         self._ahead: threading.Thread | None = None
         self._ahead_result: Reply | Ended | None = None
         self.paused = False
+        self.held_members: list[int] | None = None  # its session, as first held (hold)
 
     # -- lifetime ---------------------------------------------------------------------------------
 
@@ -368,6 +369,26 @@ class ExecutorProcess:
         if self.proc is not None and self.paused:
             signal_group(self.proc, signal.SIGCONT)
             self.paused = False
+
+    def hold(self) -> None:
+        """SIGSTOP around one of the calibrator's windows: to its process group and to the members of
+        its session found the first time (a scan of /proc costs milliseconds: once, not every window)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if self.held_members is None:
+            self.held_members = [pid for pid in containment.session_members(self.proc.pid) if pid != self.proc.pid]
+        self._signal_held(signal.SIGSTOP)
+
+    def release(self) -> None:
+        if self.proc is not None and self.held_members is not None:
+            self._signal_held(signal.SIGCONT)
+
+    def _signal_held(self, sig: int) -> None:
+        for send, target in ((os.killpg, self.proc.pid), *((os.kill, pid) for pid in self.held_members)):
+            try:
+                send(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def close(self, wait_s: float = 30.0) -> int | None:
         """Kill whatever is left of it (compilers, children, the namespace) and clean up; its exit status.

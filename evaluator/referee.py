@@ -149,15 +149,13 @@ class ModelNew(_reference.Model):
 
 class Calibrator:
     """The referee's own executor for measuring what a clocked window costs (see CALIBRATOR_SOURCE).
-    Started as each baseline round begins; measured in every round, while no candidate runs, so that
-    nothing a candidate does (device work it leaves queued, say) can make a window look dearer and its
-    own calls cheaper."""
+    Started as each baseline round begins; measured in every round (recorded with it, and the cost used
+    when it fails beside a candidate) and beside each of a candidate's clocked calls (evaluator.phases)."""
 
     def __init__(self, referee: Referee, link=None):
         self.referee, self.link, self.ready = referee, link, link is not None
         self.error: str | None = None
         self.broken = False  # failed since the last round: not started again before the next one
-        self.last_windows: list[clock.Clocked] = []  # the last round's measured windows (the profile's)
 
     def start(self) -> None:
         referee, config = self.referee, self.referee.config
@@ -185,8 +183,7 @@ class Calibrator:
                 if windows[-1] is None:
                     return None
                 clock.inputs_changed(self.link.stage, referee.layout, inputs)
-        self.last_windows = windows[referee.timer.warmup:]
-        cost = clock.window_cost(self.last_windows)
+        cost = clock.window_cost(windows[referee.timer.warmup:])
         if cost is None:
             self.failed("the calibrator reported no time for its calls")
         return cost
@@ -308,6 +305,7 @@ class Referee:
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
         self.calibrator = Calibrator(self)
+        self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
 
     # -- the reference -----------------------------------------------------------------------------
@@ -367,10 +365,16 @@ class Referee:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
+    def device_idle(self, limit_s: float) -> float | None:
+        """Seconds waited until no other process has work on the device (clock.device_idle)."""
+        if self.idle_probe is None:
+            self.idle_probe = torch.zeros(1, device=self.device)
+        return clock.device_idle(self.idle_probe, limit_s)
+
     @staticmethod
     def profile_windows(name: str, candidate: list[clock.Clocked], calibrator: list[clock.Clocked]) -> None:
-        """Where a candidate's windows and the calibrator's in the round before spent their time
-        (PROFILE_DIR): the quartiles of each step, and of the executors' reports."""
+        """Where a candidate's windows and the calibrator's beside them spent their time (PROFILE_DIR):
+        the quartiles of each step, and of the executors' reports."""
         if not PROFILE_DIR:
             return
 
