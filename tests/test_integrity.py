@@ -610,7 +610,7 @@ def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
         return WindowCost(cost_ms=ms, window_ms=ms + 0.1, device_ms=0.1, windows=30, costs=(ms,) * 30)
 
     honest = cross_check(_windows([1.2] * 40, [1.0] * 40), cost(0.18), "cuda")
-    assert honest.agrees and honest.referee_ms == pytest.approx(1.02) and len(honest.quantiles) == 5
+    assert honest.agrees and honest.referee_ms == pytest.approx(1.02) and len(honest.quantiles) == 4
     # seen on an H100 at `small`: an honest candidate's figure 0.17 ms above its events stands; a twentieth
     # of the time reported does not
     assert cross_check(_windows([1.87] * 40, [0.19] * 40), cost(1.51), "cuda").agrees
