@@ -480,8 +480,12 @@ def clocked_calls(session: Session, count: int, calls: list, costs: list) -> Non
 
 
 def idle(session: Session, when: str) -> None:
-    """The device has no work of any other process left (its processes held, the candidate can add none)."""
+    """The device has no work of any other process left (its processes held, the candidate can add none).
+    Executors started ahead may have queued work at import: when the device stays busy they are stopped
+    for good (started again in their turn) before the candidate is blamed."""
     waited = session.referee.device_idle(clock.IDLE_WAIT_S)
+    if waited is None and session.referee.close_waiting():
+        waited = session.referee.device_idle(clock.IDLE_WAIT_S)
     if waited is None:
         raise Judged(Status.runtime_error, Phase.time, (
             f"device work kept running {when}, for {clock.IDLE_WAIT_S:g} s with the candidate's processes "

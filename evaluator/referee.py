@@ -365,6 +365,13 @@ class Referee:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
+    def close_waiting(self) -> bool:
+        """Close every executor started ahead (each is started again in its turn); whether there was one."""
+        waiting, self.waiting = list(self.waiting.values()), {}
+        for process in waiting:
+            process.close(wait_s=1)
+        return bool(waiting)
+
     def device_idle(self, limit_s: float) -> float | None:
         """Seconds waited until no other process has work on the device (clock.device_idle)."""
         if self.idle_probe is None:

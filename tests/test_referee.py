@@ -280,3 +280,36 @@ def test_baseline_series_stop_once_the_median_is_known_and_never_beyond_the_budg
     timer.one = fake_one
     assert len(timer.series(lambda: None, 57, target_rel=0.005)[0]) == 57  # never known to 0.5%: the budget ends it
     assert median_half_width([1.0] * 19 + [2.0]) == 0.0 and median_half_width([1.0, 3.0] * 10) == 1.0
+
+
+def test_a_busy_device_stops_the_executors_started_ahead_before_the_candidate_is_blamed():
+    referee = local_executor.referee()
+    session = local_executor.session_for(local_executor.Honest, referee)
+    answers, closed = [None, 0.01], []
+    referee.device_idle = lambda limit_s: answers.pop(0)
+    referee.close_waiting = lambda: closed.append(True) or True
+    phases.idle(session, "after clocked call 1 had returned")  # idle once those started ahead are gone
+    assert closed == [True] and answers == []
+    referee.device_idle = lambda limit_s: None  # still busy with none left: the candidate's own work
+    referee.close_waiting = lambda: False
+    with pytest.raises(phases.Judged) as judged:
+        phases.idle(session, "after clocked call 2 had returned")
+    assert judged.value.status == Status.runtime_error and "device work kept running after clocked call 2" in \
+        judged.value.error
+
+
+def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
+    events = []
+
+    class Link:
+        def hold(self):
+            events.append("hold")
+
+        def release(self):
+            events.append("release")
+
+    with pytest.raises(RuntimeError):
+        with phases.held(Link()):
+            events.append("window")
+            raise RuntimeError("the calibrator failed")
+    assert events == ["hold", "window", "release"]
