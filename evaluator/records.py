@@ -19,6 +19,15 @@ SCHEMA_VERSION = 1
 EVALUATOR_VERSION = "0.1.0"
 
 
+# How a speedup is measured, in the words the report prints and the README states (a test holds them to
+# the same text).
+SPEEDUP_RULE = (
+    "A speedup divides a baseline's median time by the candidate's, both measured by the referee on the "
+    "same GPU in the same batch: the baseline's by device events in the referee's own process, the "
+    "candidate's by the referee's clock around each call, less what that clock's window costs (measured "
+    "by the referee's calibrator beside each call), never by anything the candidate's process reports.")
+
+
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

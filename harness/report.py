@@ -43,6 +43,8 @@ from harness.records import utc_now
 from harness.store import Store
 from harness.text import fmt_cost, fmt_err, fmt_ms, fmt_speedup
 
+from evaluator.records import SPEEDUP_RULE
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BASELINE_COLORS = {"eager": "#424242", "compile": "#1565c0", "eager_tf32": "#757575", "compile_tf32": "#42a5f5"}
 
@@ -409,4 +411,4 @@ def render_report(boards: Sequence[Board], store: Store | None = None, *, store_
     return _environment().get_template("report.html.j2").render(
         gpus=", ".join(b.gpu for b in boards) or "none", tier=tier, store_path=store_path,
         filters=filters.to_dict() or "none", generated=utc_now(), version=harness.__version__, css=CSS,
-        boards=[board_view(b, i, store) for i, b in enumerate(boards)])
+        boards=[board_view(b, i, store) for i, b in enumerate(boards)], speedup_rule=SPEEDUP_RULE)

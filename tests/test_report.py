@@ -193,3 +193,16 @@ def test_report_renders_in_chromium(report, tmp_path):
     assert shot.stat().st_size > 50_000 and pixels[..., :3].std() > 0.05
     non_white = (pixels[..., :3] < 0.9).any(axis=2).mean()
     assert 0.03 < non_white < 0.9
+
+
+def test_the_report_and_the_readme_state_the_same_rule_for_speedups(report):
+    import html
+
+    from evaluator.records import SPEEDUP_RULE
+
+    def words(text):
+        return " ".join(text.split())
+
+    assert words(SPEEDUP_RULE) in words(html.unescape(report[0].read_text()))
+    assert words(SPEEDUP_RULE) in words((Path(__file__).parent.parent / "README.md").read_text())
+    assert "same worker process" not in report[0].read_text()  # the words of the design before the referee
