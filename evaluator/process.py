@@ -170,6 +170,23 @@ def group_resident_bytes(leader: int) -> int:
     return total
 
 
+LIVE: set = set()  # this process's executors and referees not yet closed (stop_everything)
+
+
+def stop_everything() -> int:
+    """Every executor and referee this process started and has not closed, stopped now with what they
+    started (an interrupt): referees are asked to end (SIGTERM: each closes its executors and their
+    folders) and killed after a few seconds. Returns how many there were."""
+    live = list(LIVE)
+    for process in live:
+        process.interrupt()
+    deadline = time.monotonic() + 5.0
+    for process in live:
+        process.finish_interrupt(max(0.0, deadline - time.monotonic()))
+    LIVE.clear()
+    return len(live)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL to the executor's process group, then to every process left in its session (ninja
     puts each compiler in a group of its own; seccomp keeps them all in the session). Whatever
@@ -318,6 +335,7 @@ class ExecutorProcess:
             for shared in (self._exchange, self.stage):
                 if shared is not None:
                     os.set_inheritable(shared.fd, False)
+        LIVE.add(self)
         marks.append(time.perf_counter())
         self._channel_fd = channel_r
         self._commands = os.fdopen(commands_w, "w", buffering=1)
@@ -390,12 +408,22 @@ class ExecutorProcess:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def interrupt(self) -> None:
+        """For stop_everything: nothing to ask first (close kills it at once)."""
+
+    def finish_interrupt(self, wait_s: float) -> None:
+        """Killed, and its folder gone now (the clean-up close leaves to a thread would die with us)."""
+        self.close(wait_s=min(wait_s, 1.0))
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
     def close(self, wait_s: float = 30.0) -> int | None:
         """Kill whatever is left of it (compilers, children, the namespace) and clean up; its exit status.
         Waits at most `wait_s` for the killed process: what is left of the clean-up (its driver's
         teardown of a CUDA context can take seconds) then finishes in the background."""
         if self.proc is None:
             return None
+        LIVE.discard(self)
         kill_group(self.proc)
         self.resume()  # a stopped process dies of SIGKILL too; its group is continued all the same
         try:

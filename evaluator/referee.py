@@ -38,6 +38,7 @@ import json
 import os
 import random
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -53,7 +54,7 @@ from evaluator import clock, identity, phases
 from evaluator import inputs as draws
 from evaluator.exchange import Exchange, capacity_for, dtype_name
 from evaluator.problem import import_file, load_problem
-from evaluator.process import Ended, ExecutorProcess, settle
+from evaluator.process import Ended, ExecutorProcess, settle, stop_everything
 from evaluator.protocol import BaselineRound, Construct, JudgeReply, JudgeRequest, LoadState, TensorSlot, pack
 from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
 from evaluator.stage import Layout
@@ -649,6 +650,15 @@ def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The parent's interrupt (process.stop_everything): end now, every executor started closed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return serve(argv)
+    finally:
+        stop_everything()
+
+
+def serve(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True)
     parser.add_argument("--requests", type=int, required=True)

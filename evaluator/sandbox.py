@@ -39,7 +39,8 @@ from evaluator import identity, phases
 from evaluator.identity import Judge
 from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
 from evaluator.process import (  # noqa: F401 - re-exported: the parent's view of an executor
-    ExecutorProcess, bytecode_cache, contained, group_resident_bytes, scrubbed_environment, settle,
+    LIVE, ExecutorProcess, bytecode_cache, contained, group_resident_bytes, scrubbed_environment, settle,
+    stop_everything,
 )
 from evaluator.protocol import BaselineRound, JudgeReply, JudgeRequest
 from evaluator.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
@@ -234,6 +235,7 @@ class RefereeClient:
 
     def __init__(self, evaluator: Evaluator, gpu: str | None = None, lane: int = 0, early: bool = False):
         self.evaluator = evaluator
+        self.submitted: set[Path] = set()  # sources of requests sent and not yet answered (submit, collect)
         self.gpu, self.lane = gpu, lane
         self.early = early  # started before its first candidate is ready: its first baseline round at once
         self.proc: subprocess.Popen | None = None
@@ -267,6 +269,7 @@ class RefereeClient:
             os.close(replies_w)
             if log is not subprocess.DEVNULL:
                 log.close()
+        LIVE.add(self)
         self.folder = folder
         self.requests = os.fdopen(requests_w, "w", buffering=1)
         self.replies = replies_r
@@ -346,6 +349,7 @@ class RefereeClient:
         """Send a candidate to be judged (its source in a file of its own until its reply is collected)."""
         path = Path(tempfile.mkdtemp(prefix="kh-candidate-")) / "candidate.py"
         path.write_bytes(source)
+        self.submitted.add(path)
         try:
             self.send(JudgeRequest(name=name, path=str(path), digest=digest))
         except RuntimeError:
@@ -359,6 +363,7 @@ class RefereeClient:
             reply = self.receive(self.reply_timeout_s)
         finally:
             discard(path)
+            self.submitted.discard(path)
         if reply.verdict is None:
             raise RuntimeError(reply.error or "the referee sent no verdict")
         verdict = reply.verdict
@@ -381,9 +386,27 @@ class RefereeClient:
         self.stop()
         return self.rounds
 
+    def interrupt(self) -> None:
+        """Asked to end now (stop_everything): the referee closes its executors and exits."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def finish_interrupt(self, wait_s: float) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+            self.requests.close()
+            self.stop()
+
     def stop(self) -> int | None:
         if self.proc is None:
             return None
+        LIVE.discard(self)
         try:
             self.proc.wait(timeout=30 if self.proc.poll() is None and self.requests.closed is False else 0)
         except subprocess.TimeoutExpired:
@@ -400,6 +423,9 @@ class RefereeClient:
                 pass
         code, self.proc = self.proc.returncode, None
         shutil.rmtree(self.folder, ignore_errors=True)
+        for path in list(self.submitted):  # sources of requests never answered
+            discard(path)
+        self.submitted.clear()
         return code
 
 

@@ -1,19 +1,22 @@
 """What each `harness` command does, behind the option parsing of `harness.cli`: resolve the
 settings, call the module that does the work, print, return the exit code.
 
-`eval` judges files and records them (`record_eval_verdicts`), `run` is `pipeline.execute_run`,
+`eval` judges files and records each verdict as it is reached (`EvalRecorder`), `run` is `pipeline.execute_run`,
 `leaderboard` and `report` draw `board.build_boards`, `prompt` renders a prompt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,45 +183,85 @@ def _eval_candidate(run_id: str, path: Path, verdict: Verdict, scope: str) -> Ca
                      path=str(path.resolve()))
 
 
-def record_eval_verdicts(store_path: Path | None, evaluator: Any, files: Sequence[Any], verdicts: Sequence[Verdict],
-                         *, console: Console | None = None) -> int:
-    """Store verdicts judged by `evaluator` (an `evaluator.sandbox.Evaluator`) outside a generate
-    run: one run per kind (`eval`, or `golden` for files under candidates/golden/), model and
-    variant `-`, the candidate source when the file still holds it. `files` are the evaluated
-    `CandidateFile`s (or paths), in the verdicts' order. Returns the number stored; a store
-    that cannot be opened is reported, not raised."""
-    from harness.pipeline import versions
+class EvalRecorder:
+    """Verdicts judged by `evaluator` (an `evaluator.sandbox.Evaluator`) outside a generate run, into
+    the store as each is reached (an interrupt loses none): one run per kind (`eval`, or `golden` for
+    files under candidates/golden/), model and variant `-`, the candidate source when the file still
+    holds it. The store is opened when it is made, before any work: raises StoreError."""
 
-    console = console or _err
-    path = store_path or default_store_path()
-    hardware = gpu_hardware() if evaluator.device == "cuda" else None
-    try:
-        store = open_store(path)
-    except StoreError as err:
-        console.print(f"[red]error:[/] verdicts not stored: {err}")
-        return 0
-    compile_only, run_rejected = evaluator.options.compile_only, evaluator.options.run_rejected
-    judged: dict[str, list[tuple[Candidate, str, Verdict]]] = {EVAL_RUN: [], GOLDEN_RUN: []}
-    for file, verdict in zip(files, verdicts):
+    def __init__(self, store_path: Path | None, evaluator: Any, *, console: Console | None = None):
+        from harness.pipeline import versions
+
+        self.path = store_path or default_store_path()
+        self.store = open_store(self.path)
+        self.evaluator, self.console, self.stored = evaluator, console or _err, 0
+        self.options = evaluator.options
+        self.hardware = gpu_hardware() if evaluator.device == "cuda" else None
+        self.versions = versions()
+
+    def add(self, file: Any, verdict: Verdict) -> None:
+        """One verdict; `file` the evaluated `CandidateFile` (or path)."""
+        ev, compile_only, run_rejected = self.evaluator, self.options.compile_only, self.options.run_rejected
         file_path = Path(getattr(file, "path", file))
         run_id = GOLDEN_RUN if is_golden_path(file_path) else EVAL_RUN
         # one candidate row per file and setting, so a rerun under new rules replaces the verdict it links
-        settings = [verdict.problem, verdict.size, evaluator.device_name, compile_only] + ([True] if run_rejected else [])
+        settings = [verdict.problem, verdict.size, ev.device_name, compile_only] + ([True] if run_rejected else [])
         scope = hashlib.sha256(json.dumps(settings).encode()).hexdigest()
-        judged[run_id].append((_eval_candidate(run_id, file_path, verdict, scope), evaluator.key(verdict), verdict))
-    stored = 0
-    with store:
-        for run_id, items in judged.items():
-            if not items:
-                continue
-            run = Run(id=run_id, mode="golden" if run_id == GOLDEN_RUN else "eval",
-                      config={"problem": evaluator.problem.name, "size": evaluator.size, "device": evaluator.device,
-                              "model": "-", "variant": "-", "compile_only": compile_only, "run_rejected": run_rejected,
-                              "command": "harness eval"},
-                      versions=versions(), hardware=hardware, device_name=evaluator.device_name)
-            stored += store.record_eval(run, items, device_name=evaluator.device_name, listed_as=("-", "-"))
-    console.print(f"[dim]stored {stored} verdict(s) in {path}[/]")
-    return stored
+        run = Run(id=run_id, mode="golden" if run_id == GOLDEN_RUN else "eval",
+                  config={"problem": ev.problem.name, "size": ev.size, "device": ev.device, "model": "-",
+                          "variant": "-", "compile_only": compile_only, "run_rejected": run_rejected,
+                          "command": "harness eval"},
+                  versions=self.versions, hardware=self.hardware, device_name=ev.device_name)
+        item = (_eval_candidate(run_id, file_path, verdict, scope), ev.key(verdict), verdict)
+        self.stored += self.store.record_eval(run, [item], device_name=ev.device_name, listed_as=("-", "-"))
+
+    def close(self) -> int:
+        self.store.close()
+        self.console.print(f"[dim]stored {self.stored} verdict(s) in {self.path}[/]")
+        return self.stored
+
+
+def record_eval_verdicts(store_path: Path | None, evaluator: Any, files: Sequence[Any], verdicts: Sequence[Verdict],
+                         *, console: Console | None = None) -> int:
+    """EvalRecorder for verdicts already judged. Returns the number stored; a store that cannot be
+    opened is reported, not raised."""
+    try:
+        recorder = EvalRecorder(store_path, evaluator, console=console)
+    except StoreError as err:
+        (console or _err).print(f"[red]error:[/] verdicts not stored: {err}")
+        return 0
+    for file, verdict in zip(files, verdicts):
+        recorder.add(file, verdict)
+    return recorder.close()
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While a command works, SIGTERM is taken as Ctrl-C (KeyboardInterrupt), so both stop it alike."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted(console: Console, kept: str) -> int:
+    """After Ctrl-C or SIGTERM: every referee, executor and build this process started, stopped with
+    their folders; what was kept said. The exit code (130)."""
+    from evaluator.process import stop_everything
+
+    stopped = stop_everything()
+    console.print(f"[yellow]interrupted:[/] stopped what the harness had started ({stopped} referee(s) and "
+                  f"build(s), with every executor they ran) and removed their folders; {kept}",
+                  highlight=False, soft_wrap=True)
+    return 130
 
 
 def baseline_drift(rounds: Sequence[Any]) -> str | None:
@@ -257,18 +300,36 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
     candidates = [CandidateFile(name=str(f), path=f) for f in files]
     verdicts = []
     status = _err if json_lines else console
+    recorder = None
+    if record:  # opened and checked before any work
+        try:
+            recorder = EvalRecorder(store, evaluator, console=status)
+        except StoreError as err:
+            _err.print(f"[red]error:[/] {err}")
+            return 2
     status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}, device {evaluator.device}"
                  f"{', compile only' if options.compile_only else ''}"
                  f"{', rejected candidates run' if options.run_rejected else ''}: {len(candidates)} candidate(s)[/]")
-    for verdict in evaluator.evaluate_all(candidates):
-        verdicts.append(verdict)
-        if json_lines:
-            sys.stdout.write(verdict.model_dump_json() + "\n")
-            sys.stdout.flush()
-        else:
-            console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
-    if record:
-        record_eval_verdicts(store, evaluator, candidates, verdicts)
+    try:
+        with terminate_as_interrupt():
+            for verdict in evaluator.evaluate_all(candidates):
+                if recorder is not None:
+                    recorder.add(candidates[len(verdicts)], verdict)
+                verdicts.append(verdict)
+                if json_lines:
+                    sys.stdout.write(verdict.model_dump_json() + "\n")
+                    sys.stdout.flush()
+                else:
+                    console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
+    except KeyboardInterrupt:
+        kept = (f"the {len(verdicts)} verdict(s) reached are in {recorder.path}; the same command judges the rest"
+                if recorder is not None else f"{len(verdicts)} verdict(s) were reached (--no-store: none stored)")
+        code = interrupted(_err, kept)
+        if recorder is not None:
+            recorder.store.close()
+        return code
+    if recorder is not None:
+        recorder.close()
     if not json_lines:
         console.print(verdict_table(verdicts))
     drift = baseline_drift(evaluator.rounds)
@@ -327,10 +388,13 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
         console.print("[red]error:[/] --device cuda, but no CUDA GPU is visible")
         return 2
     try:
-        summary = execute_run(cfg, console=console, hardware=hardware, environ=environ)
+        with terminate_as_interrupt():
+            summary = execute_run(cfg, console=console, hardware=hardware, environ=environ)
     except RunError as err:
         console.print(f"[red]error:[/] {err}")
         return 2
+    except KeyboardInterrupt:
+        return interrupted(_err, f"replies and verdicts reached are in {cfg.store}; the same command resumes")
     judged = sum(1 for o in summary.outcomes if o.verdict is not None)
     if any(o.status != Outcome.skipped for o in summary.outcomes):
         console.print(f"[bold]Run {summary.run.id}[/] on {summary.run.device_name}")

@@ -1,0 +1,88 @@
+"""An interrupt (Ctrl-C or SIGTERM) stops every process the harness started, removes their folders,
+and loses no verdict already reached."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "candidates" / "cpu"
+
+
+def descendants(root: int) -> set[int]:
+    """Processes whose parent chain leads to `root` (read from /proc)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parents[int(entry)] = int(stat.read().rpartition(b")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def stored_verdicts(store: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+            return db.execute("SELECT count(*) FROM verdicts").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def folders(temp: Path) -> set[str]:
+    return {p for pattern in ("kh-referee-*", "kh-worker-*", "kh-candidate-*") for p in glob.glob(f"{temp}/{pattern}")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_stops_everything_started_and_keeps_the_verdicts_reached(tmp_path, sig):
+    store, temp = tmp_path / "results.sqlite", tmp_path / "tmp"  # its own temporary folder: only its folders
+    temp.mkdir()
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "harness", "eval", str(FIXTURES / "torch_ops_correct.py"),
+         str(FIXTURES / "infinite_loop.py"), "--device", "cpu", "--size", "small", "--baselines", "eager",
+         "--run-timeout", "300", "--store", str(store)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        deadline = time.monotonic() + 400
+        while stored_verdicts(store) < 1:  # the first candidate's verdict, stored as it is reached
+            assert harness.poll() is None and time.monotonic() < deadline, harness.communicate()
+            time.sleep(1)
+        time.sleep(3)  # the second is now looping in its executor
+        started = descendants(harness.pid)
+        assert folders(temp)  # the referee's, the executor's, the candidate's source
+        assert len(started) >= 3  # the referee, its executor and the executor's launcher at least
+        interrupted_at = time.monotonic()
+        harness.send_signal(sig)  # to the harness alone, as `timeout -s INT` does
+        out, err = harness.communicate(timeout=60)
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+    assert time.monotonic() - interrupted_at < 30
+    assert harness.returncode == 130, err
+    assert "interrupted:" in err and "the 1 verdict(s) reached are in" in err, err
+    time.sleep(1)
+    assert not [pid for pid in started if alive(pid)], "processes the harness started outlived it"
+    assert folders(temp) == set()
+    assert stored_verdicts(store) == 1
