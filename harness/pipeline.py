@@ -15,8 +15,8 @@ change to the evaluator or the problem re-judges everything. The default run id 
 rerun also lands in the same run folder. Failed requests (timeouts, 429s) are stored too and
 reused; `--retry-failed` asks for them again.
 
-With no endpoint configured (no model, or a model with neither base URL nor API key) the
-run says so in one line and evaluates the committed golden candidates instead.
+With no model configured the run says so in one line and evaluates the committed golden candidates
+instead; a model with neither base URL nor API key is a RunError (exit 2), never a silent substitute.
 """
 
 from __future__ import annotations
@@ -315,9 +315,12 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
                          device_name=identity.device_name(device, hardware), hardware=hardware,
                          judge=identity.judge_identity(problem), store=store, console=console, evaluate_fn=evaluate_fn)
         use_model = endpoint_configured(cfg, environ) or provider is not None
+        if not use_model and cfg.model:  # asked for a model it cannot reach: never a silent substitute
+            raise RunError(f"model {cfg.model!r} but neither a base URL (--base-url, OPENAI_BASE_URL) nor "
+                           f"${cfg.api_key_env}: nothing to ask (leave the model out to judge the golden "
+                           "candidates instead)")
         if not use_model:
-            what = "no model" if not cfg.model else f"model {cfg.model!r} but neither a base URL nor ${cfg.api_key_env}"
-            console.print(f"[yellow]No model endpoint configured ({what}; set --model with --base-url or "
+            console.print(f"[yellow]No model endpoint configured (no model; set --model with --base-url or "
                           f"{cfg.api_key_env}, or harness.toml): evaluating the golden candidates instead.[/]")
             return _golden_run(ctx, golden)
         return _generate_run(ctx, provider, environ)

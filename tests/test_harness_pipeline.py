@@ -11,7 +11,7 @@ from evaluator.identity import judge_identity
 from evaluator.problem import load_problem
 from evaluator.records import Status, Verdict
 from harness.config import RunConfig
-from harness.pipeline import derive_run_id, execute_run
+from harness.pipeline import RunError, derive_run_id, execute_run
 from harness.prompts import render_prompt
 from harness.records import Completion, ProviderError, ProviderErrorKind
 from harness.render import run_table
@@ -183,10 +183,11 @@ def test_no_endpoint_evaluates_golden(tmp_path):
     assert evaluator.seen == [f"golden-gemm_scale_bn-small-cpu/{n}" for n in ("a", "b")]
     with Store(cfg.store) as store:
         assert {r.model for r in store.list_verdicts(run=summary.run.id)} == {"golden"}
-    # a model name without base URL or key is not an endpoint either
-    no_key = execute_run(cfg.model_copy(update={"model": "gpt-x"}), console=quiet(), evaluate_fn=evaluator,
-                         environ={}, golden=sorted(golden.glob("*.py")))
-    assert no_key.run.mode == "golden" and len(evaluator.seen) == 2  # resumed: nothing re-evaluated
+    # a model asked for by name, with no base URL or key, is an error: the golden run is never its substitute
+    with pytest.raises(RunError, match="'gpt-x' but neither a base URL"):
+        execute_run(cfg.model_copy(update={"model": "gpt-x"}), console=quiet(), evaluate_fn=evaluator,
+                    environ={}, golden=sorted(golden.glob("*.py")))
+    assert len(evaluator.seen) == 2  # nothing judged for it
 
 
 def test_a_bare_kernelbench_file_is_a_problem_for_a_run(tmp_path):
