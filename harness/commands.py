@@ -68,7 +68,13 @@ def _open_existing(path: Path) -> Store:
     """An existing store (never creating one). Raises StoreError."""
     if str(path) != ":memory:" and not Path(path).is_file():
         raise StoreError(f"no result store at {path} (run `harness run` or `harness eval` first, or pass --store)")
-    return open_store(path)
+    try:
+        return open_store(path)  # an older schema is migrated on the way
+    except StoreError as err:
+        try:  # a store in a folder this user cannot write: read as it is
+            return open_store(path, read_only=True)
+        except StoreError:
+            raise err from None
 
 
 # -- reading the store ----------------------------------------------------------------------------

@@ -200,8 +200,11 @@ class VerdictRow(BaseModel):
 class Store:
     """A result store on one SQLite file. Use as a context manager, or call `close()`."""
 
-    def __init__(self, path: Path | str):
-        self.path = Path(path)
+    def __init__(self, path: Path | str, *, read_only: bool = False):
+        self.path, self.read_only = Path(path), read_only
+        if read_only:
+            self.db = self._connect_read_only()
+            return
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -214,6 +217,27 @@ class Store:
             self.db.execute("PRAGMA journal_mode = WAL")
         except sqlite3.DatabaseError:  # some file systems cannot; the default journal works too
             pass
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """For commands that only read: a store in a folder this user cannot write is still read (SQLite
+        cannot make its WAL index there, so the file is then read as it is, `immutable`)."""
+        uri = self.path.resolve().as_uri()
+        for flags in ("mode=ro", "mode=ro&immutable=1"):
+            try:
+                db = sqlite3.connect(f"{uri}?{flags}", uri=True, timeout=30)
+                row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+                break
+            except sqlite3.DatabaseError as err:
+                error = err
+        else:
+            raise StoreError(f"cannot open the result store {self.path}: {error}")
+        version = row[0] if row else None
+        if version != STORE_SCHEMA_VERSION:
+            db.close()
+            raise StoreError(f"the result store {self.path} has schema version {version}, this harness reads "
+                             f"{STORE_SCHEMA_VERSION}: open it once with a command that writes it (from a folder "
+                             "you can write) to migrate it, or upgrade kernelharness")
+        return db
 
     def _check_schema(self) -> None:
         has_table = self.db.execute(
@@ -417,6 +441,7 @@ class Store:
         return rows
 
 
-def open_store(path: Path | str) -> Store:
-    """Open (creating if needed) the store at `path`. Raises StoreError for a newer schema."""
-    return Store(path)
+def open_store(path: Path | str, *, read_only: bool = False) -> Store:
+    """Open (creating if needed, unless `read_only`) the store at `path`. Raises StoreError for a newer
+    schema, or with `read_only` for any other."""
+    return Store(path, read_only=read_only)

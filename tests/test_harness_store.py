@@ -150,3 +150,22 @@ def test_not_a_database(tmp_path):
     path.write_text("this is not sqlite" * 100)
     with pytest.raises(StoreError):
         Store(path)
+
+
+def test_a_store_opened_read_only_is_read_and_never_written(tmp_path):
+    path = tmp_path / "results.sqlite"
+    with open_store(path) as store:
+        store.put_run(make_run())
+    with open_store(path, read_only=True) as store:
+        assert store.get_run("r1").id == "r1"
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store.put_run(make_run("r2"))
+    with open_store(path) as store:
+        assert store.get_run("r2") is None
+    with pytest.raises(StoreError, match="cannot open the result store"):
+        open_store(tmp_path / "missing.sqlite", read_only=True)  # never created
+    assert not (tmp_path / "missing.sqlite").exists()
+    with sqlite3.connect(path) as db:  # a schema this harness does not read: said, not migrated
+        db.execute("UPDATE schema_version SET version = 1")
+    with pytest.raises(StoreError, match="schema version 1"):
+        open_store(path, read_only=True)
