@@ -323,10 +323,13 @@ class ChainRow:
 
 @dataclass
 class Board:
-    """Everything measured on one GPU."""
+    """Everything measured on one GPU for one problem at one size: speedups of different problems or
+    sizes are never ranked or summarized together."""
 
     gpu: str
     tier: str
+    problem: str = ""
+    size: str = ""
     references: list[Entry] = field(default_factory=list)   # baselines, then golden kernels
     ranked: list[Entry] = field(default_factory=list)
     unranked: list[Entry] = field(default_factory=list)
@@ -337,6 +340,11 @@ class Board:
     @property
     def candidates(self) -> list[Entry]:
         return self.ranked + self.unranked
+
+    @property
+    def scope(self) -> str:
+        """What the board's figures are of: `GPU, problem/size`."""
+        return f"{self.gpu}, {self.problem}/{self.size}" if self.problem else self.gpu
 
     @property
     def multi_turn(self) -> bool:
@@ -369,11 +377,11 @@ class Board:
 
     @property
     def title(self) -> str:
-        return f"Leaderboard on {self.gpu} (ranked by speedup vs eager; tier {self.tier})"
+        return f"Leaderboard on {self.scope} (ranked by speedup vs eager; tier {self.tier})"
 
     def to_dict(self) -> dict[str, Any]:
         turns = self.multi_turn
-        out = {"gpu": self.gpu, "tier": self.tier, "rows": [e.to_dict(turns) for e in self.rows],
+        out = {"gpu": self.gpu, "problem": self.problem, "size": self.size, "tier": self.tier, "rows": [e.to_dict(turns) for e in self.rows],
                "summary": [s.to_dict() for s in self.summary]}
         if turns:
             out.update(turns=[s.to_dict() for s in self.turns], chains=[c.to_dict() for c in self.chains])
@@ -650,7 +658,7 @@ def turn_rows(entries: Sequence[Entry], model: str, variant: str, runs: Sequence
 
 def build_boards(store: Store, filters: Filters | None = None, tier: str = "loose",
                  staleness: StalenessCheck | None = None, prices: Prices | None = None) -> list[Board]:
-    """The boards (one per GPU) of everything in `store` that passes `filters`. `staleness`
+    """The boards (one per GPU, problem and size) of everything in `store` that passes `filters`. `staleness`
     tells which verdicts were judged by other rules than the current ones (see
     `current_rules`); None trusts every verdict. `prices` (by model, USD per million tokens)
     over those stored with each run give the cost (harness.spend)."""
@@ -676,10 +684,11 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
         if e.kind == "candidate" and e.run_id in generations and e.sample is not None:
             e.spend = Spend().add_all(by_path.get((e.run_id, e.sample), []), costs[e.run_id])
     boards = []
-    for gpu in sorted({e.gpu for e in entries}):
-        mine = [e for e in entries if e.gpu == gpu]
-        board = Board(gpu=gpu, tier=tier)
-        golden = sorted((e for e in mine if e.kind == "golden"), key=lambda e: (e.outcome.order, _rank_key(e)))
+    for gpu, problem, size in sorted({(e.gpu, e.problem, e.size) for e in entries}):
+        mine = [e for e in entries if (e.gpu, e.problem, e.size) == (gpu, problem, size)]
+        board = Board(gpu=gpu, tier=tier, problem=problem, size=size)
+        golden = sorted(once_per_judge(e for e in mine if e.kind == "golden"),
+                        key=lambda e: (e.outcome.order, _rank_key(e)))
         board.references = baseline_entries(mine, gpu) + golden
         cands = [e for e in mine if e.kind == "candidate"]
         board.ranked = sorted((e for e in cands if e.outcome == Outcome.correct), key=_rank_key)
@@ -690,7 +699,8 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
         groups: dict[tuple[str, str], list[Entry]] = {}
         for e in cands:
             groups.setdefault((e.model or NO_MODEL, e.variant or NO_MODEL), []).append(e)
-        board_runs = [run for run in gen_runs if run.device_name == gpu]
+        board_runs = [run for run in gen_runs if run.device_name == gpu and _run_problem(run) == problem
+                      and str(run.config.get("size") or "") == size]
         timed = timed_baselines(mine)
         for (model, variant), members in sorted(groups.items()):
             members_runs = [run for run in board_runs if (run.config.get("model") or NO_MODEL) == model
@@ -711,6 +721,18 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
             board.summary.append(summarize(golden, "golden", NO_MODEL, reference=True, timed=timed))
         boards.append(board)
     return boards
+
+
+def once_per_judge(golden: Iterable[Entry]) -> list[Entry]:
+    """Each golden kernel once per judge (the same file judged by `eval`, `bench` and `run` is one row):
+    the newest verdict of each (name, source, judge)."""
+    newest: dict[tuple, Entry] = {}
+    for e in golden:
+        judge = e.verdict.judge.model_dump_json() if e.verdict is not None and e.verdict.judge is not None else None
+        key = (e.name, e.source_sha256, judge)
+        if key not in newest or (e.created or "") > (newest[key].created or ""):
+            newest[key] = e
+    return list(newest.values())
 
 
 def current_rules() -> StalenessCheck:

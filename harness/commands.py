@@ -132,8 +132,8 @@ def report_command(*, store: Path | None, filters: Filters, tier: str = "loose",
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(document, encoding="utf-8")
     count = sum(len(b.candidates) for b in boards)
-    console.print(f"wrote {out} ({count} candidate(s) on {len(boards)} GPU(s): "
-                  f"{', '.join(b.gpu for b in boards) or 'none'})")
+    console.print(f"wrote {out} ({count} candidate(s) on {len(boards)} board(s): "
+                  f"{'; '.join(b.scope for b in boards) or 'none'})")
     return 0
 
 

@@ -45,8 +45,7 @@ FORMATS = ("table", "json", "csv", "md")
 
 def leaderboard_table(board: Board) -> Table:
     """The rich table of a board (the compact columns)."""
-    groups = board.groups
-    title = board.title + (f" · {groups[0]}" if len(groups) == 1 else "")
+    title = board.title
     cols = compact_view(board)
     table = Table(title=title, title_justify="left", show_lines=False)
     for col in cols:
@@ -81,14 +80,14 @@ def _summary_table(title: str, columns: list[Column], rows: Sequence[object]) ->
 
 def summary_tables(board: Board) -> list[Table]:
     tables = [
-        _summary_table(f"Outcomes on {board.gpu} (correct@tier: correct at {board.tier}, not rejected)",
+        _summary_table(f"Outcomes on {board.scope} (correct@tier: correct at {board.tier}, not rejected)",
                        outcome_view(board), board.summary),
-        _summary_table(f"Speed on {board.gpu} (fast_p: share of all samples correct@tier with speedup > p)",
+        _summary_table(f"Speed on {board.scope} (fast_p: share of all samples correct@tier with speedup > p)",
                        summary_view(SPEED_VIEW), board.summary),
     ]
     if board.multi_turn:
-        tables += [_summary_table(f"Turns on {board.gpu}. {TURNS_CAPTION}", summary_view(TURN_VIEW), board.turns),
-                   _summary_table(f"Chains on {board.gpu}. {CHAINS_CAPTION}", chain_view(board), board.chains)]
+        tables += [_summary_table(f"Turns on {board.scope}. {TURNS_CAPTION}", summary_view(TURN_VIEW), board.turns),
+                   _summary_table(f"Chains on {board.scope}. {CHAINS_CAPTION}", chain_view(board), board.chains)]
     return tables
 
 
@@ -131,14 +130,14 @@ def to_markdown(boards: Sequence[Board]) -> str:
     for board in boards:
         parts.append(f"## {board.title}\n")
         parts.append(md_table(full_view(board), board.rows) + "\n")
-        parts.append(f"### Outcomes on {board.gpu}\n")
+        parts.append(f"### Outcomes on {board.scope}\n")
         parts.append(md_table(outcome_view(board), board.summary) + "\n")
-        parts.append(f"### Speed on {board.gpu}\n")
+        parts.append(f"### Speed on {board.scope}\n")
         parts.append(md_table(summary_view(SPEED_VIEW), board.summary) + "\n")
         if board.multi_turn:
-            parts.append(f"### Turns on {board.gpu}\n\n{TURNS_CAPTION}\n")
+            parts.append(f"### Turns on {board.scope}\n\n{TURNS_CAPTION}\n")
             parts.append(md_table(summary_view(TURN_VIEW), board.turns) + "\n")
-            parts.append(f"### Chains on {board.gpu}\n\n{CHAINS_CAPTION}\n")
+            parts.append(f"### Chains on {board.scope}\n\n{CHAINS_CAPTION}\n")
             parts.append(md_table(chain_view(board), board.chains) + "\n")
     return "\n".join(parts)
 

@@ -141,7 +141,7 @@ def speedup_charts(board: Board) -> list[tuple[str, str]]:
         values = [e.speedup["eager"] for e in bars + lines]
         ax.set_xlim(0, max(values) * 1.18 if values else 1)
         ax.set_xlabel("speedup vs eager fp32 (same evaluation, same GPU)", fontsize=8)
-        ax.set_title(f"{key[0]} / {key[1]} on {board.gpu}", fontsize=9)
+        ax.set_title(f"{key[0]} / {key[1]} on {board.scope}", fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
         handles, _ = ax.get_legend_handles_labels()
         if bars:
@@ -218,7 +218,7 @@ def turn_charts(board: Board) -> list[tuple[str, str]]:
         ax.set_ylim(-0.05 * (top or 1.0), (top or 1.0) * 1.15)
         ax.set_xlabel("turn", fontsize=8)
         ax.set_ylabel("speedup vs eager fp32 (ranked only)", fontsize=8)
-        ax.set_title(f"{key[0]} / {key[1]} on {board.gpu}: speedup by turn", fontsize=9)
+        ax.set_title(f"{key[0]} / {key[1]} on {board.scope}: speedup by turn", fontsize=9)
         ax.tick_params(labelsize=8)
         handles, _ = ax.get_legend_handles_labels()
         if len(chains) > 16:  # too many chains to name: keep the markers' and lines' legend only
@@ -258,7 +258,7 @@ def outcome_chart(board: Board) -> str | None:
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xlabel("samples", fontsize=8)
-    ax.set_title(f"Outcomes on {board.gpu} (tier {board.tier})", fontsize=9)
+    ax.set_title(f"Outcomes on {board.scope} (tier {board.tier})", fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(fig)

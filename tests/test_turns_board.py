@@ -404,3 +404,45 @@ def test_turn_chart_draws_each_chain(turns_store, monkeypatch):
     assert dots == sum(e.outcome == "correct" for e in entries)
     assert crosses == sum(e.outcome != "correct" for e in entries)
     assert sum(1 for _, k in scattered if k.get("facecolors") == "none") == sum(c.best is not None for c in board.chains)
+
+
+# -- one board per GPU, problem and size (issue 23) -----------------------------------------------
+
+def test_boards_never_mix_problems_or_sizes_and_show_each_golden_kernel_once(single_store):
+    other = "kb_leaky_relu_scale"
+    with Store(single_store) as store:
+        # the same problem at another size, and another problem, on the same GPU
+        for problem, size, run_id in ((PROBLEM, "kernelbench", "one-shot-kb"), (other, "default", "other-problem")):
+            store.put_run(Run(id=run_id, mode="generate", versions={}, device_name=GPU, config={
+                "problem": problem, "model": "m-single", "variant": "kernelbench", "size": size, "samples": 1}))
+            source = f"# {run_id}\nclass ModelNew: pass\n"
+            store.put_candidate(Candidate(id=f"{run_id}/0", run_id=run_id, sample="0", problem=problem,
+                                          source=source, source_sha256=source_sha256(source),
+                                          parse=ParseResult(source=source, blocks=1)))
+            verdict = make_verdict(f"{run_id}/0", source, "correct", 3.0).model_copy(update={"problem": problem,
+                                                                                            "size": size})
+            store.put_verdict(verdict_key(verdict.source_sha256, problem, size, GPU, "j"), verdict, device_name=GPU,
+                              run_id=run_id, model="m-single", variant="kernelbench", candidate_id=f"{run_id}/0")
+        # one golden kernel judged by two commands (two golden runs), same source and judge
+        golden_source = "# golden\nclass ModelNew: pass\n"
+        for run_id in ("golden", f"golden-{PROBLEM}-{SIZE}-cuda"):
+            store.put_run(Run(id=run_id, mode="golden", versions={}, device_name=GPU,
+                              config={"problem": PROBLEM, "size": SIZE}))
+            store.put_candidate(Candidate(id=f"{run_id}/fused", run_id=run_id, sample="fused", problem=PROBLEM,
+                                          source=golden_source, source_sha256=source_sha256(golden_source),
+                                          parse=ParseResult(source=golden_source, blocks=1)))
+            verdict = make_verdict(f"{run_id}/fused", golden_source, "correct", 4.0)
+            store.put_verdict(verdict_key(verdict.source_sha256, PROBLEM, SIZE, GPU, judge().short), verdict,
+                              device_name=GPU, run_id=run_id, model="golden", variant="-",
+                              candidate_id=f"{run_id}/fused")
+        boards = build_boards(store)
+    scopes = [(b.gpu, b.problem, b.size) for b in boards]
+    assert sorted(scopes) == [(GPU, PROBLEM, "kernelbench"), (GPU, PROBLEM, SIZE), (GPU, other, "default")]
+    for board in boards:
+        assert {(e.problem, e.size) for e in board.rows} == {(board.problem, board.size)}
+        assert f"{board.problem}/{board.size}" in board.title
+        overall = next(s for s in board.summary if s.model == "all")
+        assert overall.samples == len({e.name for e in board.candidates})  # fast_p over this board's samples only
+    main = next(b for b in boards if (b.problem, b.size) == (PROBLEM, SIZE))
+    assert [e.name for e in main.references if e.kind == "golden"] == ["golden/fused"]  # once, not per command
+    assert all(e.kind != "golden" for b in boards if b is not main for e in b.references)
