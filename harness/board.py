@@ -108,12 +108,15 @@ def classify(verdict: Verdict, tier: str, stale: str | None = None) -> tuple[Out
         return Outcome.rejected, ("; ".join(f"{f.name}: {short_text(f.reason, 80)}" for f in blocking)
                                   or short_text(verdict.error) or None)
     tiers = verdict.correctness.tiers if verdict.correctness else {}
-    if not tiers.get(tier, False):
+    passes = tiers.get(tier)
+    if passes is None and tier in TIERS:  # the problem has no such tier: a stricter one it passes counts
+        passes = any(tiers.get(t, False) for t in TIERS[:TIERS.index(tier)])
+    if not passes:
         passed = [t for t, ok in tiers.items() if ok]
         err = verdict.correctness.max_abs_err if verdict.correctness else None
         detail = f" (max abs err {err:.2e})" if err is not None else ""
         return Outcome.below_tier, (f"passes {', '.join(passed) or 'no tier'}, not {tier}{detail}"
-                                    if tier in tiers else f"no tier {tier!r} in this verdict")
+                                    if tier in tiers else f"no tier {tier!r} in this verdict, nor a stricter one passed")
     return Outcome.correct, None
 
 

@@ -446,3 +446,19 @@ def test_boards_never_mix_problems_or_sizes_and_show_each_golden_kernel_once(sin
     main = next(b for b in boards if (b.problem, b.size) == (PROBLEM, SIZE))
     assert [e.name for e in main.references if e.kind == "golden"] == ["golden/fused"]  # once, not per command
     assert all(e.kind != "golden" for b in boards if b is not main for e in b.references)
+
+
+def test_a_stricter_tier_passed_counts_where_the_problem_has_no_looser_one():
+    from harness.board import Outcome, classify
+
+    verdict = make_verdict("x/0", "# x\nclass ModelNew: pass\n", "correct", 2.0)
+    strict_only = verdict.model_copy(update={"correctness": verdict.correctness.model_copy(
+        update={"tiers": {"strict": True}})})
+    assert classify(strict_only, "loose") == (Outcome.correct, None)
+    failed = verdict.model_copy(update={"correctness": verdict.correctness.model_copy(
+        update={"tiers": {"strict": False}})})
+    outcome, reason = classify(failed, "loose")
+    assert outcome == Outcome.below_tier and "nor a stricter one passed" in reason
+    custom = verdict.model_copy(update={"correctness": verdict.correctness.model_copy(
+        update={"tiers": {"bf16": True}})})
+    assert classify(custom, "loose")[0] == Outcome.below_tier  # an unknown tier's strictness is not guessed
