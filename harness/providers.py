@@ -269,7 +269,8 @@ class OpenAIProvider:
                         # Never reached the server at all: no other request will either.
                         error = error.model_copy(update={
                             "kind": ProviderErrorKind.unreachable, "fatal": True,
-                            "message": f"{error.message} (after {attempt} attempts); is the server running?"})
+                            "message": f"{error.message} (after {attempt} attempts: {PROBE_RETRIES} retries "
+                                       "before any reply); is the server running?"})
                         self.fatal = self.fatal or error
                     elif attempt > 1:
                         error = error.model_copy(update={"message": f"{error.message} (after {attempt} attempts)"})

@@ -155,6 +155,7 @@ def test_unreachable_server_is_fatal():
     provider = OpenAIProvider(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", concurrency=2, retry=FAST)
     results = run_all(provider, range(3))
     assert provider.fatal.kind == ProviderErrorKind.unreachable and "is the server running?" in provider.fatal.message
+    assert "2 retries before any reply" in provider.fatal.message  # why not the policy's own retries
     assert all(r.error is not None for r in results)
 
 
