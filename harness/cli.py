@@ -16,8 +16,17 @@ console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import harness
+
+        console.print(f"kernelharness {harness.__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _commands() -> None:
+def _commands(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
     """kernelharness: ask a model for faster CUDA kernels, then judge them honestly."""
 
 

@@ -87,3 +87,13 @@ def test_build_jobs_setting_is_used_as_given(monkeypatch):
     assert resolve_config({"jobs": 5}, environ={}, cwd=Path("/nonexistent")).jobs == 5
     with pytest.raises(ValueError):
         RunConfig(jobs=0)
+
+
+def test_the_command_line_says_its_version():
+    from typer.testing import CliRunner
+
+    import harness
+    from harness.cli import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"kernelharness {harness.__version__}"
