@@ -599,9 +599,7 @@ class Referee:
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds, after a last one when candidates were timed since the last."""
-        for process in self.waiting.values():  # started for requests that never came
-            process.close(wait_s=1)
-        self.waiting.clear()
+        self.close_waiting()  # started for requests that never came
         if self.current_round is not None and self.timed_since_round:
             self.baseline_round()
         self.calibrator.close()

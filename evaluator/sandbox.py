@@ -40,7 +40,6 @@ from evaluator.identity import Judge
 from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
 from evaluator.process import (  # noqa: F401 - re-exported: the parent's view of an executor
     LIVE, ExecutorProcess, bytecode_cache, contained, group_resident_bytes, scrubbed_environment, settle,
-    stop_everything,
 )
 from evaluator.protocol import BaselineRound, JudgeReply, JudgeRequest
 from evaluator.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
@@ -454,8 +453,10 @@ class Evaluator:
         self.run_timeout = options.run_timeout_s or self.problem.timeouts.run_s
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
         self.jobs = options.jobs or default_build_jobs()
-        # 3 on a GPU: an executor takes 10-14 s to start, import torch and dynamo and load its extension
-        # (H100 machine, 16 cores), a candidate holds the GPU about 5 s at kernelbench
+        # 4 on a GPU: an executor took about 7 s to start, import torch and dynamo and load its extension
+        # (H100 machine, 16 cores, stopped while others are timed), a candidate about 3.3 s of the referee's
+        # at kernelbench; a warm batch of 16 waited 10.7 s in all for executors with 3 ahead, 2.9 s with 4
+        # and executors also started while a round compiles
         self.ahead = options.ahead if options.ahead is not None else (4 if self.device == "cuda" else 0)
 
     # -- one candidate ---------------------------------------------------------------------------
