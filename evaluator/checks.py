@@ -40,7 +40,7 @@ What is seen and how names are resolved:
   methods called on `self`, module-level helpers called by name, `forward` of local
   `nn.Module` attributes and of local `autograd.Function` classes (`X.apply`), lambdas stored
   on `self`. What counts as heavy is the problem's (`[rules.heavy]` in its problem.toml, else
-  evaluator.problem.GENERIC_HEAVY_OPS), and so are the layers ModelNew shares with Model
+  evaluator.wire.problem.GENERIC_HEAVY_OPS), and so are the layers ModelNew shares with Model
   (`[rules] layers`), which count even where ModelNew builds them out of sight. torch.compile
   always counts, and so do other spellings of the same ops (`operator.matmul` where `__matmul__` is
   heavy, `torch._C._VariableFunctions.mm`, `torch._C.TensorBase.mm`). In C++ the problem's op names
@@ -77,8 +77,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from evaluator.problem import DEFAULT_PROBLEM, Rules, load_problem
-from evaluator.records import Flag, FlagPolicy
+from evaluator.wire.problem import DEFAULT_PROBLEM, Rules, load_problem
+from evaluator.wire.records import Flag, FlagPolicy
 
 __all__ = ["DEFAULT_POLICIES", "FLAG_DESCRIPTIONS", "static_flags"]
 

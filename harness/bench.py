@@ -19,10 +19,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from evaluator.assets import golden_files
-from evaluator.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem
-from evaluator.records import Status, Verdict
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines
+from evaluator.wire.assets import golden_files
+from evaluator.wire.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem
+from evaluator.wire.records import Status, Verdict
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 

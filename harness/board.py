@@ -11,7 +11,7 @@ draw them). Reading rules (what makes a ranking honest):
   from two evaluations.
 - Ranked: candidates whose verdict is `correct`, that pass the chosen tolerance tier
   (`--tier`, default `loose`), carry no `reject` flag nor an `implausible` flag, and were
-  judged by this harness's rules (`Verdict.judge`, see evaluator.identity: a verdict from an
+  judged by this harness's rules (`Verdict.judge`, see evaluator.wire.identity: a verdict from an
   older evaluator or an edited problem is `stale` until it is judged again); ordered by
   speedup vs `eager` (fastest first; those without an eager speedup last, by runtime).
   Everything else is listed below, grouped by outcome (harness.outcomes), with its reason.
@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evaluator.identity import Judge
-from evaluator.records import Flag, FlagPolicy, Status, Verdict
+from evaluator.wire.identity import Judge
+from evaluator.wire.records import Flag, FlagPolicy, Status, Verdict
 from harness.config import TokenPrices
 from harness.outcomes import Outcome
 from harness.records import Candidate, Generation, Run, Salvage, SalvageOutcome
@@ -743,8 +743,8 @@ def current_rules() -> StalenessCheck:
     is this evaluator's and its problem hash is that of the problem as it is now (when the
     problem can still be found). Torch and CUDA versions are measurement context, shown but not
     judged here: a store read on another machine is not stale for that."""
-    from evaluator.identity import evaluator_sha256, problem_sha256
-    from evaluator.problem import load_problem
+    from evaluator.wire.identity import evaluator_sha256, problem_sha256
+    from evaluator.wire.problem import load_problem
 
     mine = evaluator_sha256()
     problems: dict[str, str | None] = {}

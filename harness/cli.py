@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from evaluator.problem import DEFAULT_PROBLEM
+from evaluator.wire.problem import DEFAULT_PROBLEM
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -63,7 +63,7 @@ def eval_command(
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts in the result store."),
 ) -> None:
     """Judge candidate files: compile, check against the reference, time against baselines."""
-    from evaluator.sandbox import EvalOptions
+    from evaluator.parent.sandbox import EvalOptions
     from harness.commands import eval_command as run_eval
 
     if device not in (None, "cuda", "cpu"):
@@ -201,7 +201,7 @@ def bench_command(
         "pass each.")),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
-    from evaluator.sandbox import CandidateFile
+    from evaluator.parent.sandbox import CandidateFile
     from harness.bench import run_bench
 
     if throughput:

@@ -22,8 +22,8 @@ from typing import Any
 
 from rich.console import Console
 
-from evaluator.identity import gpu_hardware
-from evaluator.records import Status, Verdict
+from evaluator.wire.identity import gpu_hardware
+from evaluator.wire.records import Status, Verdict
 from harness.board import TIERS, Filters, build_boards, current_rules
 from harness.parsing import parse_source
 from harness.records import Candidate, Hardware, ParseResult, Run
@@ -143,7 +143,7 @@ def is_golden_path(path: Path) -> bool:
     """True for a file under `candidates/golden/` (the project's, or any such folder)."""
     resolved = path.resolve()
     try:
-        from evaluator.assets import asset_dir
+        from evaluator.wire.assets import asset_dir
 
         if resolved.is_relative_to((asset_dir("candidates") / "golden").resolve()):
             return True
@@ -190,7 +190,7 @@ def _eval_candidate(run_id: str, path: Path, verdict: Verdict, scope: str) -> Ca
 
 
 class EvalRecorder:
-    """Verdicts judged by `evaluator` (an `evaluator.sandbox.Evaluator`) outside a generate run, into
+    """Verdicts judged by `evaluator` (an `evaluator.parent.sandbox.Evaluator`) outside a generate run, into
     the store as each is reached (an interrupt loses none): one run per kind (`eval`, or `golden` for
     files under candidates/golden/), model and variant `-`, the candidate source when the file still
     holds it. The store is opened when it is made, before any work: raises StoreError."""
@@ -261,7 +261,7 @@ def terminate_as_interrupt() -> Iterator[None]:
 def interrupted(console: Console, kept: str) -> int:
     """After Ctrl-C or SIGTERM: every referee, executor and build this process started, stopped with
     their folders; what was kept said. The exit code (130)."""
-    from evaluator.process import stop_everything
+    from evaluator.referee.process import stop_everything
 
     stopped = stop_everything()
     console.print(f"[yellow]interrupted:[/] stopped what the harness had started ({stopped} referee(s) and "
@@ -287,7 +287,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
                  console: Console) -> int:
     """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
     record the verdicts. Returns the exit code: 0 when every file was judged, 2 for bad settings."""
-    from evaluator.sandbox import CandidateFile, Evaluator
+    from evaluator.parent.sandbox import CandidateFile, Evaluator
     from harness.render import verdict_table
 
     if options.store is None:  # the store is unreadable from every executor, --no-store or not
@@ -342,7 +342,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
     if drift:
         status.print(f"[dim]{drift}[/]", highlight=False)
     unsandboxed = [f for v in verdicts for f in v.flags if f.name == "unsandboxed"]
-    if unsandboxed:  # once, on stderr: what this machine did not contain (evaluator.containment)
+    if unsandboxed:  # once, on stderr: what this machine did not contain (evaluator.executor.lockdown)
         from rich.markup import escape
 
         _err.print(f"[yellow]warning:[/] {len(unsandboxed)} of {len(verdicts)} candidate(s) ran unsandboxed: "
@@ -355,7 +355,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
 def prompt_command(variant: str, problem: str, templates: Path | None = None, console: Console | None = None,
                    hardware: Hardware | None | bool = True) -> int:
     """`harness prompt`: print the rendered messages. `hardware=True` detects the GPU."""
-    from evaluator.problem import load_problem
+    from evaluator.wire.problem import load_problem
     from harness.prompts import PromptError, format_messages, render_prompt
 
     console = console or Console()

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evaluator.problem import DEFAULT_PROBLEM
+from evaluator.wire.problem import DEFAULT_PROBLEM
 
 if sys.version_info >= (3, 11):
     import tomllib

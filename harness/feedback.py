@@ -41,8 +41,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.problem import ProblemSpec
-from evaluator.records import FlagPolicy, ModeCheck, Status, Verdict
+from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.records import FlagPolicy, ModeCheck, Status, Verdict
 from harness.prompts import make_environment, render_template
 from harness.records import Hardware, Message, ParseReason, ParseResult
 
@@ -271,7 +271,7 @@ def _locate(found: list[tuple[CompilerError, str, int | None]], source: str | No
 
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
-_CANDIDATE_FILE = re.compile(r"(^|/)candidate_[0-9a-f]+\.py$")  # the executor's copy (evaluator.process)
+_CANDIDATE_FILE = re.compile(r"(^|/)candidate_[0-9a-f]+\.py$")  # the executor's copy (evaluator.referee.process)
 
 
 def summarize_error(text: str | None, source: str | None, problem: ProblemSpec | None = None) -> ErrorSummary:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from evaluator.records import Status
+from evaluator.wire.records import Status
 
 
 class Outcome(str, Enum):

@@ -9,7 +9,7 @@ each stored like a reply), and the candidate is taken out of the salvaged reply.
 
 Resume: a reply is stored under its generation key (problem, rendered prompt, model, params,
 sample index; a salvage request under its own conversation) and a verdict under its verdict key (source hash, problem, size, device name
-and the fingerprint of the rules that judged it: evaluator.identity), so running the same
+and the fingerprint of the rules that judged it: evaluator.wire.identity), so running the same
 settings again asks the model for nothing and re-evaluates nothing already judged, while a
 change to the evaluator or the problem re-judges everything. The default run id is derived from the settings, so a
 rerun also lands in the same run folder. Failed requests (timeouts, 429s) are stored too and
@@ -34,11 +34,11 @@ from typing import Any
 
 from rich.console import Console
 
-from evaluator import identity
-from evaluator.assets import golden_files
-from evaluator.identity import Judge
-from evaluator.problem import ProblemSpec, load_problem
-from evaluator.records import EVALUATOR_VERSION, Phase, Status, Verdict
+from evaluator.wire import identity
+from evaluator.wire.assets import golden_files
+from evaluator.wire.identity import Judge
+from evaluator.wire.problem import ProblemSpec, load_problem
+from evaluator.wire.records import EVALUATOR_VERSION, Phase, Status, Verdict
 from harness.config import RunConfig, endpoint_configured
 from harness.outcomes import Outcome
 from harness.parsing import parse_reply
@@ -163,9 +163,9 @@ class RunContext:
     problem: ProblemSpec
     size: str
     device: str
-    device_name: str             # what verdicts are keyed by (evaluator.identity.device_name)
+    device_name: str             # what verdicts are keyed by (evaluator.wire.identity.device_name)
     hardware: Hardware | None
-    judge: Judge                 # the rules verdicts are judged by now (evaluator.identity.judge_identity)
+    judge: Judge                 # the rules verdicts are judged by now (evaluator.wire.identity.judge_identity)
     store: Store
     console: Console
     evaluate_fn: EvaluateFn | None = None
@@ -279,7 +279,7 @@ def write_sample_folder(folder: Path, messages: Sequence[Message], generation: G
 # -- the run --------------------------------------------------------------------------------------
 
 def _default_evaluate(candidates: Sequence[Any], options: Any) -> Iterator[Verdict]:
-    from evaluator.sandbox import evaluate
+    from evaluator.parent.sandbox import evaluate
 
     return evaluate(candidates, options)
 
@@ -292,7 +292,7 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
     per-sample outcome (failed request, unparsable reply, failed candidate) is data.
 
     `provider`, `evaluate_fn`, `golden` and `environ` are for tests (defaults: from `cfg`,
-    `evaluator.sandbox.evaluate`, `candidates/golden/*.py`, `os.environ`).
+    `evaluator.parent.sandbox.evaluate`, `candidates/golden/*.py`, `os.environ`).
     """
     console = console or Console(stderr=True)
     environ = dict(os.environ) if environ is None else environ
@@ -511,7 +511,7 @@ def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, 
 def _evaluate(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summary: RunSummary, *,
               model: str | None, variant: str | None) -> None:
     """Judge each (outcome, file): reuse stored verdicts, evaluate the rest once per source."""
-    from evaluator.sandbox import CandidateFile, EvalOptions
+    from evaluator.parent.sandbox import CandidateFile, EvalOptions
 
     store = ctx.store
     pending: dict[str, list[tuple[SampleOutcome, Path]]] = {}

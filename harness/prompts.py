@@ -15,7 +15,7 @@ The context every variant template gets:
 - `problem`: `name`, `title`, `description`, `source`, `mode` (from problem.toml)
 - `reference_source`: the reference `model.py`
 - `hardware`: None, or `name`, `sm_count`, `capability`, `memory_gib` (pass it in; the CLI
-  detects it with `evaluator.identity.gpu_hardware()`, rendering never touches torch)
+  detects it with `evaluator.wire.identity.gpu_hardware()`, rendering never touches torch)
 - `example`: `reference` and `solution` sources of the worked example pair
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import jinja2
 
-from evaluator.assets import asset_dir
-from evaluator.problem import ProblemSpec
+from evaluator.wire.assets import asset_dir
+from evaluator.wire.problem import ProblemSpec
 from harness.records import Hardware, Message
 
 EXAMPLE_REFERENCE = "examples/elementwise_add.py"

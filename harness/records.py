@@ -1,6 +1,6 @@
 """The harness's own records: what one run asked, what came back, what was kept.
 
-The evaluator's wire format (`Verdict`, `Status`, ...) lives in `evaluator.records`; these
+The evaluator's wire format (`Verdict`, `Status`, ...) lives in `evaluator.wire.records`; these
 are the records on the orchestrator side of the flow (prompt -> generation -> candidate ->
 verdict). Every record is a pydantic model with a description per field and
 `extra="forbid"`, so a record read back from the store with an unknown field fails loudly.
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.identity import Hardware  # noqa: F401  (re-exported: runs record the GPU)
+from evaluator.wire.identity import Hardware  # noqa: F401  (re-exported: runs record the GPU)
 
 HARNESS_SCHEMA_VERSION = 1
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evaluator.records import Verdict
+from evaluator.wire.records import Verdict
 from harness.board import Board, Filters
 from harness.columns import (
     CHAINS_CAPTION,

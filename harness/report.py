@@ -43,7 +43,7 @@ from harness.records import utc_now
 from harness.store import Store
 from harness.text import fmt_cost, fmt_err, fmt_ms, fmt_speedup
 
-from evaluator.records import SPEEDUP_RULE
+from evaluator.wire.records import SPEEDUP_RULE
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 BASELINE_COLORS = {"eager": "#424242", "compile": "#1565c0", "eager_tf32": "#757575", "compile_tf32": "#42a5f5"}

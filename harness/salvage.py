@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
 
-from evaluator.problem import ProblemSpec
+from evaluator.wire.problem import ProblemSpec
 from harness.parsing import PYTHON_TAGS, code_blocks, fence_language, parse_reply, strip_reasoning
 from harness.records import (
     Completion,

@@ -23,7 +23,7 @@ Tables:
   (`<run-id>/<sample>`), with the key of the verdict that judged it.
 - `verdicts(key, source_sha256, problem, size, fingerprint, device_name, status,
   runtime_ms, run_id, model, variant, ..., record)`: a `Verdict`, keyed by
-  `evaluator.identity.verdict_key()`: a hash of source hash, problem, size, device name and
+  `evaluator.wire.identity.verdict_key()`: a hash of source hash, problem, size, device name and
   the fingerprint of what judged it (evaluator sources, problem files, torch/CUDA). The same
   source judged again under the same key is not re-evaluated; a change to any check gives new
   keys, so nothing judged before it is reused. `run_id`, `model` and `variant` say which run
@@ -44,8 +44,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.identity import json_digest
-from evaluator.records import Status, Verdict
+from evaluator.wire.identity import json_digest
+from evaluator.wire.records import Status, Verdict
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
 STORE_SCHEMA_VERSION = 3
@@ -371,7 +371,7 @@ class Store:
 
     def put_verdict(self, key: str, verdict: Verdict, *, device_name: str, run_id: str | None = None,
                     model: str | None = None, variant: str | None = None, candidate_id: str | None = None) -> None:
-        """Insert or replace the verdict stored under `key` (see `evaluator.identity.verdict_key`),
+        """Insert or replace the verdict stored under `key` (see `evaluator.wire.identity.verdict_key`),
         and link it to `candidate_id` when given. `device_name` is the name the key was made with."""
         with self._tx() as db:
             db.execute(

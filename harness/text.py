@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evaluator.records import Flag, FlagPolicy
+from evaluator.wire.records import Flag, FlagPolicy
 
 
 def short_text(text: str | None, limit: int = 100) -> str:

@@ -26,9 +26,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from evaluator.problem import DEFAULT_PROBLEM
-from evaluator.records import Verdict
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator
+from evaluator.wire.problem import DEFAULT_PROBLEM
+from evaluator.wire.records import Verdict
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPLY = PROJECT_ROOT / "tests" / "fixtures" / "replays" / "cuda" / "0.md"

@@ -1,8 +1,8 @@
 """An executor in the test's own process: the referee's phases driven against a ModelNew class.
 
 No containment, no pipes, no import of a candidate file: `LocalLink` hands each command straight to
-an `evaluator.executor.Executor` (the same code the contained process runs) over a real exchange, so
-tests of the judging itself (evaluator.phases) run in a fraction of a second.
+an `evaluator.executor.serve.Executor` (the same code the contained process runs) over a real exchange, so
+tests of the judging itself (evaluator.referee.phases) run in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -12,12 +12,16 @@ from types import SimpleNamespace
 
 import torch
 
-from evaluator import phases
-from evaluator.exchange import Exchange
-from evaluator.executor import Executor
-from evaluator.protocol import ExecutorRequest
-from evaluator.referee import CALIBRATOR_SOURCE, Calibrator, Referee, RefereeConfig
-from evaluator.stage import Stage
+from evaluator.referee import phases
+from evaluator.referee.check_phase import check_phase
+from evaluator.referee.session import Imported, Session
+from evaluator.wire.exchange import Exchange
+from evaluator.executor.serve import Executor
+from evaluator.wire.protocol import ExecutorRequest
+from evaluator.referee.calibrator import CALIBRATOR_SOURCE, Calibrator
+from evaluator.referee.referee import Referee
+from evaluator.wire.protocol import RefereeConfig
+from evaluator.wire.stage import Stage
 
 
 class Honest(torch.nn.Module):
@@ -43,7 +47,7 @@ class LocalLink:
         self.ids = 0
 
     def reply(self, command_id, deadline, poll_memory=False):
-        from evaluator.protocol import Reply
+        from evaluator.wire.protocol import Reply
 
         return Reply(id=0)  # "imported": the class is handed over directly
 
@@ -76,9 +80,9 @@ def referee(problem: str = "gemm_scale_bn", size: str = "small", **overrides) ->
     return judge
 
 
-def session_for(model_class, judge: Referee | None = None) -> phases.Session:
+def session_for(model_class, judge: Referee | None = None) -> Session:
     judge = judge or referee()
-    return phases.Session(referee=judge, link=LocalLink(model_class, judge), name="in-process", digest="",
+    return Session(referee=judge, link=LocalLink(model_class, judge), name="in-process", digest="",
                           problem=judge.problem.name, size=judge.size, device=judge.device, compile_timeout_s=60,
                           run_timeout_s=60, rng=random.Random(12))
 
@@ -86,5 +90,5 @@ def session_for(model_class, judge: Referee | None = None) -> phases.Session:
 def checked(model_class, judge: Referee | None = None):
     """(session, built, checked): ModelNew built with the reference's weights and put through the checks."""
     session = session_for(model_class, judge)
-    built = phases.init_phase(session, phases.Imported())
-    return session, built, phases.check_phase(session, built)
+    built = phases.init_phase(session, Imported())
+    return session, built, check_phase(session, built)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.assets import golden_files
+from evaluator.wire.assets import golden_files
 from evaluator.checks import DEFAULT_POLICIES, FLAG_DESCRIPTIONS, static_flags
-from evaluator.records import Flag, FlagPolicy
+from evaluator.wire.records import Flag, FlagPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -335,7 +335,7 @@ CASES: list[tuple[str, str, set[str]]] = [
     # ------------------------------------------------------------------ monkeypatch + introspection
     ("sys_modules_write", model("return x", header=HEADER + "import sys\n", top='sys.modules["evaluator"] = None\n'),
      {"monkeypatch"}),
-    ("patch_evaluator", model("return x", header=HEADER + "import evaluator.correctness as c\n",
+    ("patch_evaluator", model("return x", header=HEADER + "import evaluator.wire.tensors as c\n",
                               top="c.compare = lambda *a: True\n"), {"monkeypatch", "introspection"}),
     # ------------------------------------------------------------------ introspection
     ("gc", model("gc.collect()\nreturn x", header=HEADER + "import gc\n"), {"introspection"}),
@@ -612,8 +612,8 @@ def test_one_flag_per_name_with_every_place_sorted_by_first_place() -> None:
 
 
 def test_cpp_heavy_ops_are_derived_from_the_problems_names() -> None:
-    """The C++ forms of a heavy op come from its name alone (evaluator.problem Rules), whatever the problem."""
-    from evaluator.problem import HeavyOps, Rules
+    """The C++ forms of a heavy op come from its name alone (evaluator.wire.problem Rules), whatever the problem."""
+    from evaluator.wire.problem import HeavyOps, Rules
 
     rules = Rules(heavy=HeavyOps(label="softmax", cpp=["softmax"], cpp_methods=["softmax"], modules=["Softmax*"]))
     hits = ["at::softmax(x, 1)", "at::_softmax_out(o, x, 1, false)", "at::native::softmax_cpu(x, 1, false)",

@@ -1,4 +1,4 @@
-"""Containment of the worker (issue 12, item 2): evaluator.containment and its use by the sandbox.
+"""Containment of the worker (issue 12, item 2): evaluator.executor.launcher and its use by the sandbox.
 
 Fast tests run the launcher on small Python programs (no torch): what it applies on this kernel,
 that each restriction refuses what it must, that every descendant dies with the worker, and that
@@ -26,10 +26,12 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from evaluator import containment
-from evaluator.protocol import ExecutorMessage
-from evaluator.records import Containment, Status, Verdict
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, contained, protected_paths
+from evaluator.referee import launch as launching
+from evaluator.wire import containment
+from evaluator.wire.protocol import ExecutorMessage
+from evaluator.wire.records import Containment, Status, Verdict
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, protected_paths
+from evaluator.referee.process import contained
 
 HACKS = FIXTURES / "hacks" / "cpu"
 ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cpp_escape"]
@@ -44,13 +46,13 @@ def launch(tmp_path: Path, code: str, *, disable=(), timeout=60, env_extra=None,
     workdir.mkdir(exist_ok=True)
     extension_dir.mkdir(exist_ok=True)
     env = {**os.environ, **(env_extra or {})}
-    plan = containment.plan(workdir, extension_dir, FIXTURES / "problems" / "scaled_relu", env,
+    plan = launching.plan(workdir, extension_dir, FIXTURES / "problems" / "scaled_relu", env,
                             protect=protect or [tmp_path / "store"],
-                            disable=disable or containment.disabled_mechanisms(os.environ))
+                            disable=disable or launching.disabled_mechanisms(os.environ))
     env[containment.PLAN_ENV] = json.dumps(plan)
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.run(containment.launch_command([sys.executable, "-c", code, "--fd", str(write_fd)]),
+        proc = subprocess.run(launching.launch_command([sys.executable, "-c", code, "--fd", str(write_fd)]),
                               pass_fds=(write_fd,), env=env, cwd=workdir, capture_output=True, text=True,
                               timeout=timeout, start_new_session=True)
     finally:
@@ -222,10 +224,10 @@ def test_the_plan_writes_only_the_workers_folders_and_protects_the_store(tmp_pat
         assert path.absolute() in protect
     for folder in (tmp_path / "w", tmp_path / "cache" / "extensions" / "x"):
         folder.mkdir(parents=True)
-    plan = containment.plan(tmp_path / "w", tmp_path / "cache" / "extensions" / "x", evaluator.problem.location,
+    plan = launching.plan(tmp_path / "w", tmp_path / "cache" / "extensions" / "x", evaluator.problem.location,
                             dict(os.environ), protect=protect)
     assert plan["write"] == [os.path.realpath(tmp_path / "w"), os.path.realpath(tmp_path / "cache/extensions/x")]
-    assert str(Path(containment.__file__).parent) in plan["exact"]
+    assert str(launching.EVALUATOR_DIR) in plan["exact"]
     assert os.path.realpath(evaluator.problem.location) in plan["exact"]
     assert "/etc/shadow" in plan["protect"]
 
@@ -239,7 +241,7 @@ def _side_files(store: Path) -> list[Path]:
 def test_a_store_given_with_store_is_protected_with_its_side_files_and_its_folder(tmp_path, monkeypatch):
     """Issue 21, item 6: the store the options name (`--store`, harness.toml or HARNESS_STORE, however it
     was given) is unreadable from the executor, and so is the folder that holds it."""
-    from evaluator.sandbox import store_paths
+    from evaluator.parent.sandbox import store_paths
 
     monkeypatch.delenv("HARNESS_STORE", raising=False)
     store = tmp_path / "custom" / "verdicts.sqlite"
@@ -370,13 +372,13 @@ def test_harness_eval_and_run_hand_the_store_they_write_to_the_evaluator(tmp_pat
 
 def test_the_parent_flags_what_was_not_contained():
     full = [{"name": n, "state": "verified", "detail": ""} for n in containment.MECHANISMS]
-    record, missing = containment.assess({"mechanisms": full})
+    record, missing = launching.assess({"mechanisms": full})
     assert missing == [] and record["missing"] == []
     without = [m if m["name"] not in ("landlock", "seccomp_unix") else {**m, "state": "missing", "detail": "gone"}
                for m in full]
-    _, missing = containment.assess({"mechanisms": without})
+    _, missing = launching.assess({"mechanisms": without})
     assert missing == ["files", "sockets"]  # ptrace still covered by seccomp, processes by the PID namespace
-    _, missing = containment.assess(None)
+    _, missing = launching.assess(None)
     assert missing == list(containment.REQUIREMENTS)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, expectation
-from evaluator.records import Status
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient, evaluate, parse_problem
+from evaluator.wire.records import Status
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient, evaluate, parse_problem
 
 CPU = FIXTURES / "candidates" / "cpu"
 GOOD = CPU / "torch_ops_correct.py"

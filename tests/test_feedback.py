@@ -8,11 +8,11 @@ import re
 import pytest
 
 from conftest import FIXTURES
-from evaluator.problem import load_problem
-from evaluator.records import (
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import (
     Correctness, Environment, Flag, FlagPolicy, ModeCheck, Phase, Status, TensorError, TimingStats, Verdict,
 )
-from evaluator.timing import roofline
+from evaluator.referee.timing import roofline
 from harness.feedback import compiler_errors, feedback_context, public_text, render_feedback, summarize_error
 from harness.records import Hardware, ParseReason, ParseResult
 
@@ -190,7 +190,7 @@ def test_compiler_errors_are_deduplicated_and_kept_within_the_budget(problem):
 
 def test_an_import_failure_that_is_no_build_error_shows_the_candidates_frame(problem):
     error = ('importing the candidate failed: Traceback (most recent call last):\n'
-             '  File "/work/main/evaluator/executor.py", line 139, in import_candidate\n'
+             '  File "/work/main/evaluator/executor/serve.py", line 139, in import_candidate\n'
              '    module = import_file(Path(self.request.candidate_path), "kh_candidate")\n'
              '  File "/tmp/kh-worker-abc/candidate_0123456789ab.py", line 2, in <module>\n'
              '    import tritonn\n'
@@ -204,7 +204,7 @@ def test_an_import_failure_that_is_no_build_error_shows_the_candidates_frame(pro
 # --------------------------------------------------------------------------- runtime errors, timeouts, crashes
 
 FORWARD_RAISED = '''ModelNew.forward raised: Traceback (most recent call last):
-  File "/work/main/evaluator/executor.py", line 343, in forward
+  File "/work/main/evaluator/executor/serve.py", line 343, in forward
     out = self.model(*inputs)
           ^^^^^^^^^^^^^^^^^^^
   File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1794, in _call_impl
@@ -313,7 +313,7 @@ def test_wrong_when_timed_is_told_against_the_published_tiers_only(problem):
 
 
 def test_unwritten_output_says_only_that_the_output_depended_on_memory_it_never_wrote(problem):
-    # the referee's own wording (evaluator/phases.py, check_phase)
+    # the referee's own wording (evaluator/referee/phases.py, check_phase)
     error = ("its output depended on memory it never wrote: one more checked call, made with uninitialised "
              "memory filled with NaN (torch.empty and at::empty in extensions included; "
              "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory), "
@@ -458,7 +458,7 @@ def test_the_context_is_pure_and_has_every_part(problem):
 
 @pytest.mark.slow
 def test_the_real_cpp_compile_error_fixture_points_at_its_line(problem, tmp_path):
-    from evaluator.sandbox import CandidateFile, EvalOptions, evaluate
+    from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
 
     path = FIXTURES / "candidates" / "cpu" / "cpp_compile_error.py"
     [judged] = evaluate([CandidateFile(name="cpp_compile_error", path=path)],

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from evaluator.assets import golden_files
-from evaluator.problem import load_problem
-from evaluator.records import Status
-from evaluator.sandbox import CandidateFile, EvalOptions, evaluate
+from evaluator.wire.assets import golden_files
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import Status
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
 
 GOLDEN = {p.stem: p for p in golden_files()}
 REQUIRED_TIER = {"fused_tf32": "loose", "fused_strict": "strict"}

@@ -3,8 +3,8 @@
 import pytest
 
 from conftest import FIXTURES
-from evaluator.records import Status
-from evaluator.sandbox import CandidateFile, EvalOptions, evaluate
+from evaluator.wire.records import Status
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
 
 CUDA = FIXTURES / "candidates" / "cuda"
 
@@ -40,7 +40,7 @@ def test_illegal_address_is_judged_and_the_next_cuda_candidate_is_still_correct(
 
 @pytest.mark.gpu
 def test_the_feedback_on_a_correct_cuda_candidate_lists_its_kernels_with_times_and_the_roofline(tmp_path):
-    from evaluator.problem import load_problem
+    from evaluator.wire.problem import load_problem
     from harness.feedback import render_feedback
 
     [good] = evaluate([candidate("bn_after_addmm_correct")], EvalOptions(device="cuda", size="small", log_root=tmp_path))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.sandbox import EvalOptions, Evaluator
+from evaluator.parent.sandbox import EvalOptions, Evaluator
 
 from harness.config import ConfigError, RunConfig, endpoint_configured, resolve_config
 
@@ -76,12 +76,12 @@ def test_endpoint_configured():
 
 @pytest.mark.parametrize("cpus, jobs", [(None, 1), (1, 1), (2, 1), (3, 1), (4, 2), (9, 4), (16, 8), (17, 8), (128, 8)])
 def test_build_jobs_default_is_half_the_cores_at_least_one_at_most_8(monkeypatch, cpus, jobs):
-    monkeypatch.setattr("evaluator.sandbox.os.cpu_count", lambda: cpus)
+    monkeypatch.setattr("evaluator.parent.sandbox.os.cpu_count", lambda: cpus)
     assert RunConfig().jobs is None and Evaluator(EvalOptions(device="cpu")).jobs == jobs
 
 
 def test_build_jobs_setting_is_used_as_given(monkeypatch):
-    monkeypatch.setattr("evaluator.sandbox.os.cpu_count", lambda: 2)
+    monkeypatch.setattr("evaluator.parent.sandbox.os.cpu_count", lambda: 2)
     assert Evaluator(EvalOptions(device="cpu", jobs=3)).jobs == 3
     assert Evaluator(EvalOptions(device="cpu", jobs=12)).jobs == 12   # the cap of 8 is only the default's
     assert resolve_config({"jobs": 5}, environ={}, cwd=Path("/nonexistent")).jobs == 5

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evaluator.identity import judge_identity
-from evaluator.problem import load_problem
-from evaluator.records import Status, Verdict
+from evaluator.wire.identity import judge_identity
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import Status, Verdict
 from harness.config import RunConfig
 from harness.pipeline import RunError, derive_run_id, execute_run
 from harness.prompts import render_prompt
@@ -22,7 +22,7 @@ REPLIES = Path(__file__).parent / "fixtures" / "replies"
 
 class FakeEvaluator:
     """Judges every candidate `correct` (or `incorrect` when its source mentions `.abs()`), and
-    stamps the rules it judged by, as evaluator.sandbox.Evaluator does."""
+    stamps the rules it judged by, as evaluator.parent.sandbox.Evaluator does."""
 
     def __init__(self):
         self.seen = []

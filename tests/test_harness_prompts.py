@@ -2,7 +2,7 @@
 
 import pytest
 
-from evaluator.problem import load_problem
+from evaluator.wire.problem import load_problem
 from harness.prompts import (
     PromptError,
     available_variants,
@@ -97,7 +97,7 @@ def test_missing_template_folder(problem, tmp_path):
 def test_the_feedback_template_is_searched_like_the_others(problem, tmp_path):
     """harness.feedback renders `feedback.j2` (or a named one) through the same folders, user's first,
     with StrictUndefined; its own content is tested in tests/test_feedback.py."""
-    from evaluator.records import Status, Verdict
+    from evaluator.wire.records import Status, Verdict
     from harness.feedback import render_feedback
 
     verdict = Verdict(candidate="r/0", source_sha256="0" * 64, problem=problem.name, size="small", device="cuda",

@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from evaluator.records import Status, Verdict
+from evaluator.wire.records import Status, Verdict
 from harness.records import (
     Candidate,
     Completion,
@@ -15,7 +15,7 @@ from harness.records import (
     Run,
     Usage,
 )
-from evaluator.identity import verdict_key
+from evaluator.wire.identity import verdict_key
 from harness.store import (
     STORE_SCHEMA_VERSION,
     Store,
@@ -26,7 +26,7 @@ from harness.store import (
 )
 
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="u")]
-JUDGE = "judge-fingerprint"  # verdict keys take the judge's fingerprint (evaluator.identity)
+JUDGE = "judge-fingerprint"  # verdict keys take the judge's fingerprint (evaluator.wire.identity)
 
 
 def make_run(run_id="r1", model="m", variant="kernelbench"):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evaluator import identity
-from evaluator.problem import load_problem
-from evaluator.records import Status, Verdict
+from evaluator.wire import identity
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import Status, Verdict
 from harness.board import build_boards, current_rules
 from harness.config import RunConfig
 from harness.outcomes import Outcome

@@ -25,12 +25,14 @@ import torch
 
 import local_executor
 from conftest import FIXTURES
-from evaluator import correctness as cmp
+from evaluator.referee import compare
+from evaluator.wire import tensors as cmp
 from evaluator.checks import static_flags
-from evaluator.problem import load_problem
-from evaluator.records import FlagPolicy, Status
-from evaluator.sandbox import CandidateFile, EvalOptions, evaluate, group_resident_bytes
-from evaluator.timing import Timer, device_peak, physical_floor_ms
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import FlagPolicy, Status
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
+from evaluator.referee.process import group_resident_bytes
+from evaluator.referee.timing import Timer, device_peak, physical_floor_ms
 
 HACKS_CPU = sorted((FIXTURES / "hacks" / "cpu").glob("*.py"))
 HACKS_CUDA = sorted((FIXTURES / "hacks" / "cuda").glob("*.py"))
@@ -273,7 +275,7 @@ def test_work_done_outside_a_window_is_never_what_the_referee_compares(cpu_verdi
 def test_the_guard_watches_the_executor_that_serves(cpu_verdicts):
     verdict = cpu_verdicts["patch_live_executor"]
     reason = dynamic_reason(verdict, FIXTURES / "hacks/cpu/patch_live_executor.py", "monkeypatch")
-    assert "evaluator.executor.Executor.go" in reason and "DEAD COPY RAN" not in verdict.stdout_tail
+    assert "evaluator.executor.serve.Executor.go" in reason and "DEAD COPY RAN" not in verdict.stdout_tail
 
 
 # --------------------------------------------------------------------------- unwritten output, buffers, eval mode
@@ -372,7 +374,7 @@ def test_the_comparison_ignores_patched_functions_and_pushed_modes(monkeypatch):
             return func(*args, **(kwargs or {}))
 
     with Agreeable():
-        result = cmp.compare_tensor("output", wrong, expected, tolerances, 1e-4)
+        result = compare.compare_tensor("output", wrong, expected, tolerances, 1e-4)
     assert result.failure is None and not any(result.tiers.values()) and result.max_abs > 0.1
 
 
@@ -383,9 +385,9 @@ def test_outputs_must_be_plain_tensors_of_the_reference_dtype_and_device():
     class Sub(torch.Tensor):
         pass
 
-    assert "plain torch.Tensor" in cmp.compare_tensor("o", expected.float().as_subclass(Sub), expected, tolerances, 1e-4).failure
-    assert "dtype" in cmp.compare_tensor("o", expected.clone(), expected, tolerances, 1e-4, dtype=torch.float32).failure
-    assert cmp.compare_tensor("o", expected.float(), expected, tolerances, 1e-4, dtype=torch.float32).failure is None
+    assert "plain torch.Tensor" in compare.compare_tensor("o", expected.float().as_subclass(Sub), expected, tolerances, 1e-4).failure
+    assert "dtype" in compare.compare_tensor("o", expected.clone(), expected, tolerances, 1e-4, dtype=torch.float32).failure
+    assert compare.compare_tensor("o", expected.float(), expected, tolerances, 1e-4, dtype=torch.float32).failure is None
 
 
 def test_memory_sharing_covers_views_slices_and_overlapping_storage():
@@ -400,7 +402,7 @@ def test_memory_sharing_covers_views_slices_and_overlapping_storage():
 
 
 def test_every_call_gets_an_independent_draw_that_the_referee_can_make_again():
-    from evaluator import inputs as draws
+    from evaluator.referee import inputs as draws
 
     specs, fixed, values = draws.input_specs([torch.randn(8, 16), 3])
     assert [s.kind for s in specs] == ["random", "value"] and values == {1: 3}
@@ -418,7 +420,7 @@ def test_the_state_guard_reports_and_restores_patches():
 
     from torch.overrides import TorchFunctionMode
 
-    from evaluator import guard as guards
+    from evaluator.executor import guard as guards
 
     guard = guards.StateGuard()
     real_allclose, real_perf = torch.allclose, time.perf_counter
@@ -441,10 +443,10 @@ def test_the_state_guard_reports_and_restores_patches():
             torch._C._pop_torch_function_stack()
     assert {"torch.allclose", "time.perf_counter"} <= set(changed)
     assert "torch.Tensor.__eq__ (added)" in changed  # inherited from TensorBase: a new entry shadows it
-    assert "torch.nn.Linear.__call__ (added)" in changed and "evaluator.correctness.float (added)" in changed
+    assert "torch.nn.Linear.__call__ (added)" in changed and "evaluator.wire.tensors.float (added)" in changed
     assert any("function mode" in c for c in changed)
     assert guard.changes() == []
-    assert sys.modules["evaluator.guard"] is guards
+    assert sys.modules["evaluator.executor.guard"] is guards
 
 
 def test_timer_hooks_run_outside_the_timed_calls_and_know_which_call_is_timed():
@@ -559,16 +561,17 @@ def test_the_checks_flag_a_candidate_that_switches_the_fill_off_and_an_eval_mode
 
 @pytest.mark.parametrize("model_class, honest", [(_Honest, True), (_FrozenStats, False)])
 def test_buffers_after_timing_are_what_replaying_the_calls_gives(model_class, honest):
-    from evaluator import phases
+    from evaluator.referee.session import Judged
+    from evaluator.referee.time_phase import time_phase
 
     session, built, result = local_executor.checked(model_class)
     assert result.stop is None  # right in every checked call
     if honest:
-        timed = phases.time_phase(session, result, built)
+        timed = time_phase(session, result, built)
         assert timed.timing.reps >= 10 and timed.check.calls == timed.timing.reps
     else:
-        with pytest.raises(phases.Judged) as caught:
-            phases.time_phase(session, result, built)
+        with pytest.raises(Judged) as caught:
+            time_phase(session, result, built)
         assert caught.value.status == Status.incorrect
         assert re.search(r"buffers wrong after clocked call \d+ of \d+", caught.value.error)
         assert "`bn.running_" in caught.value.error
@@ -596,15 +599,15 @@ def test_what_the_executor_is_handed_are_copies_the_reference_never_shares():
 
 
 def _windows(windows_ms: list[float], reported_ms: list[float]):
-    from evaluator.clock import Clocked
-    from evaluator.protocol import Reply
+    from evaluator.referee.clock import Clocked
+    from evaluator.wire.protocol import Reply
 
     return [Clocked(ms=w, go=Reply(id=1, events_ms=[r], host_ms=[r]), put=Reply(id=2), offset=0, capture=None)
             for w, r in zip(windows_ms, reported_ms)]
 
 
 def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
-    from evaluator.clock import WindowCost, cross_check, mismatch_reason, referee_times
+    from evaluator.referee.clock import WindowCost, cross_check, mismatch_reason, referee_times
 
     def cost(ms):  # a calibrator whose windows all cost `ms`
         return WindowCost(cost_ms=ms, window_ms=ms + 0.1, device_ms=0.1, windows=30, costs=(ms,) * 30)
@@ -662,7 +665,7 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     assert "buffers wrong after clocked call 1 of" in verdicts["deferred_buffers"].error
     for name in ("late_stage_write", "deferred_device_work"):
         assert "wrong on clocked call 1 of" in verdicts[name].error, verdicts[name].error
-    assert "evaluator.executor.Executor.go" in " ".join(f.reason for f in verdicts["patch_live_executor"].flags)
+    assert "evaluator.executor.serve.Executor.go" in " ".join(f.reason for f in verdicts["patch_live_executor"].flags)
     assert "output" in verdicts["reference_freed_memory"].error
     assert "clocked call" in verdicts["correct_first_12_calls"].error
     unwritten = verdicts["unwritten_output"]  # passes every ordinary trial (the caching allocator's block)

@@ -1,4 +1,4 @@
-"""The scheduler (evaluator.lanes): builds overlap judging, lanes per GPU, executors started ahead.
+"""The scheduler (evaluator.parent.lanes): builds overlap judging, lanes per GPU, executors started ahead.
 
 The scheduler's own logic is tested with a fake build and a fake referee (no process); the
 referee's `ahead` with real CPU candidates, whose verdicts must be what they are without it.
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from evaluator import process
-from evaluator.lanes import Job, LaneWorker, ReadyQueue, choose_gpus
-from evaluator.records import Status, Verdict
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient
+from evaluator.referee import process
+from evaluator.parent.lanes import Job, LaneWorker, ReadyQueue, choose_gpus
+from evaluator.wire.records import Status, Verdict
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient
 
 CPU = FIXTURES / "candidates" / "cpu"
 

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from leaderboard_store import EXPECTED_EVAL_STATUS, GOLDEN_NAME, build_store  # noqa: E402
 
-from evaluator.records import FlagPolicy, Status  # noqa: E402
+from evaluator.wire.records import FlagPolicy, Status  # noqa: E402
 from harness.cli import app  # noqa: E402
-from evaluator.identity import verdict_key  # noqa: E402
+from evaluator.wire.identity import verdict_key  # noqa: E402
 from harness.board import Entry, Filters, build_boards, fast_p, geomean, summarize  # noqa: E402
 from harness.columns import CSV_VIEW  # noqa: E402
 from harness.outcomes import Outcome  # noqa: E402

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import os
-from evaluator.assets import asset_dir, golden_files
-from evaluator.problem import load_problem
+from evaluator.wire.assets import asset_dir, golden_files
+from evaluator.wire.problem import load_problem
 from harness.prompts import render_prompt
 problem = load_problem("gemm_scale_bn")
 assert str(problem.folder).startswith(os.environ["PROBE_SITE"]), problem.folder  # not the checkout

@@ -1,4 +1,4 @@
-"""Problem specs own their rules (evaluator/problem.py): read from problem.toml, or the documented
+"""Problem specs own their rules (evaluator/wire/problem.py): read from problem.toml, or the documented
 defaults of a bare KernelBench-format .py file; checks, the tamper guard and bench use them."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pydantic import ValidationError
 
 from conftest import FIXTURES
 from evaluator.checks import static_flags
-from evaluator.problem import (
+from evaluator.wire.problem import (
     DEFAULT_PROBLEM, GENERIC_HEAVY_OPS, BenchTarget, load_problem, module_int_sizes,
 )
-from evaluator.records import Status
-from evaluator.sandbox import CandidateFile, EvalOptions, evaluate
+from evaluator.wire.records import Status
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
 
 SCALED_RELU = FIXTURES / "problems" / "scaled_relu"
 BARE = FIXTURES / "problems" / "kb_leaky_relu_scale.py"
@@ -171,7 +171,7 @@ def test_the_gemm_layer_requirement_does_not_apply_to_scaled_relu(gemm, relu):
 def test_the_tamper_guard_watches_the_problems_classes(gemm, relu):
     import torch
 
-    from evaluator.guard import StateGuard, _watched_namespaces
+    from evaluator.executor.guard import StateGuard, _watched_namespaces
 
     gemm_labels = [label for label, _ in _watched_namespaces(gemm.rules.watch)]
     relu_labels = [label for label, _ in _watched_namespaces(relu.rules.watch)]

@@ -4,8 +4,8 @@ must be the local executor's, and a candidate that kills its executor costs only
 import pytest
 
 from conftest import FIXTURES, expectation
-from evaluator.records import Status
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator
+from evaluator.wire.records import Status
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 
 ray = pytest.importorskip("ray")
 

@@ -13,11 +13,13 @@ import pytest
 import torch
 
 import local_executor
-from evaluator import phases
-from evaluator.exchange import ALIGN, Exchange, ExchangeError
-from evaluator.process import Ended, ExecutorProcess
-from evaluator.protocol import COMMAND, Call, ExecutorMessage, Profile, Reply, TensorSlot
-from evaluator.records import Status
+from evaluator.referee import phases
+from evaluator.referee.session import Imported, Judged, Session
+from evaluator.referee.time_phase import held, idle
+from evaluator.wire.exchange import ALIGN, Exchange, ExchangeError
+from evaluator.referee.process import Ended, ExecutorProcess
+from evaluator.wire.protocol import COMMAND, Call, ExecutorMessage, Profile, Reply, TensorSlot
+from evaluator.wire.records import Status
 
 
 # --------------------------------------------------------------------------- the exchange
@@ -78,7 +80,7 @@ def test_an_exchange_is_page_locked_and_released_from_threads_other_than_the_one
 def test_a_device_stage_is_one_memory_seen_through_two_mappings():
     """The referee's stage on a GPU: a virtual-memory allocation exported as a descriptor; a second mapping
     of it (what the executor makes) sees what the first wrote, and slots outside it are refused."""
-    from evaluator.stage import Layout, Stage
+    from evaluator.wire.stage import Layout, Stage
 
     layout = Layout.plan([(0, [64, 32], "float32")], 64 * 16 * 4, [16 * 4, 16 * 4, 8])
     referee_side = Stage.create(layout.size, "cuda")
@@ -177,7 +179,7 @@ def test_a_verdict_divides_by_the_round_before_it_and_says_which():
     referee = local_executor.referee(baselines=["eager"])
     referee.ensure_round()
     session = local_executor.session_for(local_executor.Honest, referee)
-    verdict = phases.judge(session, compile_only=False, imported=phases.Imported())
+    verdict = phases.judge(session, compile_only=False, imported=Imported())
     assert verdict.status == Status.correct, verdict.error
     assert verdict.baseline_source == referee.current_round.source
     eager = referee.current_round.baselines["eager"]
@@ -194,7 +196,7 @@ def test_the_verdict_says_each_distributions_checks_and_where_its_time_sits_agai
     referee = local_executor.referee(baselines=["eager"])
     referee.ensure_round()
     verdict = phases.judge(local_executor.session_for(local_executor.Honest, referee), compile_only=False,
-                           imported=phases.Imported())
+                           imported=Imported())
     assert verdict.status == Status.correct, verdict.error
     by_distribution = verdict.correctness.by_distribution
     assert list(by_distribution) == referee.problem.distributions == ["randn", "rand"]
@@ -211,7 +213,7 @@ def test_the_verdict_says_each_distributions_checks_and_where_its_time_sits_agai
 
 
 def test_the_roofline_puts_a_time_against_the_devices_peaks():
-    from evaluator.timing import roofline
+    from evaluator.referee.timing import roofline
 
     roof = roofline(2e12, 3_350_000_000, 10.0, "cuda", "NVIDIA H100 80GB HBM3")  # 2 TFLOP, 3.35 GB in 10 ms
     assert roof.peaks == "H100 SXM" and roof.tflops == pytest.approx(200) and roof.bandwidth_tbs == pytest.approx(0.335)
@@ -246,16 +248,16 @@ def test_kernel_times_come_with_their_kernels_or_not_at_all(times, kept):
     referee.ensure_round()
     link = _ListsKernels(local_executor.Honest, referee)
     link.times = times
-    session = phases.Session(referee=referee, link=link, name="in-process", digest="", problem=referee.problem.name,
+    session = Session(referee=referee, link=link, name="in-process", digest="", problem=referee.problem.name,
                              size=referee.size, device=referee.device, compile_timeout_s=60, run_timeout_s=60)
-    verdict = phases.judge(session, compile_only=False, imported=phases.Imported())
+    verdict = phases.judge(session, compile_only=False, imported=Imported())
     assert verdict.status == Status.correct, verdict.error
     assert verdict.kernels == ["fused_scale_kernel", "bn_stats_kernel"] and verdict.kernel_times_us == kept
 
 
 def test_cuda_evaluations_time_the_problems_ceilings_by_default():
-    from evaluator.problem import load_problem
-    from evaluator.sandbox import EvalOptions, Evaluator, default_baselines
+    from evaluator.wire.problem import load_problem
+    from evaluator.parent.sandbox import EvalOptions, Evaluator, default_baselines
 
     problem = load_problem("gemm_scale_bn")
     assert default_baselines(problem, "cuda") == ["eager", "eager_tf32", "compile", "compile_tf32", "part:gemm_tf32"]
@@ -265,7 +267,7 @@ def test_cuda_evaluations_time_the_problems_ceilings_by_default():
 
 
 def test_baseline_series_stop_once_the_median_is_known_and_never_beyond_the_budget():
-    from evaluator.timing import Timer, median_half_width
+    from evaluator.referee.timing import Timer, median_half_width
 
     timer = Timer("cpu", min_reps=10)
     steady = timer.series(lambda: sum(range(2000)), 200, target_rel=0.5)[0]
@@ -288,12 +290,12 @@ def test_a_busy_device_stops_the_executors_started_ahead_before_the_candidate_is
     answers, closed = [None, 0.01], []
     referee.device_idle = lambda limit_s: answers.pop(0)
     referee.close_waiting = lambda: closed.append(True) or True
-    phases.idle(session, "after clocked call 1 had returned")  # idle once those started ahead are gone
+    idle(session, "after clocked call 1 had returned")  # idle once those started ahead are gone
     assert closed == [True] and answers == []
     referee.device_idle = lambda limit_s: None  # still busy with none left: the candidate's own work
     referee.close_waiting = lambda: False
-    with pytest.raises(phases.Judged) as judged:
-        phases.idle(session, "after clocked call 2 had returned")
+    with pytest.raises(Judged) as judged:
+        idle(session, "after clocked call 2 had returned")
     assert judged.value.status == Status.runtime_error and "device work kept running after clocked call 2" in \
         judged.value.error
 
@@ -309,7 +311,7 @@ def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
             events.append("release")
 
     with pytest.raises(RuntimeError):
-        with phases.held(Link()):
+        with held(Link()):
             events.append("window")
             raise RuntimeError("the calibrator failed")
     assert events == ["hold", "window", "release"]

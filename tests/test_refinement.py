@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evaluator.identity import json_digest, judge_identity
-from evaluator.problem import load_problem
-from evaluator.records import Correctness, ModeCheck, Status, Verdict
+from evaluator.wire.identity import json_digest, judge_identity
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import Correctness, ModeCheck, Status, Verdict
 from harness.config import RunConfig
 from harness.pipeline import derive_run_id, execute_run, sample_params
 from harness.prompts import render_prompt

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evaluator.records import Status
+from evaluator.wire.records import Status
 from harness.config import RunConfig
 from harness.parsing import parse_reply
 from harness.pipeline import execute_run
-from evaluator.identity import gpu_hardware
+from evaluator.wire.identity import gpu_hardware
 
 REPLAYS = Path(__file__).parent / "fixtures" / "replays" / "cuda"
 REPLIES = sorted(REPLAYS.glob("[0-9]*.md"))

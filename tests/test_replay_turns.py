@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evaluator.identity import gpu_hardware
-from evaluator.records import Status
+from evaluator.wire.identity import gpu_hardware
+from evaluator.wire.records import Status
 from harness.config import RunConfig
 from harness.parsing import parse_reply
 from harness.pipeline import execute_run

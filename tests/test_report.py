@@ -198,7 +198,7 @@ def test_report_renders_in_chromium(report, tmp_path):
 def test_the_report_and_the_readme_state_the_same_rule_for_speedups(report):
     import html
 
-    from evaluator.records import SPEEDUP_RULE
+    from evaluator.wire.records import SPEEDUP_RULE
 
     def words(text):
         return " ".join(text.split())

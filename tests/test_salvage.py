@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 
 from conftest import FIXTURES
-from evaluator.problem import load_problem
+from evaluator.wire.problem import load_problem
 from harness.config import ConfigError, RunConfig, TokenPrices, resolve_config
 from harness.parsing import parse_reply
 from harness.providers import ReplayProvider

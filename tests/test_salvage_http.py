@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_openai_server import CuttingModel, FakeOpenAIServer  # noqa: E402
 from test_refinement import MarkerEvaluator  # noqa: E402
 
-from evaluator.problem import load_problem  # noqa: E402
+from evaluator.wire.problem import load_problem  # noqa: E402
 from harness.board import build_boards  # noqa: E402
 from harness.config import RunConfig, TokenPrices  # noqa: E402
 from harness.pipeline import execute_run  # noqa: E402

@@ -14,10 +14,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import FIXTURES
-from evaluator.identity import judge_identity, verdict_key
-from evaluator.problem import load_problem
-from evaluator.records import Flag, FlagPolicy, Phase, Status, Verdict
-from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, merge_flags
+from evaluator.wire.identity import judge_identity, verdict_key
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
+from evaluator.wire.records import merge_flags
 from harness.board import Entry, classify, summarize
 from harness.cli import app
 from harness.config import RunConfig, resolve_config

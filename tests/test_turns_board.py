@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from evaluator.identity import Judge, judge_identity, verdict_key
-from evaluator.problem import load_problem
-from evaluator.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status, TimingStats, Verdict
+from evaluator.wire.identity import Judge, judge_identity, verdict_key
+from evaluator.wire.problem import load_problem
+from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status, TimingStats, Verdict
 from harness.board import Filters, build_boards, rank_key, ranked, ranked_outcomes
 from harness.cli import app
 from harness.columns import CSV_VIEW

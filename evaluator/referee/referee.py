@@ -2,263 +2,60 @@
 
     python -m evaluator.referee --config FILE --requests FD --replies FD
 
-Started by the parent (evaluator.sandbox) once per batch. It owns everything a judgement rests on:
+Started by the parent (evaluator.parent.sandbox) once per batch. It owns everything a judgement rests on:
 
 * the reference (`Model` from the problem, a fresh one per candidate, with its own seed) and its
   float64 twin, the seeds, the inputs of every checked call, the tolerances and every comparison
-  (evaluator.phases);
+  (evaluator.referee.phases);
 * the baselines (eager, torch.compile, with and without TF32, the problem's ceilings), timed here
-  with the same timing loop as the candidates (evaluator.timing), in rounds: one before the batch's
+  with the same timing loop as the candidates (evaluator.referee.timing), in rounds: one before the batch's
   first candidate, again after every `baseline_every` candidates and once at the end, always with
   no executor alive on the device. A verdict divides by the last round before it and names it
   (`Verdict.baseline_source`); the rounds come back to the parent when the batch closes, so drift
   over a batch shows;
-* its own clock around every clocked call of a candidate (evaluator.clock), and the cost of such a
+* its own clock around every clocked call of a candidate (evaluator.referee.clock), and the cost of such a
   window, measured in every baseline round with the calibrator: an executor of the referee's own
   (contained like any other, the same code and path) whose forward does known work and reports its
   device time truthfully (`Calibrator`).
 
-For each candidate it starts one executor (evaluator.process, contained by evaluator.containment)
+For each candidate it starts one executor (evaluator.referee.process, contained by evaluator.executor.lockdown)
 with an exchange sized for the problem, runs the phases and answers the parent with the verdict
-and the candidate's capped output. Requests and replies are JSON lines (evaluator.protocol).
+and the candidate's capped output. Requests and replies are JSON lines (evaluator.wire.protocol).
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
-import collections
-import concurrent.futures
 import contextlib
 import copy
 import functools
-import hashlib
-import importlib
-import json
-import os
 import random
 import secrets
-import signal
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
-import torch
-from pydantic import BaseModel, ConfigDict, Field
-
-from evaluator import clock, identity, phases
-from evaluator import inputs as draws
-from evaluator.exchange import Exchange, capacity_for, dtype_name
-from evaluator.problem import import_file, load_problem
-from evaluator.process import Ended, ExecutorProcess, settle, stop_everything
-from evaluator.protocol import BaselineRound, Construct, JudgeReply, JudgeRequest, LoadState, TensorSlot, pack
-from evaluator.records import BaselineSource, Phase, Status, TimingStats, Verdict
-from evaluator.stage import Layout
-from evaluator.timing import Call, Timer, quantile, summarize
-
-VERDICT_TAIL_CHARS = 4000  # how much of each stream the verdict itself carries; the logs keep more
-# Set (a folder), the referee profiles itself (cProfile) and logs each candidate's phase, command and
-# executor start-up seconds there: for tuning the evaluator, never read by it.
-PROFILE_DIR = os.environ.get("KH_REFEREE_PROFILE")
-# What every executor imports. The referee imports them first, so that their bytecode is in the cache
-# executors read (process.bytecode_cache) before they start.
-EXECUTOR_MODULES = ("evaluator.executor", "torch._dynamo", "torch.utils.cpp_extension", "torch.profiler")
-
-
-def profile_log(record: dict) -> None:
-    """One line of the tuning diagnostics (PROFILE_DIR), never read by the evaluator."""
-    if PROFILE_DIR:
-        with open(Path(PROFILE_DIR) / f"referee-{os.getpid()}.jsonl", "a") as log:
-            log.write(json.dumps(record) + "\n")
-
-
-def cache_executor_bytecode() -> None:
-    for name in EXECUTOR_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            traceback.print_exc()  # the executor's own import says what is wrong
-
-
-class RefereeConfig(BaseModel):
-    """How the referee judges a batch (written by the parent, from its EvalOptions)."""
-
-    model_config = ConfigDict(extra="forbid")
-    problem: str = Field(description="The problem's folder or bare .py file.")
-    size: str
-    device: str
-    baselines: list[str] = Field(description="Baselines timed in every round.")
-    seed: int = Field(description="The batch's root seed: every candidate's seeds derive from it.")
-    timing_budget_s: float = 2.0
-    min_reps: int = 10
-    max_reps: int = 200
-    warmup: int = 3
-    baseline_every: int = Field(8, ge=1, description="Candidates timed between two baseline rounds.")
-    compile_timeout_s: float
-    run_timeout_s: float
-    output_cap_bytes: int
-    compile_memory_limit_gb: float | None
-    cache_dir: str
-    protect: list[str] = Field(default_factory=list, description="Paths no executor may read.")
-    round_at_start: bool = Field(False, description=(
-        "Time the first baseline round as soon as the referee is up, before any request (a lane starts its "
-        "referee while the first builds run)."))
-    ahead: int = Field(0, ge=0, description=(
-        "Executors started before their turn, from the requests already queued: each imports its candidate "
-        "(its extension loaded) while another is judged, and is stopped (SIGSTOP) while any candidate is timed "
-        "or profiled and while baselines are timed."))
-
-
-@dataclass(frozen=True)
-class Round:
-    """A baseline round, as verdicts use it."""
-
-    baselines: dict[str, TimingStats]
-    failed: dict[str, str]
-    source: BaselineSource
-    window_cost: clock.WindowCost | None  # None: the calibrator failed (windows are then not reduced)
-    calibration_error: str | None = None
-
-
-CALIBRATOR_SOURCE = '''"""The referee's calibrator: never a candidate. It runs in an executor like any candidate (same
-code, same containment, same path for its calls), and its forward does known work on the device (one
-copy of the reference's answer into its output) whose time it reports truthfully: the referee's window
-around it, less that time, is what a window costs (evaluator.clock.window_cost)."""
 from pathlib import Path
 
 import torch
 
-from evaluator.problem import import_file
+from evaluator.referee import clock, phases
+from evaluator.referee.session import Session
+from evaluator.referee import inputs as draws
+from evaluator.referee.calibrator import Calibrator
+from evaluator.referee.process import ExecutorProcess, settle
+from evaluator.referee.timing import Call, Timer, quantile, summarize
+from evaluator.referee.tuning import PROFILE_DIR, profile_log
+from evaluator.referee.view import Round
+from evaluator.wire import identity
+from evaluator.wire.exchange import Exchange, capacity_for, dtype_name
+from evaluator.wire.problem import import_file, load_problem
+from evaluator.wire.protocol import (
+    VERDICT_TAIL_CHARS, BaselineRound, Construct, JudgeReply, JudgeRequest, RefereeConfig, TensorSlot, pack)
+from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
+from evaluator.wire.stage import Layout
 
-_reference = import_file(Path(%(path)r), "kh_calibrator_reference")
-for _name, _value in %(sizes)r.items():
-    setattr(_reference, _name, _value)
 
-
-class ModelNew(_reference.Model):
-    def forward(self, *inputs):
-        if getattr(self, "_answer", None) is None:
-            self._answer = super().forward(*inputs).detach().clone()
-            self._out = torch.empty_like(self._answer)
-        return self._out.copy_(self._answer)
-'''
-
-
-class Calibrator:
-    """The referee's own executor for measuring what a clocked window costs (see CALIBRATOR_SOURCE).
-    Started as each baseline round begins; measured in every round (recorded with it, and the cost used
-    when it fails beside a candidate) and beside each of a candidate's clocked calls (evaluator.phases)."""
-
-    def __init__(self, referee: Referee, link=None):
-        self.referee, self.link, self.ready = referee, link, link is not None
-        self.error: str | None = None
-        self.broken = False  # failed since the last round: not started again before the next one
-
-    def start(self) -> None:
-        referee, config = self.referee, self.referee.config
-        source = (CALIBRATOR_SOURCE % {"path": str(referee.problem.reference_path),
-                                       "sizes": referee.problem.size_values(referee.size)}).encode()
-        self.link = ExecutorProcess(
-            source=source, digest=hashlib.sha256(source).hexdigest(), device=referee.device,
-            compile_only=False, watch=referee.problem.rules.watch, cache_dir=Path(config.cache_dir),
-            problem_location=referee.problem.location, protect=[Path(p) for p in config.protect],
-            exchange_bytes=referee.exchange_bytes, output_cap=config.output_cap_bytes, memory_limit_gb=None,
-            stage_bytes=referee.layout.size)
-        self.link.start()
-        self.link.import_ahead(time.monotonic() + config.compile_timeout_s)
-
-    def measure(self) -> clock.WindowCost | None:
-        """Warm-up windows, then CALIBRATION_WINDOWS more, back to back as a candidate's series runs them
-        (fresh inputs drawn before each, the stage's inputs read back after each): their median cost.
-        None (and `error`) when the calibrator fails; it is started afresh at the next round (start_early)."""
-        referee = self.referee
-        windows = []
-        with clock.collector_paused():
-            for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS):
-                inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
-                windows.append(self.window(inputs))
-                if windows[-1] is None:
-                    return None
-                clock.inputs_changed(self.link.stage, referee.layout, inputs)
-        cost = clock.window_cost(windows[referee.timer.warmup:])
-        if cost is None:
-            self.failed("the calibrator reported no time for its calls")
-        return cost
-
-    def window(self, inputs: list) -> clock.Clocked | None:
-        """One of the calibrator's windows on `inputs`; None when it failed."""
-        referee = self.referee
-        if self.broken:
-            return None
-        try:
-            self.get_ready()
-            clocked = clock.window(self.request, self.link.stage, referee.layout, inputs,
-                                   referee.problem.mode == "train", referee.timer.flush, referee.rng.random())
-            clocked.capture = None  # only its time is wanted
-            self.error = None
-            return clocked
-        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
-            self.failed(f"{type(err).__name__}: {err}")
-            return None
-
-    def start_early(self) -> None:
-        """At a round's beginning: started afresh if it failed before, its process started now (the
-        round's torch.compile overlaps its imports)."""
-        self.broken = False
-        if self.link is None:
-            try:
-                self.start()
-            except Exception as err:  # noqa: BLE001 - recorded with the round; the batch goes on
-                self.failed(f"{type(err).__name__}: {err}")
-
-    def prepare(self) -> None:
-        """Ready before anything of the round is timed (its start-up never overlaps a timed call)."""
-        if self.broken:
-            return
-        try:
-            self.get_ready()
-        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
-            self.failed(f"{type(err).__name__}: {err}")
-
-    def get_ready(self) -> None:
-        """Started, its model built and its state on the device (raises when it cannot be)."""
-        referee = self.referee
-        if self.link is None:
-            self.start()
-        if self.ready:
-            return
-        reply = self.link.reply(0, self.deadline())
-        if reply.error:
-            raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
-        self.request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
-        state = referee.new_reference(referee.rng.randrange(2**31)).state_dict()  # onto the device, as a candidate
-        self.request(LoadState(id=0, tensors=self.link.exchange.write([(f"state.{k}", v) for k, v in state.items()])))
-        self.ready = True
-
-    def deadline(self) -> float:
-        return time.monotonic() + self.referee.config.run_timeout_s + self.referee.config.compile_timeout_s
-
-    def request(self, command):
-        reply = self.link.request(command, self.deadline())
-        if reply.error:
-            raise RuntimeError(f"the calibrator failed: {reply.error}"[:2000])
-        return reply
-
-    def failed(self, why: str) -> None:
-        self.error, self.broken = why[:1000], True
-        traceback.print_exc()
-        self.close()
-
-    def close(self) -> None:
-        if self.link is not None and hasattr(self.link, "close"):
-            self.link.close(wait_s=1)
-        if not isinstance(self.link, ExecutorProcess):
-            return
-        self.link, self.ready = None, False
 
 
 class Referee:
@@ -557,7 +354,7 @@ class Referee:
             process.start()
         self.start_ahead(list(upcoming))
         steps["start"] = time.perf_counter()
-        session = phases.Session(
+        session = Session(
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
             run_timeout_s=config.run_timeout_s, memory_limit_gb=config.compile_memory_limit_gb,
@@ -575,7 +372,7 @@ class Referee:
         self.closing.append(closed)
         return functools.partial(self.finish, request, process, session, verdict, steps, closed)
 
-    def finish(self, request: JudgeRequest, process: ExecutorProcess, session: phases.Session, verdict: Verdict,
+    def finish(self, request: JudgeRequest, process: ExecutorProcess, session: Session, verdict: Verdict,
                steps: dict[str, float], closed: threading.Event) -> JudgeReply:
         returncode = None
         try:
@@ -606,138 +403,3 @@ class Referee:
         return self.rounds
 
 
-class Inbox:
-    """The parent's requests, read as they come (a thread), so the referee sees those queued behind
-    the one it judges and can start their executors ahead."""
-
-    def __init__(self, stream):
-        self.items: collections.deque = collections.deque()
-        self.ready = threading.Condition()
-        self.done = False
-        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
-
-    def _read(self, stream) -> None:
-        try:
-            for line in stream:
-                request = JudgeRequest.model_validate_json(line)
-                with self.ready:
-                    self.items.append(request)
-                    self.ready.notify()
-        finally:
-            with self.ready:
-                self.done = True
-                self.ready.notify()
-
-    def next(self) -> JudgeRequest | None:
-        """The next request; None when the parent is gone."""
-        with self.ready:
-            while not self.items and not self.done:
-                self.ready.wait()
-            return self.items.popleft() if self.items else None
-
-    def queued(self) -> list[JudgeRequest]:
-        with self.ready:
-            return list(self.items)
-
-
-def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> Verdict:
-    """The referee's own failure around one candidate: recorded, so the batch goes on."""
-    return Verdict(candidate=request.name, source_sha256=request.digest, problem=Path(config.problem).stem,
-                   size=config.size, device=config.device, status=Status.crashed, phase=Phase.init,
-                   error=f"the referee failed around this candidate: {error}"[-6000:])
-
-
-def main(argv: list[str] | None = None) -> int:
-    # The parent's interrupt (process.stop_everything): end now, every executor started closed on the way out.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        return serve(argv)
-    finally:
-        stop_everything()
-
-
-def serve(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--requests", type=int, required=True)
-    parser.add_argument("--replies", type=int, required=True)
-    args = parser.parse_args(argv)
-    config = RefereeConfig.model_validate_json(Path(args.config).read_text())
-    requests = os.fdopen(args.requests, "r")
-    replies = os.fdopen(args.replies, "w", buffering=1)
-
-    def answer(reply: JudgeReply) -> None:
-        replies.write(reply.model_dump_json() + "\n")
-        replies.flush()
-
-    # Replies are made and written by one thread, in the order of the requests: a judged candidate's
-    # reply waits there for its executor's exit while the next candidate starts.
-    outbox = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox")
-
-    def send(request: JudgeRequest | None, make: Callable[[], JudgeReply]) -> None:
-        def run() -> None:
-            try:
-                reply = make()
-            except Exception:
-                traceback.print_exc()
-                if request is None:
-                    raise
-                reply = JudgeReply(verdict=failed_verdict(request, config, traceback.format_exc()))
-            answer(reply)
-
-        outbox.submit(run)
-
-    referee, setup_error = None, None
-    inbox = Inbox(requests)  # reading before the referee is up: a round at start sees what is queued
-    started = time.perf_counter()
-    if sys.pycache_prefix:  # the cache executors read (process.bytecode_cache) is written here
-        cache_executor_bytecode()
-    imported = time.perf_counter()
-    try:
-        referee = Referee(config)
-        referee.queued = inbox.queued
-        profile_log({"event": "start", "executor_modules_s": imported - started,
-                     "setup_s": time.perf_counter() - imported})
-        if config.round_at_start:
-            referee.ensure_round()
-    except Exception:
-        setup_error = traceback.format_exc()
-        traceback.print_exc()
-    while True:
-        waited = time.perf_counter()
-        request = inbox.next()
-        if time.perf_counter() - waited > 0.05:
-            profile_log({"event": "idle", "s": time.perf_counter() - waited})
-        if request is None:
-            break
-        if request.kind == "close":
-            rounds = []
-            if referee is not None:
-                try:
-                    rounds = referee.close()
-                except Exception:
-                    traceback.print_exc()
-            send(None, functools.partial(JudgeReply, rounds=rounds))
-            break
-        if referee is None:
-            verdict = failed_verdict(request, config, f"it could not start: {setup_error}")
-            send(request, functools.partial(JudgeReply, verdict=verdict))
-            continue
-        try:
-            send(request, referee.judge(request, inbox.queued()))
-        except Exception:
-            traceback.print_exc()
-            send(request, functools.partial(JudgeReply, verdict=failed_verdict(request, config, traceback.format_exc())))
-    outbox.shutdown(wait=True)
-    return 0
-
-
-if __name__ == "__main__":
-    if PROFILE_DIR:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        code = profiler.runcall(main)
-        profiler.dump_stats(Path(PROFILE_DIR) / f"referee-{os.getpid()}.prof")
-        sys.exit(code)
-    sys.exit(main())

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from evaluator.exchange import DTYPES, dtype_name
-from evaluator.protocol import InputSpec
+from evaluator.wire.exchange import DTYPES, dtype_name
+from evaluator.wire.protocol import InputSpec
 
 _randn = torch.randn
 _rand = torch.rand

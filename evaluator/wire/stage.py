@@ -1,6 +1,6 @@
 """The stage: memory the referee and one executor both map, where a clocked call happens.
 
-A clocked call (evaluator.phases `window`) reads its inputs from the stage and leaves its output and
+A clocked call (evaluator.referee.phases `window`) reads its inputs from the stage and leaves its output and
 buffers there, at a place the referee names only once the call has returned. The referee writes the
 inputs in and copies the output and buffers out inside its own clock, so nothing of the call can be
 done before its inputs exist or after the referee has taken what it compares.
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.exchange import ALIGN, DTYPES, ExchangeError, dtype_name
-from evaluator.protocol import TensorSlot
+from evaluator.wire.exchange import ALIGN, DTYPES, ExchangeError, dtype_name
+from evaluator.wire.protocol import TensorSlot
 
 
 def aligned(n: int) -> int:

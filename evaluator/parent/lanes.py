@@ -1,6 +1,6 @@
 """Lanes: one referee per device, fed candidates as their builds finish.
 
-The parent (evaluator.sandbox) reads and gates every candidate, then hands those that run to a
+The parent (evaluator.parent.sandbox) reads and gates every candidate, then hands those that run to a
 `Scheduler`: builds run in a pool (`jobs` at once) while earlier candidates are judged, with no
 barrier between them, and each build that succeeds becomes ready for the lanes. A lane is one
 device: a GPU (its referee and every executor it starts see only that GPU, through
@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from evaluator.protocol import BaselineRound
-from evaluator.records import Status, Verdict
+from evaluator.wire.protocol import BaselineRound
+from evaluator.wire.records import Status, Verdict
 
 # How a lane ends a candidate its referee failed around (the verdict says `crashed` with this reason).
 REFEREE_FAILED = "the referee failed around this candidate: "
@@ -82,12 +82,12 @@ def crashed(job: Job, error: str, device: str) -> Judged:
 
 
 class LaneWorker:
-    """One device's judge: a referee (evaluator.sandbox.RefereeClient) fed jobs in order, `ahead`
+    """One device's judge: a referee (evaluator.parent.sandbox.RefereeClient) fed jobs in order, `ahead`
     of them sent before the reply to the one being judged. Runs in the parent (a thread per lane)
     or in a Ray actor."""
 
     def __init__(self, evaluator, gpu: str | None, lane: int):
-        from evaluator.sandbox import RefereeClient
+        from evaluator.parent.sandbox import RefereeClient
 
         self.evaluator = evaluator
         self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True)
@@ -238,7 +238,7 @@ class Scheduler:
 
     def workers(self) -> list:
         if self.evaluator.options.executor == "ray":
-            from evaluator.ray_lanes import ray_workers
+            from evaluator.parent.ray_lanes import ray_workers
 
             return ray_workers(self.evaluator)
         return [LaneWorker(self.evaluator, gpu, lane) for gpu, lane in self.lanes()]

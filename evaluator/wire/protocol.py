@@ -2,14 +2,14 @@
 
 Three processes judge a candidate (see evaluator.referee):
 
-* the parent (evaluator.sandbox, inside the harness) sends the referee one `JudgeRequest` per
+* the parent (evaluator.parent.sandbox, inside the harness) sends the referee one `JudgeRequest` per
   candidate on a pipe and reads back one `JudgeReply`;
 * the referee (evaluator.referee) owns the reference, its float64 twin, the seeds, the inputs,
   the baselines, the tolerances and every comparison; it never imports candidate code;
-* the executor (evaluator.executor), contained (evaluator.containment), imports ONE candidate
+* the executor (evaluator.executor), contained (evaluator.executor.lockdown), imports ONE candidate
   and does what the referee's `Command`s ask: build ModelNew, load the weights it is given, run
   forwards on the inputs it is given, the clocked ones (`Go`, `Put`) through the stage
-  (evaluator.stage), the others through the exchange (evaluator.exchange). It answers each command
+  (evaluator.wire.stage), the others through the exchange (evaluator.wire.exchange). It answers each command
   with one `Reply`: commands and replies carry only `TensorSlot`s, never tensor bytes.
 
 Everything an executor sends is the candidate's to forge: the referee validates every field
@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from evaluator.records import Containment, Flag, Phase, Verdict
+from evaluator.wire.records import Containment, Flag, Phase, Verdict
 
 
 class Message(BaseModel):
@@ -38,7 +38,7 @@ class TensorSlot(Message):
     """One tensor in the exchange: where its bytes are and how to read them back."""
 
     name: str = Field(description="What it is: `input.0`, `output`, `state.bn.running_mean`, ...")
-    dtype: str = Field(description="A name of evaluator.exchange.DTYPES (`float32`, `int64`, ...).")
+    dtype: str = Field(description="A name of evaluator.wire.exchange.DTYPES (`float32`, `int64`, ...).")
     shape: list[int] = Field(description="Its shape; the bytes are contiguous, row-major.")
     offset: int = Field(description="First byte in the exchange.")
     nbytes: int = Field(description="Length in bytes: the shape's element count times the dtype's size.")
@@ -234,7 +234,7 @@ class BaselineRound(Message):
     baselines: dict[str, Any] = Field(default_factory=dict, description="name -> TimingStats (as a dict).")
     failed: dict[str, str] = Field(default_factory=dict, description="name -> why it could not be timed.")
     window_cost_ms: float | None = Field(None, description=(
-        "What a clocked window costs beyond its call, by the calibrator (evaluator.clock); None when it failed."))
+        "What a clocked window costs beyond its call, by the calibrator (evaluator.referee.clock); None when it failed."))
     calibration_error: str | None = Field(None, description="Why the calibrator failed, when it did.")
 
 
@@ -257,3 +257,36 @@ def pack(value: Any) -> str:
 def unpack(text: str) -> Any:
     """Executor side: a value the referee packed (never called on anything an executor sent)."""
     return pickle.loads(base64.b64decode(text)) if text else None
+
+
+# How much of each stream a verdict itself carries; the logs keep more.
+VERDICT_TAIL_CHARS = 4000
+
+
+class RefereeConfig(BaseModel):
+    """How the referee judges a batch (written by the parent, from its EvalOptions)."""
+
+    model_config = ConfigDict(extra="forbid")
+    problem: str = Field(description="The problem's folder or bare .py file.")
+    size: str
+    device: str
+    baselines: list[str] = Field(description="Baselines timed in every round.")
+    seed: int = Field(description="The batch's root seed: every candidate's seeds derive from it.")
+    timing_budget_s: float = 2.0
+    min_reps: int = 10
+    max_reps: int = 200
+    warmup: int = 3
+    baseline_every: int = Field(8, ge=1, description="Candidates timed between two baseline rounds.")
+    compile_timeout_s: float
+    run_timeout_s: float
+    output_cap_bytes: int
+    compile_memory_limit_gb: float | None
+    cache_dir: str
+    protect: list[str] = Field(default_factory=list, description="Paths no executor may read.")
+    round_at_start: bool = Field(False, description=(
+        "Time the first baseline round as soon as the referee is up, before any request (a lane starts its "
+        "referee while the first builds run)."))
+    ahead: int = Field(0, ge=0, description=(
+        "Executors started before their turn, from the requests already queued: each imports its candidate "
+        "(its extension loaded) while another is judged, and is stopped (SIGSTOP) while any candidate is timed "
+        "or profiled and while baselines are timed."))

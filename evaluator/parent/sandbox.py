@@ -3,14 +3,14 @@
 For each batch the parent starts one referee (evaluator.referee, a process that never runs candidate
 code and owns the reference, the inputs, the baselines, the tolerances and every comparison) and
 sends it the candidates one at a time; the referee starts one contained executor per candidate
-(evaluator.executor through evaluator.containment) and answers with the verdict. The parent reads
+(evaluator.executor through evaluator.executor.launcher) and answers with the verdict. The parent reads
 each source first: one that cannot be a candidate is a `parse_error`, and one the static checks
 reject is `rejected` without its code ever running (unless `run_rejected`). Builds (`compile_only`,
 and the parallel builds that fill the extension cache before a batch is judged) need no referee:
 the parent starts those executors itself. A referee that dies or hangs costs the candidate it was
 judging (`crashed`, with the reason) and is started afresh for the next one.
 
-The parent stamps every verdict with what judged it (`Verdict.judge`, evaluator.identity), merges
+The parent stamps every verdict with what judged it (`Verdict.judge`, evaluator.wire.identity), merges
 the static flags into it and writes its logs (the candidate's capped stdout and stderr, the verdict).
 """
 
@@ -35,17 +35,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator import identity, phases
-from evaluator.identity import Judge
-from evaluator.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
-from evaluator.process import (  # noqa: F401 - re-exported: the parent's view of an executor
-    LIVE, ExecutorProcess, bytecode_cache, contained, group_resident_bytes, scrubbed_environment, settle,
-)
-from evaluator.protocol import BaselineRound, JudgeReply, JudgeRequest
-from evaluator.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
-from evaluator.referee import VERDICT_TAIL_CHARS, RefereeConfig
+from evaluator.wire import identity
+from evaluator.referee import phases
+from evaluator.referee.session import Session
+from evaluator.wire.identity import Judge
+from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
+from evaluator.referee.process import LIVE, ExecutorProcess, bytecode_cache, settle
+from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound, JudgeReply, JudgeRequest, RefereeConfig
+from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
 # How long the parent waits for the referee beyond a candidate's own limits: a baseline round
 # (torch.compile's first compilations included) and the referee's start.
@@ -200,7 +199,7 @@ def store_paths(store: Path, protected: Sequence[Path] = ()) -> list[Path]:
     (`/usr`, `/etc`, ...) or a folder on sys.path, PATH, LD_LIBRARY_PATH, PYTHONPATH or the compilers'
     search paths that no other protected path already cuts off (`/`, a home whose `~/.local/bin` is on
     PATH). Python, the evaluator and the problem are granted by name, inside protected folders too; a
-    protected folder inside a readable hierarchy is carved out of it (evaluator.containment)."""
+    protected folder inside a readable hierarchy is carved out of it (evaluator.executor.launcher)."""
     store = store.absolute()
     files = [store.with_name(store.name + suffix) for suffix in STORE_SIDE_FILES]
     folder = store.parent
@@ -208,7 +207,7 @@ def store_paths(store: Path, protected: Sequence[Path] = ()) -> list[Path]:
 
 
 def _folder_protectable(folder: Path, protected: Sequence[Path]) -> bool:
-    from evaluator.containment import SYSTEM_READ
+    from evaluator.wire.containment import SYSTEM_READ
 
     real = os.path.realpath(folder)
     searched = list(SYSTEM_READ) + [p for p in sys.path if p]
@@ -312,7 +311,7 @@ class RefereeClient:
 
     def receive(self, timeout_s: float) -> JudgeReply:
         """The next reply; raises RuntimeError when the referee dies or overruns (it is killed)."""
-        from evaluator.process import select_read
+        from evaluator.referee.process import select_read
 
         if self.proc is None:
             raise RuntimeError("the referee is gone")
@@ -463,7 +462,7 @@ class Evaluator:
 
     @functools.cached_property
     def judge(self) -> Judge:
-        """What judges this batch (see evaluator.identity): stamped on every verdict here, in the
+        """What judges this batch (see evaluator.wire.identity): stamped on every verdict here, in the
         parent, whatever the referee sent."""
         return identity.judge_identity(self.problem)
 
@@ -568,7 +567,7 @@ class Evaluator:
             exchange_bytes=None, output_cap=self.options.output_cap_bytes,
             memory_limit_gb=self.options.compile_memory_limit_gb,
             max_jobs=max(1, (os.cpu_count() or 1) // self.jobs))  # concurrent builds share the cores
-        session = phases.Session(referee=None, link=process, name=candidate.name, digest=digest,
+        session = Session(referee=None, link=process, name=candidate.name, digest=digest,
                                  problem=self.problem.name, size=self.size, device=self.device,
                                  compile_timeout_s=self.compile_timeout, run_timeout_s=self.run_timeout,
                                  memory_limit_gb=self.options.compile_memory_limit_gb)
@@ -606,11 +605,11 @@ class Evaluator:
     def evaluate_all(self, candidates: Sequence[CandidateFile],
                      on_verdict: Callable[[Verdict], None] | None = None) -> Iterator[Verdict]:
         """Verdicts in order. The parent gates each candidate; those that run go to the scheduler
-        (evaluator.lanes): builds `jobs` at once while earlier candidates are judged, one lane per GPU,
+        (evaluator.parent.lanes): builds `jobs` at once while earlier candidates are judged, one lane per GPU,
         each judging one candidate at a time with `ahead` more importing behind it. With `compile_only`
         the builds are the verdicts. The baseline rounds of every lane are in `self.rounds` once the
         last verdict is out."""
-        from evaluator.lanes import Job, Judged, Scheduler
+        from evaluator.parent.lanes import Job, Judged, Scheduler
 
         verdicts: dict[int, Verdict] = {}
         jobs: list[Job] = []

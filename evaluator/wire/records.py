@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.identity import Judge
+from evaluator.wire.identity import Judge
 
 SCHEMA_VERSION = 1
 # The package's version, for people. Verdicts are keyed by `Verdict.judge` (hashes of the
@@ -138,7 +138,7 @@ class Environment(Record):
 
 
 class Mechanism(Record):
-    """One kernel mechanism the launcher applied to the worker (see evaluator.containment)."""
+    """One kernel mechanism the launcher applied to the worker (see evaluator.executor.lockdown)."""
 
     name: str = Field(description=(
         "`pid_namespace`, `user_namespace`, `net_namespace`, `landlock` (filesystem), `landlock_net` (TCP), "
@@ -172,7 +172,7 @@ class QuantileCheck(Record):
 
 
 class TimingCheck(Record):
-    """The candidate's reported per-call times against the referee's own clock (evaluator.clock). The
+    """The candidate's reported per-call times against the referee's own clock (evaluator.referee.clock). The
     referee clocks every timed call itself, from before it writes the call's inputs to after it has
     copied out the call's output; less what such a window costs around a call (measured on trusted work,
     `overhead_ms`), that is the call's time, and what ranks. The executor's reports must agree with it
@@ -197,12 +197,12 @@ class TimingCheck(Record):
 
 
 class Roofline(Record):
-    """One forward's median time against the device's peaks (evaluator.timing.device_peak): the problem's
+    """One forward's median time against the device's peaks (evaluator.referee.timing.device_peak): the problem's
     FLOPs and the fewest bytes a forward must move, per second, and as fractions of the peaks. Computed by
     the referee from its own numbers (the problem, the reference, the median time it accepted)."""
 
     peaks: str = Field(description=(
-        "Whose peaks: an entry of evaluator.timing.GPU_PEAKS (`H100 SXM`), the largest known ones for an "
+        "Whose peaks: an entry of evaluator.referee.timing.GPU_PEAKS (`H100 SXM`), the largest known ones for an "
         "unknown GPU, or the CPU's generous bound."))
     flops: float | None = Field(description="FLOPs of one forward (the problem's `flops` at this size); null when "
                                             "the problem gives none.")
@@ -249,7 +249,7 @@ class Verdict(Record):
     phase: Phase | None = Field(None, description="Phase in which the error happened.")
     correctness: Correctness | None = Field(None, description="Comparison with the reference, if it ran.")
     runtime_ms: float | None = Field(None, description=(
-        "Median time of one candidate forward by the referee's clock (evaluator.clock): what ranks."))
+        "Median time of one candidate forward by the referee's clock (evaluator.referee.clock): what ranks."))
     timing: TimingStats | None = Field(None, description=(
         "The candidate's per-call times by the referee's clock (each window less the window's own cost)."))
     baselines: dict[str, TimingStats] = Field(default_factory=dict, description=(

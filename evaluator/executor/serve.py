@@ -1,18 +1,12 @@
-"""The executor: the contained process that imports ONE candidate and does what the referee asks.
-
-    python -m evaluator.executor --request FILE --fd N --commands M --exchange E
-
-Started through evaluator.containment (namespaces, Landlock, seccomp, applied before this process
-exists). Reads its request (then deletes it), reports the containment it confirms, imports the
-candidate (which builds its extensions) and then serves the referee's commands (evaluator.protocol)
-one at a time: build ModelNew, load the weights it is handed, run checked forwards on inputs it is
+"""The executor's commands: the contained process (evaluator.executor, its `__main__`) imports ONE candidate
+and serves the referee's commands (evaluator.wire.protocol) here, one at a time: build ModelNew, load the weights it is handed, run checked forwards on inputs it is
 handed, draw inputs from seeds and time calls, ship outputs and state through the exchange
-(evaluator.exchange). Channel `N` carries its messages to the referee, `M` the referee's commands.
+(evaluator.wire.exchange). Channel `N` carries its messages to the referee, `M` the referee's commands.
 
 Nothing here judges. The reference is not in this process, nor are the tolerances, the baselines
 or any comparison with the reference: the candidate can change anything in this process, so what
 it reports is raw (outputs, state, per-call times) and the referee compares and checks it. The
-executor still runs its own guard (evaluator.guard) and a few integrity checks that need to be in
+executor still runs its own guard (evaluator.executor.guard) and a few integrity checks that need to be in
 the candidate's process (an output aliasing an input, an output still changing after forward
 returned, inputs staged behind a busy stream, uninitialised memory filled): they report problems and
 flags, and a candidate that blinds them gains nothing the referee would not see.
@@ -22,11 +16,10 @@ from __future__ import annotations
 
 import time
 
-# Unix times of the start-up steps (Reply.startup). `python`: this module starts, after the interpreter
-# and the evaluator package (which imports torch); `torch`: its own imports done.
+# Unix times of the start-up steps (Reply.startup). `python`: this module starts, after the interpreter;
+# `torch`: its own imports done.
 STARTUP = {"python": time.time()}
 
-import argparse  # noqa: E402
 import gc  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -38,18 +31,18 @@ import torch  # noqa: E402
 
 STARTUP["torch"] = time.time()
 
-from evaluator import correctness as cmp
-from evaluator import guard as guards
-from evaluator import kernels
-from evaluator.exchange import Exchange, ExchangeError
-from evaluator.problem import import_file
-from evaluator.protocol import (
-    COMMAND, Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, LoadState, Profile, Put, Reply, SendState,
+from evaluator.wire import tensors as cmp
+from evaluator.executor import guard as guards
+from evaluator.wire import kernels
+from evaluator.wire.exchange import Exchange, ExchangeError
+from evaluator.wire.problem import import_file
+from evaluator.wire.protocol import (
+    Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, LoadState, Profile, Put, Reply, SendState,
     ValueInfo, unpack,
 )
-from evaluator.records import Containment, Flag, FlagPolicy, Phase
-from evaluator.stage import Stage
-from evaluator.timing import timed_forward
+from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
+from evaluator.wire.stage import Stage
+from evaluator.executor.forward import timed_forward
 
 ERROR_CHARS = 6000
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -127,7 +120,7 @@ class Executor:
         STARTUP["torch_compile"] = time.time()
         flags_before = guards.read_global_flags()
         # identities of torch's, the problem's and our functions, before the candidate exists
-        self.guard = guards.StateGuard(self.request.watch)
+        self.guard = guards.StateGuard(self.request.watch, served=SERVED)
         try:
             module = import_file(Path(self.request.candidate_path), "kh_candidate")
         except SystemExit as err:
@@ -429,7 +422,7 @@ class Executor:
                 torch.cuda.synchronize()
         except Exception:
             return flags  # the kernel pass will say what failed
-        self.guard = guards.StateGuard(self.request.watch)
+        self.guard = guards.StateGuard(self.request.watch, served=SERVED)
         return flags
 
     def cuda_kernels(self, inputs: list) -> tuple[list[str], list[float], object]:
@@ -463,77 +456,7 @@ class Executor:
         return calls, out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--request", required=True)
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--commands", type=int)
-    parser.add_argument("--exchange", type=int)
-    parser.add_argument("--stage", help="FD:BYTES of the stage the referee made (evaluator.stage)")
-    args = parser.parse_args(argv)
-    for name in [k for k in os.environ if any(m in k.upper() for m in SECRET_MARKERS)]:
-        del os.environ[name]  # the referee scrubbed them already; this is the second lock
-    request_path = Path(args.request)
-    request = ExecutorRequest.model_validate_json(request_path.read_text())
-    request_path.unlink()
-    channel = Channel(args.fd)
-    commands = None
-    if args.commands is not None:
-        os.set_inheritable(args.commands, False)
-        commands = os.fdopen(args.commands, "r")
-    exchange = Exchange.attach(args.exchange) if args.exchange is not None else None
-    # Started by evaluator.containment, which applied the namespaces, Landlock and seccomp before
-    # exec (they hold for every thread and child of this process) and reported them on the channel:
-    # confirm here, before the candidate exists, that they are in force, or do not run it.
-    from evaluator import containment
-    from evaluator.records import Mechanism
-
-    not_in_force = containment.confirm_in_worker(os.environ.pop(containment.IN_FORCE_ENV, ""))
-    off = os.environ.pop(containment.OFF_ENV, "").split(",")
-    if request.device == "cuda" and not not_in_force:
-        try:
-            # The driver opens unix sockets while it initialises; after it, none may be made. A build
-            # needs it too: load_inline asks the GPU which architecture to build for (without an
-            # answer it builds for every one, and the build a check later loads differs).
-            torch.cuda.init()
-            if exchange is not None:
-                exchange.pin()
-        except Exception:
-            pass  # the checks will say what is wrong with CUDA
-    stage = stage_error = None
-    if args.stage and not not_in_force and not request.compile_only:
-        fd, _, size = args.stage.partition(":")
-        try:  # before the candidate exists: its mapping is the executor's, made once
-            stage = Stage.attach(int(fd), int(size), request.device)
-        except Exception:
-            stage_error = describe_exception("the executor could not map the stage")
-    STARTUP["cuda"] = time.time()
-    channel.containment(Containment(mechanisms=[Mechanism(**containment.deny_unix_sockets(off))]))
-    channel.phase(Phase.compile)
-    if not_in_force or stage_error:
-        why = f"containment not in force: {not_in_force}" if not_in_force else stage_error
-        channel.reply(Reply(id=0, error=why, error_kind="internal"))
-        os._exit(0)
-    executor = Executor(request, exchange, stage)
-    try:
-        reply = executor.import_candidate()
-    except BaseException:
-        reply = Reply(id=0, error=describe_exception("the executor failed"), error_kind="internal")
-    channel.reply(reply)
-    if reply.error is None and not request.compile_only and commands is not None:
-        for line in commands:
-            command = COMMAND.validate_json(line)
-            channel.reply(executor.handle(command))
-            if isinstance(command, Finish):
-                break
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks or destructors cannot change anything
-
-
-if __name__ == "__main__":
-    # Run as `python -m evaluator.executor`, this file is `__main__`; serve from the module under its own
-    # name instead, so that one copy of the executor exists: the one its guard watches.
-    from evaluator.executor import main as serve
-
-    sys.exit(serve())
+# What serves the referee's commands, watched by the guard (this module is imported under one name only:
+# evaluator.executor's `__main__` imports it).
+SERVED = [("evaluator.executor.serve", sys.modules[__name__]), ("evaluator.executor.serve.Executor", Executor),
+          ("evaluator.executor.serve.Channel", Channel)]

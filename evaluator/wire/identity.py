@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from evaluator.problem import ProblemSpec
+    from evaluator.wire.problem import ProblemSpec
 
-EVALUATOR_DIR = Path(__file__).resolve().parent
+EVALUATOR_DIR = Path(__file__).resolve().parents[1]
 
 
 class Hardware(BaseModel):
@@ -170,7 +170,7 @@ def describe_environment(device: str):
 
     import torch
 
-    from evaluator.records import Environment
+    from evaluator.wire.records import Environment
 
     env = dict(device=device, torch_version=torch.__version__, cuda_version=torch.version.cuda,
                python=platform.python_version(), hostname=socket.gethostname())

@@ -1,7 +1,7 @@
 """One executor process, seen from the side that starts it (the referee; the parent for builds).
 
 `ExecutorProcess` starts `evaluator.executor` through the containment launcher
-(evaluator.containment) in a folder of its own, with a scrubbed environment (HOME, TMPDIR and the
+(evaluator.executor.launcher) in a folder of its own, with a scrubbed environment (HOME, TMPDIR and the
 caches inside that folder), its own session, three descriptors (its channel, the referee's
 commands, the exchange) and nothing else. Its stdout and stderr belong to the candidate: two
 threads read them and keep only the last `output_cap` bytes of each. Messages are read with a
@@ -29,13 +29,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from evaluator import containment
-from evaluator.exchange import Exchange
-from evaluator.protocol import ExecutorMessage, ExecutorRequest, Reply
-from evaluator.records import Containment, Flag, Verdict
-from evaluator.stage import Stage
+from evaluator.referee import launch
+from evaluator.wire.containment import PLAN_ENV
+from evaluator.wire.exchange import Exchange
+from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Reply
+from evaluator.wire.records import Containment, Flag, Verdict
+from evaluator.wire.stage import Stage
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Environment variables whose names contain one of these are not passed to candidates.
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 # Nor are the harness's own settings (where its store, runs and endpoint are) or the user's runtime folder.
@@ -158,7 +159,7 @@ def group_resident_bytes(leader: int) -> int:
     """Private resident memory (RssAnon) summed over the processes of `leader`'s process group or
     session, read from /proc (no psutil). Processes that left both are not counted."""
     total = 0
-    for pid in containment.session_members(leader):
+    for pid in launch.session_members(leader):
         try:
             with open(f"/proc/{pid}/status", "rb") as status:
                 for line in status:
@@ -200,7 +201,7 @@ def signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-    for pid in containment.session_members(proc.pid):
+    for pid in launch.session_members(proc.pid):
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -230,10 +231,10 @@ def contained(verdict: Verdict, messages: list[ExecutorMessage]) -> Verdict:
         if message.containment is not None:
             reports.append(message.containment.model_dump())
     updates = [m for r in reports[1:] for m in r["mechanisms"]]
-    record, missing = containment.assess(reports[0] if reports else None, updates)
+    record, missing = launch.assess(reports[0] if reports else None, updates)
     verdict.containment = Containment.model_validate(record)
     if missing:
-        verdict.flags.append(Flag(name="unsandboxed", reason=containment.unsandboxed_reason(record, missing)))
+        verdict.flags.append(Flag(name="unsandboxed", reason=launch.unsandboxed_reason(record, missing)))
     return verdict
 
 
@@ -304,9 +305,9 @@ class ExecutorProcess:
         marks.append(time.perf_counter())
         if self.max_jobs:  # concurrent builds share the cores
             env["MAX_JOBS"] = str(self.max_jobs)
-        env[containment.PLAN_ENV] = json.dumps(containment.plan(
+        env[PLAN_ENV] = json.dumps(launch.plan(
             self.workdir, self.extension_dir, self.problem_location, env, protect=self.protect,
-            disable=containment.disabled_mechanisms(os.environ)))
+            disable=launch.disabled_mechanisms(os.environ)))
         marks.append(time.perf_counter())
         channel_r, channel_w = os.pipe()
         commands_r, commands_w = os.pipe()
@@ -327,7 +328,7 @@ class ExecutorProcess:
         self.started, self.launched_at = time.monotonic(), time.time()
         try:
             self.proc = subprocess.Popen(
-                containment.launch_command(command), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
+                launch.launch_command(command), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env, start_new_session=True)
         finally:
             os.close(channel_w)
@@ -394,7 +395,7 @@ class ExecutorProcess:
         if self.proc is None or self.proc.poll() is not None:
             return
         if self.held_members is None:
-            self.held_members = [pid for pid in containment.session_members(self.proc.pid) if pid != self.proc.pid]
+            self.held_members = [pid for pid in launch.session_members(self.proc.pid) if pid != self.proc.pid]
         self._signal_held(signal.SIGSTOP)
 
     def release(self) -> None:

@@ -1,13 +1,8 @@
-"""Timing callables: the baselines in the referee (`Timer`), and the executor's own account of a
-clocked call (`timed_forward`).
+"""Timing in the referee: the baselines (`Timer`), the statistics of a series, the physical floor.
 
 `Timer` (the referee's, for the baselines, which it trusts): an L2 flush before each call, CUDA events
 around it on the current stream, then a device-wide synchronize; the host clock is read around the
 call and the synchronize too. CPU: the host clock only.
-
-`timed_forward` is what an executor reports about one clocked call (the same events and clock): the
-candidate's testimony, which the referee checks against its own clock around the call and never ranks
-(evaluator.phases, `window`).
 
 Every function the timing uses (the host clock, `Event.record`, `Event.elapsed_time`,
 `synchronize`) is bound when this module is imported, before any candidate, so patching
@@ -31,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.records import Roofline, TimingStats
+from evaluator.wire.records import Roofline, TimingStats
 
 _perf_counter = time.perf_counter  # bound before any candidate is imported
 _synchronize = torch.cuda.synchronize
@@ -39,21 +34,6 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed_time = torch.cuda.Event.elapsed_time
 _zero_ = torch.Tensor.zero_
-
-
-def timed_forward(model, inputs: list, device: str) -> tuple[object, float | None, float]:
-    """(output, device-event ms or None on the CPU, host ms) of one forward, to a device-wide synchronize."""
-    if device != "cuda":
-        start = _perf_counter()
-        out = model(*inputs)
-        return out, None, (_perf_counter() - start) * 1e3
-    begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    start = _perf_counter()
-    _record(begin)
-    out = model(*inputs)
-    _record(end)
-    _synchronize()
-    return out, _elapsed_time(begin, end), (_perf_counter() - start) * 1e3
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from evaluator.protocol import TensorSlot
+from evaluator.wire.protocol import TensorSlot
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,

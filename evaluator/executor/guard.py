@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from evaluator import correctness as cmp
-from evaluator.problem import DEFAULT_PROBLEM, load_problem
+from evaluator.wire import tensors as cmp
+from evaluator.wire.problem import DEFAULT_PROBLEM, load_problem
 
 def _bool(value: str) -> bool:
     return value == "True"
@@ -91,18 +91,20 @@ def restore_global_flags(saved: dict[str, str]) -> None:
 _PLAIN_DATA = (str, bytes, int, float, complex, bool, type(None))
 
 
-def _watched_namespaces(problem_watch: list[str]) -> list[tuple[str, object]]:
+def _watched_namespaces(problem_watch: list[str], served: list[tuple[str, object]] = ()) -> list[tuple[str, object]]:
     """Namespaces whose entries must keep their identity from before the candidate's import on.
     Modules: their functions, classes and submodules (not plain data, which torch changes itself).
     Classes: every entry, and no new ones (a new entry can shadow an inherited method).
     `problem_watch`: the problem's own classes (`[rules] watch`, dotted names), e.g. the layers
-    its reference runs through."""
+    its reference runs through. `served`: the code that serves the referee's commands (the executor's
+    module and classes, which this module does not import: they import it)."""
     import copy as copy_module
     import pkgutil
 
     import torch.nn.functional as functional
 
-    from evaluator import exchange, executor, inputs, protocol, records, stage, timing
+    from evaluator.executor import forward
+    from evaluator.wire import exchange, protocol, records, stage
 
     this = sys.modules[__name__]
     problem_spaces = []
@@ -119,14 +121,12 @@ def _watched_namespaces(problem_watch: list[str]) -> list[tuple[str, object]]:
         ("torch.cuda.Stream", torch.cuda.Stream), ("torch.testing", torch.testing), ("torch.backends", torch.backends),
         ("torch.autograd.grad_mode.no_grad", torch.no_grad), ("torch.UntypedStorage", torch.UntypedStorage),
         ("random.Random", random.Random),
-        ("evaluator.correctness", cmp), ("evaluator.timing", timing), ("evaluator.timing.Timer", timing.Timer),
-        ("evaluator.inputs", inputs), ("evaluator.exchange", exchange), ("evaluator.exchange.Exchange", exchange.Exchange),
-        ("evaluator.stage", stage), ("evaluator.stage.Stage", stage.Stage),
-        ("evaluator.records", records), ("evaluator.protocol", protocol), ("evaluator.guard", this),
-        ("evaluator.guard.StateGuard", StateGuard), ("evaluator.executor", executor),
+        ("evaluator.wire.tensors", cmp), ("evaluator.executor.forward", forward),
+        ("evaluator.wire.exchange", exchange), ("evaluator.wire.exchange.Exchange", exchange.Exchange),
+        ("evaluator.wire.stage", stage), ("evaluator.wire.stage.Stage", stage.Stage),
+        ("evaluator.wire.records", records), ("evaluator.wire.protocol", protocol), ("evaluator.executor.guard", this),
+        ("evaluator.executor.guard.StateGuard", StateGuard), *served,
     ]
-    for name in ("Channel", "Executor"):  # the module's own copy: the one that serves (see its `__main__`)
-        spaces.append((f"evaluator.executor.{name}", getattr(executor, name)))
     for cls in (records.Flag, protocol.Reply, protocol.ExecutorMessage, protocol.ValueInfo, protocol.TensorSlot):
         spaces.append((f"{cls.__module__}.{cls.__name__}", cls))
     return spaces
@@ -144,11 +144,12 @@ class StateGuard:
     the reference use, and the torch-function / Python-dispatch mode stacks (both `monkeypatch`).
     Whatever changed is reported and put back, so the judging that follows is honest."""
 
-    def __init__(self, problem_watch: list[str] | None = None):
-        """`problem_watch`: the problem's `[rules] watch`; None: DEFAULT_PROBLEM's."""
+    def __init__(self, problem_watch: list[str] | None = None, served: list[tuple[str, object]] = ()):
+        """`problem_watch`: the problem's `[rules] watch`; None: DEFAULT_PROBLEM's. `served`: (label,
+        module or class) of the code that serves commands."""
         if problem_watch is None:
             problem_watch = load_problem(DEFAULT_PROBLEM).rules.watch
-        self.spaces = _watched_namespaces(problem_watch)
+        self.spaces = _watched_namespaces(problem_watch, list(served))
         self.saved = {label: _entries(ns) for label, ns in self.spaces}
         self.modes = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 
 import ray
 
-from evaluator.lanes import Job, Judged, LaneWorker, crashed
-from evaluator.protocol import BaselineRound
+from evaluator.parent.lanes import Job, Judged, LaneWorker, crashed
+from evaluator.wire.protocol import BaselineRound
 
 MAX_DEFAULT_CPU_LANES = 4
 
@@ -32,7 +32,7 @@ class LaneActor:
     """A LaneWorker in a Ray actor."""
 
     def __init__(self, options: dict, lane: int):
-        from evaluator.sandbox import EvalOptions, Evaluator
+        from evaluator.parent.sandbox import EvalOptions, Evaluator
 
         self.evaluator = Evaluator(EvalOptions.model_validate(options))
         self.worker = LaneWorker(self.evaluator, gpu=None, lane=lane)  # Ray pinned this process to its GPU

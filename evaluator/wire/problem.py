@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evaluator.assets import asset_dir
+from evaluator.wire.assets import asset_dir
 
 if sys.version_info >= (3, 11):
     import tomllib

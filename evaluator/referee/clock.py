@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.exchange import ExchangeError
-from evaluator.protocol import Go, Put, Reply, TensorSlot
-from evaluator.records import QuantileCheck, TimingCheck
-from evaluator.stage import Layout, Stage
-from evaluator.timing import quantile
+from evaluator.wire.exchange import ExchangeError
+from evaluator.wire.protocol import Go, Put, Reply, TensorSlot
+from evaluator.wire.records import QuantileCheck, TimingCheck
+from evaluator.wire.stage import Layout, Stage
+from evaluator.referee.timing import quantile
 
 _perf_counter = time.perf_counter
 # The quantiles at which reports are checked: the tenth of the calls that are slowest is left out (on an
@@ -58,7 +58,7 @@ TIMING_SLACK = {"cuda": (1.1, 0.25), "cpu": (2.0, 2.0)}
 REPORT_GRAIN_MS = 0.05
 CALIBRATION_WINDOWS = 30
 # How long the referee waits, with the candidate's processes stopped, for the device to have no work of
-# theirs left before and after a calibrator window beside its call (evaluator.phases.idle).
+# theirs left before and after a calibrator window beside its call (evaluator.referee.time_phase.idle).
 IDLE_WAIT_S = 2.0
 # A device is idle when two tiny kernels of the referee's in a row each finish within this (ms): work of
 # another process on it makes the second wait for its time slice.

@@ -16,7 +16,7 @@ def asset_dir(name: str) -> Path:
     """The folder `name` (one of ASSET_FOLDERS) from the checkout, else from the wheel."""
     if name not in ASSET_FOLDERS:
         raise ValueError(f"unknown asset folder {name!r}; expected one of {ASSET_FOLDERS}")
-    checkout = Path(__file__).resolve().parent.parent / name
+    checkout = Path(__file__).resolve().parents[2] / name
     if checkout.is_dir():
         return checkout
     spec = importlib.util.find_spec(f"kernelharness_assets.{name}")

@@ -1,0 +1,179 @@
+"""The referee's process: it reads the parent's requests, judges each (evaluator.referee.referee) and
+writes the replies, in order.
+
+    python -m evaluator.referee --config FILE --requests FD --replies FD
+
+Started by the parent (evaluator.parent.sandbox) once per batch. Requests and replies are JSON lines
+(evaluator.wire.protocol).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import functools
+import importlib
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from evaluator.referee.process import stop_everything
+from evaluator.referee.referee import Referee
+from evaluator.referee.tuning import PROFILE_DIR, profile_log
+from evaluator.wire.protocol import JudgeReply, JudgeRequest, RefereeConfig
+from evaluator.wire.records import Phase, Status, Verdict
+
+# What every executor imports. The referee imports them first, so that their bytecode is in the cache
+# executors read (process.bytecode_cache) before they start.
+EXECUTOR_MODULES = ("evaluator.executor.serve", "evaluator.executor.__main__", "torch._dynamo", "torch.utils.cpp_extension", "torch.profiler")
+
+
+def cache_executor_bytecode() -> None:
+    for name in EXECUTOR_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            traceback.print_exc()  # the executor's own import says what is wrong
+
+
+class Inbox:
+    """The parent's requests, read as they come (a thread), so the referee sees those queued behind
+    the one it judges and can start their executors ahead."""
+
+    def __init__(self, stream):
+        self.items: collections.deque = collections.deque()
+        self.ready = threading.Condition()
+        self.done = False
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        try:
+            for line in stream:
+                request = JudgeRequest.model_validate_json(line)
+                with self.ready:
+                    self.items.append(request)
+                    self.ready.notify()
+        finally:
+            with self.ready:
+                self.done = True
+                self.ready.notify()
+
+    def next(self) -> JudgeRequest | None:
+        """The next request; None when the parent is gone."""
+        with self.ready:
+            while not self.items and not self.done:
+                self.ready.wait()
+            return self.items.popleft() if self.items else None
+
+    def queued(self) -> list[JudgeRequest]:
+        with self.ready:
+            return list(self.items)
+
+
+def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> Verdict:
+    """The referee's own failure around one candidate: recorded, so the batch goes on."""
+    return Verdict(candidate=request.name, source_sha256=request.digest, problem=Path(config.problem).stem,
+                   size=config.size, device=config.device, status=Status.crashed, phase=Phase.init,
+                   error=f"the referee failed around this candidate: {error}"[-6000:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The parent's interrupt (process.stop_everything): end now, every executor started closed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return serve(argv)
+    finally:
+        stop_everything()
+
+
+def serve(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--requests", type=int, required=True)
+    parser.add_argument("--replies", type=int, required=True)
+    args = parser.parse_args(argv)
+    config = RefereeConfig.model_validate_json(Path(args.config).read_text())
+    requests = os.fdopen(args.requests, "r")
+    replies = os.fdopen(args.replies, "w", buffering=1)
+
+    def answer(reply: JudgeReply) -> None:
+        replies.write(reply.model_dump_json() + "\n")
+        replies.flush()
+
+    # Replies are made and written by one thread, in the order of the requests: a judged candidate's
+    # reply waits there for its executor's exit while the next candidate starts.
+    outbox = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox")
+
+    def send(request: JudgeRequest | None, make: Callable[[], JudgeReply]) -> None:
+        def run() -> None:
+            try:
+                reply = make()
+            except Exception:
+                traceback.print_exc()
+                if request is None:
+                    raise
+                reply = JudgeReply(verdict=failed_verdict(request, config, traceback.format_exc()))
+            answer(reply)
+
+        outbox.submit(run)
+
+    referee, setup_error = None, None
+    inbox = Inbox(requests)  # reading before the referee is up: a round at start sees what is queued
+    started = time.perf_counter()
+    if sys.pycache_prefix:  # the cache executors read (process.bytecode_cache) is written here
+        cache_executor_bytecode()
+    imported = time.perf_counter()
+    try:
+        referee = Referee(config)
+        referee.queued = inbox.queued
+        profile_log({"event": "start", "executor_modules_s": imported - started,
+                     "setup_s": time.perf_counter() - imported})
+        if config.round_at_start:
+            referee.ensure_round()
+    except Exception:
+        setup_error = traceback.format_exc()
+        traceback.print_exc()
+    while True:
+        waited = time.perf_counter()
+        request = inbox.next()
+        if time.perf_counter() - waited > 0.05:
+            profile_log({"event": "idle", "s": time.perf_counter() - waited})
+        if request is None:
+            break
+        if request.kind == "close":
+            rounds = []
+            if referee is not None:
+                try:
+                    rounds = referee.close()
+                except Exception:
+                    traceback.print_exc()
+            send(None, functools.partial(JudgeReply, rounds=rounds))
+            break
+        if referee is None:
+            verdict = failed_verdict(request, config, f"it could not start: {setup_error}")
+            send(request, functools.partial(JudgeReply, verdict=verdict))
+            continue
+        try:
+            send(request, referee.judge(request, inbox.queued()))
+        except Exception:
+            traceback.print_exc()
+            send(request, functools.partial(JudgeReply, verdict=failed_verdict(request, config, traceback.format_exc())))
+    outbox.shutdown(wait=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if PROFILE_DIR:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        code = profiler.runcall(main)
+        profiler.dump_stats(Path(PROFILE_DIR) / f"referee-{os.getpid()}.prof")
+        sys.exit(code)
+    sys.exit(main())

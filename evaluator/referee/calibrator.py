@@ -1,0 +1,155 @@
+"""The calibrator: the referee's own executor, for measuring what a clocked window costs
+(evaluator.referee.clock.window_cost).
+
+It runs the CALIBRATOR_SOURCE below in an executor like any candidate's (same code, same containment,
+same path for its calls); its forward does known work and reports its device time truthfully. The
+referee measures it in every baseline round and beside each of a candidate's clocked calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from pathlib import Path
+
+from evaluator.referee import clock
+from evaluator.referee.process import Ended, ExecutorProcess
+from evaluator.referee.view import RefereeView
+from evaluator.wire.protocol import LoadState
+
+CALIBRATOR_SOURCE = '''"""The referee's calibrator: never a candidate. It runs in an executor like any candidate (same
+code, same containment, same path for its calls), and its forward does known work on the device (one
+copy of the reference's answer into its output) whose time it reports truthfully: the referee's window
+around it, less that time, is what a window costs (evaluator.referee.clock.window_cost)."""
+from pathlib import Path
+
+import torch
+
+from evaluator.wire.problem import import_file
+
+_reference = import_file(Path(%(path)r), "kh_calibrator_reference")
+for _name, _value in %(sizes)r.items():
+    setattr(_reference, _name, _value)
+
+
+class ModelNew(_reference.Model):
+    def forward(self, *inputs):
+        if getattr(self, "_answer", None) is None:
+            self._answer = super().forward(*inputs).detach().clone()
+            self._out = torch.empty_like(self._answer)
+        return self._out.copy_(self._answer)
+'''
+
+
+class Calibrator:
+    """The referee's own executor for measuring what a clocked window costs (see CALIBRATOR_SOURCE).
+    Started as each baseline round begins; measured in every round (recorded with it, and the cost used
+    when it fails beside a candidate) and beside each of a candidate's clocked calls (evaluator.referee.phases)."""
+
+    def __init__(self, referee: RefereeView, link=None):
+        self.referee, self.link, self.ready = referee, link, link is not None
+        self.error: str | None = None
+        self.broken = False  # failed since the last round: not started again before the next one
+
+    def start(self) -> None:
+        referee, config = self.referee, self.referee.config
+        source = (CALIBRATOR_SOURCE % {"path": str(referee.problem.reference_path),
+                                       "sizes": referee.problem.size_values(referee.size)}).encode()
+        self.link = ExecutorProcess(
+            source=source, digest=hashlib.sha256(source).hexdigest(), device=referee.device,
+            compile_only=False, watch=referee.problem.rules.watch, cache_dir=Path(config.cache_dir),
+            problem_location=referee.problem.location, protect=[Path(p) for p in config.protect],
+            exchange_bytes=referee.exchange_bytes, output_cap=config.output_cap_bytes, memory_limit_gb=None,
+            stage_bytes=referee.layout.size)
+        self.link.start()
+        self.link.import_ahead(time.monotonic() + config.compile_timeout_s)
+
+    def measure(self) -> clock.WindowCost | None:
+        """Warm-up windows, then CALIBRATION_WINDOWS more, back to back as a candidate's series runs them
+        (fresh inputs drawn before each, the stage's inputs read back after each): their median cost.
+        None (and `error`) when the calibrator fails; it is started afresh at the next round (start_early)."""
+        referee = self.referee
+        windows = []
+        with clock.collector_paused():
+            for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS):
+                inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
+                windows.append(self.window(inputs))
+                if windows[-1] is None:
+                    return None
+                clock.inputs_changed(self.link.stage, referee.layout, inputs)
+        cost = clock.window_cost(windows[referee.timer.warmup:])
+        if cost is None:
+            self.failed("the calibrator reported no time for its calls")
+        return cost
+
+    def window(self, inputs: list) -> clock.Clocked | None:
+        """One of the calibrator's windows on `inputs`; None when it failed."""
+        referee = self.referee
+        if self.broken:
+            return None
+        try:
+            self.get_ready()
+            clocked = clock.window(self.request, self.link.stage, referee.layout, inputs,
+                                   referee.problem.mode == "train", referee.timer.flush, referee.rng.random())
+            clocked.capture = None  # only its time is wanted
+            self.error = None
+            return clocked
+        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
+            self.failed(f"{type(err).__name__}: {err}")
+            return None
+
+    def start_early(self) -> None:
+        """At a round's beginning: started afresh if it failed before, its process started now (the
+        round's torch.compile overlaps its imports)."""
+        self.broken = False
+        if self.link is None:
+            try:
+                self.start()
+            except Exception as err:  # noqa: BLE001 - recorded with the round; the batch goes on
+                self.failed(f"{type(err).__name__}: {err}")
+
+    def prepare(self) -> None:
+        """Ready before anything of the round is timed (its start-up never overlaps a timed call)."""
+        if self.broken:
+            return
+        try:
+            self.get_ready()
+        except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
+            self.failed(f"{type(err).__name__}: {err}")
+
+    def get_ready(self) -> None:
+        """Started, its model built and its state on the device (raises when it cannot be)."""
+        referee = self.referee
+        if self.link is None:
+            self.start()
+        if self.ready:
+            return
+        reply = self.link.reply(0, self.deadline())
+        if reply.error:
+            raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
+        self.request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
+        state = referee.new_reference(referee.rng.randrange(2**31)).state_dict()  # onto the device, as a candidate
+        self.request(LoadState(id=0, tensors=self.link.exchange.write([(f"state.{k}", v) for k, v in state.items()])))
+        self.ready = True
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.referee.config.run_timeout_s + self.referee.config.compile_timeout_s
+
+    def request(self, command):
+        reply = self.link.request(command, self.deadline())
+        if reply.error:
+            raise RuntimeError(f"the calibrator failed: {reply.error}"[:2000])
+        return reply
+
+    def failed(self, why: str) -> None:
+        self.error, self.broken = why[:1000], True
+        traceback.print_exc()
+        self.close()
+
+    def close(self) -> None:
+        if self.link is not None and hasattr(self.link, "close"):
+            self.link.close(wait_s=1)
+        if not isinstance(self.link, ExecutorProcess):
+            return
+        self.link, self.ready = None, False

@@ -1,0 +1,173 @@
+"""The check phase: checked calls compared with the float64 reference, in every mode and tolerance
+tier the problem names (evaluator.referee.phases runs it).
+"""
+
+from __future__ import annotations
+
+
+import torch
+
+from evaluator.referee import compare
+from evaluator.referee import inputs as draws
+from evaluator.referee.view import RefereeView
+from evaluator.wire import tensors as cmp
+from evaluator.wire.protocol import Call, Reply, ValueInfo
+from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status
+from evaluator.referee.session import Built, Checked, Judged, Session, Stop
+
+
+# ------------------------------------------------------------------------------------------ check
+
+def compare_output(info: ValueInfo | None, actual: torch.Tensor | None, expected: torch.Tensor, referee: RefereeView,
+                   tolerances: dict) -> compare.TensorCompare:
+    """What forward returned (as the executor describes it, and its values as shipped) against the
+    float64 `expected`: a plain tensor of the reference output's shape, dtype and device type first."""
+    failed = {tier: False for tier in tolerances}
+    inf = float("inf")
+
+    def failure(reason: str) -> compare.TensorCompare:
+        return compare.TensorCompare(inf, inf, failed, f"output: {reason}")
+
+    if info is None:
+        return failure("forward returned nothing the executor could describe")
+    if not info.plain:
+        return failure(f"expected a plain torch.Tensor, got {info.kind}")
+    if list(info.shape or []) != list(expected.shape):
+        return failure(f"shape {tuple(info.shape or [])}, expected {tuple(expected.shape)}")
+    if info.dtype != referee.output_dtype:
+        return failure(f"dtype torch.{info.dtype}, expected torch.{referee.output_dtype}")
+    if info.device != referee.device:
+        return failure(f"on {info.device}, expected on {referee.device}")
+    if actual is None or list(actual.shape) != list(expected.shape):
+        return failure("its values did not reach the referee")
+    return compare.compare_tensor("output", actual, expected, tolerances, referee.rel_floor)
+
+
+def trial(session: Session, reference64: torch.nn.Module, distribution: str, seed: int, *, train: bool,
+          acc: compare.ModeAccumulator, fill: bool = False) -> Reply:
+    """One checked call: inputs drawn here and shipped, the executor's output, inputs (as the call left
+    them) and buffers compared with `reference64` (advanced by the same call, in the same mode)."""
+    referee = session.referee
+    inputs = referee.draw(distribution, seed)
+    slots = session.link.exchange.write([(f"input.{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
+    reply = session.request(Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True))
+    if reply.error:
+        raise Judged(Status.runtime_error, session.phase, reply.error)
+    shipped, unreadable = session.shipment(reply)
+    reference64.train(train)
+    with torch.no_grad(), cmp.guarded():
+        expected = reference64(*draws.as_float64(inputs))
+    acc.trials += 1
+    for problem in reply.problems + unreadable:
+        acc.fail(problem)
+    changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
+               and not (cmp.is_plain_tensor(shipped.get(f"input.{i}")) and cmp.same_values(x, shipped[f"input.{i}"]))]
+    if changed:
+        acc.fail(f"the candidate modified its input(s) {changed} in place")
+    acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
+    for name, value in reference64.state_dict().items():
+        acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
+                                         referee.rel_floor))
+    return reply
+
+
+def check_phase(session: Session, built: Built) -> Checked:
+    """The problem's trials (each distribution, fresh seeds), one more call with uninitialised memory
+    filled with NaN, one call in eval mode: outputs and buffers against the float64 reference."""
+    session.enter(Phase.check)
+    referee = session.referee
+    problem = referee.problem
+    train = problem.mode == "train"
+    reference64 = built.reference64
+    main = compare.ModeAccumulator(problem.mode, referee.tolerances)
+    by_distribution: dict[str, compare.ModeAccumulator] = {}
+    seeds: list[int] = []
+    for distribution in problem.distributions:
+        # each distribution's trials apart too, so the verdict says which one failed
+        acc = by_distribution[distribution] = compare.ModeAccumulator(problem.mode, referee.tolerances)
+        for _ in range(problem.trials):
+            seeds.append(session.seed())
+            trial(session, reference64, distribution, seeds[-1], train=train, acc=acc)
+        main.merge(acc)
+    unwritten = None
+    if main.passed:  # a failing candidate is judged already
+        seeds.append(session.seed())
+        unwritten = unwritten_trial(session, reference64, seeds[-1], train)
+    eval_check = None
+    if problem.check_eval_mode and train:
+        eval_check = compare.ModeAccumulator("eval", referee.tolerances)
+        seeds.append(session.seed())
+        try:
+            trial(session, reference64, problem.distributions[0], seeds[-1], train=False, acc=eval_check)
+        except Judged as judged:
+            eval_check.fail(judged.error)
+        reference64.train(train)
+    record = main.record()
+    correctness = Correctness(
+        tiers=record.tiers, max_abs_err=record.max_abs_err, max_rel_err=record.max_rel_err, main=record,
+        eval_mode=eval_check.record() if eval_check else None, distributions=list(problem.distributions),
+        seeds=seeds, buffers_checked=list(reference64.state_dict()),
+        by_distribution={name: acc.record() for name, acc in by_distribution.items()})
+    if eval_check is not None and not eval_check.passed:
+        session.add([Flag(name="eval_mode_incorrect", policy=FlagPolicy.reject, reason=(
+            "wrong in eval mode (after module.eval(); for BatchNorm: normalized with the running "
+            "statistics): " + mode_failure(referee, correctness.eval_mode))[:1000])])
+    stop = None
+    if not main.passed:
+        stop = Stop(Status.incorrect, Phase.check, mode_failure(referee, correctness.main))
+    elif unwritten is not None and regressed(unwritten, correctness):
+        stop = Stop(Status.incorrect, Phase.check, (
+            "its output depended on memory it never wrote: one more checked call, made with uninitialised "
+            "memory filled with NaN (torch.empty and at::empty in extensions included; "
+            "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory), "
+            f"failed where the others passed: {describe_regression(unwritten, correctness)}"))
+    return Checked(correctness=correctness, reference64=reference64, stop=stop)
+
+
+def unwritten_trial(session: Session, reference64, seed: int, train: bool) -> compare.ModeAccumulator:
+    """One more checked call (buffers compared too) with uninitialised memory filled with NaN in the
+    executor: an output the candidate never wrote (a fresh `torch.empty` the allocator happens to hand
+    back holding the right values) is NaN there. A candidate that switches the filling off is flagged
+    `precision_flags` (reject)."""
+    referee = session.referee
+    acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+    try:
+        reply = trial(session, reference64, referee.problem.distributions[0], seed, train=train, acc=acc, fill=True)
+    except Judged as judged:
+        raise Judged(judged.status, judged.phase, (
+            f"{judged.error}\n(in the checked call made with uninitialised memory filled: "
+            "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory)"))
+    during = tuple(reply.fill) if reply.fill is not None else None
+    if during != (True, True, True):
+        session.add([Flag(name="precision_flags", policy=FlagPolicy.reject, reason=(
+            "ModelNew.forward switched off the filling of uninitialised memory while it was checked for "
+            f"unwritten output (deterministic algorithms, warn only, fill: {during}); restored"))])
+    return acc
+
+
+def mode_failure(referee: RefereeView, check: ModeCheck) -> str:
+    """Why the trials of one mode failed."""
+    if check.failure:
+        return check.failure
+    loosest = max(referee.tolerances.items(), key=lambda kv: (kv[1].atol, kv[1].rtol))
+    worst = max(check.tensors, key=lambda t: t.max_abs_err if t.max_abs_err is not None else float("inf"))
+    error = f"{worst.max_abs_err:.3g}" if worst.max_abs_err is not None else "not comparable"
+    return (f"outside every tolerance tier (loosest `{loosest[0]}`: atol={loosest[1].atol:g}, "
+            f"rtol={loosest[1].rtol:g}); worst tensor `{worst.name}` max abs err {error}")
+
+
+def regressed(acc: compare.ModeAccumulator, correctness: Correctness) -> bool:
+    """Whether a later comparison failed, or lost a tier the checks passed."""
+    return not acc.passed or not all(acc.tiers[t] or not correctness.tiers.get(t) for t in acc.tiers)
+
+
+def describe_regression(acc: compare.ModeAccumulator, correctness: Correctness) -> str:
+    if acc.failure:
+        return acc.failure
+    lost = [t for t in acc.tiers if correctness.tiers.get(t, True) and not acc.tiers[t]]
+    # the worst of the tensors that failed a lost tier (not the largest error overall, which may pass)
+    culprits = {n: e for n, e in acc.worst.items() if acc.failed.get(n, set()) & set(lost)} or acc.worst
+    worst = max(culprits.items(), key=lambda kv: kv[1][0], default=("output", (float("nan"), 0.0)))
+    what = "outside every tolerance tier" if not any(acc.tiers.values()) else \
+        f"errors grew beyond the tier(s) it passed before ({', '.join(lost)})"
+    return f"{what}; worst tensor `{worst[0]}` max abs err {worst[1][0]:.3g}"

@@ -1,0 +1,133 @@
+"""Comparing a candidate's tensors with the float64 reference, in the referee's own process (which never
+runs candidate code): allclose semantics per tolerance tier, the worst errors of a mode's trials.
+
+Every torch function it uses is bound in evaluator.wire.tensors (before anything else is imported) and
+every comparison runs under `guarded()`: no torch-function subclass or mode, no Python dispatch mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from evaluator.wire.records import ModeCheck, TensorError
+from evaluator.wire.tensors import (
+    _abs, _add, _all, _amax, _clamp_min, _detach, _div, _equal, _float64, _is_floating_point, _isfinite, _item,
+    _le, _logical_not, _mul, _numel, _sub, _sum, _Tensor, _to, _tolist, guarded, is_plain_tensor)
+
+
+@dataclass
+class TensorCompare:
+    """Error of one tensor against its float64 reference."""
+
+    max_abs: float
+    max_rel: float
+    tiers: dict[str, bool]
+    failure: str | None = None
+
+
+def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_floor: float, *,
+                   dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> TensorCompare:
+    """`actual` against the float64 `expected`, with allclose semantics per tier. With `dtype` or
+    `device`, `actual` must also have them (the output must be what the reference returns)."""
+    failed = {tier: False for tier in tolerances}
+    if not is_plain_tensor(actual):
+        kind = type(actual).__name__
+        return TensorCompare(float("inf"), float("inf"), failed, f"{name}: expected a plain torch.Tensor, got {kind}")
+    with guarded():
+        if tuple(actual.shape) != tuple(expected.shape):
+            return TensorCompare(float("inf"), float("inf"), failed,
+                                 f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+        if dtype is not None and actual.dtype != dtype:
+            return TensorCompare(float("inf"), float("inf"), failed, f"{name}: dtype {actual.dtype}, expected {dtype}")
+        if device is not None and actual.device.type != torch.device(device).type:
+            return TensorCompare(float("inf"), float("inf"), failed,
+                                 f"{name}: on {actual.device.type}, expected on {torch.device(device).type}")
+        if not _is_floating_point(expected):
+            same = _equal(_to(actual, expected.device, expected.dtype), expected)
+            return TensorCompare(0.0 if same else float("inf"), 0.0 if same else float("inf"),
+                                 {tier: same for tier in tolerances},
+                                 None if same else _int_mismatch(name, actual, expected))
+        got = _to(_detach(actual), expected.device, _float64)
+        finite = _isfinite(got)
+        if not bool(_item(_all(finite))):
+            bad = int(_item(_sum(_logical_not(finite))))
+            return TensorCompare(float("inf"), float("inf"), failed, f"{name}: {bad} NaN/Inf values")
+        diff = _abs(_sub(got, expected))
+        ref_abs = _abs(expected)
+        empty = _numel(diff) == 0
+        max_abs = 0.0 if empty else float(_item(_amax(diff)))
+        max_rel = 0.0 if empty else float(_item(_amax(_div(diff, _clamp_min(ref_abs, rel_floor)))))
+        tiers = {}
+        for tier, tol in tolerances.items():
+            tiers[tier] = bool(_item(_all(_le(diff, _add(_mul(ref_abs, tol.rtol), tol.atol)))))
+    return TensorCompare(max_abs, max_rel, tiers)
+
+
+@dataclass
+class ModeAccumulator:
+    """Worst errors and tier results over the trials of one mode."""
+
+    mode: str
+    tolerances: dict
+    trials: int = 0
+    failure: str | None = None
+    tiers: dict[str, bool] = field(default_factory=dict)
+    worst: dict[str, tuple[float, float]] = field(default_factory=dict)
+    failed: dict[str, set[str]] = field(default_factory=dict)  # tensor name -> the tiers it failed
+
+    def __post_init__(self):
+        self.tiers = {tier: True for tier in self.tolerances}
+
+    def fail(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = reason
+        self.tiers = {tier: False for tier in self.tolerances}
+
+    def add(self, name: str, result: TensorCompare) -> None:
+        old_abs, old_rel = self.worst.get(name, (0.0, 0.0))
+        self.worst[name] = (max(old_abs, result.max_abs), max(old_rel, result.max_rel))
+        if result.failure:
+            self.fail(result.failure)
+        for tier, passed in result.tiers.items():
+            self.tiers[tier] = self.tiers[tier] and passed
+            if not passed:
+                self.failed.setdefault(name, set()).add(tier)
+
+    def merge(self, other: ModeAccumulator) -> None:
+        """Take in `other`'s trials (same mode and tiers), as if they had been added here."""
+        self.trials += other.trials
+        if other.failure is not None and self.failure is None:
+            self.failure = other.failure
+        self.tiers = {tier: passed and other.tiers.get(tier, False) for tier, passed in self.tiers.items()}
+        for name, (abs_err, rel_err) in other.worst.items():
+            old_abs, old_rel = self.worst.get(name, (0.0, 0.0))
+            self.worst[name] = (max(old_abs, abs_err), max(old_rel, rel_err))
+        for name, tiers in other.failed.items():
+            self.failed.setdefault(name, set()).update(tiers)
+
+    def record(self) -> ModeCheck:
+        # Infinity marks "not comparable" (wrong shape, NaN); JSON has no Infinity, so it becomes null.
+        worst = {n: (_finite(a), _finite(r)) for n, (a, r) in self.worst.items()}
+        known = [v for v in worst.values() if v[0] is not None]
+        return ModeCheck(
+            mode=self.mode, trials=self.trials, failure=self.failure, tiers=dict(self.tiers),
+            max_abs_err=None if len(known) < len(worst) else max((a for a, _ in known), default=None),
+            max_rel_err=None if len(known) < len(worst) else max((r for _, r in known), default=None),
+            tensors=[TensorError(name=n, max_abs_err=a, max_rel_err=r) for n, (a, r) in worst.items()],
+        )
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and any(self.tiers.values())
+
+
+def _finite(value: float) -> float | None:
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+def _int_mismatch(name: str, actual: _Tensor, expected: _Tensor) -> str:
+    if _numel(actual) <= 4:
+        return f"{name}: {_tolist(actual)}, expected {_tolist(expected)}"
+    return f"{name}: integer values differ from the reference"

@@ -1,0 +1,201 @@
+"""One candidate's judgement, phase by phase, in the referee's process.
+
+    imported = import_phase(session)            the executor built and imported the candidate
+    built    = init_phase(session, imported)    ModelNew built, the reference's weights loaded
+    checked  = check_phase(session, built)      checked calls compared with the float64 reference
+    timed    = time_phase(session, checked)     timed calls, their outputs, the buffers after them
+    profiled = profile_phase(session, timed)    which kernels one forward launches (CUDA: with their times)
+    verdict  = compose(session, results, outcome)
+
+Each phase takes the previous phase's result (frozen) and returns its own, or raises `Judged`
+(status, phase, error) when the candidate is judged there; a result may also end the judgement
+with `stop` (the check phase does, keeping its correctness record in the verdict). The verdict is
+composed in one place, `compose`, from whatever results exist. `Session` holds what is neither:
+the referee (reference, tolerances, baselines: evaluator.referee), the executor link, the seeds,
+the phase clock and the flags log.
+
+Everything the executor sends is checked here: its tensors are read through the exchange's bounds
+checks, its outputs and buffers compared with the referee's own float64 reference on inputs the
+referee drew (or drew again from the seeds it handed out), and its per-call times checked against
+the referee's clock around the whole series (`TimingCheck`). Nothing the candidate can reach
+decides a tolerance, a pass or a speedup.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from evaluator.referee.process import Ended
+from evaluator.referee.timing import roofline
+from evaluator.referee.view import RefereeView
+from evaluator.wire.kernels import kernel_base_name, own_kernels
+from evaluator.wire.protocol import Finish, LoadState, Profile
+from evaluator.wire.records import Flag, Phase, Roofline, Status, Verdict, merge_flags
+from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop
+from evaluator.referee.check_phase import check_phase
+from evaluator.referee.time_phase import spot, time_phase
+
+MAX_KERNEL_NAMES = 256
+
+
+def import_phase(session: Session) -> Imported:
+    """Wait for the executor's import of the candidate (memory watched while it builds)."""
+    session.enter(Phase.compile)
+    try:
+        reply = session.link.reply(0, session.deadline, poll_memory=True)
+    except Ended as ended:
+        raise session.ended(ended) from None
+    session.add(reply.flags)
+    if reply.error_kind == "no_model_new":
+        raise Judged(Status.parse_error, Phase.compile, reply.error)
+    if reply.error_kind == "import":
+        raise Judged(Status.compile_error, Phase.compile, reply.error)
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.compile, reply.error)
+    return Imported()
+
+
+# ------------------------------------------------------------------------------------------ init
+
+def init_phase(session: Session, imported: Imported) -> Built:
+    """ModelNew(*get_init_inputs()) in the executor, the reference's parameters and buffers loaded
+    into it by name (copies: the reference's own tensors never leave the referee)."""
+    session.enter(Phase.init)
+    referee = session.referee
+    reference = referee.new_reference(session.seed())
+    fixed = referee.exchange_tensors(session.link.exchange)
+    reply = session.request(referee.construct(fixed, session.seed()))
+    if reply.error_kind == "not_module":
+        raise Judged(Status.incorrect, Phase.init, reply.error)
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.init, reply.error)
+    reference_state = {k: v for k, v in reference.state_dict().items()}
+    candidate_state = reply.state or {}
+    missing = [k for k in reference_state if k not in candidate_state]
+    if missing:
+        raise Judged(Status.incorrect, Phase.init,
+                     "ModelNew lacks the reference's parameters/buffers (same attribute names are required): "
+                     + ", ".join(missing))
+    mismatched = [f"{k}: {tuple(candidate_state[k])} vs {tuple(v.shape)}"
+                  for k, v in reference_state.items() if list(candidate_state[k]) != list(v.shape)]
+    if mismatched:
+        raise Judged(Status.incorrect, Phase.init, "parameter shapes differ from the reference: " + "; ".join(mismatched))
+    slots = session.link.exchange.write([(f"state.{k}", v) for k, v in reference_state.items()])
+    reply = session.request(LoadState(id=0, tensors=slots))
+    if reply.error:
+        raise Judged(Status.runtime_error, Phase.init, reply.error)
+    reference64 = copy.deepcopy(reference).to(torch.float64)
+    return Built(reference=reference, reference64=reference64)
+
+
+# ------------------------------------------------------------------------------------------ profile
+
+def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
+    """One more forward, observed by the executor: which kernels it launched and each one's device time
+    (CUDA) or which of the candidate's extension functions it called (CPU). None of the candidate's own
+    is `no_custom_kernel` (flag). Its output is compared too."""
+    referee = session.referee
+    inputs = referee.draw(referee.problem.distributions[0], session.seed())
+    for slot in referee.layout.inputs:  # the profiled call reads the stage, as a clocked one does
+        session.link.stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
+    reply = session.request(Profile(id=0, train=referee.problem.mode == "train"))
+    if reply.error:
+        session.add([Flag(name="profiler_failed", reason=f"the kernel listing failed: {reply.error}"[:500])])
+        return Profiled()
+    names = [str(n)[:500] for n in reply.kernels[:MAX_KERNEL_NAMES]]
+    times = reply.kernel_times_us[:MAX_KERNEL_NAMES]
+    if len(times) != len(names) or not all(math.isfinite(t) and t >= 0 for t in times):
+        times = []  # informative only (feedback), never judged: times that do not fit the names are dropped
+    count = max(reply.kernel_count or 0, len(names))
+    if referee.device == "cuda":
+        own = own_kernels(names, set(referee.reference_kernels), reply.libraries,
+                          roots=[str(p) for p in session.link.own_folders()])
+    else:
+        own = list(dict.fromkeys(names))
+    if not own:
+        seen = (f"{count} launch(es): " + ", ".join(dict.fromkeys(kernel_base_name(n) for n in names))[:300]
+                if names else "none at all")
+        where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
+        session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
+    spot(session, checked, reply, inputs, "the profiled call")
+    return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own))
+
+
+# ------------------------------------------------------------------------------------------ the verdict
+
+def finish(session: Session) -> None:
+    """Ask the executor what changed since the import, and let it exit."""
+    try:
+        session.request(Finish(id=0))
+    except Judged:
+        pass
+
+
+def judge(session: Session, compile_only: bool, imported: Imported | None = None) -> Verdict:
+    """The phases in order, then the verdict (see the module's docstring). With `imported`, the
+    candidate is taken as imported already (an executor in the test's own process)."""
+    results: dict[str, object] = {}
+    outcome: Stop | None = None
+    try:
+        results["imported"] = imported or import_phase(session)
+        if compile_only:
+            outcome = Stop(Status.compiled, None, "built only: not run, so neither checked nor timed")
+        else:
+            built = results["built"] = init_phase(session, results["imported"])
+            checked = results["checked"] = check_phase(session, built)
+            outcome = checked.stop
+            if outcome is None:
+                with session.exclusive():
+                    results["timed"] = time_phase(session, checked, built)
+                    results["profiled"] = profile_phase(session, checked, built)
+                finish(session)
+    except Judged as judged:
+        outcome = Stop(judged.status, judged.phase, judged.error)
+    session.leave()
+    return compose(session, results, outcome)
+
+
+def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
+    """The one place a verdict is made: from the phases' results and how the judgement ended."""
+    referee = session.referee
+    checked, timed, profiled = results.get("checked"), results.get("timed"), results.get("profiled")
+    status = outcome.status if outcome is not None else Status.correct
+    if timed is not None and status != Status.correct:
+        timed = None
+    timing = timed.timing if timed else None
+    rounds = referee.current_round if referee is not None and timing is not None else None
+    baselines = dict(rounds.baselines) if rounds is not None else {}
+    environment = referee.environment.model_copy() if referee is not None else None
+    if environment is not None and timed is not None:
+        environment.sm_clock_mhz = timed.sm_clock_mhz
+    flags = list(session.flags)
+    if rounds is not None and rounds.failed:  # a baseline failing is not the candidate's fault
+        flags += [Flag(name="baseline_failed", reason=f"baseline `{name}` failed: {why}"[:500])
+                  for name, why in rounds.failed.items()]
+    return Verdict(
+        candidate=session.name, source_sha256=session.digest, problem=session.problem, size=session.size,
+        device=session.device, status=status,
+        phase=outcome.phase if outcome is not None else None, error=outcome.error if outcome is not None else None,
+        correctness=checked.correctness if checked is not None else None,
+        runtime_ms=timing.median_ms if timing else None, timing=timing, baselines=baselines,
+        baseline_source=rounds.source if rounds is not None else None,
+        speedup={name: stats.median_ms / timing.median_ms for name, stats in baselines.items()} if timing else {},
+        timing_check=timed.check if timed else None, flags=merge_flags(flags),
+        kernels=list(profiled.kernels) if profiled else [], kernel_count=profiled.kernel_count if profiled else None,
+        kernel_times_us=list(profiled.kernel_times_us) if profiled else [],
+        custom_kernels=list(profiled.custom_kernels) if profiled else [],
+        runtime_floor_ms=timed.floor_ms if timed else None,
+        roofline=forward_roofline(referee, timing.median_ms) if timing else None,
+        phase_seconds=dict(session.phase_seconds), environment=environment)
+
+
+def forward_roofline(referee: RefereeView, median_ms: float) -> Roofline:
+    """The accepted median time against the device's peaks, from the referee's own numbers: the problem's
+    FLOPs, and the bytes a forward must move (inputs and the reference's parameters and buffers read,
+    the output written)."""
+    return roofline(referee.problem.flop_count(referee.size),
+                    referee.input_nbytes + referee.state_nbytes + referee.output_nbytes, median_ms,
+                    referee.device, referee.environment.device_name)

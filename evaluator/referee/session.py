@@ -1,0 +1,162 @@
+"""What one candidate's phases share (`Session`: the referee, the executor link, the seeds, the phase
+clock and the flags log), how a phase ends the judgement (`Judged`, `Stop`), and each phase's result.
+See evaluator.referee.phases for the phases themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ContextManager
+
+import torch
+
+from evaluator.referee.process import Ended, exit_description
+from evaluator.referee.view import RefereeView
+from evaluator.wire.exchange import ExchangeError
+from evaluator.wire.protocol import Reply
+from evaluator.wire.records import Correctness, Flag, Phase, Status, TimingCheck, TimingStats
+
+
+class Judged(Exception):
+    """Ends the judgement with a status and a reason."""
+
+    def __init__(self, status: Status, phase: Phase | None, error: str | None):
+        super().__init__(error)
+        self.status, self.phase, self.error = status, phase, error
+
+
+@dataclass(frozen=True)
+class Stop:
+    """How a phase that kept its result ends the judgement."""
+
+    status: Status
+    phase: Phase | None
+    error: str | None
+
+
+@dataclass
+class Session:
+    """What one candidate's phases share: see the module's docstring."""
+
+    referee: RefereeView | None      # None: a build only (the parent's parallel builds)
+    link: object                     # evaluator.referee.process.ExecutorProcess, or anything with its request/reply
+    name: str
+    digest: str
+    problem: str
+    size: str
+    device: str
+    compile_timeout_s: float
+    run_timeout_s: float
+    memory_limit_gb: float | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    flags: list[Flag] = field(default_factory=list)
+    phase: Phase = Phase.compile
+    deadline: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    command_seconds: dict[str, float] = field(default_factory=dict)  # waited on the executor, per command kind
+    # the device to this candidate alone while it is timed and profiled (the referee stops the others)
+    exclusive: Callable[[], ContextManager] = contextlib.nullcontext
+    _entered: float = 0.0
+
+    def enter(self, phase: Phase) -> None:
+        """A new phase: the compile limit covers the import, the run limit init, check and time together."""
+        self.leave()
+        self.phase, self._entered = phase, time.monotonic()
+        if phase == Phase.compile:
+            self.deadline = time.monotonic() + self.compile_timeout_s
+        elif phase == Phase.init:
+            self.deadline = time.monotonic() + self.run_timeout_s
+
+    def leave(self) -> None:
+        if self._entered:
+            self.phase_seconds[self.phase.value] = round(time.monotonic() - self._entered, 3)
+            self._entered = 0.0
+
+    def seed(self) -> int:
+        return self.rng.randrange(2**31)
+
+    def add(self, flags) -> None:
+        self.flags.extend(flags)
+
+    def request(self, command) -> Reply:
+        """One command to the executor; its flags logged. An executor that is gone, too slow or
+        breaks the protocol is judged here."""
+        started = time.monotonic()
+        try:
+            reply = self.link.request(command, self.deadline)
+        except Ended as ended:
+            raise self.ended(ended) from None
+        finally:
+            kind = type(command).__name__
+            self.command_seconds[kind] = self.command_seconds.get(kind, 0.0) + time.monotonic() - started
+        self.add(reply.flags)
+        return reply
+
+    def ended(self, ended: Ended) -> Judged:
+        phase = self.phase
+        if ended.reason == "timeout":
+            limit = self.compile_timeout_s if phase == Phase.compile else self.run_timeout_s
+            return Judged(Status.timeout, phase, f"phase `{phase.value}` ran past its {limit:g} s limit; "
+                                                 "the process group was killed")
+        if ended.reason == "memory":
+            return Judged(Status.compile_error, Phase.compile, (
+                f"compile step exceeded {self.memory_limit_gb:g} GiB of resident memory (the executor's processes "
+                f"held {ended.detail}); the process group was killed"))
+        if ended.reason == "malformed":
+            return Judged(Status.crashed, phase, ended.detail)
+        how = exit_description(self.link.wait_exit()) if hasattr(self.link, "wait_exit") else "ended"
+        return Judged(Status.crashed, phase, f"the executor {how} during phase `{phase.value}` before it answered")
+
+    def shipment(self, reply: Reply) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """The tensors a reply shipped, read onto the referee's device, and what could not be read."""
+        tensors, problems = {}, []
+        device = self.referee.device if self.referee is not None else "cpu"
+        for slot in reply.tensors:
+            try:
+                tensors[slot.name] = self.link.exchange.read(slot, device)
+            except ExchangeError as err:
+                problems.append(f"the executor shipped an unreadable tensor ({err})")
+        return tensors, problems
+
+
+# ------------------------------------------------------------------------------------------ results
+
+@dataclass(frozen=True)
+class Imported:
+    """The candidate imported (its extensions built) in the executor."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """ModelNew built in the executor with the reference's weights; the reference (fp32) and its
+    float64 twin, in the referee, at the state the candidate was given."""
+
+    reference: torch.nn.Module
+    reference64: torch.nn.Module
+
+
+@dataclass(frozen=True)
+class Checked:
+    correctness: Correctness
+    reference64: torch.nn.Module  # after every checked call: the replay of the timed calls starts here
+    stop: Stop | None = None
+
+
+@dataclass(frozen=True)
+class Timed:
+    timing: TimingStats       # by the referee's clock: what ranks
+    check: TimingCheck        # the executor's reports against it
+    floor_ms: float | None
+    sm_clock_mhz: int | None
+
+
+@dataclass(frozen=True)
+class Profiled:
+    kernels: tuple[str, ...] = ()
+    kernel_times_us: tuple[float, ...] = ()  # aligned with `kernels`; empty when unknown (the CPU)
+    kernel_count: int | None = None
+    custom_kernels: tuple[str, ...] = ()

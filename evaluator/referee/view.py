@@ -1,0 +1,70 @@
+"""What the referee's parts (the phases, the calibrator) see of the referee: the `RefereeView` that
+evaluator.referee.referee.Referee provides, and the baseline round verdicts divide by. They read the
+referee through this, never by importing it (it imports them)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from evaluator.referee import clock
+from evaluator.referee.timing import Timer
+from evaluator.wire.exchange import Exchange
+from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.protocol import Construct, RefereeConfig, TensorSlot
+from evaluator.wire.records import BaselineSource, Environment, TimingStats
+from evaluator.wire.stage import Layout
+
+@dataclass(frozen=True)
+class Round:
+    """A baseline round, as verdicts use it."""
+
+    baselines: dict[str, TimingStats]
+    failed: dict[str, str]
+    source: BaselineSource
+    window_cost: clock.WindowCost | None  # None: the calibrator failed (windows are then not reduced)
+    calibration_error: str | None = None
+
+
+class CalibratorView(Protocol):
+    """What the phases use of the calibrator (evaluator.referee.calibrator.Calibrator)."""
+
+    error: str | None
+
+    def window(self, inputs: list) -> clock.Clocked | None: ...
+
+
+class RefereeView(Protocol):
+    """The referee's state and services its parts use (see evaluator.referee.referee.Referee)."""
+
+    config: RefereeConfig
+    problem: ProblemSpec
+    size: str
+    device: str
+    environment: Environment
+    tolerances: dict
+    rel_floor: float
+    rng: random.Random
+    timer: Timer
+    layout: Layout
+    input_nbytes: int
+    output_nbytes: int
+    output_dtype: str
+    state_nbytes: int
+    reference_kernels: list[str]
+    current_round: Round | None
+    calibrator: CalibratorView
+
+    @property
+    def exchange_bytes(self) -> int: ...
+    def new_reference(self, seed: int) -> torch.nn.Module: ...
+    def draw(self, distribution: str, seed: int) -> list: ...
+    def exchange_tensors(self, exchange: Exchange) -> list[TensorSlot]: ...
+    def construct(self, fixed: list[TensorSlot], seed: int) -> Construct: ...
+    def sm_clock(self) -> int | None: ...
+    def close_waiting(self) -> bool: ...
+    def device_idle(self, limit_s: float) -> float | None: ...
+    def profile_windows(self, name: str, candidate: list[clock.Clocked], calibrator: list[clock.Clocked]) -> None: ...
