@@ -30,7 +30,8 @@ from evaluator.referee import launch as launching
 from evaluator.wire import containment
 from evaluator.wire.protocol import ExecutorMessage
 from evaluator.wire.records import Containment, Status, Verdict
-from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, protected_paths
+from evaluator.parent.referee_client import protected_paths
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 from evaluator.referee.process import contained
 
 HACKS = FIXTURES / "hacks" / "cpu"
@@ -106,7 +107,7 @@ for path in ['{tmp_path}/store', '/etc/shadow']:
 
 
 def test_the_bytecode_cache_is_read_by_the_worker_and_never_written(tmp_path):
-    """PYTHONPYCACHEPREFIX (process.bytecode_cache) sits in the protected build cache: the worker reads
+    """PYTHONPYCACHEPREFIX (environment.bytecode_cache) sits in the protected build cache: the worker reads
     the bytecode there and the interpreter uses it, and can neither change it nor add to it."""
     cache = tmp_path / "cache"
     pycache = cache / "pycache"
@@ -241,7 +242,7 @@ def _side_files(store: Path) -> list[Path]:
 def test_a_store_given_with_store_is_protected_with_its_side_files_and_its_folder(tmp_path, monkeypatch):
     """Issue 21, item 6: the store the options name (`--store`, harness.toml or HARNESS_STORE, however it
     was given) is unreadable from the executor, and so is the folder that holds it."""
-    from evaluator.parent.sandbox import store_paths
+    from evaluator.parent.referee_client import store_paths
 
     monkeypatch.delenv("HARNESS_STORE", raising=False)
     store = tmp_path / "custom" / "verdicts.sqlite"

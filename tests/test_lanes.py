@@ -16,7 +16,8 @@ from conftest import FIXTURES
 from evaluator.referee import process
 from evaluator.parent.lanes import Job, LaneWorker, ReadyQueue, choose_gpus
 from evaluator.wire.records import Status, Verdict
-from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, RefereeClient
+from evaluator.parent.referee_client import RefereeClient
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 
 CPU = FIXTURES / "candidates" / "cpu"
 

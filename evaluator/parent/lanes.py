@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from evaluator.parent.referee_client import RefereeClient
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Status, Verdict
 
@@ -82,13 +83,11 @@ def crashed(job: Job, error: str, device: str) -> Judged:
 
 
 class LaneWorker:
-    """One device's judge: a referee (evaluator.parent.sandbox.RefereeClient) fed jobs in order, `ahead`
+    """One device's judge: a referee (evaluator.parent.referee_client.RefereeClient) fed jobs in order, `ahead`
     of them sent before the reply to the one being judged. Runs in the parent (a thread per lane)
     or in a Ray actor."""
 
     def __init__(self, evaluator, gpu: str | None, lane: int):
-        from evaluator.parent.sandbox import RefereeClient
-
         self.evaluator = evaluator
         self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True)
         self.ahead = evaluator.ahead
@@ -187,8 +186,11 @@ class Scheduler:
     """Builds in a pool and lanes that judge (see the module's docstring). `run` yields each job's
     `Judged` (a lane's, or a build's that is the last word) as it comes, in no particular order."""
 
-    def __init__(self, evaluator, build: Callable[[Job], Judged | None], builds: Callable[[Job], bool]):
+    def __init__(self, evaluator, build: Callable[[Job], Judged | None], builds: Callable[[Job], bool],
+                 workers: Callable[[], list] | None = None):
         self.evaluator = evaluator
+        # the lanes' workers: one LaneWorker per device here, unless the caller makes them (Ray actors)
+        self.make_workers = workers or self.local_workers
         self.build = build    # a build that is the job's last word, or None: the job goes on to a lane
         self.builds = builds  # whether a job is built in the pool (else its executor builds it as it imports)
         self.rounds: list[BaselineRound] = []
@@ -209,7 +211,7 @@ class Scheduler:
         ready = ReadyQueue()
         out: queues.Queue = queues.Queue()
         threads = [threading.Thread(target=self._builds, args=(jobs, ready, out), daemon=True)]
-        workers = self.workers() if lanes else []
+        workers = self.make_workers() if lanes else []
         for worker in workers:
             threads.append(threading.Thread(target=self._lane, args=(worker, ready, out), daemon=True))
         for thread in threads:
@@ -236,11 +238,7 @@ class Scheduler:
         for thread in threads:
             thread.join(timeout=60)
 
-    def workers(self) -> list:
-        if self.evaluator.options.executor == "ray":
-            from evaluator.parent.ray_lanes import ray_workers
-
-            return ray_workers(self.evaluator)
+    def local_workers(self) -> list:
         return [LaneWorker(self.evaluator, gpu, lane) for gpu, lane in self.lanes()]
 
     def _builds(self, jobs: list[Job], ready: ReadyQueue, out) -> None:

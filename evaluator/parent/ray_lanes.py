@@ -31,10 +31,8 @@ MAX_DEFAULT_CPU_LANES = 4
 class LaneActor:
     """A LaneWorker in a Ray actor."""
 
-    def __init__(self, options: dict, lane: int):
-        from evaluator.parent.sandbox import EvalOptions, Evaluator
-
-        self.evaluator = Evaluator(EvalOptions.model_validate(options))
+    def __init__(self, make_evaluator: Callable[[dict], object], options: dict, lane: int):
+        self.evaluator = make_evaluator(options)
         self.worker = LaneWorker(self.evaluator, gpu=None, lane=lane)  # Ray pinned this process to its GPU
         self.gpu = ",".join(str(g) for g in ray.get_gpu_ids()) or None
         self.host = socket.gethostname()
@@ -58,8 +56,10 @@ def connect(address: str | None) -> None:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
 
 
-def ray_workers(evaluator) -> list[RayLane]:
-    """One lane per actor: `lanes`, or the cluster's GPUs (CUDA), or its CPUs (at most 4)."""
+def ray_workers(evaluator, make_evaluator: Callable[[dict], object]) -> list[RayLane]:
+    """One lane per actor: `lanes`, or the cluster's GPUs (CUDA), or its CPUs (at most 4). Each actor makes
+    its own evaluator from `evaluator`'s options with `make_evaluator` (a function of the parent's module,
+    which Ray ships by reference)."""
     options = evaluator.options
     connect(options.ray_address)
     resources = ray.cluster_resources()
@@ -75,7 +75,7 @@ def ray_workers(evaluator) -> list[RayLane]:
 
     def factory(lane: int) -> Callable[[], object]:
         resource = {"num_gpus": 1, "num_cpus": 1} if evaluator.device == "cuda" else {"num_cpus": 1}
-        return lambda: LaneActor.options(**resource).remote(payload, lane)
+        return lambda: LaneActor.options(**resource).remote(make_evaluator, payload, lane)
 
     return [RayLane(factory(lane), evaluator.ahead, evaluator.device) for lane in range(count)]
 

@@ -17,16 +17,10 @@ the static flags into it and writes its logs (the candidate's capped stdout and 
 from __future__ import annotations
 
 import ast
-import base64
 import functools
 import hashlib
 import os
 import secrets
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -39,16 +33,15 @@ from evaluator.wire import identity
 from evaluator.referee import phases
 from evaluator.referee.session import Session
 from evaluator.wire.identity import Judge
-from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, Rules, load_problem
-from evaluator.referee.process import LIVE, ExecutorProcess, bytecode_cache, settle
-from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound, JudgeReply, JudgeRequest, RefereeConfig
+from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
+from evaluator.checks import static_flags
+from evaluator.parent.lanes import Job, Judged, Scheduler
+from evaluator.parent.referee_client import RefereeClient, protected_paths
+from evaluator.referee.process import ExecutorProcess, settle
+from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
-# How long the parent waits for the referee beyond a candidate's own limits: a baseline round
-# (torch.compile's first compilations included) and the referee's start.
-REFEREE_ALLOWANCE_S = 900
 
 
 class CandidateFile(BaseModel):
@@ -159,280 +152,9 @@ def uses_cuda_source(source: str) -> bool:
     return "cuda_sources" in source or "__global__" in source
 
 
-def static_flags(source: str, rules: Rules) -> list[Flag]:
-    try:
-        from evaluator.checks import static_flags as check
-    except ImportError:  # the static checks are optional for the core path
-        return []
-    return check(source, rules=rules)
-
-
 def rejected_error(flags: Sequence[Flag]) -> str:
     names = ", ".join(f.name for f in flags if f.policy == FlagPolicy.reject)
     return f"not run: the static checks reject it ({names}); --run-rejected runs it, contained, to study it"
-
-
-STORE_SIDE_FILES = ("", "-wal", "-shm", "-journal")  # SQLite writes these beside the store
-
-
-def protected_paths(evaluator: Evaluator) -> list[Path]:
-    """What no executor may read, even inside a hierarchy it can read: the result store (the default
-    `.harness/` here, the store the options name and HARNESS_STORE: each with SQLite's side files and
-    the folder that holds them, see `store_paths`), the logs, the build cache (other candidates' builds;
-    its own folder is granted by name) and, run from a checkout, the checkout (of which the executor
-    reads only the evaluator package and the problem)."""
-    paths = [Path.cwd() / ".harness", evaluator.log_root, evaluator.cache_dir]
-    if (PROJECT_ROOT / "pyproject.toml").is_file():
-        paths.append(PROJECT_ROOT)
-    paths = [p.absolute() for p in paths]
-    for store in (evaluator.options.store, os.environ.get("HARNESS_STORE")):
-        if store and str(store) != ":memory:":
-            paths += [p for p in store_paths(Path(store), paths) if p not in paths]
-    return paths
-
-
-def store_paths(store: Path, protected: Sequence[Path] = ()) -> list[Path]:
-    """A SQLite store as the harness writes it: the file, its side files (-wal, -shm, -journal) and the
-    folder that holds them, so that an executor can neither read a verdict nor list the folder. The
-    folder is left out (its files alone are protected, their names listable) only where protecting it
-    would cut the executor off from what it reads by search path: when it is, or holds, a system folder
-    (`/usr`, `/etc`, ...) or a folder on sys.path, PATH, LD_LIBRARY_PATH, PYTHONPATH or the compilers'
-    search paths that no other protected path already cuts off (`/`, a home whose `~/.local/bin` is on
-    PATH). Python, the evaluator and the problem are granted by name, inside protected folders too; a
-    protected folder inside a readable hierarchy is carved out of it (evaluator.executor.launcher)."""
-    store = store.absolute()
-    files = [store.with_name(store.name + suffix) for suffix in STORE_SIDE_FILES]
-    folder = store.parent
-    return [*files, folder] if _folder_protectable(folder, protected) else files
-
-
-def _folder_protectable(folder: Path, protected: Sequence[Path]) -> bool:
-    from evaluator.wire.containment import SYSTEM_READ
-
-    real = os.path.realpath(folder)
-    searched = list(SYSTEM_READ) + [p for p in sys.path if p]
-    for name in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
-        searched += [p for p in os.environ.get(name, "").split(os.pathsep) if p]
-    shielded = [os.path.realpath(p) for p in protected]
-    for path in searched:
-        if not os.path.isabs(path):
-            continue
-        path = os.path.realpath(path)
-        if any(path == s or path.startswith(s.rstrip("/") + "/") for s in shielded):
-            continue  # cut off already
-        if path == real or path.startswith(real.rstrip("/") + "/"):
-            return False  # the folder is, or holds, one the executor reads: `/`, a home with tools on PATH, ...
-    return True
-
-
-class RefereeClient:
-    """The parent's end of one referee process (started on first use, for one batch, on one GPU when
-    `gpu` names one: its CUDA_VISIBLE_DEVICES entry). Requests may be sent ahead of their replies
-    (`submit`, then `collect` in the same order): the referee starts the executors of those queued
-    behind the one it judges (`ahead`)."""
-
-    def __init__(self, evaluator: Evaluator, gpu: str | None = None, lane: int = 0, early: bool = False):
-        self.evaluator = evaluator
-        self.submitted: set[Path] = set()  # sources of requests sent and not yet answered (submit, collect)
-        self.gpu, self.lane = gpu, lane
-        self.early = early  # started before its first candidate is ready: its first baseline round at once
-        self.proc: subprocess.Popen | None = None
-        self.rounds: list[BaselineRound] = []
-        self.batches = 0
-
-    def config(self) -> RefereeConfig:
-        ev, options = self.evaluator, self.evaluator.options
-        seed = options.seed + self.lane if options.seed is not None else secrets.randbits(31)
-        return RefereeConfig(
-            problem=str(ev.problem.location), size=ev.size, device=ev.device, baselines=list(ev.baselines),
-            seed=seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
-            compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, output_cap_bytes=options.output_cap_bytes,
-            compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
-            protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early)
-
-    def start(self) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))
-        config_file = folder / "config.json"
-        config_file.write_text(self.config().model_dump_json())
-        requests_r, requests_w = os.pipe()
-        replies_r, replies_w = os.pipe()
-        log = self.log_file()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "evaluator.referee", "--config", str(config_file), "--requests", str(requests_r),
-                 "--replies", str(replies_w)], pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True)
-        finally:
-            os.close(requests_r)
-            os.close(replies_w)
-            if log is not subprocess.DEVNULL:
-                log.close()
-        LIVE.add(self)
-        self.folder = folder
-        self.requests = os.fdopen(requests_w, "w", buffering=1)
-        self.replies = replies_r
-        self.buffer = bytearray()
-        self.batches += 1
-
-    def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env["PYTHONUNBUFFERED"] = "1"
-        # The referee and its executors hand the clock back and forth every clocked call: OpenMP threads
-        # that spin after their work (the default) keep the cores from the other side, and on a 2-core
-        # machine a window took 15 ms instead of 2.6 (the calls themselves 1.7 ms).
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        bytecode = bytecode_cache(self.evaluator.cache_dir)
-        if bytecode is not None:  # the referee writes the bytecode its executors read
-            bytecode.mkdir(parents=True, exist_ok=True)
-            env["PYTHONPYCACHEPREFIX"] = str(bytecode)
-            env.pop("PYTHONDONTWRITEBYTECODE", None)
-        if self.gpu is not None:  # the lane's GPU: the referee and every executor it starts see only it
-            env["CUDA_VISIBLE_DEVICES"] = self.gpu
-        return env
-
-    def log_file(self):
-        try:
-            self.evaluator.log_root.mkdir(parents=True, exist_ok=True)
-            return open(self.evaluator.log_root / f"referee-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.log", "wb")
-        except OSError:
-            return subprocess.DEVNULL
-
-    def send(self, request: JudgeRequest) -> None:
-        """Raises RuntimeError when the referee is gone."""
-        if self.proc is None:
-            self.start()
-        try:
-            self.requests.write(request.model_dump_json() + "\n")
-            self.requests.flush()
-        except (BrokenPipeError, OSError) as err:
-            self.stop()
-            raise RuntimeError(f"the referee is gone ({err})") from None
-
-    def receive(self, timeout_s: float) -> JudgeReply:
-        """The next reply; raises RuntimeError when the referee dies or overruns (it is killed)."""
-        from evaluator.referee.process import select_read
-
-        if self.proc is None:
-            raise RuntimeError("the referee is gone")
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.stop()
-                raise RuntimeError(f"the referee did not answer within {timeout_s:g} s; it was killed")
-            if not select_read(self.replies, min(remaining, 5.0)):
-                continue
-            chunk = os.read(self.replies, 1 << 20)
-            if not chunk:
-                code = self.stop()
-                raise RuntimeError(f"the referee ended (exit status {code}) without answering; see its log in "
-                                   f"{self.evaluator.log_root}")
-            self.buffer += chunk
-        line, _, rest = bytes(self.buffer).partition(b"\n")
-        self.buffer = bytearray(rest)
-        return JudgeReply.model_validate_json(line)
-
-    def ask(self, request: JudgeRequest, timeout_s: float) -> JudgeReply:
-        """One request and its reply; raises RuntimeError when the referee dies or overruns."""
-        self.send(request)
-        return self.receive(timeout_s)
-
-    @property
-    def reply_timeout_s(self) -> float:
-        ev = self.evaluator
-        return ev.compile_timeout + ev.run_timeout + REFEREE_ALLOWANCE_S
-
-    def submit(self, name: str, source: bytes, digest: str) -> Path:
-        """Send a candidate to be judged (its source in a file of its own until its reply is collected)."""
-        path = Path(tempfile.mkdtemp(prefix="kh-candidate-")) / "candidate.py"
-        path.write_bytes(source)
-        self.submitted.add(path)
-        try:
-            self.send(JudgeRequest(name=name, path=str(path), digest=digest))
-        except RuntimeError:
-            discard(path)
-            raise
-        return path
-
-    def collect(self, path: Path) -> tuple[Verdict, bytes, bytes]:
-        """The reply to the oldest candidate submitted (`path`, as `submit` returned it)."""
-        try:
-            reply = self.receive(self.reply_timeout_s)
-        finally:
-            discard(path)
-            self.submitted.discard(path)
-        if reply.verdict is None:
-            raise RuntimeError(reply.error or "the referee sent no verdict")
-        verdict = reply.verdict
-        if self.gpu is not None and verdict.environment is not None:
-            verdict.environment.gpu = self.gpu
-        return verdict, base64.b64decode(reply.stdout), base64.b64decode(reply.stderr)
-
-    def judge(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
-        return self.collect(self.submit(candidate.name, source, digest))
-
-    def close(self) -> list[BaselineRound]:
-        """The batch's baseline rounds; the referee exits."""
-        if self.proc is None:
-            return self.rounds
-        try:
-            reply = self.ask(JudgeRequest(kind="close"), REFEREE_ALLOWANCE_S)
-            self.rounds += reply.rounds
-        except RuntimeError:
-            pass
-        self.stop()
-        return self.rounds
-
-    def interrupt(self) -> None:
-        """Asked to end now (stop_everything): the referee closes its executors and exits."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def finish_interrupt(self, wait_s: float) -> None:
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                pass
-            self.requests.close()
-            self.stop()
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        LIVE.discard(self)
-        try:
-            self.proc.wait(timeout=30 if self.proc.poll() is None and self.requests.closed is False else 0)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its executors follow it (their launchers' death signal)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-        for close in (self.requests.close, lambda: os.close(self.replies)):
-            try:
-                close()
-            except OSError:
-                pass
-        code, self.proc = self.proc.returncode, None
-        shutil.rmtree(self.folder, ignore_errors=True)
-        for path in list(self.submitted):  # sources of requests never answered
-            discard(path)
-        self.submitted.clear()
-        return code
-
-
-def discard(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    try:
-        path.parent.rmdir()
-    except OSError:
-        pass
 
 
 class Evaluator:
@@ -506,7 +228,7 @@ class Evaluator:
         if reason:
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse,
                                        error=reason))
-        flags = merge_flags(static_flags(source, self.problem.rules))
+        flags = merge_flags(static_flags(source, rules=self.problem.rules))
         if any(f.policy == FlagPolicy.reject for f in flags) and not self.options.run_rejected:
             # the static gate: a candidate the checks reject never runs (importing it would run it)
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,
@@ -551,7 +273,7 @@ class Evaluator:
             if referee is None:
                 raise RuntimeError("a candidate that runs needs a referee")
             try:
-                verdict, stdout, stderr = referee.judge(candidate, source, digest)
+                verdict, stdout, stderr = referee.judge(candidate.name, source, digest)
             except RuntimeError as err:
                 verdict, stdout, stderr = Verdict(**base, source_sha256=digest, status=Status.crashed,
                                                   error=f"the referee failed around this candidate: {err}"), b"", b""
@@ -609,8 +331,6 @@ class Evaluator:
         each judging one candidate at a time with `ahead` more importing behind it. With `compile_only`
         the builds are the verdicts. The baseline rounds of every lane are in `self.rounds` once the
         last verdict is out."""
-        from evaluator.parent.lanes import Job, Judged, Scheduler
-
         verdicts: dict[int, Verdict] = {}
         jobs: list[Job] = []
         context: dict[int, tuple] = {}
@@ -653,7 +373,12 @@ class Evaluator:
                     on_verdict(verdict)
                 yield verdict
 
-        scheduler = Scheduler(self, build, pool_builds)
+        workers = None
+        if self.options.executor == "ray":  # each lane a Ray actor (ray is an optional dependency)
+            from evaluator.parent.ray_lanes import ray_workers
+
+            workers = functools.partial(ray_workers, self, evaluator_from_options)
+        scheduler = Scheduler(self, build, pool_builds, workers)
         self.rounds = []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
@@ -679,6 +404,11 @@ class Evaluator:
 
     def built_before(self, digest: str) -> bool:
         return self.built_mark(digest).is_file()
+
+
+def evaluator_from_options(options: dict) -> Evaluator:
+    """An Evaluator made from EvalOptions as JSON (what a Ray lane's actor is sent)."""
+    return Evaluator(EvalOptions.model_validate(options))
 
 
 def evaluate(candidates: Sequence[CandidateFile], options: EvalOptions | None = None) -> Iterator[Verdict]:

@@ -30,7 +30,7 @@ from evaluator.wire.protocol import JudgeReply, JudgeRequest, RefereeConfig
 from evaluator.wire.records import Phase, Status, Verdict
 
 # What every executor imports. The referee imports them first, so that their bytecode is in the cache
-# executors read (process.bytecode_cache) before they start.
+# executors read (environment.bytecode_cache) before they start.
 EXECUTOR_MODULES = ("evaluator.executor.serve", "evaluator.executor.__main__", "torch._dynamo", "torch.utils.cpp_extension", "torch.profiler")
 
 
@@ -126,7 +126,7 @@ def serve(argv: list[str] | None = None) -> int:
     referee, setup_error = None, None
     inbox = Inbox(requests)  # reading before the referee is up: a round at start sees what is queued
     started = time.perf_counter()
-    if sys.pycache_prefix:  # the cache executors read (process.bytecode_cache) is written here
+    if sys.pycache_prefix:  # the cache executors read (environment.bytecode_cache) is written here
         cache_executor_bytecode()
     imported = time.perf_counter()
     try:

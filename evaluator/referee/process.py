@@ -13,8 +13,6 @@ into the verdict's `containment` record (and an `unsandboxed` flag when anything
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 import selectors
@@ -30,17 +28,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evaluator.referee import launch
+from evaluator.referee.environment import bytecode_cache, scrubbed_environment
 from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Reply
 from evaluator.wire.records import Containment, Flag, Verdict
 from evaluator.wire.stage import Stage
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# Environment variables whose names contain one of these are not passed to candidates.
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
-# Nor are the harness's own settings (where its store, runs and endpoint are) or the user's runtime folder.
-HIDDEN_PREFIXES = ("HARNESS_", "OPENAI_", "XDG_RUNTIME_DIR", "DBUS_", "SSH_")
 MEMORY_POLL_S = 0.2   # how often the compile step's memory is read
 MAX_LINE = 16 << 20   # a reply is kilobytes; a longer line is abuse
 MAX_CHANNEL = 64 << 20
@@ -75,84 +69,6 @@ class CappedTail:
     @property
     def capped(self) -> bool:
         return self.total > self.cap
-
-
-def pip_cuda_include_dirs(cuda_home: str | None) -> list[str]:
-    """Header folders of pip's NVIDIA packages, when the toolkit lacks the library headers
-    that torch's CUDA headers include (a toolkit with only the compiler: no cusparse.h)."""
-    if cuda_home and (Path(cuda_home) / "include" / "cusparse.h").is_file():
-        return []
-    spec = importlib.util.find_spec("nvidia")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    folders = []
-    for root in spec.submodule_search_locations:
-        folders += sorted(str(p.parent) for p in Path(root).glob("*/include/cusparse.h"))
-    return folders
-
-
-def private_folders(workdir: Path) -> dict[str, str]:
-    """HOME, TMPDIR and every cache the executor, its compilers and torch write to: inside the
-    executor's own folder (created here), the only place besides its build folder it may write."""
-    home, tmp, cache = workdir / "home", workdir / "tmp", workdir / "cache"
-    for folder in (home, tmp, cache):
-        folder.mkdir(parents=True, exist_ok=True)
-    return {
-        "HOME": str(home), "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp),
-        "XDG_CACHE_HOME": str(cache), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
-        "XDG_STATE_HOME": str(home / ".local/state"), "MPLCONFIGDIR": str(cache / "matplotlib"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
-        "TRITON_HOME": str(home), "TORCH_HOME": str(cache / "torch"), "CUDA_CACHE_PATH": str(cache / "nv"),
-    }
-
-
-@functools.cache
-def torch_bytecode_missing() -> bool:
-    """Whether torch was installed without its bytecode beside its sources (__pycache__)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.origin:
-        return False
-    origin = Path(spec.origin)
-    return not (origin.parent / "__pycache__" / f"{origin.stem}.{sys.implementation.cache_tag}.pyc").is_file()
-
-
-def bytecode_cache(cache_dir: Path) -> Path | None:
-    """Where torch's and the evaluator's bytecode is kept (PYTHONPYCACHEPREFIX) when torch was
-    installed without it (as on the device): else every executor compiles some 1,500 modules from
-    source, and importing torch and dynamo took 10.8 s there instead of 4.2 s. Only the referee writes
-    it (it imports what executors import first: `referee.EXECUTOR_MODULES`); executors read it
-    (Landlock grants it read-only by name) and write no bytecode. None where torch has its own."""
-    return cache_dir / "pycache" if torch_bytecode_missing() else None
-
-
-def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None = None,
-                         bytecode: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not any(m in k.upper() for m in SECRET_MARKERS) and not k.upper().startswith(HIDDEN_PREFIXES)}
-    if workdir is not None:
-        import site
-
-        user_base = site.getuserbase()  # HOME moves: keep the user's own site-packages importable
-        if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
-            env.setdefault("PYTHONUSERBASE", user_base)
-        env.update(private_folders(workdir))
-    env["TORCH_EXTENSIONS_DIR"] = str(extension_dir)
-    env.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
-    if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
-        env["CUDA_HOME"] = "/usr/local/cuda"
-    extra_headers = pip_cuda_include_dirs(env.get("CUDA_HOME"))
-    if extra_headers:
-        env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(extra_headers + [p for p in env.get("CPLUS_INCLUDE_PATH", "").split(os.pathsep) if p])
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        # With no GPU to ask, torch would build CUDA code for every architecture it knows.
-        env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if bytecode is not None and bytecode.is_dir():
-        env["PYTHONPYCACHEPREFIX"] = str(bytecode)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def group_resident_bytes(leader: int) -> int:

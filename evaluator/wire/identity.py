@@ -17,52 +17,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import platform
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:
-    from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.records import Environment, Hardware, Judge, json_digest
 
 EVALUATOR_DIR = Path(__file__).resolve().parents[1]
-
-
-class Hardware(BaseModel):
-    """The GPU the prompt describes and the verdicts are keyed by."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(description="Device name, e.g. `NVIDIA H100 80GB HBM3`.")
-    sm_count: int | None = Field(None, description="Streaming multiprocessors.")
-    capability: str | None = Field(None, description="Compute capability, e.g. `9.0`.")
-    memory_gib: float | None = Field(None, description="Device memory in GiB.")
-
-
-class Judge(BaseModel):
-    """What judged a verdict. Two verdicts with the same fingerprint were judged by the same rules."""
-
-    model_config = ConfigDict(extra="forbid")
-    evaluator_sha256: str = Field(description="SHA-256 over the evaluator package's sources (names and bytes).")
-    problem_sha256: str = Field(description="SHA-256 over the problem's definition files (spec and reference).")
-    torch_version: str = Field(description="torch.__version__ of the judging interpreter.")
-    cuda_version: str | None = Field(description="torch.version.cuda (None for a CPU-only torch).")
-
-    @property
-    def fingerprint(self) -> str:
-        return json_digest(self.model_dump(mode="json"))
-
-    @property
-    def short(self) -> str:
-        """Twelve hex digits of the fingerprint, for people."""
-        return self.fingerprint[:12]
-
-
-def json_digest(obj: Any) -> str:
-    """SHA-256 of `obj` as canonical JSON (sorted keys, no spaces): the store's keys are made with it."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _files_digest(files: list[Path], root: Path) -> str:
@@ -169,8 +132,6 @@ def describe_environment(device: str):
     import socket
 
     import torch
-
-    from evaluator.wire.records import Environment
 
     env = dict(device=device, torch_version=torch.__version__, cuda_version=torch.version.cuda,
                python=platform.python_version(), hostname=socket.gethostname())

@@ -6,12 +6,12 @@ read back with an unknown field fails loudly instead of being silently half-read
 
 from __future__ import annotations
 
+import hashlib
+import json
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from evaluator.wire.identity import Judge
 
 SCHEMA_VERSION = 1
 # The package's version, for people. Verdicts are keyed by `Verdict.judge` (hashes of the
@@ -26,6 +26,40 @@ SPEEDUP_RULE = (
     "same GPU in the same batch: the baseline's by device events in the referee's own process, the "
     "candidate's by the referee's clock around each call, less what that clock's window costs (measured "
     "by the referee's calibrator beside each call), never by anything the candidate's process reports.")
+
+
+class Hardware(BaseModel):
+    """The GPU the prompt describes and the verdicts are keyed by."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="Device name, e.g. `NVIDIA H100 80GB HBM3`.")
+    sm_count: int | None = Field(None, description="Streaming multiprocessors.")
+    capability: str | None = Field(None, description="Compute capability, e.g. `9.0`.")
+    memory_gib: float | None = Field(None, description="Device memory in GiB.")
+
+
+class Judge(BaseModel):
+    """What judged a verdict. Two verdicts with the same fingerprint were judged by the same rules."""
+
+    model_config = ConfigDict(extra="forbid")
+    evaluator_sha256: str = Field(description="SHA-256 over the evaluator package's sources (names and bytes).")
+    problem_sha256: str = Field(description="SHA-256 over the problem's definition files (spec and reference).")
+    torch_version: str = Field(description="torch.__version__ of the judging interpreter.")
+    cuda_version: str | None = Field(description="torch.version.cuda (None for a CPU-only torch).")
+
+    @property
+    def fingerprint(self) -> str:
+        return json_digest(self.model_dump(mode="json"))
+
+    @property
+    def short(self) -> str:
+        """Twelve hex digits of the fingerprint, for people."""
+        return self.fingerprint[:12]
+
+
+def json_digest(obj: Any) -> str:
+    """SHA-256 of `obj` as canonical JSON (sorted keys, no spaces): the store's keys are made with it."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 class Record(BaseModel):
