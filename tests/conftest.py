@@ -1,10 +1,12 @@
 """Shared test setup.
 
 Isolation: no test writes into the checkout or the user's own caches and settings.
-- One build cache for the session (`HARNESS_CACHE_DIR`, a temporary folder): each extension is
-  built once per session, never into ~/.cache/kernelharness. `KERNELHARNESS_TEST_CACHE_DIR`
-  names another folder to use instead, by choice (.ci/gpu prebuilds every CUDA source into
-  one in parallel before the tests, which would otherwise build them again one by one).
+- One build cache shared by every test session of this user (`HARNESS_CACHE_DIR`): by default
+  `kernelharness-test-builds-<uid>` in the temporary folder, apart from the checkout and from the
+  user's own ~/.cache/kernelharness; `KERNELHARNESS_TEST_CACHE_DIR` names another (.ci/gpu
+  prebuilds every CUDA source into one in parallel before the tests). Builds in it are keyed by
+  source and toolchain (evaluator.referee.environment.build_folder), so an unchanged extension is
+  built once, not once per session, and another torch or compiler never reuses it.
 - Settings that point the harness at a developer's own store, config, run folder or endpoint
   (`HARNESS_STORE`, `OPENAI_API_KEY`, ...) are unset for the session.
 - Every test (and every module or session fixture) runs in a fresh temporary working folder,
@@ -79,11 +81,25 @@ _checkout_before = pytest.StashKey["dict | None"]()
 _checkout_changes = pytest.StashKey[list]()
 
 
+def shared_build_cache(session_folder: Path) -> str:
+    """The build cache every test session of this user shares: a folder of the user's own (0700) in the
+    temporary folder; if that name is taken by anything else, this session's own."""
+    shared = Path(tempfile.gettempdir()) / f"kernelharness-test-builds-{os.getuid()}"
+    try:
+        shared.mkdir(mode=0o700, exist_ok=True)
+        info = shared.lstat()
+        if shared.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise PermissionError(f"{shared} is not this user's private folder")
+        return str(shared)
+    except OSError:
+        return str(session_folder / "build-cache")
+
+
 def pytest_configure(config):
     """Set before collection, so that modules imported while collecting see it too."""
     folder = Path(tempfile.mkdtemp(prefix="kernelharness-tests-"))
     config.stash[_session_folder] = folder
-    _SESSION_ENV.setenv("HARNESS_CACHE_DIR", os.environ.get("KERNELHARNESS_TEST_CACHE_DIR") or str(folder / "build-cache"))
+    _SESSION_ENV.setenv("HARNESS_CACHE_DIR", os.environ.get("KERNELHARNESS_TEST_CACHE_DIR") or shared_build_cache(folder))
     _SESSION_ENV.setenv("MPLCONFIGDIR", str(folder / "matplotlib"))
     for name in USER_SETTINGS:
         _SESSION_ENV.delenv(name, raising=False)

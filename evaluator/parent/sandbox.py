@@ -37,6 +37,7 @@ from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
 from evaluator.parent.lanes import Job, Judged, Scheduler
 from evaluator.parent.referee_client import RefereeClient, protected_paths
+from evaluator.referee.environment import toolchain_digest
 from evaluator.referee.process import ExecutorProcess, settle
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
@@ -391,9 +392,9 @@ class Evaluator:
             self.rounds = scheduler.rounds
 
     def built_mark(self, digest: str) -> Path:
-        """Written by the parent after a build of this source succeeded (outside any executor's folder:
-        no candidate can write it)."""
-        return self.cache_dir / "built" / digest
+        """Written by the parent after a build of this source with this toolchain succeeded (outside any
+        executor's folder: no candidate can write it)."""
+        return self.cache_dir / "built" / toolchain_digest(self.device) / digest
 
     def mark_built(self, digest: str) -> None:
         try:

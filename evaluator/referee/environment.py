@@ -1,6 +1,6 @@
 """What an executor's environment holds: the variables it is given (secrets and the harness's own
 settings left out), its private folders (HOME, TMPDIR, every cache inside its own folder), its build
-folder, and the bytecode cache it reads.
+folder (keyed by the source and the toolchain), and the bytecode cache it reads.
 """
 
 from __future__ import annotations
@@ -8,14 +8,19 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+from evaluator.wire.records import json_digest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Environment variables whose names contain one of these are not passed to candidates.
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 # Nor are the harness's own settings (where its store, runs and endpoint are) or the user's runtime folder.
 HIDDEN_PREFIXES = ("HARNESS_", "OPENAI_", "XDG_RUNTIME_DIR", "DBUS_", "SSH_")
+CPU_BUILD_ARCH = "9.0"  # what CUDA code is built for where no GPU can be asked (compile-only on a CPU machine)
 
 
 def pip_cuda_include_dirs(cuda_home: str | None) -> list[str]:
@@ -87,10 +92,51 @@ def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None 
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
         # With no GPU to ask, torch would build CUDA code for every architecture it knows.
-        env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+        env.setdefault("TORCH_CUDA_ARCH_LIST", CPU_BUILD_ARCH)
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if bytecode is not None and bytecode.is_dir():
         env["PYTHONPYCACHEPREFIX"] = str(bytecode)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _version_line(command: list[str], last: bool = False) -> str:
+    """The first (or last) line a tool prints for `--version`; empty when it cannot be run."""
+    if shutil.which(command[0]) is None:
+        return ""
+    try:
+        lines = subprocess.run(command, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return (lines[-1] if last else lines[0]).strip() if lines else ""
+
+
+@functools.cache
+def toolchain(device: str) -> dict[str, str]:
+    """What an extension's build depends on besides its source: torch and its CUDA, Python, the host
+    compiler, nvcc, and the architectures it builds for (TORCH_CUDA_ARCH_LIST, else the GPU's, else the
+    one an executor on the CPU is given). Two installs that differ in any of these never share a build
+    folder (they would rebuild it in turn, or load one built for another torch)."""
+    import torch
+
+    cuda_home = os.environ.get("CUDA_HOME") or ("/usr/local/cuda" if Path("/usr/local/cuda").is_dir() else "")
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    if not arch and device == "cuda":
+        try:
+            arch = "%d.%d" % torch.cuda.get_device_capability()
+        except Exception:  # no GPU to ask: the build will say so
+            arch = "unknown"
+    return {"torch": torch.__version__, "torch_cuda": str(torch.version.cuda), "python": sys.version.split()[0],
+            "cxx": _version_line([os.environ.get("CXX", "c++"), "--version"]),
+            "nvcc": _version_line([str(Path(cuda_home) / "bin" / "nvcc"), "--version"], last=True) if cuda_home else "",
+            "arch": arch or CPU_BUILD_ARCH}
+
+
+def toolchain_digest(device: str) -> str:
+    return json_digest(toolchain(device))[:16]
+
+
+def build_folder(cache_dir: Path, digest: str, device: str) -> Path:
+    """Where a candidate's extensions are built: `extensions/<toolchain>/<source>` in the build cache."""
+    return cache_dir / "extensions" / toolchain_digest(device) / digest[:24]

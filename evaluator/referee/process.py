@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evaluator.referee import launch
-from evaluator.referee.environment import bytecode_cache, scrubbed_environment
+from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
 from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Reply
@@ -192,7 +192,7 @@ class ExecutorProcess:
         self.start_seconds: dict[str, float] = {}
         self.proc: subprocess.Popen | None = None
         self.workdir: Path | None = None
-        self.extension_dir = cache_dir / "extensions" / digest[:24]
+        self.extension_dir = build_folder(cache_dir, digest, device)
         self.started = time.monotonic()
         self._buffer = bytearray()
         self._received = 0
