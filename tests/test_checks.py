@@ -1,4 +1,4 @@
-"""Static checks on candidate source (evaluator/checks.py): table-driven, pure AST, no torch."""
+"""Static checks on candidate source (evaluator/checks/): table-driven, pure AST, no torch."""
 
 from __future__ import annotations
 

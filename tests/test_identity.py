@@ -36,7 +36,7 @@ def edited_evaluator(tmp_path, monkeypatch):
 
 def test_the_judge_hashes_sources_not_a_version_string(edited_evaluator):
     before = identity.evaluator_sha256()
-    checks = edited_evaluator / "checks.py"
+    checks = edited_evaluator / "checks" / "python_rules.py"
     checks.write_text(checks.read_text() + "\n# a stricter check\n")
     identity.evaluator_sha256.cache_clear()
     after = identity.evaluator_sha256()
@@ -80,7 +80,7 @@ def test_a_changed_check_rejudges_what_was_stored(tmp_path, edited_evaluator):
     again = _run(cfg, golden)
     assert again.evaluated == 0 and again.outcomes[0].reused_verdict  # same rules: nothing judged twice
 
-    checks = edited_evaluator / "checks.py"  # a check changes
+    checks = edited_evaluator / "checks" / "python_rules.py"  # a check changes
     checks.write_text(checks.read_text() + "\n# a stricter check\n")
     identity.evaluator_sha256.cache_clear()
     changed = _run(cfg, golden)

@@ -1,0 +1,69 @@
+"""Static checks on candidate source: flags found by reading the code, never by running it.
+
+`static_flags(source, rules=problem.rules)` parses the candidate with `ast` and returns `Flag`
+records, one per flag name, whose reason names every place it was seen (`line 3: ...; lines 7, 9:
+...`), ordered by the first place. Python is only ever read through its syntax tree; the string
+constants of the module (the C++/CUDA text handed to `load_inline`) are scanned for a few
+identifiers, since they are C++ and have no Python syntax tree.
+
+The modules, each depending only on those above it in this list:
+
+* `names`: what the candidate's names stand for (import aliases, re-bindings, getattr with a known
+  name, ...) and what its string expressions spell (`fold`).
+* `walker`: the one walker over the tree, which calls the rules registered with it, and the findings
+  they add, made into one `Flag` per flag name.
+* `flags`: each flag's default policy and description.
+* `python_names`: the tables the Python-source rules judge names by (`NAME_RULES`, `WRITE_RULES`, ...).
+* `python_rules`: the Python-source rules (imports, introspection, dynamic_code, monkeypatch, io, ...).
+* `cpp_rules`: the C++/CUDA-source rules (`CPP_RULES`, python_from_cpp).
+* `problem_rules`: the problem's `Rules` (its heavy ops and layers) and their C++ forms.
+* `forward`: what ModelNew.forward reaches (torch_fallback on the Python side, output_caching).
+
+The checks are best-effort and static: code built at run time (`exec`, dynamic `getattr`)
+is itself flagged as `dynamic_code` (reject), because it would blind every other check.
+What static checks cannot see (a hack that only behaves differently at run time) is the
+business of the dynamic checks in the worker.
+
+This package imports nothing heavy (no torch), so the harness may call it without trusting
+or importing the candidate. `python -m evaluator.checks [--problem P] FILE...` prints the flags of files.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from evaluator.checks.cpp_rules import CppRules
+from evaluator.checks.flags import DEFAULT_POLICIES, FLAG_DESCRIPTIONS
+from evaluator.checks.forward import ForwardPath
+from evaluator.checks.problem_rules import Heavy, HeavyCppRule, default_rules
+from evaluator.checks.python_rules import PythonRules
+from evaluator.checks.walker import Walker
+from evaluator.wire.problem import Rules
+from evaluator.wire.records import Flag, FlagPolicy
+
+__all__ = ["DEFAULT_POLICIES", "FLAG_DESCRIPTIONS", "static_flags"]
+
+
+def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None, rules: Rules | None = None) -> list[Flag]:
+    """Flags found by reading `source` (no execution). [] when it does not parse.
+
+    `policies` overrides `DEFAULT_POLICIES` per flag name. `rules` are the problem's
+    (`ProblemSpec.rules`: its heavy ops and the layers ModelNew shares with Model); None means
+    the rules of DEFAULT_PROBLEM, which existing callers judging that problem rely on.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):  # null bytes, nesting too deep: reported elsewhere
+        return []
+    merged = dict(DEFAULT_POLICIES)
+    for name, pol in (policies or {}).items():
+        merged[name] = FlagPolicy(pol)
+    heavy = Heavy.of(rules if rules is not None else default_rules())
+    walker = Walker(tree)
+    # registration order is the order findings are made in, which orders the places of one line
+    PythonRules(walker)
+    CppRules(walker)
+    HeavyCppRule(walker, heavy)
+    ForwardPath(walker, heavy)
+    walker.walk()
+    return walker.findings.flags(merged)

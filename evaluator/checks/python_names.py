@@ -1,0 +1,273 @@
+"""What a name in the candidate's Python is, to the Python-source rules: the tables they judge by.
+
+* A dotted name seen anywhere (an import, a reference, a call, `getattr(m, "name")` with a known name) is
+  judged by `NAME_RULES`, and also as the name it has in each standard module it passes through (`readings`):
+  `logging.threading.Thread` is `threading.Thread`, `torch.utils.cpp_extension.subprocess.run` is
+  `subprocess.run`, `os.sys.modules` is `sys.modules`.
+* A write to something imported is judged by `WRITE_RULES` (a global backend setting, the environment, else
+  a patched module); attribute names (`x.NAME`, `getattr(x, "NAME")`, `x.NAME = ...`) by `ATTRIBUTE_RULES`,
+  `ATTRIBUTE_NAME_RULES` and `WRITTEN_ATTRIBUTE_RULES`.
+
+The visitors that apply these tables are evaluator.checks.python_rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from evaluator.checks.names import root, under
+
+# --------------------------------------------------------------------------- dotted names
+
+COMPILE_FUNCS = frozenset(("torch.compile", "torch.jit.script", "torch.jit.trace", "torch._dynamo.optimize"))
+
+CUDA_STREAM_NAMES = frozenset(
+    "torch." + n
+    for n in (
+        "cuda.Stream", "cuda.Event", "cuda.stream", "cuda.ExternalStream", "cuda.StreamContext", "cuda.set_stream",
+        "cuda.streams", "Stream", "Event", "cuda.CUDAGraph", "cuda.graph", "cuda.make_graphed_callables",
+        "cuda.graphs",
+    )
+)
+CONCURRENCY_ROOTS = frozenset(("threading", "_thread", "multiprocessing", "concurrent", "asyncio"))
+CONCURRENCY_NAMES = frozenset(("os.fork", "os.forkpty", "os.register_at_fork", "torch.multiprocessing",
+                               "sys.setswitchinterval", "logging.handlers.QueueListener"))
+INTROSPECTION_ROOTS = frozenset(
+    ("gc", "inspect", "ctypes", "_ctypes", "evaluator", "harness", "signal", "atexit", "faulthandler", "resource")
+)
+INTROSPECTION_NAMES = frozenset(
+    (
+        "sys._getframe", "sys.settrace", "sys.setprofile", "sys._current_frames", "sys.modules",
+        "sys.addaudithook", "sys.setrecursionlimit", "importlib.reload", "builtins.__builtins__",
+        "os._exit", "os.kill", "os.killpg", "os.abort", "threading.settrace", "threading.setprofile",
+        # tracebacks lead to frames: sys.exc_info()[2].tb_frame
+        "sys.exc_info", "sys.exception", "sys.last_traceback", "sys.last_value", "sys.last_exc", "sys.last_type",
+        "sys.monitoring", "sys.remote_exec", "traceback.walk_stack", "traceback.walk_tb",
+        "os.setsid", "os.setpgrp", "os.setpgid", "os.dup", "os.dup2",
+    )
+)
+IO_ROOTS = frozenset(
+    ("socket", "subprocess", "urllib", "urllib3", "requests", "http", "httpx", "aiohttp", "shutil", "tempfile",
+     "ftplib", "smtplib", "telnetlib", "webbrowser", "paramiko", "pty", "glob", "ssl", "xmlrpc")
+)
+IO_NAMES = frozenset(
+    (
+        "builtins.open", "io.open", "io.FileIO", "codecs.open", "os.system", "os.popen", "os.remove",
+        "os.unlink", "os.rmdir", "os.removedirs", "os.rename", "os.renames", "os.replace", "os.mkdir",
+        "os.makedirs", "os.open", "os.write", "os.listdir", "os.scandir", "os.walk", "os.truncate", "os.link",
+        "os.symlink", "os.chmod", "os.chdir", "os.putenv", "os.unsetenv", "os.startfile", "os.posix_spawn",
+        "os.posix_spawnp", "torch.load", "torch.save", "torch.from_file", "numpy.load", "numpy.save",
+        "numpy.savez", "numpy.savez_compressed", "numpy.loadtxt", "numpy.savetxt", "numpy.fromfile",
+        "numpy.genfromtxt", "numpy.memmap", "os.fdopen", "os.pipe", "os.mkfifo", "torch.hub",
+    )
+)
+IO_PREFIXES = ("os.spawn", "os.exec")
+DYNAMIC_NAMES = frozenset(
+    ("builtins.exec", "builtins.eval", "builtins.compile", "types.FunctionType", "types.CodeType", "marshal.loads",
+     "pickle.loads", "dill.loads", "cloudpickle.loads", "pkgutil.resolve_name",
+     # interpreters of source text, and loaders of modules from files
+     "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
+     "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
+)
+DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery",
+                           # module loaders and the import system's hooks: modules loaded by computed names
+                           "builtins.__loader__", "builtins.__spec__", "sys.meta_path", "sys.path_hooks",
+                           "sys.path_importer_cache"))
+# importlib: only import_module with a constant name (resolved like an import) is read; the rest loads
+# modules out of sight. importlib.reload is introspection already.
+IMPORTLIB_READ = frozenset(("importlib.import_module", "importlib.reload"))
+PRECISION_CALLS = frozenset(
+    "torch." + n
+    for n in (
+        "set_float32_matmul_precision", "set_default_dtype", "set_default_tensor_type", "use_deterministic_algorithms",
+        "set_deterministic_debug_mode", "set_flush_denormal", "backends.cuda.preferred_blas_library",
+        "backends.cuda.preferred_linalg_library",
+    )
+)
+# Functions that take a name to look up, import or read: passed around as a value, what they reach is unseen.
+NAME_FUNCS = frozenset(("builtins.getattr", "builtins.hasattr", "builtins.vars", "builtins.globals", "builtins.locals",
+                        "builtins.__import__", "importlib.import_module", "builtins.object.__getattribute__",
+                        "builtins.type.__getattribute__", "inspect.getattr_static", "operator.attrgetter"))
+# getattr and its relatives: (receiver argument index or None, name argument index); writes apart.
+ATTR_FUNCS = {"builtins.getattr": (0, 1), "builtins.hasattr": (0, 1), "builtins.object.__getattribute__": (0, 1),
+              "builtins.type.__getattribute__": (0, 1), "inspect.getattr_static": (0, 1),
+              "operator.attrgetter": (None, 0)}
+ATTR_WRITERS = frozenset(("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
+                          "builtins.type.__setattr__", "builtins.object.__delattr__", "builtins.type.__delattr__"))
+TENSOR_BASES = frozenset(("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"))
+LIBRARY_FUNCS = frozenset(
+    "torch.library." + n for n in ("Library", "impl", "register_kernel", "register_fake", "_scoped_library")
+)
+# Modules that other modules carry as attributes (`logging.threading`, `torch.utils.cpp_extension.subprocess`,
+# `os.sys`): a dotted name passing through one is also judged as that module's own name.
+REROOTED = (CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | IO_ROOTS
+            | {"os", "sys", "builtins", "importlib", "io", "code", "codeop", "runpy", "marshal", "pickle", "traceback",
+               "types", "pkgutil", "zipimport", "logging"})
+NOT_REROOTED = ("torch.signal", "torch.types")  # torch's own packages named like a standard module
+
+# --------------------------------------------------------------------------- attribute names
+
+INTROSPECTION_ATTRS = frozenset(
+    ("f_back", "f_globals", "f_locals", "f_code", "f_builtins", "f_trace", "tb_frame", "gi_frame", "cr_frame",
+     "ag_frame", "__traceback__", "__globals__", "__code__", "__closure__", "__subclasses__", "__builtins__")
+)
+# Attributes that hand out a module's loader (`torch.__loader__.load_module("gc")`).
+LOADER_ATTRS = frozenset(("__loader__", "__spec__"))
+SUBCLASS_ATTRS = frozenset(
+    ("__torch_function__", "__torch_dispatch__", "TorchFunctionMode", "TorchDispatchMode", "_make_subclass",
+     "_make_wrapper_subclass", "as_subclass")
+)
+IO_METHODS = frozenset(
+    ("read_text", "write_text", "read_bytes", "write_bytes", "unlink", "touch", "rmdir", "mkdir", "symlink_to",
+     "hardlink_to", "open")
+)
+# A module's registries: replacing one (a dict subclass as `_buffers`) changes what the evaluator reads.
+MODULE_REGISTRIES = frozenset(
+    ("_buffers", "_parameters", "_modules", "_non_persistent_buffers_set", "_forward_hooks", "_forward_pre_hooks",
+     "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
+     "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "__dict__", "__class__")
+)
+# nn.Module methods the evaluator calls on ModelNew to load the reference's weights and read the
+# buffers back (or that those calls go through): an override sees, and can edit, the reference's tensors.
+STATE_METHODS = frozenset(
+    ("load_state_dict", "_load_from_state_dict", "state_dict", "_save_to_state_dict", "named_buffers", "buffers",
+     "named_parameters", "parameters", "_named_members", "named_modules", "modules", "children", "named_children",
+     "get_buffer", "get_parameter", "get_submodule", "_apply", "__getattr__", "__getattribute__", "__setattr__",
+     "__delattr__", "__deepcopy__", "__copy__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
+)
+# Of those, the ones an attribute of the same name shadows when written (`self.load_state_dict = f`); names
+# as common as `modules` or `parameters` are left to the override rule.
+SHADOWED_STATE_METHODS = STATE_METHODS - {"modules", "children", "parameters", "buffers"}
+STATE_HOOKS = frozenset(
+    ("_register_load_state_dict_pre_hook", "register_load_state_dict_pre_hook", "register_load_state_dict_post_hook",
+     "_register_state_dict_hook", "register_state_dict_pre_hook", "register_state_dict_post_hook")
+)
+CONTAINER_WRITES = frozenset(("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"))
+# Keywords of subprocess and friends that put a process in a session or group of its own.
+DETACHING_KEYWORDS = ("start_new_session", "process_group", "preexec_fn")
+
+
+# --------------------------------------------------------------------------- the rules
+
+@dataclass(frozen=True)
+class DottedNames:
+    """Which dotted names a rule covers: `name in names` when any field matches it and no `unless` does."""
+
+    roots: Collection[str] = ()        # first part: `gc` covers gc.collect
+    under: Collection[str] = ()        # these names and what lies below them
+    exact: Collection[str] = ()
+    prefixes: tuple[str, ...] = ()     # spelled prefixes: `os.spawn` covers os.spawnv
+    last: Collection[str] = ()         # last part, wherever it lies
+    test: Callable[[str], bool] | None = None
+    unless: tuple[DottedNames, ...] = ()
+
+    def __contains__(self, v: str) -> bool:
+        return (root(v) in self.roots or any(under(v, n) for n in self.under) or v in self.exact
+                or v.startswith(self.prefixes) or v.rsplit(".", 1)[-1] in self.last
+                or (self.test is not None and self.test(v))) and not any(v in u for u in self.unless)
+
+
+def _global_module_hook(v: str) -> bool:
+    last = v.rsplit(".", 1)[-1]
+    return under(v, "torch") and (last.startswith("register_module_") or (last.startswith("_global_") and "hook" in last))
+
+
+BUILT_AT_RUN_TIME = DottedNames(exact=DYNAMIC_NAMES, under=DYNAMIC_ROOTS)
+
+# A dotted name seen anywhere, in each of its readings: (flag, the names it covers, reason; {seen} is the name
+# as written, with the reading it matched). Every row that covers a reading counts.
+NAME_RULES: tuple[tuple[str, DottedNames, str], ...] = (
+    ("concurrency", DottedNames(roots=CONCURRENCY_ROOTS, under=CONCURRENCY_NAMES),
+     "uses {seen} (threads or processes)"),
+    ("introspection", DottedNames(roots=INTROSPECTION_ROOTS, under=INTROSPECTION_NAMES),
+     "uses {seen} (introspection or process control)"),
+    ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES),
+     "uses {seen} (files, network or processes)"),
+    ("dynamic_code", BUILT_AT_RUN_TIME, "uses {seen} (code built or loaded at run time)"),
+    ("dynamic_code", DottedNames(under=("importlib",), unless=(
+        DottedNames(exact=("importlib",), under=IMPORTLIB_READ), BUILT_AT_RUN_TIME)),
+     "uses {seen} (importlib loads modules out of the checks' sight)"),
+    ("cuda_stream", DottedNames(under=CUDA_STREAM_NAMES), "uses {seen} (CUDA streams/events/graphs)"),
+    ("precision_flags", DottedNames(exact=PRECISION_CALLS, prefixes=("torch._C._set_",)),
+     "calls {seen} (a global numeric setting)"),
+    ("torch_fallback", DottedNames(exact=COMPILE_FUNCS), "uses {seen} (PyTorch/Triton generates the kernels)"),
+    ("monkeypatch", DottedNames(last=SUBCLASS_ATTRS, under=("torch.overrides", "torch.utils._python_dispatch")),
+     "uses {seen} (overrides how torch functions behave)"),
+    ("monkeypatch", DottedNames(test=_global_module_hook),
+     "uses {seen} (a global module hook: it runs on the reference's modules too)"),
+)
+
+# A write to an attribute or item of something imported (`torch.backends.cudnn.allow_tf32 = True`,
+# `os.environ["X"] = ...`, `torch.mm = f`), in any of its readings: (flag, names or None for any other, reason).
+# The first row that covers it counts.
+WRITE_RULES: tuple[tuple[str, DottedNames | None, str], ...] = (
+    ("precision_flags", DottedNames(under=("torch.backends",)),
+     "{verb} {full} (a global backend setting; it also governs the baseline)"),
+    ("io_or_network", DottedNames(prefixes=("os.environ.", "os.environ[")), "{verb} {full} (environment write)"),
+    ("monkeypatch", None, "{verb} {full} (modifies an imported module or object)"),
+)
+
+# `x.NAME` read wherever it appears: (flag, names, reason, only where `x.NAME` resolves to no imported name:
+# a resolved one is judged by NAME_RULES).
+ATTRIBUTE_RULES: tuple[tuple[str, Collection[str], str, bool], ...] = (
+    ("introspection", INTROSPECTION_ATTRS, "accesses .{attr} (frames, code or globals of other code)", False),
+    ("dynamic_code", LOADER_ATTRS, "accesses .{attr} (a module loader: loads and runs modules by name)", False),
+    ("monkeypatch", SUBCLASS_ATTRS, "uses .{attr} (tensor subclass overriding torch functions)", True),
+    ("output_caching", ("data_ptr", "_version"), "uses .{attr} in Python (input identity, a cache-key signal)", False),
+)
+
+# A name handed to getattr, setattr and their relatives (`getattr(tb, "tb_frame")`, also when spelled:
+# `"tb_" + "frame"`): (flag, names, reason, how the name is matched: "part" for any dotted part of it
+# (`attrgetter("f_back.f_globals")`), "written" for the whole name, by setattr/delattr only).
+ATTRIBUTE_NAME_RULES: tuple[tuple[str, Collection[str], str, str], ...] = (
+    ("dynamic_code", LOADER_ATTRS, "{short}(..., {text!r}) (a module loader: loads and runs modules by name)", "part"),
+    ("introspection", INTROSPECTION_ATTRS, "{short}(..., {text!r}) (frames, code or globals of other code)", "part"),
+    ("monkeypatch", MODULE_REGISTRIES, ("{short}(..., {text!r}) (replaces a module's registry, which the evaluator "
+                                        "reads parameters and buffers from)"), "written"),
+    ("monkeypatch", SHADOWED_STATE_METHODS, ("{short}(..., {text!r}) (shadows nn.Module.{text}, which the evaluator "
+                                             "calls on ModelNew)"), "written"),
+)
+
+# `x.NAME = ...` or `del x.NAME`, whatever x is: (flag, names, reason, final: no later rule judges that write).
+WRITTEN_ATTRIBUTE_RULES: tuple[tuple[str, Collection[str], str, bool], ...] = (
+    ("monkeypatch", ("__class__", "__code__", "__globals__", "__dict__"),
+     "{verb} .{attr} (changes the type or code of an object)", True),
+    ("monkeypatch", MODULE_REGISTRIES, ("{verb} {target} (replaces a module's registry, which the evaluator reads "
+                                        "parameters and buffers from)"), True),
+    ("monkeypatch", SHADOWED_STATE_METHODS, ("{verb} {target} (shadows nn.Module.{attr}, which the evaluator calls "
+                                             "on ModelNew)"), False),
+)
+
+
+def readings(q: str) -> list[str]:
+    """`q`, and the name it has in each standard module it passes through: `logging.threading.Thread`
+    is also `threading.Thread`, `torch.utils.cpp_extension.subprocess.Popen` is also `subprocess.Popen`."""
+    parts = q.split(".")
+    out = [q]
+    for i in range(1, len(parts)):
+        if parts[i] in REROOTED and not any(under(".".join(parts[: i + 1]), n) for n in NOT_REROOTED):
+            out.append(".".join(parts[i:]))
+    return out
+
+
+Add = Callable[..., None]  # Findings.add
+
+
+def judge_name(add: Add, q: str, line: int) -> None:
+    """A dotted name seen on `line`, judged in each of its readings by NAME_RULES."""
+    for v in readings(q):
+        seen = q if v == q else f"{q} (that is {v})"
+        for flag, names, reason in NAME_RULES:
+            if v in names:
+                add(flag, line, reason.format(seen=seen), q)
+
+
+def judge_write(add: Add, full: str, line: int, verb: str) -> None:
+    """A write to `full`, an attribute or item of something imported, judged by WRITE_RULES."""
+    views = readings(full)
+    for flag, names, reason in WRITE_RULES:
+        if names is None or any(v in names for v in views):
+            add(flag, line, reason.format(verb=verb, full=full))
+            return
