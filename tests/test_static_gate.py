@@ -18,11 +18,13 @@ from evaluator.identity import judge_identity, verdict_key
 from evaluator.problem import load_problem
 from evaluator.records import Flag, FlagPolicy, Phase, Status, Verdict
 from evaluator.sandbox import CandidateFile, EvalOptions, Evaluator, merge_flags
-from harness.board import Entry, classify, summarize
+from harness.board import Entry
 from harness.cli import app
 from harness.config import RunConfig, resolve_config
 from harness.outcomes import COUNTED, Outcome
 from harness.pipeline import execute_run
+from harness.ranking import classify
+from harness.summaries import summarize
 
 HACKS = FIXTURES / "hacks" / "cpu"
 REPLIES = FIXTURES / "replies"
