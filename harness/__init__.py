@@ -13,7 +13,7 @@ _EXPORTS = {
     "render_prompt": "harness.prompts", "parse_reply": "harness.parsing", "OpenAIProvider": "harness.providers",
     "ReplayProvider": "harness.providers", "RunConfig": "harness.config", "resolve_config": "harness.config",
     "execute_run": "harness.pipeline", "Store": "harness.store", "open_store": "harness.store",
-    "build_boards": "harness.board", "run_bench": "harness.bench",
+    "build_boards": "harness.leaderboard", "run_bench": "harness.bench",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -1,126 +1,36 @@
-"""The leaderboard as data: boards built from the result store, and the metrics over them.
+"""The leaderboard as data: its rows (`Entry`), the summary rows over them (`SummaryRow`, `ChainRow`),
+and the boards that hold them (`Board`).
 
-Pure functions of what the store holds (no printing; `harness.render` and `harness.report`
-draw them). Reading rules (what makes a ranking honest):
+No printing and no reading: `harness.leaderboard` builds boards from the result store, `harness.render`
+and `harness.report` draw them. Which rows are ranked, and in what order, is `harness.ranking`; the
+metrics of the summary rows are `harness.summaries`.
 
-- Rows from different GPUs are never mixed: one board per `environment.device_name` (the
-  store's key column when a verdict has no environment, e.g. a parse error).
-- A speedup is the one the referee computed (`Verdict.speedup`): the candidate timed in its
-  executor, the baseline by the referee in a round of the same batch on the same GPU, with the
-  same timing loop (`Verdict.baseline_source` names the round). Nothing here divides numbers
-  from two evaluations.
-- Ranked: candidates whose verdict is `correct`, that pass the chosen tolerance tier
-  (`--tier`, default `loose`), carry no `reject` flag nor an `implausible` flag, and were
-  judged by this harness's rules (`Verdict.judge`, see evaluator.wire.identity: a verdict from an
-  older evaluator or an edited problem is `stale` until it is judged again); ordered by
-  speedup vs `eager` (fastest first; those without an eager speedup last, by runtime).
-  Everything else is listed below, grouped by outcome (harness.outcomes), with its reason.
+- One board per GPU (`environment.device_name`), problem and size: rows from different GPUs are never
+  mixed, and speedups of different problems or sizes are never ranked or summarized together.
 - Reference rows sit beside the ranking: each baseline (median of its medians over the same
   evaluations, and its speedup vs `eager` etc. computed inside each evaluation, then the
   median), and the golden kernels (runs of mode `golden`).
-
-Summary metrics per model x prompt variant (and overall, golden kernels excluded):
-outcome counts, `fast_p` (KernelBench: the share of ALL samples that are correct and faster
-than p times the baseline), the geometric mean and the best speedup over correct samples,
-and what the requests cost (from the generations table, harness.spend): requests, tokens
-(prompt, completion, reasoning), tokens per sample and per correct candidate (correct@tier),
-request latency, and with prices (`[prices.MODEL]` in harness.toml, else those stored with the
-run) the cost and the cost per correct candidate. Every request counts: a sample's own and the
-extra requests that salvaged its reply when the token limit cut it off (harness.salvage); each
-row of a candidate carries its own sample's spend, and what salvage did (`salvage`). A sample is a
-requested generation: samples whose request failed (`no_reply`) or that were not evaluated
-(`not_evaluated`) count in the denominator too.
-
-Refinement turns (`harness run --turns T`): a candidate of turn t >= 2 refines its `parent`
-(sample `0/2/3`: sample 0, refined at turn 2, then at turn 3); the first-turn sample it
-descends from is its chain. When a board holds a candidate of turn > 1, and only then, its
-rows show the turn and the parent, and each model x variant with such candidates gets: one
-summary row per turn (the same metrics over the samples asked for at that turn: fast_p's
-denominator is that turn's requests), one row per chain (its best ranked candidate by the
-leaderboard's order, whether it was rescued: its first-turn candidate is not ranked but a
-later one is, and the tokens and request latency of all its turns), and the count of chains
-and rescued chains in its summary row. Every turn's candidates are also ordinary samples of
-the run's summary row (whose fast_p is over all of them).
+- Refinement turns (`harness run --turns T`): a candidate of turn t >= 2 refines its `parent`
+  (sample `0/2/3`: sample 0, refined at turn 2, then at turn 3); the first-turn sample it
+  descends from is its chain. When a board holds a candidate of turn > 1, and only then, its
+  rows show the turn and the parent, and it has turn and chain rows.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from evaluator.wire.identity import Judge
-from evaluator.wire.records import Flag, FlagPolicy, Status, Verdict
-from harness.config import TokenPrices
+from evaluator.wire.records import Flag, Verdict
 from harness.outcomes import Outcome
-from harness.records import Candidate, Generation, Run, Salvage, SalvageOutcome
-from harness.spend import Prices, Spend
-from harness.store import NO_MODEL, Store, VerdictRow
-from harness.text import short_text
+from harness.ranking import speed_order
+from harness.records import Salvage
+from harness.spend import Spend
 
-TIERS = ("strict", "loose")
 SPEEDUP_BASELINES = ("eager", "compile", "eager_tf32", "compile_tf32")  # the columns, in this order
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 FAST_P_BASELINES = ("eager", "compile")
 
-# Whether a verdict was judged by the current rules: (verdict) -> None when it was, else why not.
-StalenessCheck = Callable[[Verdict], "str | None"]
-# Anything with a `candidate_id: str` and a `verdict: Verdict | None` (e.g. pipeline.SampleOutcome).
-Judged = TypeVar("Judged")
-
-
-# -- pure metrics ---------------------------------------------------------------------------------
-
-def fast_p(samples: Sequence[tuple[bool, float | None]], p: float) -> float | None:
-    """KernelBench's fast_p: the share of ALL `samples` (correct, speedup) that are correct and
-    have speedup > p. None for no samples."""
-    if not samples:
-        return None
-    return sum(1 for ok, s in samples if ok and s is not None and s > p) / len(samples)
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    """Geometric mean of positive values (None for none)."""
-    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    if not values:
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def is_implausible(flag: Flag) -> bool:
-    return flag.name.startswith("implausible")
-
-
-def classify(verdict: Verdict, tier: str, stale: str | None = None) -> tuple[Outcome, str | None]:
-    """(outcome, reason): `correct` only when rankable at `tier`; `stale` when `stale` says why the
-    verdict's rules are not the current ones; `below_tier` when it is correct at a looser tier
-    only; `rejected` for a reject or implausible flag (a correct verdict's, or the status `rejected`
-    of one the static checks kept from running), the reason naming the flags; else the status."""
-    if stale is not None:
-        return Outcome.stale, stale
-    if verdict.status not in (Status.correct, Status.rejected):
-        return Outcome.of(verdict.status), short_text(verdict.error) or None
-    blocking = [f for f in verdict.flags if f.policy == FlagPolicy.reject or is_implausible(f)]
-    if blocking or verdict.status == Status.rejected:  # rejected statically (never run), or correct and rejected
-        return Outcome.rejected, ("; ".join(f"{f.name}: {short_text(f.reason, 80)}" for f in blocking)
-                                  or short_text(verdict.error) or None)
-    tiers = verdict.correctness.tiers if verdict.correctness else {}
-    passes = tiers.get(tier)
-    if passes is None and tier in TIERS:  # the problem has no such tier: a stricter one it passes counts
-        passes = any(tiers.get(t, False) for t in TIERS[:TIERS.index(tier)])
-    if not passes:
-        passed = [t for t, ok in tiers.items() if ok]
-        err = verdict.correctness.max_abs_err if verdict.correctness else None
-        detail = f" (max abs err {err:.2e})" if err is not None else ""
-        return Outcome.below_tier, (f"passes {', '.join(passed) or 'no tier'}, not {tier}{detail}"
-                                    if tier in tiers else f"no tier {tier!r} in this verdict, nor a stricter one passed")
-    return Outcome.correct, None
-
-
-# -- the entries ----------------------------------------------------------------------------------
 
 @dataclass
 class Entry:
@@ -192,6 +102,11 @@ class Entry:
         if self.kind in ("golden", "baseline"):
             return "reference"
         return "ranked" if self.rank is not None else "unranked"
+
+    @property
+    def rank_key(self) -> tuple:
+        """Its place in the leaderboard's order (harness.ranking.speed_order), as a sort key."""
+        return speed_order(self.speedup.get("eager"), self.runtime_ms, self.name)
 
     @property
     def shown_status(self) -> str:
@@ -393,6 +308,8 @@ class Board:
 
 @dataclass
 class Filters:
+    """What of the store the boards show (`harness leaderboard --run ... --gpu ...`): None shows all."""
+
     run: str | None = None
     model: str | None = None
     problem: str | None = None
@@ -402,372 +319,3 @@ class Filters:
 
     def to_dict(self) -> dict[str, str]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-# -- from store rows to entries -------------------------------------------------------------------
-
-def _row_gpu(row: VerdictRow) -> str:
-    env = row.verdict.environment
-    return env.device_name if env is not None and env.device_name else row.device_name
-
-
-def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: StalenessCheck | None = None,
-                   candidate: Candidate | None = None) -> Entry:
-    """The board row of a judged candidate; `candidate` (its record) gives its turn and parent."""
-    v = row.verdict
-    golden = run is not None and run.mode == "golden"
-    outcome, reason = classify(v, tier, staleness(v) if staleness is not None else None)
-    return Entry(
-        kind="golden" if golden else "candidate", name=f"golden/{row.sample}" if golden else f"{row.run_id}/{row.sample}",
-        gpu=_row_gpu(row), problem=row.problem, size=row.size, status=v.status.value, outcome=outcome, reason=reason,
-        run_id=row.run_id, sample=row.sample, candidate_id=row.candidate_id, model=row.model or NO_MODEL,
-        variant=row.variant or NO_MODEL,
-        tiers=[t for t, ok in (v.correctness.tiers.items() if v.correctness else []) if ok],
-        max_abs_err=v.correctness.max_abs_err if v.correctness else None,
-        max_rel_err=v.correctness.max_rel_err if v.correctness else None,
-        runtime_ms=v.runtime_ms, speedup=dict(v.speedup), flags=list(v.flags), verdict=v,
-        verdict_key=row.verdict_key, source_sha256=row.source_sha256, created=row.created,
-        turn=candidate.turn if candidate is not None else 1, parent=candidate.parent if candidate is not None else None,
-        salvage=candidate.salvage if candidate is not None else None,
-    )
-
-
-def _run_problem(run: Run) -> str:
-    return Path(str(run.config.get("problem", ""))).name
-
-
-def _run_matches(run: Run, f: Filters) -> bool:
-    cfg = run.config
-    return ((f.run is None or run.id == f.run) and (f.model is None or cfg.get("model") == f.model)
-            and (f.variant is None or cfg.get("variant") == f.variant)
-            and (f.problem is None or _run_problem(run) == f.problem or cfg.get("problem") == f.problem)
-            and (f.size is None or cfg.get("size") == f.size) and (f.gpu is None or run.device_name == f.gpu))
-
-
-def sample_path_key(sample: str) -> tuple:
-    """Orders sample paths numerically: `2` < `10`, `0` < `0/2` < `0/2/3` < `1`."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in sample.split("/"))
-
-
-def generation_path(generation: Generation) -> str:
-    """The sample path a generation (a sample's own request or one salvaging its reply) belongs to."""
-    return generation.lineage if generation.turn > 1 and generation.lineage else str(generation.sample_index)
-
-
-def run_prices(run: Run, prices: Prices | None = None) -> dict[str, TokenPrices]:
-    """The prices a run's requests are counted at: those stored with the run (its config's `prices`), the
-    ones given (the current config's) over them."""
-    out: dict[str, TokenPrices] = {}
-    for model, value in (run.config.get("prices") or {}).items():
-        try:
-            out[model] = TokenPrices.model_validate(value)
-        except ValueError:
-            continue  # a run stored with prices this harness cannot read: not counted at them
-    out.update(prices or {})
-    return out
-
-
-def _turn_of_path(path: str) -> int:
-    # `0/2/3` was asked for at turn 3 (its last step), `0` at turn 1
-    last = path.rsplit("/", 1)[-1]
-    return int(last) if "/" in path and last.isdigit() else 1
-
-
-def missing_sample_entries(store: Store, run: Run, judged: set[str]) -> list[Entry]:
-    """Samples of a generate run without a verdict: failed requests and unevaluated candidates,
-    of every turn (a later turn's sample is the path its generation's `lineage` names)."""
-    samples = int(run.config.get("samples") or 0)
-    generations: dict[str, Generation] = {}
-    for g in sorted(store.list_generations(run.id), key=lambda g: g.created):  # the newest of a path wins
-        if g.salvage_of is None:  # (a salvage request is not a sample of its own)
-            generations[generation_path(g)] = g
-    candidates = {c.id: c for c in store.list_candidates(run.id)}
-    refined = {c.sample for c in candidates.values() if c.turn > 1}
-    entries = []
-    for path in sorted({str(i) for i in range(samples)} | set(generations) | refined, key=sample_path_key):
-        cid = f"{run.id}/{path}"
-        if cid in judged:
-            continue
-        gen = generations.get(path)
-        candidate = candidates.get(cid)
-        turn = candidate.turn if candidate else gen.turn if gen else _turn_of_path(path)
-        parent = candidate.parent if candidate else (f"{run.id}/{path.rsplit('/', 1)[0]}" if "/" in path else None)
-        if cid in candidates:
-            outcome, reason = Outcome.not_evaluated, "parsed, never evaluated (--no-eval, or the run stopped)"
-        elif gen is not None and gen.completion.error is not None:
-            outcome = Outcome.no_reply
-            reason = f"{gen.completion.error.kind.value}: {short_text(gen.completion.error.message, 80)}"
-        else:
-            outcome, reason = Outcome.no_reply, "no reply stored (request not made, or a replay file missing)"
-        entries.append(Entry(
-            kind="candidate", name=cid, gpu=run.device_name, problem=_run_problem(run),
-            size=str(run.config.get("size") or ""), status=outcome.value, outcome=outcome, reason=reason,
-            run_id=run.id, sample=path, candidate_id=cid, model=run.config.get("model") or NO_MODEL,
-            variant=run.config.get("variant") or NO_MODEL, turn=turn, parent=parent,
-            salvage=candidate.salvage if candidate is not None else None))
-    return entries
-
-
-def baseline_entries(entries: Sequence[Entry], gpu: str) -> list[Entry]:
-    """One reference row per baseline per (problem, size): medians over the evaluations that
-    timed it (each evaluation counted once), speedups computed inside each evaluation. Stale
-    verdicts are left out: their baselines were timed under other rules."""
-    by_group: dict[tuple[str, str], dict[str, Verdict]] = {}
-    for e in entries:
-        if e.verdict is not None and e.verdict.baselines and e.verdict_key and e.outcome != Outcome.stale:
-            by_group.setdefault((e.problem, e.size), {})[e.verdict_key] = e.verdict
-    out = []
-    for (problem, size), verdicts in sorted(by_group.items()):
-        names = sorted({b for v in verdicts.values() for b in v.baselines},
-                       key=lambda b: (SPEEDUP_BASELINES.index(b) if b in SPEEDUP_BASELINES else 99, b))
-        for name in names:
-            timed = [v for v in verdicts.values() if name in v.baselines]
-            ms = statistics.median(v.baselines[name].median_ms for v in timed)
-            speedup = {}
-            for other in names:
-                ratios = [v.baselines[other].median_ms / v.baselines[name].median_ms for v in timed
-                          if other in v.baselines and v.baselines[name].median_ms > 0]
-                if ratios:
-                    speedup[other] = statistics.median(ratios)
-            out.append(Entry(kind="baseline", name=f"baseline/{name}", gpu=gpu, problem=problem, size=size,
-                             status="baseline", outcome=Outcome.reference, runtime_ms=ms, speedup=speedup,
-                             evaluations=len(timed), model=NO_MODEL, variant=NO_MODEL,
-                             reason=f"median over {len(timed)} evaluation(s)"))
-    return out
-
-
-def _speed_order(eager: float | None, runtime_ms: float | None, name: str) -> tuple:
-    # fastest vs eager first, those without an eager speedup last (by runtime), then by name
-    return (eager is None, -(eager or 0.0), runtime_ms if runtime_ms is not None else math.inf, name)
-
-
-def _rank_key(e: Entry) -> tuple:
-    return _speed_order(e.speedup.get("eager"), e.runtime_ms, e.name)
-
-
-def rank_key(verdict: Verdict, name: str = "") -> tuple:
-    """The leaderboard's order among rankable verdicts, as a sort key (smaller is better): speedup
-    vs eager (fastest first; none last, by runtime), then `name` (the board uses the candidate's
-    name, `<run-id>/<sample>`, which is its id in a generate run)."""
-    return _speed_order(verdict.speedup.get("eager"), verdict.runtime_ms, name)
-
-
-def ranked(verdicts: Mapping[str, Verdict], tier: str = "loose", staleness: StalenessCheck | None = None) -> list[str]:
-    """The leaderboard's rule over `verdicts` (name -> verdict, e.g. a run's candidate ids): the names
-    of those it would rank at `tier` (correct at the tier, no reject or implausible flag, and current
-    under `staleness` when given), best first. Pure: nothing is read from a store."""
-    rankable = [name for name, v in verdicts.items()
-                if classify(v, tier, staleness(v) if staleness is not None else None)[0] == Outcome.correct]
-    return sorted(rankable, key=lambda name: rank_key(verdicts[name], name))
-
-
-def ranked_outcomes(outcomes: Iterable[Judged], judge: Judge | None = None, tier: str = "loose") -> list[Judged]:
-    """`ranked` over objects with a `candidate_id` and a `verdict` (None: not judged), such as the
-    pipeline's sample outcomes: those the leaderboard would rank at `tier`, best first. With
-    `judge`, a verdict judged by other rules is not ranked (it is stale)."""
-    by_id = {o.candidate_id: o for o in outcomes if o.verdict is not None}
-    staleness = None if judge is None else (lambda v: None if v.judge == judge else "judged by other rules")
-    return [by_id[cid] for cid in ranked({cid: o.verdict for cid, o in by_id.items()}, tier, staleness)]
-
-
-def _outcome_key(e: Entry) -> tuple:
-    return (e.outcome.order, e.name)
-
-
-def timed_baselines(entries: Iterable[Entry]) -> set[str]:
-    """Baselines timed in any of these entries' evaluations."""
-    return {b for e in entries if e.verdict is not None for b in e.verdict.baselines}
-
-
-def summarize(entries: Sequence[Entry], model: str, variant: str, runs: Sequence[Run] = (),
-              generations: dict[str, list] | None = None, reference: bool = False,
-              timed: set[str] | None = None, prices: Mapping[str, Prices] | None = None) -> SummaryRow:
-    """Summary metrics over candidate entries (see the module docstring). `timed`: the
-    baselines timed on this GPU (fast_p vs a baseline never timed there is None, not 0).
-    `generations` and `prices` are by run id: what each run asked for, and its prices."""
-    counts: dict[str, int] = {}
-    for e in entries:
-        counts[e.status] = counts.get(e.status, 0) + 1
-    for outcome in Outcome:
-        if outcome.counted:
-            counts.setdefault(outcome.value, 0)
-    fast: dict[str, dict[str, float | None]] = {}
-    geo: dict[str, float | None] = {}
-    best: dict[str, float | None] = {}
-    ranked = [e for e in entries if e.outcome == Outcome.correct]
-    for b in FAST_P_BASELINES:
-        measured = b in (timed if timed is not None else timed_baselines(entries))
-        pairs = [(e.outcome == Outcome.correct, e.speedup.get(b)) for e in entries]
-        fast[b] = {f"fast_{p:g}": (fast_p(pairs, p) if measured else None) for p in FAST_P}
-        values = [e.speedup[b] for e in ranked if b in e.speedup]
-        geo[b] = geomean(values)
-        best[b] = max(values) if values else None
-    row = SummaryRow(model=model, variant=variant, samples=len(entries), counts=counts, ranked=len(ranked),
-                     below_tier=sum(e.outcome == Outcome.below_tier for e in entries),
-                     rejected=sum(e.outcome == Outcome.rejected for e in entries), fast_p=fast, geomean=geo,
-                     best=best, reference=reference,
-                     cut_off=sum(e.salvage is not None for e in entries),
-                     salvaged=sum(e.salvage is not None and e.salvage.outcome == SalvageOutcome.salvaged
-                                  for e in entries))
-    for run in runs:
-        add_spend(row, (generations or {}).get(run.id, []), (prices or {}).get(run.id))
-    return row
-
-
-def add_spend(row: SummaryRow | ChainRow, generations: Iterable[Generation], prices: Prices | None = None) -> None:
-    """Add the requests, tokens, request latency and cost of `generations` to `row`."""
-    row.spend.add_all(generations, prices)
-
-
-def chain_rows(entries: Sequence[Entry], model: str, variant: str,
-               generations: dict[str, list[Generation]] | None = None,
-               prices: Mapping[str, Prices] | None = None) -> list[ChainRow]:
-    """One row per chain of the runs among `entries` that have a candidate of turn > 1: its
-    candidates, its best ranked one, and what its requests (every turn's) cost."""
-    multi = {e.run_id for e in entries if e.turn > 1}
-    by_chain: dict[tuple[str, str], list[Entry]] = {}
-    for e in entries:
-        if e.run_id in multi and e.chain is not None:
-            by_chain.setdefault((e.run_id, e.chain), []).append(e)
-    rows = []
-    for (run_id, chain), members in sorted(by_chain.items(), key=lambda kv: (kv[0][0], sample_path_key(kv[0][1]))):
-        members.sort(key=lambda e: (e.turn, sample_path_key(e.sample or "")))
-        good = [e for e in members if e.outcome == Outcome.correct]
-        row = ChainRow(run_id=run_id, chain=chain, model=model, variant=variant, entries=members,
-                       best=min(good, key=_rank_key) if good else None)
-        add_spend(row, (g for g in (generations or {}).get(run_id, []) if str(g.sample_index) == chain),
-                  (prices or {}).get(run_id))
-        rows.append(row)
-    return rows
-
-
-def turn_rows(entries: Sequence[Entry], model: str, variant: str, runs: Sequence[Run],
-              generations: dict[str, list[Generation]] | None, timed: set[str] | None,
-              prices: Mapping[str, Prices] | None = None) -> list[SummaryRow]:
-    """One summary row per turn of `entries` (when some is of turn > 1): the metrics over the samples
-    asked for at that turn (fast_p's denominator), the tokens and latency of that turn's requests."""
-    turns = sorted({e.turn for e in entries})
-    if not turns or turns[-1] == 1:
-        return []
-    rows = []
-    for turn in turns:
-        of_turn = {run_id: [g for g in gens if g.turn == turn] for run_id, gens in (generations or {}).items()}
-        row = summarize([e for e in entries if e.turn == turn], model, variant, runs, of_turn, timed=timed,
-                        prices=prices)
-        row.turn = turn
-        rows.append(row)
-    return rows
-
-
-def build_boards(store: Store, filters: Filters | None = None, tier: str = "loose",
-                 staleness: StalenessCheck | None = None, prices: Prices | None = None) -> list[Board]:
-    """The boards (one per GPU, problem and size) of everything in `store` that passes `filters`. `staleness`
-    tells which verdicts were judged by other rules than the current ones (see
-    `current_rules`); None trusts every verdict. `prices` (by model, USD per million tokens)
-    over those stored with each run give the cost (harness.spend)."""
-    f = filters or Filters()
-    rows = store.list_verdicts(run=f.run, model=f.model, problem=f.problem, size=f.size, variant=f.variant)
-    runs = {r.id: r for r in store.list_runs()}
-    records = {c.id: c for run_id in sorted({r.run_id for r in rows}) for c in store.list_candidates(run_id)}
-    entries = [entry_from_row(r, runs.get(r.run_id), tier, staleness, records.get(r.candidate_id)) for r in rows]
-    judged = {r.candidate_id for r in rows}
-    gen_runs = [run for run in runs.values() if run.mode == "generate" and _run_matches(run, f)]
-    for run in gen_runs:
-        entries += missing_sample_entries(store, run, judged)
-    if f.gpu is not None:
-        entries = [e for e in entries if e.gpu == f.gpu]
-    generations = {run.id: store.list_generations(run.id) for run in gen_runs}
-    costs = {run.id: run_prices(run, prices) for run in gen_runs}
-    # each sample's own spend: its requests, salvage included (a run's samples are its paths)
-    by_path: dict[tuple[str, str], list[Generation]] = {}
-    for run_id, gens in generations.items():
-        for g in gens:
-            by_path.setdefault((run_id, generation_path(g)), []).append(g)
-    for e in entries:
-        if e.kind == "candidate" and e.run_id in generations and e.sample is not None:
-            e.spend = Spend().add_all(by_path.get((e.run_id, e.sample), []), costs[e.run_id])
-    boards = []
-    for gpu, problem, size in sorted({(e.gpu, e.problem, e.size) for e in entries}):
-        mine = [e for e in entries if (e.gpu, e.problem, e.size) == (gpu, problem, size)]
-        board = Board(gpu=gpu, tier=tier, problem=problem, size=size)
-        golden = sorted(once_per_judge(e for e in mine if e.kind == "golden"),
-                        key=lambda e: (e.outcome.order, _rank_key(e)))
-        board.references = baseline_entries(mine, gpu) + golden
-        cands = [e for e in mine if e.kind == "candidate"]
-        board.ranked = sorted((e for e in cands if e.outcome == Outcome.correct), key=_rank_key)
-        for i, e in enumerate(board.ranked, 1):
-            e.rank = i
-        board.unranked = sorted((e for e in cands if e.outcome != Outcome.correct), key=_outcome_key)
-        # summaries: per model x variant, then overall, then the golden kernels as a reference group
-        groups: dict[tuple[str, str], list[Entry]] = {}
-        for e in cands:
-            groups.setdefault((e.model or NO_MODEL, e.variant or NO_MODEL), []).append(e)
-        board_runs = [run for run in gen_runs if run.device_name == gpu and _run_problem(run) == problem
-                      and str(run.config.get("size") or "") == size]
-        timed = timed_baselines(mine)
-        for (model, variant), members in sorted(groups.items()):
-            members_runs = [run for run in board_runs if (run.config.get("model") or NO_MODEL) == model
-                            and (run.config.get("variant") or NO_MODEL) == variant]
-            row = summarize(members, model, variant, members_runs, generations, timed=timed, prices=costs)
-            chains = chain_rows(members, model, variant, generations, costs)
-            if chains:
-                row.chains, row.rescued = len(chains), sum(c.rescued for c in chains)
-                board.chains += chains
-                board.turns += turn_rows(members, model, variant, members_runs, generations, timed, costs)
-            board.summary.append(row)
-        if cands:
-            overall = summarize(cands, "all", "all", board_runs, generations, timed=timed, prices=costs)
-            if board.chains:
-                overall.chains, overall.rescued = len(board.chains), sum(c.rescued for c in board.chains)
-            board.summary.append(overall)
-        if golden:
-            board.summary.append(summarize(golden, "golden", NO_MODEL, reference=True, timed=timed))
-        boards.append(board)
-    return boards
-
-
-def once_per_judge(golden: Iterable[Entry]) -> list[Entry]:
-    """Each golden kernel once per judge (the same file judged by `eval`, `bench` and `run` is one row):
-    the newest verdict of each (name, source, judge)."""
-    newest: dict[tuple, Entry] = {}
-    for e in golden:
-        judge = e.verdict.judge.model_dump_json() if e.verdict is not None and e.verdict.judge is not None else None
-        key = (e.name, e.source_sha256, judge)
-        if key not in newest or (e.created or "") > (newest[key].created or ""):
-            newest[key] = e
-    return list(newest.values())
-
-
-def current_rules() -> StalenessCheck:
-    """The staleness check of this harness: a verdict is current when its judge's evaluator hash
-    is this evaluator's and its problem hash is that of the problem as it is now (when the
-    problem can still be found). Torch and CUDA versions are measurement context, shown but not
-    judged here: a store read on another machine is not stale for that."""
-    from evaluator.wire.identity import evaluator_sha256, problem_sha256
-    from evaluator.wire.problem import load_problem
-
-    mine = evaluator_sha256()
-    problems: dict[str, str | None] = {}
-
-    def problem_hash(name: str) -> str | None:
-        if name not in problems:
-            try:
-                problems[name] = problem_sha256(load_problem(name))
-            except (FileNotFoundError, ValueError, OSError):
-                problems[name] = None  # not findable from here: its hash cannot be compared
-        return problems[name]
-
-    def check(verdict: Verdict) -> str | None:
-        judge = verdict.judge
-        if judge is None:
-            return (f"judged before verdicts carried their rules (evaluator {verdict.evaluator_version}): "
-                    f"judge it again to rank it")
-        if judge.evaluator_sha256 != mine:
-            return (f"judged by evaluator {judge.evaluator_sha256[:12]}, this one is {mine[:12]}: "
-                    f"judge it again to rank it")
-        current = problem_hash(verdict.problem)
-        if current is not None and judge.problem_sha256 != current:
-            return f"problem {verdict.problem} changed since it was judged: judge it again to rank it"
-        return None
-
-    return check

@@ -2,7 +2,7 @@
 settings, call the module that does the work, print, return the exit code.
 
 `eval` judges files and records each verdict as it is reached (`EvalRecorder`), `run` is `pipeline.execute_run`,
-`leaderboard` and `report` draw `board.build_boards`, `prompt` renders a prompt.
+`leaderboard` and `report` draw `leaderboard.build_boards`, `prompt` renders a prompt.
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ from rich.console import Console
 
 from evaluator.wire.identity import gpu_hardware
 from evaluator.wire.records import Status, Verdict
-from harness.board import TIERS, Filters, build_boards, current_rules
+from harness.board import Filters
+from harness.leaderboard import build_boards
 from harness.parsing import parse_source
+from harness.ranking import TIERS
 from harness.records import Candidate, Hardware, ParseResult, Run
 from harness.render import FORMATS, print_tables, to_csv, to_json, to_markdown
+from harness.staleness import current_rules
 from harness.store import Store, StoreError, open_store
 
 EVAL_RUN, GOLDEN_RUN = "eval", "golden"
@@ -378,7 +381,7 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
     server, nothing to evaluate), 2 for unusable settings."""
     from harness.config import ConfigError, resolve_config
     from harness.outcomes import Outcome
-    from harness.board import ranked_outcomes
+    from harness.ranking import ranked_outcomes
     from harness.pipeline import RunError, execute_run
     from harness.render import run_table, spend_line
 

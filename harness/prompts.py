@@ -3,7 +3,8 @@
 A template folder holds, for each variant `V`, a user-message template `V.j2` and optionally
 its own system message `V.system.j2` (else the shared `system.j2`). Files whose names start
 with `_` are partials (`{% include "_rules.j2" %}`), `feedback.j2` is the refinement turn
-(rendered by harness.feedback, with a context of its own), `continue.j2` and `conclude.j2` ask
+(rendered by harness.feedback, with a context of its own; it includes one template per kind of
+feedback from `feedback/`), `continue.j2` and `conclude.j2` ask
 the model to go on with, or conclude, a reply cut off by the token limit (harness.salvage, with a
 context of their own), and `examples/` holds the worked
 example pair shown by the `kernelbench` variant. A user folder given with `--templates DIR` is

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.wire.identity import Hardware  # noqa: F401  (re-exported: runs record the GPU)
+from evaluator.wire.records import Hardware  # noqa: F401  (re-exported: runs record the GPU)
 
 HARNESS_SCHEMA_VERSION = 1
 

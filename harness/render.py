@@ -35,7 +35,7 @@ from harness.outcomes import Outcome
 from harness.text import fmt_cost, fmt_flags, fmt_tokens, short_text
 
 if TYPE_CHECKING:
-    from harness.pipeline import RunSummary
+    from harness.run_results import RunSummary
     from harness.spend import Spend
 
 FORMATS = ("table", "json", "csv", "md")

@@ -31,7 +31,7 @@ UNSTORED = {ProviderErrorKind.replay_missing}
 
 
 class Ask(Protocol):
-    """One reply to ask for (harness.pipeline.Ask): sample `sample` (its path of turns), root `root`."""
+    """One reply to ask for (harness.run_results.Ask): sample `sample` (its path of turns), root `root`."""
 
     sample: str
     root: int

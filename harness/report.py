@@ -10,7 +10,7 @@ as `harness leaderboard`), a speedup chart per problem and size (a bar per timed
 the baselines and golden kernels as vertical lines), a chart of outcomes per model x
 variant, and a detail section per candidate: the correctness numbers, timings, flags, the
 error and log tails, and the source. A board with refinement turns (a candidate of turn > 1)
-also gets the turn and parent columns, the per-turn and per-chain tables (see harness.board)
+also gets the turn and parent columns, the per-turn and per-chain tables (see harness.summaries)
 and a chart of speedup against turn per problem and size, one line per chain. The page is
 `templates/report.html.j2` (Jinja2, autoescaped); this module computes what it shows.
 """

@@ -54,6 +54,7 @@ from harness.records import (
     SalvageStrategy,
     Seam,
 )
+from harness.reference_interface import reference_interface
 
 # The server's own continuation of the final assistant message (vLLM; `add_generation_prompt` must be off
 # with it, or the template opens a new assistant turn after the one to continue).
@@ -159,7 +160,6 @@ class SalvagePrompts:
     with the problem's interface (the answer's rules name `Model.__init__`'s arguments and attributes)."""
 
     def __init__(self, problem: ProblemSpec, templates: Path | None = None):
-        from harness.feedback import reference_interface
         from harness.prompts import make_environment
 
         self.env = make_environment(templates)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from harness.config import TokenPrices
-from harness.records import Generation
+from harness.records import Generation, Run
 
 Prices = Mapping[str, TokenPrices]   # by model name, as the requests named it
 
@@ -79,3 +79,15 @@ class Spend:
                 "reasoning_tokens": self.reasoning_tokens, "total_tokens": self.total_tokens,
                 "latency_s": round(self.latency_s, 3), "cost_usd": self.cost}
 
+
+def run_prices(run: Run, prices: Prices | None = None) -> dict[str, TokenPrices]:
+    """The prices a run's requests are counted at: those stored with the run (its config's `prices`), the
+    ones given (the current config's) over them."""
+    out: dict[str, TokenPrices] = {}
+    for model, value in (run.config.get("prices") or {}).items():
+        try:
+            out[model] = TokenPrices.model_validate(value)
+        except ValueError:
+            continue  # a run stored with prices this harness cannot read: not counted at them
+    out.update(prices or {})
+    return out

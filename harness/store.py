@@ -44,7 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.wire.identity import json_digest
+from evaluator.wire.records import json_digest
 from evaluator.wire.records import Status, Verdict
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 

@@ -59,3 +59,9 @@ def fmt_cost(value: float | None) -> str:
     if value is None:
         return "-"
     return f"${value:.2f}" if value >= 1 else f"${value:.4f}"
+
+
+def cut_text(text: str, limit: int) -> str:
+    """`text` stripped, cut to `limit` characters (the last one `…`) when it is longer."""
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"

@@ -13,7 +13,10 @@ from evaluator.wire.records import (
     Correctness, Environment, Flag, FlagPolicy, ModeCheck, Phase, Status, TensorError, TimingStats, Verdict,
 )
 from evaluator.referee.timing import roofline
-from harness.feedback import compiler_errors, feedback_context, public_text, render_feedback, summarize_error
+from harness.feedback import feedback_context, render_feedback
+from harness.feedback_compile_error import compiler_errors
+from harness.feedback_errors import summarize_error
+from harness.feedback_public import public_text
 from harness.records import Hardware, ParseReason, ParseResult
 
 H100 = Hardware(name="NVIDIA H100 80GB HBM3", sm_count=132, capability="9.0")

@@ -11,10 +11,11 @@ from evaluator.wire.identity import judge_identity
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Status, Verdict
 from harness.config import RunConfig
-from harness.pipeline import RunError, derive_run_id, execute_run
+from harness.pipeline import RunError, execute_run
 from harness.prompts import render_prompt
 from harness.records import Completion, ProviderError, ProviderErrorKind
 from harness.render import run_table
+from harness.run_settings import derive_run_id
 from harness.store import Store
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"

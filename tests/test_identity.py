@@ -13,10 +13,12 @@ from rich.console import Console
 from evaluator.wire import identity
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Status, Verdict
-from harness.board import build_boards, current_rules
 from harness.config import RunConfig
+from harness.leaderboard import build_boards
 from harness.outcomes import Outcome
-from harness.pipeline import execute_run, golden_run_id
+from harness.pipeline import execute_run
+from harness.run_settings import golden_run_id
+from harness.staleness import current_rules
 from harness.store import STORE_SCHEMA_VERSION, Store
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,7 +18,9 @@ from leaderboard_store import EXPECTED_EVAL_STATUS, GOLDEN_NAME, build_store  # 
 from evaluator.wire.records import FlagPolicy, Status  # noqa: E402
 from harness.cli import app  # noqa: E402
 from evaluator.wire.identity import verdict_key  # noqa: E402
-from harness.board import Entry, Filters, build_boards, fast_p, geomean, summarize  # noqa: E402
+from harness.board import Entry, Filters  # noqa: E402
+from harness.leaderboard import build_boards  # noqa: E402
+from harness.summaries import fast_p, geomean, summarize  # noqa: E402
 from harness.columns import CSV_VIEW  # noqa: E402
 from harness.outcomes import Outcome  # noqa: E402
 from harness.records import Candidate, ParseResult, Run  # noqa: E402
@@ -41,7 +43,7 @@ def lb_json(built, *args):
 
 
 def rankable(row, tier):
-    """Written apart from harness.board: correct, passing `tier`, no reject/implausible flag."""
+    """Written apart from harness.ranking: correct, passing `tier`, no reject/implausible flag."""
     v = row.verdict
     return (v.status == Status.correct and v.correctness.tiers.get(tier, False)
             and not any(f.policy == FlagPolicy.reject or f.name.startswith("implausible") for f in v.flags))

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evaluator.wire.identity import json_digest, judge_identity
+from evaluator.wire.identity import judge_identity
+from evaluator.wire.records import json_digest
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Correctness, ModeCheck, Status, Verdict
 from harness.config import RunConfig
-from harness.pipeline import derive_run_id, execute_run, sample_params
+from harness.pipeline import execute_run
 from harness.prompts import render_prompt
+from harness.run_settings import derive_run_id, sample_params
 from harness.store import Store, generation_key
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"

@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from leaderboard_store import GOLDEN_NAME, build_store, chromium  # noqa: E402
 
 from harness.cli import app  # noqa: E402
-from harness.board import Entry, build_boards  # noqa: E402
+from harness.board import Entry  # noqa: E402
+from harness.leaderboard import build_boards  # noqa: E402
 from harness.report import candidate_source  # noqa: E402
 from harness.store import Store, open_store  # noqa: E402
 

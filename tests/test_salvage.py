@@ -252,7 +252,7 @@ def test_salvage_settings_do_not_change_the_run_id_and_bad_ones_are_refused(tmp_
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.pipeline import derive_run_id
+    from harness.run_settings import derive_run_id
     from harness.prompts import render_prompt
 
     cfg = RunConfig(model="m", base_url="http://unused/v1")

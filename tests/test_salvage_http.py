@@ -23,8 +23,8 @@ from fake_openai_server import CuttingModel, FakeOpenAIServer  # noqa: E402
 from test_refinement import MarkerEvaluator  # noqa: E402
 
 from evaluator.wire.problem import load_problem  # noqa: E402
-from harness.board import build_boards  # noqa: E402
 from harness.config import RunConfig, TokenPrices  # noqa: E402
+from harness.leaderboard import build_boards  # noqa: E402
 from harness.pipeline import execute_run  # noqa: E402
 from harness.records import SalvageOutcome, Seam  # noqa: E402
 from harness.render import print_tables, spend_line, to_csv, to_json, to_markdown  # noqa: E402

@@ -19,11 +19,13 @@ from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 from evaluator.wire.records import merge_flags
-from harness.board import Entry, classify, summarize
+from harness.board import Entry
 from harness.cli import app
 from harness.config import RunConfig, resolve_config
 from harness.outcomes import COUNTED, Outcome
 from harness.pipeline import execute_run
+from harness.ranking import classify
+from harness.summaries import summarize
 
 HACKS = FIXTURES / "hacks" / "cpu"
 REPLIES = FIXTURES / "replies"

@@ -16,12 +16,15 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from evaluator.wire.identity import Judge, judge_identity, verdict_key
+from evaluator.wire.identity import judge_identity, verdict_key
+from evaluator.wire.records import Judge
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status, TimingStats, Verdict
-from harness.board import Filters, build_boards, rank_key, ranked, ranked_outcomes
+from harness.board import Filters
 from harness.cli import app
 from harness.columns import CSV_VIEW
+from harness.leaderboard import build_boards
+from harness.ranking import rank_key, ranked, ranked_outcomes
 from harness.records import (
     Candidate,
     Completion,
@@ -449,7 +452,8 @@ def test_boards_never_mix_problems_or_sizes_and_show_each_golden_kernel_once(sin
 
 
 def test_a_stricter_tier_passed_counts_where_the_problem_has_no_looser_one():
-    from harness.board import Outcome, classify
+    from harness.outcomes import Outcome
+    from harness.ranking import classify
 
     verdict = make_verdict("x/0", "# x\nclass ModelNew: pass\n", "correct", 2.0)
     strict_only = verdict.model_copy(update={"correctness": verdict.correctness.model_copy(

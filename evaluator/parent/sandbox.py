@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evaluator.wire import identity
 from evaluator.referee import phases
 from evaluator.referee.session import Session
-from evaluator.wire.identity import Judge
+from evaluator.wire.records import Judge
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
 from evaluator.parent.lanes import Job, Judged, Scheduler

@@ -1,0 +1,54 @@
+"""What a run's settings determine before anything is asked: its id (the same settings, the same id, so
+a rerun resumes in the same run folder) and each request's parameters (part of the generation key)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.config import RunConfig
+from harness.providers import is_replay
+from harness.records import GenerationParams, Message
+
+
+def slug(text: str, limit: int = 40) -> str:
+    """A folder-safe short form of a model name: `Qwen/Qwen3-32B` -> `qwen3-32b`."""
+    text = text.rstrip("/").split("/")[-1] if "/" in text else text
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._").lower()
+    return (text or "model")[:limit]
+
+
+def derive_run_id(cfg: RunConfig, messages: Sequence[Message], size: str, device: str, problem: str) -> str:
+    """A run id from the settings that shape a run: problem, variant, model, params, rendered prompt,
+    size, device (not the sample count, and not the base URL, like the generation key): same
+    settings, same id."""
+    settings = {
+        "problem": problem, "variant": cfg.variant, "model": cfg.model,
+        "params": base_params(cfg).model_dump(mode="json", exclude={"sample_index", "lineage", "salvage"}),
+        "messages": [m.model_dump() for m in messages], "size": size, "device": device,
+        "compile_only": cfg.compile_only,
+    }
+    if cfg.turns > 1:  # (not the number of turns: asking for more turns continues the same run)
+        settings.update(strategy=cfg.strategy, keep=cfg.keep if cfg.strategy == "best" else None,
+                        feedback=cfg.feedback_template)
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    model = "replay-" + slug(Path(cfg.model[len("replay:"):]).name) if is_replay(cfg.model) else slug(cfg.model or "model")
+    return f"{problem}-{model}-{cfg.variant}-{digest}"
+
+
+def golden_run_id(problem: str, size: str, device: str) -> str:
+    return f"golden-{problem}-{size}-{device}"
+
+
+def base_params(cfg: RunConfig) -> GenerationParams:
+    return GenerationParams(model=cfg.model or "", temperature=cfg.temperature, top_p=cfg.top_p,
+                            max_tokens=cfg.max_tokens, seed=cfg.seed, extra_body=dict(cfg.extra_body))
+
+
+def sample_params(cfg: RunConfig, index: int) -> GenerationParams:
+    """The request parameters of sample `index` (the seed, when set, is offset by the index)."""
+    params = base_params(cfg)
+    return params.model_copy(update={"sample_index": index, "seed": None if cfg.seed is None else cfg.seed + index})
