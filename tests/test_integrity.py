@@ -253,7 +253,7 @@ def test_reported_times_reshaped_change_no_ranked_number(cpu_verdicts):
     assert check.reported_median_ms < check.referee_ms / 5  # what it claimed, never ranked
     # the reports keep the mean honest: the ranked median is of the order of that mean, not of the claim
     assert verdict.runtime_ms > 0.3 * check.reported_mean_ms > 3 * check.reported_median_ms
-    assert "executor.timed_forward" in dynamic_reason(verdict, FIXTURES / "hacks/cpu/redistributed_time.py",
+    assert "evaluator.executor.serve.timed_forward" in dynamic_reason(verdict, FIXTURES / "hacks/cpu/redistributed_time.py",
                                                       "monkeypatch")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from evaluator.referee import process
+from evaluator.referee import environment
 from evaluator.parent.lanes import Job, LaneWorker, ReadyQueue, choose_gpus
 from evaluator.wire.records import Status, Verdict
 from evaluator.parent.referee_client import RefereeClient
@@ -144,7 +144,7 @@ def test_executors_started_ahead_change_no_verdict(tmp_path):
 def test_where_torch_has_no_bytecode_the_referee_caches_it_for_its_executors(tmp_path, monkeypatch):
     """As on the device (torch installed without __pycache__): the referee writes torch's and the
     executor's bytecode into the build cache, and the verdicts stay what they are."""
-    monkeypatch.setattr(process, "torch_bytecode_missing", lambda: True)
+    monkeypatch.setattr(environment, "torch_bytecode_missing", lambda: True)
     cache = tmp_path / "cache"
     files = [CandidateFile(name=f"{i}", path=CPU / "torch_ops_correct.py") for i in range(2)]
     options = EvalOptions(device="cpu", size="small", run_timeout_s=120, timing_budget_s=0.2, baselines=["eager"],
@@ -158,4 +158,4 @@ def test_where_torch_has_no_bytecode_the_referee_caches_it_for_its_executors(tmp
 
     assert cached(importlib.util.find_spec("torch").origin).is_file()
     assert cached(importlib.util.find_spec("torch._dynamo").origin).is_file()
-    assert cached(process.__file__.replace("process.py", "executor.py")).is_file()
+    assert cached(importlib.util.find_spec("evaluator.executor.serve").origin).is_file()
