@@ -132,7 +132,13 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
         options = EvalOptions(problem=str(spec.location), size=size, device=device, baselines=bench_baselines(spec),
                               jobs=len(candidates), store=store)
         evaluator = Evaluator(options)
-        verdicts = list(evaluator.evaluate_all(candidates))
+        # said before the builds and baseline rounds (minutes), and as each verdict comes
+        console.print(f"[dim]{spec.name}, size {size}, device {evaluator.device}: {len(candidates)} candidate(s), "
+                      f"baselines {', '.join(evaluator.baselines)}[/]", highlight=False)
+        verdicts = []
+        for verdict in evaluator.evaluate_all(candidates):
+            verdicts.append(verdict)
+            console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]", highlight=False)
         if record:  # the leaderboard's golden reference rows come from here
             from harness.commands import record_eval_verdicts
 

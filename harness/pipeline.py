@@ -25,6 +25,7 @@ harness.refinement (what a later turn asks), harness.run_results (what came of i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ from evaluator.wire.records import EVALUATOR_VERSION
 from harness.config import RunConfig, endpoint_configured
 from harness.parsing import parse_reply
 from harness.prompts import PromptError, render_prompt
-from harness.providers import Provider
+from harness.providers import Provider, is_replay, replay_first_turn_replies
 from harness.records import Candidate, Hardware, Message, ParseResult, Run, utc_now
 from harness.refinement import refinement_stop_reason, refinements
 from harness.replies import gather_replies
@@ -110,6 +111,11 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
             console.print(f"[yellow]No model endpoint configured (no model; set --model with --base-url or "
                           f"{cfg.api_key_env}, or harness.toml): evaluating the golden candidates instead.[/]")
             return _golden_run(ctx, golden)
+        held = replay_first_turn_replies(cfg.model) if is_replay(cfg.model) else None
+        if held and held < cfg.samples:  # asking for replies the folder does not hold only records `no_reply` rows
+            console.print(f"[dim]the replay folder holds {held} first-turn repl{'y' if held == 1 else 'ies'}: "
+                          f"{held} sample(s), not {cfg.samples}[/]", highlight=False)
+            ctx = dataclasses.replace(ctx, cfg=cfg.model_copy(update={"samples": held}))
         return _generate_run(ctx, provider, environ)
 
 

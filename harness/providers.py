@@ -351,6 +351,17 @@ class ReplayProvider:
         return None
 
 
+def replay_first_turn_replies(model: str) -> int:
+    """How many first-turn samples a `replay:DIR` folder covers: its highest sample index with a reply,
+    plus one (a gap inside stays a missing reply)."""
+    provider = ReplayProvider(model[len(REPLAY_PREFIX):])
+    if provider.fatal is not None:
+        return 0
+    indices = [int(entry.name.split(".")[0]) for entry in provider.folder.iterdir()
+               if entry.name.split(".")[0].isdigit() and provider.reply_path(int(entry.name.split(".")[0])) is not None]
+    return max(indices) + 1 if indices else 0
+
+
 def is_replay(model: str | None) -> bool:
     return bool(model) and model.startswith(REPLAY_PREFIX)
 

@@ -121,6 +121,7 @@ def gather_replies(cfg: RunConfig, problem: str, store: Store, console: Console,
             retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s)))
         with progress_bar(console) as progress:
             asking = progress.add_task(f"{where}asking {cfg.model}", total=len(todo)) if todo else None
+            answered = {"replies": 0, "failed": 0}  # the bar counts requests done; these say what came back
             salvaging: dict[str, Any] = {"task": None, "replies": 0}  # the task is added with the first cut-off reply
 
             def record(position: int, key: str, messages: list[Message], request: GenerationParams,
@@ -140,7 +141,10 @@ def gather_replies(cfg: RunConfig, problem: str, store: Store, console: Console,
                 ask = asks[position]
                 if position not in generations:
                     completion = await lazy.generate(ask.messages, params_of[position])
-                    progress.advance(asking)
+                    answered["failed" if completion.error is not None else "replies"] += 1
+                    progress.update(asking, advance=1, description=(
+                        f"{where}asking {cfg.model}: {answered['replies']} repl{'y' if answered['replies'] == 1 else 'ies'}"
+                        + (f", {answered['failed']} failed" if answered["failed"] else "")))
                     generation = record(position, keys[position], ask.messages, params_of[position], completion)
                     if generation is None:
                         return

@@ -15,10 +15,14 @@ def candidate(name: str) -> CandidateFile:
 
 @pytest.mark.slow
 def test_a_cuda_candidate_compiles_here_and_says_plainly_it_was_not_run(tmp_path):
-    [verdict] = evaluate([candidate("bn_after_addmm_correct")],
-                         EvalOptions(device="cpu", compile_only=True, log_root=tmp_path))
-    assert verdict.status == Status.compiled, verdict.error
-    assert "not run" in verdict.error and "CUDA" in verdict.error
+    """Asked to judge it on a machine without a GPU: built, and the reason says why it was not run. Asked
+    for a build only (--compile-only): the reason is that, not the missing GPU (the build is reused)."""
+    [judged] = evaluate([candidate("bn_after_addmm_correct")], EvalOptions(device="cpu", log_root=tmp_path))
+    assert judged.status == Status.compiled, judged.error
+    assert "not run" in judged.error and "no CUDA GPU" in judged.error
+    [built] = evaluate([candidate("bn_after_addmm_correct")],
+                       EvalOptions(device="cpu", compile_only=True, log_root=tmp_path))
+    assert built.status == Status.compiled and "built only" in built.error and "GPU" not in built.error, built.error
 
 
 @pytest.mark.gpu

@@ -118,6 +118,15 @@ def test_replay_run_and_resume(cfg):
     assert {o.sample: o.status for o in third.outcomes}["3"] == "correct"
 
 
+def test_a_replay_folder_is_asked_for_no_more_samples_than_it_holds(cfg):
+    """Six samples asked of a folder whose replies go up to sample 5 (3 missing): all six. Asked for eight:
+    six, and the run says so, rather than two `no_reply` rows for replies that were never saved."""
+    console = quiet()
+    summary = execute_run(cfg.model_copy(update={"samples": 8}), console=console, evaluate_fn=FakeEvaluator(), environ={})
+    assert len(summary.outcomes) == 6 and summary.requests == 6
+    assert "holds 6 first-turn replies: 6 sample(s), not 8" in console.file.getvalue()
+
+
 def test_more_samples_extend_the_same_run(cfg):
     small = execute_run(cfg.model_copy(update={"samples": 2}), console=quiet(), evaluate_fn=FakeEvaluator(), environ={})
     big = execute_run(cfg, console=quiet(), evaluate_fn=FakeEvaluator(), environ={})

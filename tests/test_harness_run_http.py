@@ -14,6 +14,7 @@ from fake_openai_server import FakeOpenAIServer, Reply, chat_completion, error_b
 from harness.cli import app  # noqa: E402
 from harness.records import ProviderErrorKind  # noqa: E402
 from harness.store import Store  # noqa: E402
+from evaluator.wire.identity import gpu_hardware  # noqa: E402
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"
 
@@ -67,6 +68,9 @@ def test_run_records_every_outcome_then_resumes(workdir):
     with FakeOpenAIServer(script) as server:
         first = runner.invoke(app, run_args(server.url))
         assert first.exit_code == 0, first.output
+        if gpu_hardware() is None:  # said before anything is built, with a CPU candidate to try
+            assert first.output.index("no CUDA GPU here") < first.output.index("× eager")
+            assert "CUDA candidates are built, not run" in first.output and "--device cpu" in first.output
         requests = dict(server.per_sample)
         # one retry after the 429, two timeouts; the cut-off reply salvaged by 2 extra requests (continue),
         # each answered with the same cut-off reply again

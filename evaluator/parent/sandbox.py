@@ -302,7 +302,8 @@ class Evaluator:
                 returncode = process.wait_exit(10)
         finally:
             process.close()
-        if verdict.status == Status.compiled and self.device == "cpu" and uses_cuda_source(source.decode(errors="replace")):
+        if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
+                and uses_cuda_source(source.decode(errors="replace"))):  # built only because it cannot run here
             import torch
 
             verdict.error += "; this is a CUDA candidate and " + (
