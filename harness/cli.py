@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -12,7 +13,9 @@ from rich.console import Console
 from evaluator.wire.problem import DEFAULT_PROBLEM
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-console = Console(width=None if sys.stdout.isatty() else 200)
+# A terminal's width, or COLUMNS where it is set (rich reads both); piped with neither, wide enough that a
+# board's rows stay one line each.
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 err_console = Console(stderr=True)
 
 
@@ -37,7 +40,8 @@ def usage_error(message: str) -> typer.Exit:
 
 @app.command("eval")
 def eval_command(
-    files: list[Path] = typer.Argument(..., help="Candidate files defining ModelNew."),
+    files: list[Path] = typer.Argument(..., help=(
+        "Candidate files defining ModelNew, or folders of them (a run's folder: each sample's candidate.py).")),
     problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name (a folder under reference/), folder, or KernelBench-format .py file."),
     size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
@@ -261,3 +265,42 @@ def report_cli(
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
     raise typer.Exit(report_command(store=store, filters=filters, tier=tier, out=out, console=console,
                                     config_file=config))
+
+
+@app.command("show")
+def show_cli(
+    what: str = typer.Argument(..., help="A candidate id (RUN/SAMPLE, as the leaderboard shows it) or a source hash prefix."),
+    source: bool = typer.Option(False, "--source", help="Print the candidate's source too."),
+    json_out: bool = typer.Option(False, "--json", help="The verdict, the feedback and the source as JSON."),
+    store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
+) -> None:
+    """One verdict in full: status, the whole error, every flag, correctness, timings, baselines, the feedback
+    the model got on it."""
+    from harness.browse import show_command
+    from harness.commands import default_store_path
+
+    raise typer.Exit(show_command(what, store=store or default_store_path(), json_out=json_out, source=source,
+                                  console=console))
+
+
+@app.command("compare")
+def compare_cli(
+    runs: list[str] = typer.Argument(..., help="Run ids (two or more), as `harness run` and the leaderboard name them."),
+    tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
+    store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
+) -> None:
+    """Runs side by side: outcomes, fast_p, geometric mean and best speedup, requests and tokens."""
+    from harness.browse import compare_command
+    from harness.commands import default_store_path
+
+    if len(runs) < 2:
+        raise usage_error("compare needs two runs or more")
+    raise typer.Exit(compare_command(runs, store=store or default_store_path(), tier=tier, console=console))
+
+
+@app.command("problems")
+def problems_cli() -> None:
+    """The problems with their sizes and tolerance tiers, and the prompt variants."""
+    from harness.browse import problems_command
+
+    raise typer.Exit(problems_command(console=console))

@@ -292,6 +292,20 @@ def baseline_drift(rounds: Sequence[Any]) -> str | None:
     return f"baselines over {len(timed)} rounds: " + ", ".join(parts) if parts else None
 
 
+def candidate_files(paths: Sequence[Path]) -> list[Path]:
+    """Files as given; a folder stands for the candidates in it: a run's folder (`candidates/<run>/`) for
+    each sample's `candidate.py` (later turns included), any other for its `*.py` files except helpers
+    named `_*.py`. Sorted, so a folder is judged in the same order every time."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            found.append(path)
+            continue
+        samples = sorted(path.rglob("candidate.py"))
+        found += samples or sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+    return found
+
+
 def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None, record: bool,
                  console: Console) -> int:
     """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
@@ -312,7 +326,10 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         if not torch.cuda.is_available():
             _err.print("[red]error:[/] --device cuda, but no CUDA GPU is visible")
             return 2
-    candidates = [CandidateFile(name=str(f), path=f) for f in files]
+    candidates = [CandidateFile(name=str(f), path=f) for f in candidate_files(files)]
+    if not candidates:
+        _err.print(f"[red]error:[/] no candidate in {', '.join(map(str, files))}")
+        return 2
     verdicts = []
     status = _err if json_lines else console
     recorder = None

@@ -1,0 +1,75 @@
+"""The verbs a user reaches for besides run, eval and leaderboard (issue 23, item 7): `harness show` (one
+verdict in full), `harness compare` (runs side by side), `harness problems`, and `harness eval FOLDER`;
+on a synthetic store (tests/test_turns_board.py's, nothing evaluated)."""
+
+import json
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_turns_board import BEST_RUN, CHAIN_RUN, SINGLE_RUN, build  # noqa: E402
+
+from harness.cli import app  # noqa: E402
+from harness.commands import candidate_files  # noqa: E402
+from harness.store import Store  # noqa: E402
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_show_prints_one_verdict_whole_with_the_feedback_the_model_got(tmp_path):
+    store = build(tmp_path / "s.sqlite")
+    shown = invoke("show", f"{BEST_RUN}/0/2/3", "--store", str(store), "--source")
+    assert shown.exit_code == 0, shown.output
+    assert "status: correct" in shown.output and "flag timing_mismatch: [reject] reported times faster" in shown.output
+    assert "baseline eager: 1.0000 ms -> 9.000x" in shown.output and "class ModelNew" in shown.output
+    refined = invoke("show", f"{CHAIN_RUN}/0", "--store", str(store))  # refined at turn 2: the ask is shown
+    assert "compile_error of refine-chain/0" in refined.output and "feedback the model got on it:" in refined.output
+    as_json = json.loads(invoke("show", f"{SINGLE_RUN}/1", "--store", str(store), "--json").output)
+    assert as_json["verdict"]["status"] == "incorrect" and as_json["candidate"] == f"{SINGLE_RUN}/1"
+
+
+def test_show_finds_a_verdict_by_its_source_hash_and_says_what_it_cannot_find(tmp_path):
+    store = build(tmp_path / "s.sqlite")
+    with Store(store) as db:
+        row = next(r for r in db.list_verdicts(run=SINGLE_RUN) if r.sample == "0")
+    by_hash = invoke("show", row.source_sha256[:10], "--store", str(store))
+    assert by_hash.exit_code == 0 and f"{SINGLE_RUN}/0" in by_hash.output
+    for what, why in ((f"{SINGLE_RUN}/9", "no verdict for"), ("abc", "at least 6 hex digits"),
+                      ("ffffffffff", "no stored verdict of a source")):
+        missing = invoke("show", what, "--store", str(store))
+        assert missing.exit_code == 2 and why in missing.output, missing.output
+
+
+def test_compare_puts_runs_side_by_side(tmp_path):
+    store = build(tmp_path / "s.sqlite")
+    compared = invoke("compare", SINGLE_RUN, CHAIN_RUN, "--store", str(store))
+    assert compared.exit_code == 0, compared.output
+    assert SINGLE_RUN in compared.output and CHAIN_RUN in compared.output and "geomean vs eager" in compared.output
+    assert "m-single / kernelbench" in compared.output
+    assert invoke("compare", SINGLE_RUN, "nope", "--store", str(store)).exit_code == 2
+    assert invoke("compare", SINGLE_RUN, "--store", str(store)).exit_code == 2
+
+
+def test_problems_lists_sizes_and_variants():
+    listed = invoke("problems")
+    assert listed.exit_code == 0 and "gemm_scale_bn" in listed.output and "kernelbench*" in listed.output
+    assert "batch_size=16384" in listed.output and "prompt variants" in listed.output
+
+
+def test_a_folder_stands_for_its_candidates(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("b.py", "a.py", "_helper.py", "notes.txt"):
+        (plain / name).write_text("")
+    run = tmp_path / "run"
+    for sample in ("1", "0", "0/2"):
+        (run / sample).mkdir(parents=True)
+        (run / sample / "candidate.py").write_text("")
+    (run / "1" / "reply.md").write_text("")
+    assert candidate_files([plain]) == [plain / "a.py", plain / "b.py"]
+    assert candidate_files([run, plain / "a.py"]) == [run / "0" / "2" / "candidate.py", run / "0" / "candidate.py",
+                                                      run / "1" / "candidate.py", plain / "a.py"]
