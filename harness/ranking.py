@@ -42,11 +42,12 @@ def classify(verdict: Verdict, tier: str, stale: str | None = None) -> tuple[Out
     if stale is not None:
         return Outcome.stale, stale
     if verdict.status not in (Status.correct, Status.rejected):
-        return Outcome.of(verdict.status), short_text(verdict.error) or None
+        return Outcome.of(verdict.status), short_text(verdict.error, None) or None
     blocking = [f for f in verdict.flags if f.policy == FlagPolicy.reject or is_implausible(f)]
     if blocking or verdict.status == Status.rejected:  # rejected statically (never run), or correct and rejected
-        return Outcome.rejected, ("; ".join(f"{f.name}: {short_text(f.reason, 80)}" for f in blocking)
-                                  or short_text(verdict.error) or None)
+        # whole: JSON, CSV and the report carry it as it is; the terminal's table cuts it (harness.render)
+        return Outcome.rejected, ("; ".join(f"{f.name}: {short_text(f.reason, None)}" for f in blocking)
+                                  or short_text(verdict.error, None) or None)
     tiers = verdict.correctness.tiers if verdict.correctness else {}
     passes = tiers.get(tier)
     if passes is None and tier in TIERS:  # the problem has no such tier: a stricter one it passes counts

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evaluator.wire.records import Verdict
+from evaluator.wire.records import FlagPolicy, Verdict
 from harness.board import Board, Filters
 from harness.columns import (
     CHAINS_CAPTION,
@@ -91,9 +91,16 @@ def summary_tables(board: Board) -> list[Table]:
     return tables
 
 
+# Under every board whose rows carry a flag that rejects.
+FLAG_LEGEND = ("flags: `name!` rejects (the candidate is not ranked), `name` is for information; "
+               "`harness show RUN/SAMPLE` gives every reason whole")
+
+
 def print_tables(boards: Sequence[Board], console: Console) -> None:
     for board in boards:
         console.print(leaderboard_table(board))
+        if any(f.policy == FlagPolicy.reject for e in board.rows if e.verdict is not None for f in e.verdict.flags):
+            console.print(f"[dim]{FLAG_LEGEND}[/]", highlight=False)
         for table in summary_tables(board):
             console.print(table)
         console.print()

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from evaluator.wire.records import Flag, FlagPolicy
 
 
-def short_text(text: str | None, limit: int = 100) -> str:
-    """One line out of an error: a traceback's last line, else the first line."""
+def short_text(text: str | None, limit: int | None = 100) -> str:
+    """One line out of an error: a traceback's last line, else the first line; cut to `limit` (None: whole)."""
     if not text:
         return ""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
@@ -18,7 +18,7 @@ def short_text(text: str | None, limit: int = 100) -> str:
     if len(lines) > 1 and first.endswith("Traceback (most recent call last):"):
         lead = first[: -len("Traceback (most recent call last):")].strip()
         first = f"{lead} {lines[-1]}".strip()
-    return first if len(first) <= limit else first[: limit - 1] + "…"
+    return first if limit is None or len(first) <= limit else first[: limit - 1] + "…"
 
 
 def fmt_speedup(value: float | None) -> str:

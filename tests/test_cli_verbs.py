@@ -73,3 +73,21 @@ def test_a_folder_stands_for_its_candidates(tmp_path):
     assert candidate_files([plain]) == [plain / "a.py", plain / "b.py"]
     assert candidate_files([run, plain / "a.py"]) == [run / "0" / "2" / "candidate.py", run / "0" / "candidate.py",
                                                       run / "1" / "candidate.py", plain / "a.py"]
+
+
+def test_reasons_travel_whole_in_json_and_csv_and_are_cut_only_in_the_terminal(tmp_path):
+    from test_turns_board import make_verdict
+
+    from evaluator.wire.records import Flag, FlagPolicy
+    from harness.ranking import classify
+
+    long_reason = "the reported times " + "were far too fast " * 20 + "END"
+    verdict = make_verdict("r/0", "src", "correct", 2.0)
+    verdict.flags = [Flag(name="timing_mismatch", reason=long_reason, policy=FlagPolicy.reject)]
+    outcome, reason = classify(verdict, "loose")
+    assert outcome.value == "rejected" and reason.endswith("END") and "…" not in reason
+    store = build(tmp_path / "s.sqlite")
+    as_json = invoke("leaderboard", "--store", str(store), "--format", "json").output
+    as_csv = invoke("leaderboard", "--store", str(store), "--format", "csv").output
+    assert "reported times faster than the referee's clock" in as_json and "…" not in as_json + as_csv
+    assert "`name!` rejects" in invoke("leaderboard", "--store", str(store)).output  # the legend of `!`
