@@ -3,7 +3,9 @@
 Precedence, lowest first: the defaults below < `harness.toml` < environment < command line.
 
 `harness.toml` (in the working folder, or `--config PATH`, or `HARNESS_CONFIG`) holds
-RunConfig fields at its top level or under a `[run]` table, e.g.
+RunConfig fields at its top level or under a `[run]` table, each by its field's name or by its flag's
+(`timeout` or `request_timeout_s`, `max-tokens` or `max_tokens`); `harness.example.toml` lists them all.
+For example
 
     model = "Qwen/Qwen3-32B"
     base_url = "http://localhost:8000/v1"
@@ -48,6 +50,11 @@ ENV_VARS = {
     "HARNESS_STORE": "store",
     "HARNESS_RUNS_DIR": "runs_dir",
 }
+
+
+# A flag's own name, where it differs from its RunConfig field: harness.toml accepts either spelling
+# (and `-` for `_`), so a setting is written as the flag that sets it.
+FLAG_NAMES = {"timeout": "request_timeout_s", "retries": "max_retries", "eval": "evaluate"}
 
 
 class ConfigError(ValueError):
@@ -155,6 +162,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {err}") from err
     if "run" in data and isinstance(data["run"], dict):
         data = {**{k: v for k, v in data.items() if k != "run"}, **data["run"]}
+    named: dict[str, Any] = {}
+    for key, value in data.items():
+        field = FLAG_NAMES.get(key.replace("-", "_"), key.replace("-", "_"))
+        if field in named:
+            raise ConfigError(f"{path}: {field} is set twice (as {key} and under another name)")
+        named[field] = value
+    data = named
     unknown = sorted(set(data) - set(RunConfig.model_fields))
     if unknown:
         raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(RunConfig.model_fields)}")

@@ -97,3 +97,27 @@ def test_the_command_line_says_its_version():
 
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"kernelharness {harness.__version__}"
+
+
+def test_the_example_config_lists_every_setting_and_uncommented_is_valid(tmp_path):
+    """harness.example.toml: each RunConfig field (by its name or its flag's), and with every setting
+    uncommented it resolves; a key spelled as its flag sets the field."""
+    import re
+
+    from harness.config import FLAG_NAMES
+
+    example = (Path(__file__).resolve().parent.parent / "harness.example.toml").read_text()
+    live = re.sub(r"[ \t]+# .*$", "", example, flags=re.M)
+    live = re.sub(r"^# (\[?[\w\"./-]+\]?( = .*)?)$", r"\1", live, flags=re.M)
+    (tmp_path / "harness.toml").write_text(live)
+    cfg = resolve_config(environ={}, cwd=tmp_path)
+    named = {FLAG_NAMES.get(k, k) for k in re.findall(r"^#?\s?(\w+) = ", example, flags=re.M)}
+    assert set(RunConfig.model_fields) <= named | {"extra_body", "prices"}, set(RunConfig.model_fields) - named
+    assert cfg.request_timeout_s == 600.0 and cfg.max_retries == 4 and cfg.evaluate and cfg.model == "Qwen/Qwen3-32B"
+    assert cfg.extra_body == {"reasoning_effort": "high"} and cfg.prices["Qwen/Qwen3-32B"].completion == 0.3
+    (tmp_path / "harness.toml").write_text("timeout = 5\nmax-tokens = 7\nretries = 1\n")
+    cfg = resolve_config(environ={}, cwd=tmp_path)
+    assert (cfg.request_timeout_s, cfg.max_tokens, cfg.max_retries) == (5.0, 7, 1)
+    (tmp_path / "harness.toml").write_text("timeout = 5\nrequest_timeout_s = 6\n")
+    with pytest.raises(ConfigError, match="set twice"):
+        resolve_config(environ={}, cwd=tmp_path)
