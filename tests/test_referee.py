@@ -315,3 +315,23 @@ def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
             events.append("window")
             raise RuntimeError("the calibrator failed")
     assert events == ["hold", "window", "release"]
+
+
+def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):
+    """The first round is not measured cold: each baseline runs untimed first (at least the warm-up's
+    calls); later rounds need no such run."""
+    from evaluator.referee import referee as referee_module
+
+    monkeypatch.setattr(referee_module, "FIRST_ROUND_WARM_S", 0.05)
+    referee = local_executor.referee(baselines=["eager"])
+    calls = []
+    forward = referee.baseline_model.forward
+    monkeypatch.setattr(referee.baseline_model, "forward", lambda *a: calls.append(1) or forward(*a))
+    warmed = []
+    real_warm = referee.warm_baselines
+    monkeypatch.setattr(referee, "warm_baselines", lambda: warmed.append(len(calls)) or real_warm())
+    referee.ensure_round()
+    referee.baseline_round()
+    assert warmed == [0] and len(referee.rounds) == 2  # once, before anything of the first round was timed
+    timed_calls = sum(r.baselines["eager"]["reps"] + r.baselines["eager"]["warmup"] for r in referee.rounds)
+    assert len(calls) > timed_calls + referee.timer.warmup  # the untimed run came on top of the rounds' calls
