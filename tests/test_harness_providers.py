@@ -1,5 +1,6 @@
 """Model clients: pure payload/response handling, and the real openai client against a local server."""
 
+import pytest
 import asyncio
 import random
 import sys
@@ -104,6 +105,7 @@ def run_all(provider, samples):
     return asyncio.run(go())
 
 
+@pytest.mark.slow  # waits out a request timeout: about 2 s
 def test_retries_then_outcomes():
     def script(sample, attempt, body):
         if sample == 0:

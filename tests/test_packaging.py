@@ -1,5 +1,6 @@
 """Prompts, problems and golden kernels are found from an installed wheel, not only from a checkout."""
 
+import pytest
 import os
 import shutil
 import subprocess
@@ -35,6 +36,7 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow  # builds and installs a wheel
 def test_an_installed_wheel_carries_the_data_folders(tmp_path):
     source, wheel_dir, site = tmp_path / "source", tmp_path / "wheel", tmp_path / "site"
     copy_project(source)

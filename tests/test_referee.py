@@ -158,6 +158,7 @@ def test_commands_are_one_typed_union():
 
 # --------------------------------------------------------------------------- baselines and the verdict
 
+@pytest.mark.slow  # an in-process judgement (referee, calibrator, rounds): about a second
 def test_baselines_are_timed_in_rounds_before_the_first_candidate_and_every_few():
     referee = local_executor.referee(baselines=["eager"], baseline_every=2)
     referee.ensure_round()
@@ -175,6 +176,7 @@ def test_baselines_are_timed_in_rounds_before_the_first_candidate_and_every_few(
     assert [r.index for r in rounds] == [0, 1] and "eager" in rounds[1].baselines
 
 
+@pytest.mark.slow  # an in-process judgement (referee, calibrator, rounds): about a second
 def test_a_verdict_divides_by_the_round_before_it_and_says_which():
     referee = local_executor.referee(baselines=["eager"])
     referee.ensure_round()
@@ -192,6 +194,7 @@ def test_a_verdict_divides_by_the_round_before_it_and_says_which():
     assert verdict.custom_kernels == [] and "no_custom_kernel" in {f.name for f in verdict.flags}
 
 
+@pytest.mark.slow  # an in-process judgement (referee, calibrator, rounds): about a second
 def test_the_verdict_says_each_distributions_checks_and_where_its_time_sits_against_the_peaks():
     referee = local_executor.referee(baselines=["eager"])
     referee.ensure_round()
@@ -243,6 +246,7 @@ class _ListsKernels(local_executor.LocalLink):
     ([12.5, -3.0], []),               # no duration
     ([float("nan"), 3.0], []),
 ])
+@pytest.mark.slow  # an in-process judgement (referee, calibrator, rounds): about a second
 def test_kernel_times_come_with_their_kernels_or_not_at_all(times, kept):
     referee = local_executor.referee(baselines=["eager"])
     referee.ensure_round()
