@@ -661,8 +661,10 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     # issue 21 on the GPU: reports reshaped change no ranked number; work outside a window is never compared
     reshaped = verdicts["redistributed_time"]
     assert reshaped.timing_check.reported_median_ms < reshaped.timing_check.referee_ms / 5
-    # the reference's own work (eager ops), clocked: about eager's time, nowhere near the reports' median
-    assert reshaped.runtime_ms > 0.5 * reshaped.baselines["eager"].median_ms > 5 * reshaped.timing_check.reported_median_ms
+    # what ranks is the referee's own figure (at `small` a window's cost is known only to about a call's time,
+    # so it is not held against another candidate's or a baseline's: on an H100 this one read 0.08-0.15 ms
+    # against eager's 0.19-0.32 in two batches)
+    assert reshaped.runtime_ms == pytest.approx(reshaped.timing_check.referee_ms, abs=1e-4)
     assert "buffers wrong after clocked call 1 of" in verdicts["deferred_buffers"].error
     for name in ("late_stage_write", "deferred_device_work"):
         assert "wrong on clocked call 1 of" in verdicts[name].error, verdicts[name].error
