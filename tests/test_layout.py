@@ -1,0 +1,53 @@
+"""The evaluator's layout by process (issue 24): which folder may import which, read from every import in
+every module (inside functions and behind TYPE_CHECKING too). The wire is at the bottom; the executor, the
+only code a candidate can reach, imports nothing but the wire; the referee never imports the executor's
+code or the parent's; nothing in the evaluator imports the harness."""
+
+import ast
+from pathlib import Path
+
+EVALUATOR = Path(__file__).resolve().parent.parent / "evaluator"
+# folder -> the evaluator folders its modules may import (besides its own)
+ALLOWED = {
+    "wire": set(),
+    "executor": {"wire"},
+    "checks": {"wire"},
+    "referee": {"wire"},
+    "parent": {"wire", "checks", "referee"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, anywhere in it (`from evaluator.x import y` counts as evaluator.x.y too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def folder_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "evaluator" and len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+def test_every_folder_imports_only_what_sits_below_it():
+    crossings = []
+    for folder, allowed in ALLOWED.items():
+        for path in sorted((EVALUATOR / folder).glob("*.py")):
+            for module in imported_modules(path):
+                if module == "harness" or module.startswith("harness."):
+                    crossings.append(f"{path.relative_to(EVALUATOR)} imports {module}")
+                target = folder_of(module)
+                if target is not None and target != folder and target not in allowed:
+                    crossings.append(f"{path.relative_to(EVALUATOR)} imports {module}")
+    assert not crossings, "\n".join(crossings)
+
+
+def test_every_module_lives_in_a_process_folder():
+    loose = [p.name for p in EVALUATOR.glob("*.py") if p.name != "__init__.py"]
+    folders = {p.name for p in EVALUATOR.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert not loose and folders == set(ALLOWED), (loose, folders)
