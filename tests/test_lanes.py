@@ -125,8 +125,7 @@ def test_executors_started_ahead_change_no_verdict(tmp_path):
     a time, and the second's executor was started while the first was judged."""
     names = ["torch_ops_correct", "wrong_values", "forward_raises", "torch_ops_correct", "cpp_correct"]
     files = [CandidateFile(name=f"{i}-{n}", path=CPU / f"{n}.py") for i, n in enumerate(names)]
-    settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"], jobs=1,
-                    cache_dir=tmp_path / "cache")
+    settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"], jobs=1)
     alone = list(Evaluator(EvalOptions(**settings, ahead=0, log_root=tmp_path / "a")).evaluate_all(files))
     ahead = list(Evaluator(EvalOptions(**settings, ahead=2, log_root=tmp_path / "b")).evaluate_all(files))
     assert [v.status for v in ahead] == [v.status for v in alone] == [

@@ -308,7 +308,7 @@ def test_a_bare_file_problem_is_evaluated(tmp_path):
     wrong = tmp_path / "wrong.py"  # forgets the scale
     wrong.write_text(CORRECT_BARE.replace("in[i] * (float)scale", "in[i]"))
     options = EvalOptions(problem=str(BARE), device="cpu", run_timeout_s=120, timing_budget_s=0.2, baselines=["eager"],
-                          log_root=tmp_path / "logs", cache_dir=tmp_path / "cache")
+                          log_root=tmp_path / "logs")  # builds in the session's shared cache
     ok, bad = evaluate([CandidateFile(name="good", path=good), CandidateFile(name="wrong", path=wrong)], options)
     assert (ok.problem, ok.size, ok.status) == ("kb_leaky_relu_scale", "default", Status.correct), ok.error
     assert ok.correctness.tiers == {"strict": True, "loose": True} and ok.correctness.main.trials == 6
@@ -322,7 +322,7 @@ def test_the_evaluator_applies_the_problems_rules(tmp_path):
     candidate = tmp_path / "relu.py"
     candidate.write_text(RELU_CANDIDATE)
     options = EvalOptions(problem=str(SCALED_RELU), device="cpu", run_timeout_s=60, timing_budget_s=0.2,
-                          baselines=["eager"], log_root=tmp_path / "logs", cache_dir=tmp_path / "cache")
+                          baselines=["eager"], log_root=tmp_path / "logs")
     [verdict] = evaluate([CandidateFile(name="relu", path=candidate)], options)
     assert verdict.status == Status.correct, verdict.error
     assert [f.reason for f in verdict.flags if f.name == "torch_fallback"] == [

@@ -24,7 +24,7 @@ def local_ray():
 def test_ray_lanes_give_the_local_verdicts_and_a_crash_costs_only_its_candidate(tmp_path, local_ray):
     files = [CandidateFile(name=f"{i}-{n}", path=CPU / f"{n}.py") for i, n in enumerate(NAMES)]
     settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"],
-                    run_rejected=True, cache_dir=tmp_path / "cache")
+                    run_rejected=True)
     evaluator = Evaluator(EvalOptions(**settings, executor="ray", lanes=2, log_root=tmp_path / "ray"))
     remote = list(evaluator.evaluate_all(files))
     local = list(Evaluator(EvalOptions(**settings, log_root=tmp_path / "local")).evaluate_all(files))
