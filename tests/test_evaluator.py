@@ -71,6 +71,21 @@ def test_crash_and_timeout_reasons_name_the_phase(bad_input_verdicts):
     assert "cannot convert" in bad_input_verdicts["cpp_compile_error"].error  # the compiler's own words
 
 
+def test_the_real_cpp_compile_error_points_the_feedback_at_its_line(bad_input_verdicts):
+    """The feedback on the batch's real compiler error (harness.feedback) quotes the candidate's own line
+    (judged once, with the batch: a failed build is built again every time it is judged)."""
+    from test_feedback import line_of, tell
+
+    from evaluator.wire.problem import load_problem
+
+    path = CPU / "cpp_compile_error.py"
+    judged = bad_input_verdicts["cpp_compile_error"]
+    assert judged.status == Status.compile_error, judged.error
+    text = tell(load_problem("gemm_scale_bn"), source=path.read_text(), judged=judged)
+    assert f"Your code, line {line_of(path.read_text(), 'int not_a_tensor = x;')}:" in text
+    assert "cannot convert" in text and "main.cpp:5:22" in text
+
+
 def test_output_is_captured_capped_and_never_mixed_with_the_verdict(bad_input_verdicts):
     noisy = bad_input_verdicts["print_100mb"]
     assert noisy.stdout_bytes >= 100 << 20

@@ -457,17 +457,3 @@ def test_the_context_is_pure_and_has_every_part(problem):
     assert "seeds" not in repr(first) and str(SEEDS[0]) not in repr(first)
     with pytest.raises(ValueError):
         feedback_context(problem, source=None, parse=None, verdict=None, hardware=None)
-
-
-@pytest.mark.slow
-def test_the_real_cpp_compile_error_fixture_points_at_its_line(problem, tmp_path):
-    from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
-
-    path = FIXTURES / "candidates" / "cpu" / "cpp_compile_error.py"
-    [judged] = evaluate([CandidateFile(name="cpp_compile_error", path=path)],
-                        EvalOptions(device="cpu", baselines=[], log_root=tmp_path))
-    assert judged.status == Status.compile_error, judged.error
-    text = tell(problem, source=path.read_text(), judged=judged)
-    assert f"Your code, line {line_of(path.read_text(), 'int not_a_tensor = x;')}:" in text
-    assert "cannot convert" in text and "main.cpp:5:22" in text
-
