@@ -38,12 +38,6 @@ EVAL_RUN, GOLDEN_RUN = "eval", "golden"
 _err = Console(stderr=True)
 
 
-# What a run on a machine without a GPU does, said up front (README, "Two commands").
-NO_GPU_LINE = ("CUDA candidates are built, not run: neither checked nor timed, so none is ranked. A candidate "
-               "in plain PyTorch or C++ is judged in full on the CPU, e.g. `harness eval --device cpu "
-               "--size small tests/fixtures/candidates/cpu/cpp_correct.py`.")
-
-
 def default_store_path() -> Path:
     """The store `harness run` uses: harness.toml / HARNESS_STORE / `.harness/results.sqlite`."""
     from harness.config import DEFAULT_STORE, ConfigError, resolve_config
@@ -419,8 +413,6 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
     if cfg.device == "cuda" and hardware is None:
         console.print("[red]error:[/] --device cuda, but no CUDA GPU is visible")
         return 2
-    if hardware is None:  # said before the builds take minutes, not only in a table cell at the end
-        console.print(f"[yellow]no CUDA GPU here:[/] {NO_GPU_LINE}", highlight=False)
     try:
         with terminate_as_interrupt():
             summary = execute_run(cfg, console=console, hardware=hardware, environ=environ)

@@ -72,6 +72,12 @@ def versions() -> dict[str, str]:
     return out
 
 
+# What a run on a machine without a GPU does, said once the settings are known to be usable (README).
+NO_GPU_LINE = ("CUDA candidates are built, not run: neither checked nor timed, so none is ranked. A candidate "
+               "in plain PyTorch or C++ is judged in full on the CPU, e.g. `harness eval --device cpu "
+               "--size small tests/fixtures/candidates/cpu/cpp_correct.py`.")
+
+
 def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Hardware | None = None,
                 provider: Provider | None = None, evaluate_fn: EvaluateFn | None = None,
                 environ: dict[str, str] | None = None, golden: list[Path] | None = None) -> RunSummary:
@@ -107,6 +113,8 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
             raise RunError(f"model {cfg.model!r} but neither a base URL (--base-url, OPENAI_BASE_URL) nor "
                            f"${cfg.api_key_env}: nothing to ask (leave the model out to judge the golden "
                            "candidates instead)")
+        if hardware is None:  # said before the builds take minutes, not only in a table cell at the end
+            console.print(f"[yellow]no CUDA GPU here:[/] {NO_GPU_LINE}", highlight=False)
         if not use_model:
             console.print(f"[yellow]No model endpoint configured (no model; set --model with --base-url or "
                           f"{cfg.api_key_env}, or harness.toml): evaluating the golden candidates instead.[/]")
