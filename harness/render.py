@@ -43,10 +43,39 @@ FORMATS = ("table", "json", "csv", "md")
 
 # -- boards ---------------------------------------------------------------------------------------
 
-def leaderboard_table(board: Board) -> Table:
-    """The rich table of a board (the compact columns)."""
+# Left out, in this order, while a board is wider than the terminal (it would be cropped on the right).
+NARROW_DROPS = ("max_abs_err", "tiers", "model_variant", "reason", "flags")
+
+
+def readable_width(board: Board, cols: Sequence[Column]) -> int:
+    """How wide a board's table must be for every column to stay readable: unbroken columns (numbers, the
+    candidate, the status) as wide as their longest cell, text columns folded at 12 (the reason at 30)."""
+    width = 1
+    for col in cols:
+        longest = max([len(col.short_header or col.header)] + [len(col.text(e)) for e in board.rows])
+        unbroken = col.numeric or col.key in ("candidate", "status")
+        width += 3 + (longest if unbroken else min(longest, 30 if col.key == "reason" else 12))
+    return width
+
+
+def fitted_columns(board: Board, console: Console) -> tuple[list[Column], list[Column]]:
+    """The compact columns that stay readable in `console`'s width, and those left out for it."""
+    cols, dropped = compact_view(board), []
+    for key in NARROW_DROPS:
+        if readable_width(board, cols) <= console.width:
+            break
+        dropped += [c for c in cols if c.key == key]
+        cols = [c for c in cols if c.key != key]
+    return cols, dropped
+
+
+def leaderboard_table(board: Board, columns: Sequence[Column] | None = None) -> Table:
+    """The rich table of a board (the compact columns, or `columns`)."""
+    return _board_table(board, list(columns) if columns is not None else compact_view(board))
+
+
+def _board_table(board: Board, cols: list[Column]) -> Table:
     title = board.title
-    cols = compact_view(board)
     table = Table(title=title, title_justify="left", show_lines=False)
     for col in cols:
         table.add_column(col.short_header or col.header, overflow="fold", justify="right" if col.numeric else "left",
@@ -98,7 +127,12 @@ FLAG_LEGEND = ("flags: `name!` rejects (the candidate is not ranked), `name` is 
 
 def print_tables(boards: Sequence[Board], console: Console) -> None:
     for board in boards:
-        console.print(leaderboard_table(board))
+        columns, dropped = fitted_columns(board, console)
+        console.print(leaderboard_table(board, columns))
+        if dropped:
+            console.print(f"[dim]left out to fit {console.width} columns: "
+                          f"{', '.join(c.header for c in dropped)} (`--format md` or `json` has them all)[/]",
+                          highlight=False)
         if any(f.policy == FlagPolicy.reject for e in board.rows if e.verdict is not None for f in e.verdict.flags):
             console.print(f"[dim]{FLAG_LEGEND}[/]", highlight=False)
         for table in summary_tables(board):

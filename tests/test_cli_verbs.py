@@ -91,3 +91,24 @@ def test_reasons_travel_whole_in_json_and_csv_and_are_cut_only_in_the_terminal(t
     as_csv = invoke("leaderboard", "--store", str(store), "--format", "csv").output
     assert "reported times faster than the referee's clock" in as_json and "…" not in as_json + as_csv
     assert "`name!` rejects" in invoke("leaderboard", "--store", str(store)).output  # the legend of `!`
+
+
+def test_a_board_on_a_narrow_terminal_leaves_columns_out_rather_than_crop_them(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from harness.leaderboard import build_boards
+    from harness.render import print_tables
+
+    with Store(build(tmp_path / "s.sqlite")) as db:
+        boards = build_boards(db)
+    wide, narrow = (Console(width=w, file=io.StringIO()) for w in (200, 90))
+    print_tables(boards, wide)
+    print_tables(boards, narrow)
+    assert "left out to fit" not in wide.file.getvalue() and "max err" in wide.file.getvalue()
+    text = narrow.file.getvalue()
+    assert "left out to fit 90 columns: max abs err" in text
+    table = text[:text.index("left out to fit")]
+    top = next(line for line in table.splitlines() if line.startswith("┏"))
+    assert top.rstrip().endswith("┓") and max(len(line) for line in table.splitlines()) <= 90  # not cropped
