@@ -223,39 +223,33 @@ class Referee:
     def compile_baselines(self) -> None:
         """torch.compile's compilations (CPU work, tens of seconds the first time) before the round."""
         for name in self.config.baselines:
-            if not name.startswith("compile") or name in self.compiled:
-                continue
-            try:
-                model = self.baseline_callable(name)
-                self.baseline_model.train(self.problem.mode == "train")
-                with torch.no_grad():
-                    model(*self.draw(self.problem.distributions[0], self.rng.randrange(2**31)))
-                self._sync()
-            except Exception:
-                pass  # timing it fails the same way, and the round records why
-            finally:
-                torch.set_float32_matmul_precision("highest")
+            if name.startswith("compile") and name not in self.compiled:
+                self.run_untimed(name, calls=1)
 
     def warm_baselines(self) -> None:
         """Before the batch's first round: each baseline runs untimed for FIRST_ROUND_WARM_S (at least the
         warm-up's calls), so the first round is not measured cold (thread pools, allocator, clocks: on a
         CPU the first round once read eager at 8.9 ms and the next at 1.2, a fake 5.9x for a candidate)."""
-        distribution = self.problem.distributions[0]
         for name in self.config.baselines:
-            try:
-                model = self.baseline_callable(name)
-                self.baseline_model.train(self.problem.mode == "train")
-                inputs = self.draw(distribution, self.rng.randrange(2**31))
-                started, calls = time.perf_counter(), 0
-                with torch.no_grad():
-                    while calls < self.timer.warmup or time.perf_counter() - started < FIRST_ROUND_WARM_S:
-                        model(*inputs)
-                        self._sync()
-                        calls += 1
-            except Exception:
-                pass  # timing it fails the same way, and the round records why
-            finally:
-                torch.set_float32_matmul_precision("highest")
+            self.run_untimed(name, calls=self.timer.warmup, seconds=FIRST_ROUND_WARM_S)
+
+    def run_untimed(self, name: str, calls: int, seconds: float = 0.0) -> None:
+        """Baseline `name` run untimed on one draw of inputs, `calls` times and for at least `seconds`, the
+        device waited for after each call. A failure is left to the round, which times it and records why."""
+        try:
+            model = self.baseline_callable(name)
+            self.baseline_model.train(self.problem.mode == "train")
+            inputs = self.draw(self.problem.distributions[0], self.rng.randrange(2**31))
+            started, done = time.perf_counter(), 0
+            with torch.no_grad():
+                while done < calls or time.perf_counter() - started < seconds:
+                    model(*inputs)
+                    self._sync()
+                    done += 1
+        except Exception:
+            pass  # timing it fails the same way, and the round records why
+        finally:
+            torch.set_float32_matmul_precision("highest")
 
     def _baseline_round(self) -> Round:
         baselines, failed = {}, {}
