@@ -357,9 +357,9 @@ def replay_first_turn_replies(model: str) -> int:
     provider = ReplayProvider(model[len(REPLAY_PREFIX):])
     if provider.fatal is not None:
         return 0
-    indices = [int(entry.name.split(".")[0]) for entry in provider.folder.iterdir()
-               if entry.name.split(".")[0].isdigit() and provider.reply_path(int(entry.name.split(".")[0])) is not None]
-    return max(indices) + 1 if indices else 0
+    stems = {entry.name.split(".")[0] for entry in provider.folder.iterdir()}
+    held = [int(stem) for stem in stems if stem.isdigit() and provider.reply_path(int(stem)) is not None]
+    return max(held) + 1 if held else 0
 
 
 def is_replay(model: str | None) -> bool:
