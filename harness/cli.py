@@ -51,8 +51,8 @@ def eval_command(
         "`rejected` without running.")),
     json_lines: bool = typer.Option(False, "--json", help="One verdict JSON object per line on stdout."),
     jobs: Optional[int] = typer.Option(None, min=1, help=(
-        "Candidates built at once while earlier ones are judged (default: half the cores, at most 8; 1: each "
-        "executor builds its candidate as it imports it).")),
+        "Candidates built at once while earlier ones are judged (default: one per core on a GPU, sharing one "
+        "budget of compiler jobs; half the cores on the CPU; 1: each executor builds its candidate as it imports it).")),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
     ahead: Optional[int] = typer.Option(None, min=0, help=(
         "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU).")),
@@ -143,7 +143,7 @@ def run_cli(
     run_rejected: Optional[bool] = typer.Option(None, "--run-rejected", help=(
         "Run candidates the static checks reject (contained), to study what they do (default: `rejected` "
         "without running).")),
-    jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: half the cores, at most 8)."),
+    jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: one per core on a GPU, half the cores on the CPU)."),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
     executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.\\[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),

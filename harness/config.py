@@ -131,7 +131,7 @@ class RunConfig(BaseModel):
         "without running. Part of the verdict key."))
     eval_seed: int | None = Field(None, description="Root seed of the evaluator's inputs; None = fresh each evaluation.")
     jobs: int | None = Field(None, ge=1, description=(
-        "Candidates built at once while earlier ones are judged; None = half the cores, at most 8."))
+        "Candidates built at once while earlier ones are judged; None = one per core on a GPU, half the cores on the CPU."))
     gpus: str | None = Field(None, description="GPUs to judge on, one lane each: None/`all` or positions (`0,2`).")
     executor: Literal["local", "ray"] = Field("local", description="`ray`: each lane a Ray actor (`pip install -e '.[ray]'`).")
     ray_address: str | None = Field(None, description="Ray cluster to join with executor `ray` (None: a local instance).")

@@ -35,6 +35,7 @@ from evaluator.referee.session import Session
 from evaluator.wire.records import Judge
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
+from evaluator.parent.jobserver import JobServer, ninja_takes_jobserver
 from evaluator.parent.lanes import Job, Judged, Scheduler
 from evaluator.parent.referee_client import RefereeClient, protected_paths
 from evaluator.referee.environment import toolchain_digest
@@ -70,8 +71,9 @@ class EvalOptions(BaseModel):
         "first candidate and one after the last)."))
     seed: int | None = Field(None, description="Root seed; random when None (fresh inputs each run).")
     jobs: int | None = Field(None, ge=1, description=(
-        "Candidates built at once, while earlier ones are judged; None: half the cores, at most 8 (each build "
-        "runs its own compilers). 1: no builds of their own; each executor builds as it imports."))
+        "Candidates built at once, while earlier ones are judged; None: see `default_build_jobs` (on a GPU one per "
+        "core, their compilers sharing one budget of jobs). 1: no builds of their own; each executor builds as it "
+        "imports."))
     gpus: str | None = Field(None, description=(
         "GPUs to judge on, one lane each: None or `all`, every visible GPU; else positions among them (`0,2`)."))
     ahead: int | None = Field(None, ge=0, description=(
@@ -110,10 +112,29 @@ def default_baselines(problem: ProblemSpec, device: str) -> list[str]:
     return names
 
 
-def default_build_jobs() -> int:
-    """Half the cores (each build runs its own compilers), at most 8 (each compiler of torch's headers
-    takes a GiB or more)."""
-    return max(1, min(8, (os.cpu_count() or 1) // 2))
+def default_build_jobs(device: str) -> int:
+    """Builds at once. On a GPU: one per core (their compilers share one budget of that many jobs,
+    evaluator.parent.jobserver), at most one per 4 GiB of memory (an executor and the compilers of torch's
+    headers, 1.5-2.2 GiB each) and 32. On the CPU, where the cores also run the candidates being judged:
+    half the cores, at most 8."""
+    cores = os.cpu_count() or 1
+    if device != "cuda":
+        return max(1, min(8, cores // 2))
+    try:
+        memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (OSError, ValueError):
+        memory_gib = 4.0 * cores
+    return max(1, min(cores, int(memory_gib // 4), 32))
+
+
+def build_slots(device: str) -> int:
+    """Compiler jobs shared by the builds of a batch: every core on a GPU machine, half of them on the CPU
+    (where the other half judge)."""
+    cores = os.cpu_count() or 1
+    return cores if device == "cuda" else max(1, cores // 2)
+
+
+BUILD_NICE = 10  # builds made beside candidates being judged leave the CPU to the referee and its executors
 
 
 def resolve_device(device: str | None) -> str:
@@ -174,7 +195,8 @@ class Evaluator:
         self.compile_timeout = options.compile_timeout_s or self.problem.timeouts.compile_s
         self.run_timeout = options.run_timeout_s or self.problem.timeouts.run_s
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
-        self.jobs = options.jobs or default_build_jobs()
+        self.jobs = options.jobs or default_build_jobs(self.device)
+        self.jobserver: JobServer | None = None  # the compilers' shared budget while a batch builds in a pool
         # 4 on a GPU: an executor took about 7 s to start, import torch and dynamo and load its extension
         # (H100 machine, 16 cores, stopped while others are timed), a candidate about 3.3 s of the referee's
         # at kernelbench; a warm batch of 16 waited 10.7 s in all for executors with 3 ahead, 2.9 s with 4
@@ -284,17 +306,23 @@ class Evaluator:
 
     def _build(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
         """A build only: an executor imports the candidate (building its extensions into the cache)."""
+        jobserver = self.jobserver
+        if jobserver is not None:
+            budget = dict(makeflags=jobserver.makeflags, jobs_fifo=jobserver.fifo, nice=BUILD_NICE)
+        else:  # concurrent builds share the cores
+            budget = dict(max_jobs=max(1, (os.cpu_count() or 1) // self.jobs))
         process = ExecutorProcess(
             source=source, digest=digest, device=self.device, compile_only=True, watch=self.problem.rules.watch,
             cache_dir=self.cache_dir, problem_location=self.problem.location, protect=protected_paths(self),
             exchange_bytes=None, output_cap=self.options.output_cap_bytes,
-            memory_limit_gb=self.options.compile_memory_limit_gb,
-            max_jobs=max(1, (os.cpu_count() or 1) // self.jobs))  # concurrent builds share the cores
+            memory_limit_gb=self.options.compile_memory_limit_gb, **budget)
         session = Session(referee=None, link=process, name=candidate.name, digest=digest,
                                  problem=self.problem.name, size=self.size, device=self.device,
                                  compile_timeout_s=self.compile_timeout, run_timeout_s=self.run_timeout,
                                  memory_limit_gb=self.options.compile_memory_limit_gb)
         returncode = None
+        if jobserver is not None:
+            jobserver.begin()
         try:
             process.start()
             verdict = phases.judge(session, compile_only=True)
@@ -302,6 +330,8 @@ class Evaluator:
                 returncode = process.wait_exit(10)
         finally:
             process.close()
+            if jobserver is not None:
+                jobserver.end()
         if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
                 and uses_cuda_source(source.decode(errors="replace"))):  # built only because it cannot run here
             import torch
@@ -348,6 +378,8 @@ class Evaluator:
         # for those too (else the executor that imports a candidate builds it, in its lane).
         running = sum(not c[4] for c in context.values())
         builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
+        if sum(1 for c in context.values() if c[4] or builds_here) > 1 and ninja_takes_jobserver():
+            self.jobserver = JobServer(build_slots(self.device))
 
         def build(job: Job) -> Judged | None:
             """A build, when it is the last word (compile only, or it failed), else None."""
@@ -391,6 +423,9 @@ class Evaluator:
             yield from in_order()
         finally:
             self.rounds = scheduler.rounds
+            if self.jobserver is not None:
+                self.jobserver.close()
+                self.jobserver = None
 
     def built_mark(self, digest: str) -> Path:
         """Written by the parent after a build of this source with this toolchain succeeded (outside any

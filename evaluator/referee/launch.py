@@ -19,12 +19,13 @@ LAUNCHER = EVALUATOR_DIR / "executor" / "launcher.py"
 
 
 def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mapping[str, str],
-         protect: Iterable[Path] = (), disable: Iterable[str] = ()) -> dict:
+         protect: Iterable[Path] = (), disable: Iterable[str] = (), shared: Iterable[Path] = ()) -> dict:
     """What the launcher is asked to apply for one worker (JSON-able). `env` is the worker's
     environment (PATH, PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME are read from it); `protect` holds
     paths the worker must not read even where a readable hierarchy holds them (the store, the
     logs, the build cache, the checkout): what the worker needs inside them (the evaluator package,
-    the problem) is granted by name."""
+    the problem) is granted by name. `shared` names files outside its folders it may read and write
+    (the builds' jobserver FIFO)."""
     import site
     import sysconfig
 
@@ -59,7 +60,7 @@ def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mappin
 
     return {
         "workdir": str(workdir),
-        "write": real([str(workdir), str(extension_dir)]),
+        "write": real([str(workdir), str(extension_dir), *map(str, shared)]),
         "exact": real(exact),
         "read": real(read),
         "list": real(listed),

@@ -17,6 +17,7 @@ import json
 import os
 import selectors
 import shutil
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,8 +180,13 @@ class ExecutorProcess:
     def __init__(self, *, source: bytes, digest: str, device: str, compile_only: bool, watch: list[str],
                  cache_dir: Path, problem_location: Path, protect: list[Path], exchange_bytes: int | None,
                  output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
-                 stage_bytes: int | None = None):
-        self.max_jobs = max_jobs
+                 stage_bytes: int | None = None, makeflags: str | None = None, jobs_fifo: Path | None = None,
+                 nice: int = 0):
+        # A build's compilers: `makeflags` names a jobserver shared with the other builds in flight
+        # (evaluator.parent.jobserver; its FIFO, `jobs_fifo`, is the one file outside its folders the
+        # executor may write), else `max_jobs` of its own (None: as many as the machine has cores).
+        self.max_jobs, self.makeflags, self.jobs_fifo = max_jobs, makeflags, jobs_fifo
+        self.nice = nice  # added to its niceness and its children's (a build beside candidates being timed)
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
         self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
         self.exchange_bytes, self.memory_limit_gb, self.stage_bytes = exchange_bytes, memory_limit_gb, stage_bytes
@@ -219,11 +225,14 @@ class ExecutorProcess:
         marks.append(time.perf_counter())
         env = scrubbed_environment(self.extension_dir, self.device, self.workdir, bytecode_cache(self.cache_dir))
         marks.append(time.perf_counter())
-        if self.max_jobs:  # concurrent builds share the cores
+        if self.makeflags:  # torch runs ninja without -j when MAX_JOBS is unset: ninja then asks the jobserver
+            env.pop("MAX_JOBS", None)
+            env["MAKEFLAGS"] = self.makeflags
+        elif self.max_jobs:  # concurrent builds share the cores
             env["MAX_JOBS"] = str(self.max_jobs)
         env[PLAN_ENV] = json.dumps(launch.plan(
             self.workdir, self.extension_dir, self.problem_location, env, protect=self.protect,
-            disable=launch.disabled_mechanisms(os.environ)))
+            disable=launch.disabled_mechanisms(os.environ), shared=[self.jobs_fifo] if self.jobs_fifo else []))
         marks.append(time.perf_counter())
         channel_r, channel_w = os.pipe()
         commands_r, commands_w = os.pipe()
@@ -243,8 +252,9 @@ class ExecutorProcess:
         marks.append(time.perf_counter())
         self.started, self.launched_at = time.monotonic(), time.time()
         try:
+            niced = ["nice", "-n", str(self.nice)] if self.nice and shutil.which("nice") else []
             self.proc = subprocess.Popen(
-                launch.launch_command(command), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
+                niced + launch.launch_command(command), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env, start_new_session=True)
         finally:
             os.close(channel_w)
