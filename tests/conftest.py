@@ -101,6 +101,8 @@ def pytest_configure(config):
     config.stash[_session_folder] = folder
     _SESSION_ENV.setenv("HARNESS_CACHE_DIR", os.environ.get("KERNELHARNESS_TEST_CACHE_DIR") or shared_build_cache(folder))
     _SESSION_ENV.setenv("MPLCONFIGDIR", str(folder / "matplotlib"))
+    # no batch precompiles torch's headers (0.8 GB and a minute of a core each); tests/test_headers.py does
+    _SESSION_ENV.setenv("KERNELHARNESS_PCH", "0")
     for name in USER_SETTINGS:
         _SESSION_ENV.delenv(name, raising=False)
     python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -38,6 +38,7 @@ from evaluator.checks import static_flags
 from evaluator.parent.jobserver import JobServer, ninja_takes_jobserver
 from evaluator.parent.lanes import Job, Judged, Scheduler
 from evaluator.parent.referee_client import RefereeClient, protected_paths
+from evaluator.referee import headers
 from evaluator.referee.environment import toolchain_digest
 from evaluator.referee.process import ExecutorProcess, settle
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
@@ -380,6 +381,10 @@ class Evaluator:
         builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
         if sum(1 for c in context.values() if c[4] or builds_here) > 1 and ninja_takes_jobserver():
             self.jobserver = JobServer(build_slots(self.device))
+        to_build = [job.source.decode(errors="replace") for job in jobs if not self.built_before(job.digest)]
+        wanted = headers.missing(self.cache_dir, self.device, to_build) if self.options.executor == "local" else []
+        header_builds = headers.HeaderBuilds(self.cache_dir, self.device, wanted, nice=BUILD_NICE,
+                                             jobserver=self.jobserver)
 
         def build(job: Job) -> Judged | None:
             """A build, when it is the last word (compile only, or it failed), else None."""
@@ -423,6 +428,7 @@ class Evaluator:
             yield from in_order()
         finally:
             self.rounds = scheduler.rounds
+            header_builds.stop()
             if self.jobserver is not None:
                 self.jobserver.close()
                 self.jobserver = None

@@ -19,13 +19,14 @@ LAUNCHER = EVALUATOR_DIR / "executor" / "launcher.py"
 
 
 def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mapping[str, str],
-         protect: Iterable[Path] = (), disable: Iterable[str] = (), shared: Iterable[Path] = ()) -> dict:
+         protect: Iterable[Path] = (), disable: Iterable[str] = (), shared: Iterable[Path] = (),
+         granted: Iterable[Path] = ()) -> dict:
     """What the launcher is asked to apply for one worker (JSON-able). `env` is the worker's
     environment (PATH, PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME are read from it); `protect` holds
     paths the worker must not read even where a readable hierarchy holds them (the store, the
     logs, the build cache, the checkout): what the worker needs inside them (the evaluator package,
     the problem) is granted by name. `shared` names files outside its folders it may read and write
-    (the builds' jobserver FIFO)."""
+    (the builds' jobserver FIFO), `granted` folders it reads by name (the precompiled headers)."""
     import site
     import sysconfig
 
@@ -39,7 +40,7 @@ def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mappin
         except Exception:
             continue
         exact += [found] if isinstance(found, str) else list(found)
-    exact += [str(evaluator_dir), str(problem_location)]
+    exact += [str(evaluator_dir), str(problem_location), *map(str, granted)]
     # the bytecode cache (PYTHONPYCACHEPREFIX) is read here, never written: the referee writes it
     exact += [env[name] for name in ("CUDA_HOME", "CUDA_PATH", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX") if env.get(name)]
     # system hierarchies and search paths: granted except where they hold a protected path

@@ -29,6 +29,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evaluator.referee import launch
+from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
 from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange
@@ -224,6 +225,9 @@ class ExecutorProcess:
         self.extension_dir.mkdir(parents=True, exist_ok=True)
         marks.append(time.perf_counter())
         env = scrubbed_environment(self.extension_dir, self.device, self.workdir, bytecode_cache(self.cache_dir))
+        headers = headers_for(self.cache_dir, self.device, self.source.decode(errors="replace"))
+        if headers is not None:  # its compilers find the precompiled torch headers (evaluator.referee.headers)
+            env["CPATH"] = os.pathsep.join([str(headers), *(p for p in env.get("CPATH", "").split(os.pathsep) if p)])
         marks.append(time.perf_counter())
         if self.makeflags:  # torch runs ninja without -j when MAX_JOBS is unset: ninja then asks the jobserver
             env.pop("MAX_JOBS", None)
@@ -232,7 +236,8 @@ class ExecutorProcess:
             env["MAX_JOBS"] = str(self.max_jobs)
         env[PLAN_ENV] = json.dumps(launch.plan(
             self.workdir, self.extension_dir, self.problem_location, env, protect=self.protect,
-            disable=launch.disabled_mechanisms(os.environ), shared=[self.jobs_fifo] if self.jobs_fifo else []))
+            disable=launch.disabled_mechanisms(os.environ), shared=[self.jobs_fifo] if self.jobs_fifo else [],
+            granted=[headers] if headers else []))
         marks.append(time.perf_counter())
         channel_r, channel_w = os.pipe()
         commands_r, commands_w = os.pipe()
