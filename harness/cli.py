@@ -203,11 +203,19 @@ def bench_command(
     gpus: Optional[str] = typer.Option(None, help=(
         "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm "
         "pass each.")),
+    build_cost: bool = typer.Option(False, "--build-cost", help=(
+        "Instead: build one candidate (FILES' first, default the throughput fixture) and print the CPU seconds "
+        "of each translation unit and nvcc stage, and of the binding with the precompiled header.")),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.parent.sandbox import CandidateFile
     from harness.bench import run_bench
 
+    if build_cost:
+        from harness.build_cost import run_build_cost
+
+        run_build_cost(files[0].read_text() if files else None, console=console)
+        return
     if throughput:
         from harness.throughput import run_throughput
 

@@ -3,7 +3,8 @@
 N distinct copies of one correct candidate (default: the CUDA reply of
 tests/fixtures/replays/cuda/0.md, cuBLAS GEMM then custom scale/BatchNorm kernels; each copy differs
 by a comment in its kernel source, so each is a build of its own) are evaluated twice by the
-ordinary evaluator: cold (an empty build cache: every copy is built) and warm (the same copies, their
+ordinary evaluator: cold (an empty build cache: every copy is built; torch's precompiled headers,
+a toolchain's and not a candidate's, are the user's, evaluator.referee.headers) and warm (the same copies, their
 builds cached), the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two). Printed per pass: candidates per minute over the whole batch (the referee's start and
 baseline rounds included), the median seconds of each phase, and per GPU the fraction of the pass
 it was busy (nvidia-smi's utilization, sampled every 200 ms). Nothing is recorded in the store: the
@@ -28,7 +29,7 @@ from rich.table import Table
 
 from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.records import Verdict
-from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_cache_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPLY = PROJECT_ROOT / "tests" / "fixtures" / "replays" / "cuda" / "0.md"
@@ -148,6 +149,11 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
     plan = [("cold", sets[0])] + [(f"warm gpus {g}" if g is not None else "warm", g) for g in sets]
     try:
         files = distinct_copies(text, count, work / "copies")
+        # torch's precompiled headers belong to the toolchain, not to a candidate: the user's are kept
+        (work / "cache").mkdir()
+        shared_headers = default_cache_dir() / "headers"
+        shared_headers.mkdir(parents=True, exist_ok=True)
+        (work / "cache" / "headers").symlink_to(shared_headers, target_is_directory=True)
         for name, gpu_set in plan:
             extra = {"jobs": jobs} if jobs else {}
             options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
