@@ -58,12 +58,15 @@ class JobServer:
     def makeflags(self) -> str:
         return f"-j{self.slots} --jobserver-auth=fifo:{self.fifo}"
 
-    def begin(self) -> None:
-        """A build starts: its ninja's first job needs no token, so one is taken out of the budget."""
+    def begin(self) -> int:
+        """A build starts: its ninja's first job needs no token, so one is taken out of the budget. Returns
+        how many builds were in flight before it."""
         with self.lock:
+            ahead = self.in_flight
             self.in_flight += 1
             if not self._take():
                 self.owed += 1
+            return ahead
 
     def end(self) -> None:
         with self.lock:
