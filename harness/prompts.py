@@ -22,6 +22,7 @@ The context every variant template gets:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,15 @@ def template_dirs(templates: Path | str | None = None) -> list[Path]:
 
 
 def make_environment(templates: Path | str | None = None) -> jinja2.Environment:
+    return _environment(tuple(str(d) for d in template_dirs(templates)))
+
+
+@functools.lru_cache(maxsize=32)
+def _environment(dirs: tuple[str, ...]) -> jinja2.Environment:
+    """One environment per set of folders, so each template is compiled once (jinja2 still reloads a
+    template whose file changed)."""
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs(templates)]),
+        loader=jinja2.FileSystemLoader(list(dirs)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

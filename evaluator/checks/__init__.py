@@ -31,6 +31,8 @@ or importing the candidate. `python -m evaluator.checks [--problem P] FILE...` p
 from __future__ import annotations
 
 import ast
+import functools
+import json
 
 from evaluator.checks.cpp_rules import CppRules
 from evaluator.checks.flags import DEFAULT_POLICIES, FLAG_DESCRIPTIONS
@@ -51,14 +53,25 @@ def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None, rul
     (`ProblemSpec.rules`: its heavy ops and the layers ModelNew shares with Model); None means
     the rules of DEFAULT_PROBLEM, which existing callers judging that problem rely on.
     """
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError):  # null bytes, nesting too deep: reported elsewhere
-        return []
     merged = dict(DEFAULT_POLICIES)
     for name, pol in (policies or {}).items():
         merged[name] = FlagPolicy(pol)
-    heavy = Heavy.of(rules if rules is not None else default_rules())
+    rules = rules if rules is not None else default_rules()
+    found = _flags(source, rules.model_dump_json(), json.dumps({k: v.value for k, v in merged.items()}, sort_keys=True))
+    return [flag.model_copy(deep=True) for flag in found]
+
+
+@functools.lru_cache(maxsize=256)
+def _flags(source: str, rules_json: str, policies_json: str) -> tuple[Flag, ...]:
+    """The findings of one source under one set of rules and policies, read once (the harness reads a
+    reply's candidate when it parses it and again when it judges it)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):  # null bytes, nesting too deep: reported elsewhere
+        return ()
+    merged = {k: FlagPolicy(v) for k, v in json.loads(policies_json).items()}
+    rules = Rules.model_validate_json(rules_json)
+    heavy = Heavy.of(rules)
     walker = Walker(tree)
     # registration order is the order findings are made in, which orders the places of one line
     PythonRules(walker)
@@ -66,4 +79,4 @@ def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None, rul
     HeavyCppRule(walker, heavy)
     ForwardPath(walker, heavy)
     walker.walk()
-    return walker.findings.flags(merged)
+    return tuple(walker.findings.flags(merged))
