@@ -63,10 +63,10 @@ def test_the_fifo_is_private_to_this_user(jobserver):
 
 @needs_ninja
 def test_ninja_runs_no_more_jobs_than_the_budget_allows(tmp_path, jobserver):
-    """Eight one-second jobs under a budget of four, two builds in flight (this ninja and another that
+    """Eight jobs of a fifth of a second under a budget of four, two builds in flight (this ninja and another that
     holds its job): at most three of them at once."""
     log = tmp_path / "log"
-    rules = ["rule s", f"  command = echo start $$(date +%s.%N) >> {log}; sleep 0.5; echo end $$(date +%s.%N) >> {log}; touch $out"]
+    rules = ["rule s", f"  command = echo start $$(date +%s.%N) >> {log}; sleep 0.2; echo end $$(date +%s.%N) >> {log}; touch $out"]
     rules += [f"build t{i}: s" for i in range(8)]
     (tmp_path / "build.ninja").write_text("\n".join(rules) + "\n")
     jobserver.begin()  # another build in flight
