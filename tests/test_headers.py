@@ -11,6 +11,7 @@ import pytest
 
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_cache_dir
 from evaluator.referee import headers
+from evaluator.wire.records import json_digest
 
 
 def test_only_literal_flag_sets_of_plain_options_are_precompiled():
@@ -65,12 +66,19 @@ def o3_header():
 
 @pytest.mark.slow
 def test_the_object_file_is_the_same_with_the_precompiled_header(tmp_path, o3_header):
+    """The binding compiled as torch compiles it, and again finding the header in the harness's folder:
+    GCC says it used the precompiled header (`-H` prints it with a `!`), and the objects are equal byte
+    for byte. The plain object (torch's header read as text, 20 s) is kept in the shared test cache."""
     command = headers._command(("-O3",), False)
     cflags = command[command.index("-x") + 3:]  # the flags after `-x c++-header <header>`
     compiler = command[:command.index("-x")]
     (tmp_path / "main.cpp").write_text(BINDING)
+    kept = default_cache_dir() / "test-objects" / (json_digest([*command, BINDING])[:16] + ".o")
     objects = {}
     for name, extra in (("plain", {}), ("precompiled", {"CPATH": str(o3_header.parents[2])})):
+        if name == "plain" and kept.is_file():
+            objects[name] = kept.read_bytes()
+            continue
         done = subprocess.run([*compiler, "-H", "-DTORCH_EXTENSION_NAME=kh_test", *cflags, "-c", "main.cpp",
                                "-o", f"{name}.o"], cwd=tmp_path, env={**os.environ, **extra}, capture_output=True,
                               text=True)
@@ -79,6 +87,8 @@ def test_the_object_file_is_the_same_with_the_precompiled_header(tmp_path, o3_he
         used = f"! {o3_header}" in done.stderr
         assert used == (name == "precompiled"), (shlex.join(done.args), done.stderr[:500])
     assert objects["plain"] == objects["precompiled"]
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(objects["plain"])
 
 
 # A stand-in for torch's header, precompiled with the flags torch's would be: a build that takes it from the
@@ -91,15 +101,20 @@ MARKED_BINDING = """
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("one", [] { return 1; }); }
 """
 CANDIDATE = '''# {token}
+import os
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-ext = load_inline(name="kh_pch_{token}", cpp_sources={binding!r}, extra_cflags=["-O3"])
+{prelude}
+ext = load_inline(name="kh_pch_{token}", cpp_sources={binding!r}, extra_cflags=["-O3"]{more})
 
 
 class ModelNew(nn.Module):
     pass
 '''
+# A folder of the candidate's own, searched before any other: its torch/extension.h (empty) is what GCC reads.
+SHADOW = '''os.makedirs("inc/torch", exist_ok=True)
+open("inc/torch/extension.h", "w").close()'''
 
 
 @pytest.mark.slow
@@ -115,12 +130,26 @@ def test_a_contained_build_takes_the_precompiled_header_from_the_harness_folder(
     subprocess.run([*command[:header_at], str(tmp_path / "marker.h"), *command[header_at + 1:], "-o",
                     str(folder / "marker")], check=True, capture_output=True)
     path = tmp_path / "candidate.py"
-    path.write_text(CANDIDATE.format(token=secrets.token_hex(4), binding=MARKED_BINDING))
-    options = EvalOptions(device="cpu", size="small", compile_only=True, log_root=tmp_path / "logs", cache_dir=cache)
+    path.write_text(CANDIDATE.format(token=secrets.token_hex(4), binding=MARKED_BINDING, prelude="", more=""))
+    options = EvalOptions(device="cpu", size="small", compile_only=True, log_root=tmp_path / "logs",
+                          cache_dir=cache, run_rejected=True)
     verdict = Evaluator(options).evaluate(CandidateFile(name="pch", path=path))
     assert verdict.status.value == "compiled", verdict.error
     assert verdict.containment and not verdict.containment.missing
-    # the same candidate with a folder of its own for headers (extra_include_paths) is given none
-    path.write_text(path.read_text().replace('extra_cflags=["-O3"]', 'extra_cflags=["-O3"], extra_include_paths=["/nonexistent"]'))
+    # a candidate with include folders of its own is given none: its folders come first, and here its own
+    # torch/extension.h is read
+    path.write_text(CANDIDATE.format(token=secrets.token_hex(4), binding=MARKED_BINDING, prelude=SHADOW,
+                                     more=', extra_include_paths=[os.path.abspath("inc")]'))
     verdict = Evaluator(options).evaluate(CandidateFile(name="pch", path=path))
-    assert verdict.status.value == "compile_error" and "was read as text" in (verdict.error or "")
+    assert verdict.status.value == "compile_error" and "was read as text" in (verdict.error or ""), verdict.error
+
+
+def test_a_folder_keeps_the_newest_headers_only(tmp_path):
+    folder, work = tmp_path / "torch" / "extension.h.gch", tmp_path / ".building"
+    folder.mkdir(parents=True)
+    work.mkdir()
+    for age, name in enumerate(["d", "c", "b", "a", "e"]):
+        (folder / name).write_bytes(b"")
+        os.utime(folder / name, (1000 - age, 1000 - age))  # "d" the newest, "e" the oldest
+    headers._make_room(folder, work)
+    assert sorted(p.name for p in folder.iterdir()) == ["b", "c", "d"] and not list(work.iterdir())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import functools
 import inspect
 import os
 import re
@@ -37,7 +38,7 @@ from evaluator.wire.records import json_digest
 
 # The options a flag set may hold to be precompiled (what candidates ask for: `-O3`, `-O2`, ...).
 FLAG_TOKEN = re.compile(r"-(O[0-3s]?|DNDEBUG|std=c\+\+(14|17|20|23)|ffast-math|funroll-loops|w|Wall|Wextra|fopenmp)")
-MOST_SETS = 4  # per toolchain and kind (each is about 0.8 GB)
+MOST_SETS = 4  # per toolchain and kind (each is about 0.75 GB); the oldest goes to make room
 DISABLE_ENV = "KERNELHARNESS_PCH"  # "0": none built (an executor still uses those already there)
 
 
@@ -102,14 +103,15 @@ def missing(cache_dir: Path, device: str, sources: list[str]) -> list[tuple[tupl
     wanted = []
     for (flags, cuda), count in sorted(counts.items(), key=lambda item: -item[1]):
         folder = headers_root(cache_dir, device, cuda) / "torch" / "extension.h.gch"
-        built = len(list(folder.iterdir())) if folder.is_dir() else 0
-        if count >= 2 and not (folder / _name(flags)).exists() and built < MOST_SETS:
+        if count >= 2 and not (folder / _name(flags, cuda)).exists():
             wanted.append((flags, cuda))
     return wanted
 
 
-def _name(flags: tuple[str, ...]) -> str:
-    return json_digest(list(flags))[:16]
+def _name(flags: tuple[str, ...], cuda: bool) -> str:
+    """A header's file name: the digest of the command that makes it (so a change of torch's flags, or
+    of how they are read here, makes a new one)."""
+    return json_digest(_command(flags, cuda) or [])[:16]
 
 
 def build(cache_dir: Path, device: str, flags: tuple[str, ...], cuda: bool, nice: int = 0,
@@ -117,7 +119,7 @@ def build(cache_dir: Path, device: str, flags: tuple[str, ...], cuda: bool, nice
     """Precompile torch/extension.h with the flags torch would compile a `main.cpp` with (`flags` as its
     `extra_cflags`); the file, or None when it cannot be made (it is only ever a speed-up)."""
     root = headers_root(cache_dir, device, cuda)
-    target = root / "torch" / "extension.h.gch" / _name(flags)
+    target = root / "torch" / "extension.h.gch" / _name(flags, cuda)
     work = root.parent / ".building"
     work.mkdir(parents=True, exist_ok=True)
     with open(work / f"{target.name}-{'cuda' if cuda else 'cpp'}.lock", "w") as lock:
@@ -137,11 +139,25 @@ def build(cache_dir: Path, device: str, flags: tuple[str, ...], cuda: bool, nice
             if proc.wait(timeout=900) != 0:
                 raise OSError(f"the compiler exited with {proc.returncode}")
             target.parent.mkdir(parents=True, exist_ok=True)
+            _make_room(target.parent, work)
             os.replace(partial, target)  # whole or absent: a compile never sees half of one
         except (OSError, subprocess.SubprocessError):
             partial.unlink(missing_ok=True)
             return None
     return target
+
+
+def _make_room(folder: Path, work: Path) -> None:
+    """At most MOST_SETS headers per folder: the oldest go (moved out first, so that a compile listing the
+    folder finds either the whole file or none)."""
+    headers = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime)
+    for old in headers[:max(0, len(headers) - MOST_SETS + 1)]:
+        moved = work / f"{old.name}.old"
+        try:
+            os.replace(old, moved)
+            moved.unlink()
+        except OSError:
+            pass
 
 
 class HeaderBuilds:
@@ -184,6 +200,7 @@ class HeaderBuilds:
         self.thread.join(timeout=30)
 
 
+@functools.lru_cache(maxsize=32)
 def _command(flags: tuple[str, ...], cuda: bool) -> list[str] | None:
     """The compiler and flags of torch's own ninja file for such an extension's `main.cpp`, compiling the
     header instead (None where this torch's private writer is not the one read here)."""
