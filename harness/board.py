@@ -111,7 +111,7 @@ class Entry:
     @property
     def shown_status(self) -> str:
         """The status column: the board's own outcome where it overrides the verdict's status."""
-        return self.outcome.value if self.outcome in (Outcome.below_tier, Outcome.rejected, Outcome.stale) \
+        return self.outcome.value if self.outcome in (Outcome.below_tier, Outcome.shaky, Outcome.rejected, Outcome.stale) \
             else self.status
 
     def to_dict(self, turns: bool = False) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from evaluator.wire.records import FlagPolicy, Verdict
 from harness.feedback_errors import compact_error
 
 # Flags about the machine or the referee, not the candidate: nothing for the model to act on.
-UNTOLD_FLAGS = {"unsandboxed", "baseline_failed"}
+UNTOLD_FLAGS = {"unsandboxed", "baseline_failed", "shaky_timing"}
 
 
 def flags_part(verdict: Verdict, source: str | None, problem: ProblemSpec) -> dict[str, list[dict]]:

@@ -20,6 +20,7 @@ class Outcome(str, Enum):
     # value               terminal style  report colour  counted as a verdict status
     correct = ("correct", "green", "#2e7d32", True)
     below_tier = ("below_tier", "yellow", "#f9a825", False)        # correct, but not at the chosen tier
+    shaky = ("shaky", "yellow", "#ff8f00", False)                  # correct, its timing beyond the published bounds
     rejected = ("rejected", "red", "#c62828", True)                # a reject or implausible flag: not run (a static
                                                                    # check's), or run and correct (any check's)
     stale = ("stale", "dim", "#8d6e63", False)                     # judged by other rules than this harness's

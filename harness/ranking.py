@@ -5,7 +5,7 @@
   same timing loop (`Verdict.baseline_source` names the round). Nothing here divides numbers
   from two evaluations.
 - Ranked: candidates whose verdict is `correct`, that pass the chosen tolerance tier
-  (`--tier`, default `loose`), carry no `reject` flag nor an `implausible` flag, and were
+  (`--tier`, default `loose`), carry no `reject` flag nor an `implausible` or `shaky_timing` flag, and were
   judged by this harness's rules (`Verdict.judge`, see evaluator.wire.identity and harness.staleness: a
   verdict from an older evaluator or an edited problem is `stale` until it is judged again); ordered by
   speedup vs `eager` (fastest first; those without an eager speedup last, by runtime).
@@ -25,6 +25,7 @@ from harness.staleness import StalenessCheck
 from harness.text import short_text
 
 TIERS = ("strict", "loose")
+SHAKY_FLAG = "shaky_timing"  # the referee's: a series or a baseline beyond the published bounds
 
 # Anything with a `candidate_id: str` and a `verdict: Verdict | None` (e.g. harness.run_results.SampleOutcome).
 Judged = TypeVar("Judged")
@@ -58,6 +59,9 @@ def classify(verdict: Verdict, tier: str, stale: str | None = None) -> tuple[Out
         detail = f" (max abs err {err:.2e})" if err is not None else ""
         return Outcome.below_tier, (f"passes {', '.join(passed) or 'no tier'}, not {tier}{detail}"
                                     if tier in tiers else f"no tier {tier!r} in this verdict, nor a stricter one passed")
+    shaky = [f for f in verdict.flags if f.name == SHAKY_FLAG]
+    if shaky:  # correct, but its speedup is not a number to rank (evaluator.referee.phases.shaky_timing)
+        return Outcome.shaky, short_text(shaky[0].reason, None)
     return Outcome.correct, None
 
 

@@ -339,3 +339,47 @@ def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):
     assert warmed == [0] and len(referee.rounds) == 2  # once, before anything of the first round was timed
     timed_calls = sum(r.baselines["eager"]["reps"] + r.baselines["eager"]["warmup"] for r in referee.rounds)
     assert len(calls) > timed_calls + referee.timer.warmup  # the untimed run came on top of the rounds' calls
+
+
+def test_a_round_records_how_far_each_baseline_moved_since_the_one_before(monkeypatch):
+    from evaluator.referee import referee as referee_module
+    from evaluator.wire.records import TimingStats
+
+    monkeypatch.setattr(referee_module, "FIRST_ROUND_WARM_S", 0.0)
+    referee = local_executor.referee(baselines=["eager"])
+    medians = iter([2.0, 1.0])
+
+    def timed(name):
+        median = next(medians)
+        return TimingStats(median_ms=median, mean_ms=median, min_ms=median, max_ms=median, iqr_ms=0.0, reps=5,
+                           warmup=1)
+
+    monkeypatch.setattr(referee, "time_baseline", timed)
+    referee.ensure_round()
+    assert referee.current_round.moved == {}
+    second = referee.baseline_round()
+    assert second.moved == {"eager": pytest.approx(-0.5)}
+
+
+def _stats(median: float, iqr: float):
+    from evaluator.wire.records import TimingStats
+
+    return TimingStats(median_ms=median, mean_ms=median, min_ms=median, max_ms=median, iqr_ms=iqr, reps=9, warmup=1)
+
+
+@pytest.mark.parametrize("candidate, eager, moved, shaky", [
+    ((1.0, 0.1), (4.0, 0.2), {"eager": 0.05}, []),
+    ((1.0, 0.3), (4.0, 0.2), {"eager": 0.05}, ["its times spread by 30%"]),
+    ((1.0, 0.1), (4.0, 1.2), {}, ["baseline `eager` spread by 30%"]),
+    ((1.0, 0.1), (4.0, 0.2), {"eager": -0.87}, ["baseline `eager` moved -87% since the previous round"]),
+])
+def test_a_speedup_beyond_the_published_bounds_is_flagged_shaky(candidate, eager, moved, shaky):
+    from evaluator.referee.view import Round
+    from evaluator.wire.records import BaselineSource
+
+    source = BaselineSource(batch="b", round=1, measured_at=0.0, after_candidates=0)
+    rounds = Round(baselines={"eager": _stats(*eager)}, failed={}, source=source, window_cost=None, moved=moved)
+    flags = phases.shaky_timing(_stats(*candidate), rounds)
+    assert [f.name for f in flags] == (["shaky_timing"] if shaky else [])
+    for part in shaky:
+        assert part in flags[0].reason and flags[0].reason.endswith("not ranked")

@@ -466,3 +466,17 @@ def test_a_stricter_tier_passed_counts_where_the_problem_has_no_looser_one():
     custom = verdict.model_copy(update={"correctness": verdict.correctness.model_copy(
         update={"tiers": {"bf16": True}})})
     assert classify(custom, "loose")[0] == Outcome.below_tier  # an unknown tier's strictness is not guessed
+
+
+def test_a_shaky_speedup_is_listed_with_its_reason_and_never_ranked():
+    from harness.outcomes import Outcome
+    from harness.ranking import classify
+
+    solid = make_verdict("x/0", "# x\nclass ModelNew: pass\n", "correct", 6.0)
+    shaky = make_verdict("x/1", "# y\nclass ModelNew: pass\n", "correct", 5.9).model_copy(update={"flags": [
+        Flag(name="shaky_timing", reason="baseline `eager` moved -87% since the previous round (bounds: 20% "
+                                         "spread, 20% drift): not ranked")]})
+    assert classify(solid, "loose") == (Outcome.correct, None)
+    outcome, reason = classify(shaky, "loose")
+    assert outcome == Outcome.shaky and "moved -87%" in reason
+    assert ranked({"x/0": solid, "x/1": shaky}, "loose") == ["x/0"]

@@ -30,10 +30,10 @@ import torch
 
 from evaluator.referee.process import Ended
 from evaluator.referee.timing import roofline
-from evaluator.referee.view import RefereeView
+from evaluator.referee.view import RefereeView, Round
 from evaluator.wire.kernels import kernel_base_name, own_kernels
 from evaluator.wire.protocol import Finish, LoadState, Profile
-from evaluator.wire.records import Flag, Phase, Roofline, Status, Verdict, merge_flags
+from evaluator.wire.records import Flag, Phase, Roofline, Status, TimingStats, Verdict, merge_flags
 from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop
 from evaluator.referee.check_phase import check_phase
 from evaluator.referee.time_phase import spot, time_phase
@@ -172,6 +172,8 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
     if environment is not None and timed is not None:
         environment.sm_clock_mhz = timed.sm_clock_mhz
     flags = list(session.flags)
+    if timing is not None:
+        flags += shaky_timing(timing, rounds)
     if rounds is not None and rounds.failed:  # a baseline failing is not the candidate's fault
         flags += [Flag(name="baseline_failed", reason=f"baseline `{name}` failed: {why}"[:500])
                   for name, why in rounds.failed.items()]
@@ -190,6 +192,31 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         runtime_floor_ms=timed.floor_ms if timed else None,
         roofline=forward_roofline(referee, timing.median_ms) if timing else None,
         phase_seconds=dict(session.phase_seconds), environment=environment)
+
+
+# The published bounds past which a speedup is not ranked (flag `shaky_timing`): a series whose
+# interquartile range is over a fifth of its median, or a baseline whose median moved by more than a
+# fifth since the referee's previous round.
+SHAKY_SPREAD = 0.2
+SHAKY_DRIFT = 0.2
+
+
+def shaky_timing(timing: TimingStats, rounds: Round | None) -> list[Flag]:
+    """`shaky_timing`, with every reason, when the candidate's series or a baseline it is divided by is
+    beyond the bounds above; else nothing."""
+    reasons = []
+    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > SHAKY_SPREAD:
+        reasons.append(f"its times spread by {timing.iqr_ms / timing.median_ms:.0%} of their median (IQR)")
+    for name, stats in (rounds.baselines if rounds is not None else {}).items():
+        if stats.median_ms > 0 and stats.iqr_ms / stats.median_ms > SHAKY_SPREAD:
+            reasons.append(f"baseline `{name}` spread by {stats.iqr_ms / stats.median_ms:.0%} of its median")
+        moved = rounds.moved.get(name)
+        if moved is not None and abs(moved) > SHAKY_DRIFT:
+            reasons.append(f"baseline `{name}` moved {moved:+.0%} since the previous round")
+    if not reasons:
+        return []
+    return [Flag(name="shaky_timing", reason=("; ".join(reasons) + f" (bounds: {SHAKY_SPREAD:.0%} spread, "
+                                               f"{SHAKY_DRIFT:.0%} drift): not ranked")[:500])]
 
 
 def forward_roofline(referee: RefereeView, median_ms: float) -> Roofline:

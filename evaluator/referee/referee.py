@@ -270,8 +270,11 @@ class Referee:
                                          baselines={k: v.model_dump() for k, v in baselines.items()},
                                          window_cost_ms=cost.cost_ms if cost else None,
                                          calibration_error=self.calibrator.error))
+        previous = self.current_round.baselines if self.current_round is not None else {}
+        moved = {name: stats.median_ms / previous[name].median_ms - 1 for name, stats in baselines.items()
+                 if name in previous and previous[name].median_ms > 0}
         self.current_round = Round(baselines=baselines, failed=failed, source=source, window_cost=cost,
-                                   calibration_error=self.calibrator.error)
+                                   calibration_error=self.calibrator.error, moved=moved)
         self.timed_since_round = 0
         return self.current_round
 

@@ -5,7 +5,7 @@ referee through this, never by importing it (it imports them)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -27,6 +27,7 @@ class Round:
     source: BaselineSource
     window_cost: clock.WindowCost | None  # None: the calibrator failed (windows are then not reduced)
     calibration_error: str | None = None
+    moved: dict[str, float] = field(default_factory=dict)  # baseline -> its median over the previous round's, less 1
 
 
 class CalibratorView(Protocol):
