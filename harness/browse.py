@@ -111,18 +111,30 @@ def show_command(what: str, *, store: Path, json_out: bool, source: bool, consol
         with open_store(store, read_only=True) as db:
             row, candidate = find_verdict(db, what)
             feedback = feedback_given(db, candidate)
+            history = db.history(row.verdict_key)
     except (StoreError, LookupError) as err:
         console.print(f"[red]error:[/] {err}", highlight=False)
         return 2
     text = candidate.source if candidate is not None and candidate.source else None
     if json_out:
         console.print_json(json.dumps({"candidate": row.candidate_id, "verdict": row.verdict.model_dump(mode="json"),
-                                       "feedback": feedback, "source": text}))
+                                       "feedback": feedback, "source": text,
+                                       "history": [{"judged": created, "verdict": old.model_dump(mode="json")}
+                                                   for created, old in history]}))
         return 0
     console.print(f"[bold]{escape(row.candidate_id)}[/] {row.problem}/{row.size} on {row.device_name}, model "
                   f"{escape(row.model or '-')}, source {row.source_sha256[:12]}, judged {row.created}", highlight=False)
     for label, value in verdict_text(row.verdict):
         console.print(f"[bold]{escape(label)}:[/] {escape(value)}", highlight=False, soft_wrap=True)
+    if history:  # judged before (`harness run --retime`, or `harness eval` of the same source)
+        console.print(f"[bold]judged before ({len(history)}):[/]")
+        for created, old in history:
+            speedup = old.speedup.get("eager")
+            console.print(f"  {created}: {old.status.value}"
+                          + (f", {old.runtime_ms:.4g} ms" if old.runtime_ms else "")
+                          + (f", {speedup:.2f}x eager" if speedup else "")
+                          + (f" [{', '.join(f.name for f in old.flags)}]" if old.flags else ""),
+                          markup=False, highlight=False, soft_wrap=True)
     if feedback:
         console.print("[bold]feedback the model got on it:[/]")
         console.print(feedback, markup=False, highlight=False, soft_wrap=True)

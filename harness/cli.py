@@ -143,6 +143,9 @@ def run_cli(
     run_rejected: Optional[bool] = typer.Option(None, "--run-rejected", help=(
         "Run candidates the static checks reject (contained), to study what they do (default: `rejected` "
         "without running).")),
+    retime: Optional[bool] = typer.Option(None, "--retime", help=(
+        "Judge again the candidates whose verdicts are stored instead of reusing them; the replaced verdicts "
+        "are kept (harness show).")),
     jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: one per core on a GPU, half the cores on the CPU)."),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
     executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.\\[ray]')."),
@@ -179,7 +182,7 @@ def run_cli(
         retry_failed=retry_failed, salvage=salvage, salvage_requests=salvage_requests, salvage_native=salvage_native,
         turns=turns, strategy=strategy, keep=keep, max_evaluations=max_evaluations,
         feedback_template=feedback_template, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected,
-        jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
+        retime=retime, jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
         store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )

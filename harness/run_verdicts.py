@@ -44,7 +44,7 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
     for outcome, path in files:
         sha = outcome.candidate.source_sha256 if outcome.candidate else None
         key = ctx.verdict_key(sha or source_sha256(path.read_text()))
-        stored = store.get_verdict(key)
+        stored = None if ctx.cfg.retime else store.get_verdict(key)
         if stored is not None:
             outcome.verdict, outcome.reused_verdict = stored, True
             store.link_verdict(outcome.candidate_id, key)

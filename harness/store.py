@@ -48,7 +48,7 @@ from evaluator.wire.records import json_digest
 from evaluator.wire.records import Status, Verdict
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 NO_MODEL = "-"  # the model and variant columns of runs no model answered (`harness eval`)
 
 _SCHEMA = """
@@ -114,6 +114,13 @@ CREATE TABLE IF NOT EXISTS verdicts (
     record            TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS verdicts_lookup ON verdicts (problem, size, device_name, status);
+CREATE TABLE IF NOT EXISTS verdict_history (
+    key      TEXT NOT NULL,
+    created  TEXT NOT NULL,
+    replaced TEXT NOT NULL,
+    record   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdict_history_key ON verdict_history (key);
 CREATE INDEX IF NOT EXISTS verdicts_source ON verdicts (source_sha256);
 CREATE INDEX IF NOT EXISTS verdicts_run ON verdicts (run_id);
 """
@@ -133,6 +140,13 @@ _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # naming the generation it salvages; every older generation is a sample's own request (NULL)
         "ALTER TABLE generations ADD COLUMN salvage_of TEXT",
         "CREATE INDEX IF NOT EXISTS generations_salvage ON generations (salvage_of)",
+    )),
+    (4, (
+        # a verdict judged again (`harness run --retime`, `harness eval` of a stored source) keeps the one it
+        # replaced
+        "CREATE TABLE IF NOT EXISTS verdict_history (key TEXT NOT NULL, created TEXT NOT NULL,"
+        " replaced TEXT NOT NULL, record TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS verdict_history_key ON verdict_history (key)",
     )),
 )
 
@@ -372,8 +386,11 @@ class Store:
     def put_verdict(self, key: str, verdict: Verdict, *, device_name: str, run_id: str | None = None,
                     model: str | None = None, variant: str | None = None, candidate_id: str | None = None) -> None:
         """Insert or replace the verdict stored under `key` (see `evaluator.wire.identity.verdict_key`),
-        and link it to `candidate_id` when given. `device_name` is the name the key was made with."""
+        and link it to `candidate_id` when given. `device_name` is the name the key was made with. A verdict
+        it replaces is kept in `verdict_history` (`history`)."""
         with self._tx() as db:
+            db.execute("INSERT INTO verdict_history (key, created, replaced, record)"
+                       " SELECT key, created, ?, record FROM verdicts WHERE key = ?", (utc_now(), key))
             db.execute(
                 "INSERT OR REPLACE INTO verdicts (key, source_sha256, problem, size, evaluator_version, fingerprint,"
                 " device_name, status, runtime_ms, run_id, model, variant, candidate_id, created, record)"
@@ -400,6 +417,11 @@ class Store:
     def get_verdict(self, key: str) -> Verdict | None:
         row = self.db.execute("SELECT record FROM verdicts WHERE key = ?", (key,)).fetchone()
         return Verdict.model_validate_json(row[0]) if row else None
+
+    def history(self, key: str) -> list[tuple[str, Verdict]]:
+        """The verdicts stored under `key` before the current one, oldest first, each with when it was made."""
+        rows = self.db.execute("SELECT created, record FROM verdict_history WHERE key = ? ORDER BY rowid", (key,))
+        return [(created, Verdict.model_validate_json(record)) for created, record in rows]
 
     def list_verdicts(self, *, run: str | None = None, model: str | None = None, problem: str | None = None,
                       size: str | None = None, variant: str | None = None, status: Status | str | None = None,

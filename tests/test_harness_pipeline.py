@@ -225,3 +225,21 @@ def test_candidates_are_built_with_the_configured_number_of_jobs_on_the_configur
     execute_run(cfg.model_copy(update={"store": cfg.store.with_name("default.sqlite"), "gpus": "1"}), console=quiet(),
                 evaluate_fn=default, environ={})
     assert default.options.jobs is None and default.options.gpus == "1" and default.options.executor == "local"
+
+
+def test_retime_judges_stored_candidates_again_and_keeps_what_it_replaced(cfg):
+    from harness.browse import show_command
+
+    evaluator = FakeEvaluator()
+    first = execute_run(cfg, console=quiet(), evaluate_fn=evaluator, environ={})
+    judged = len(evaluator.seen)
+    again = execute_run(cfg.model_copy(update={"retime": True}), console=quiet(), evaluate_fn=evaluator, environ={})
+    assert again.run.id == first.run.id and again.requests == 1  # nothing asked again but the missing reply
+    assert len(evaluator.seen) == 2 * judged  # every stored source judged once more
+    with Store(cfg.store) as store:
+        [row] = [r for r in store.list_verdicts(run=first.run.id) if r.sample == "0"]
+        [(_, replaced)] = store.history(row.verdict_key)
+        assert replaced.status == Status.correct and replaced.speedup == {"eager": 1.2}
+    console = quiet()
+    assert show_command(f"{first.run.id}/0", store=cfg.store, json_out=False, source=False, console=console) == 0
+    assert "judged before (1):" in console.file.getvalue() and "1.20x eager" in console.file.getvalue()
