@@ -31,7 +31,10 @@ def test_ray_lanes_give_the_local_verdicts_and_a_crash_costs_only_its_candidate(
     expected = [Status(expectation(CPU / f"{n}.py")["status"]) for n in NAMES]
     assert [v.status for v in remote] == [v.status for v in local] == expected, [v.error for v in remote]
     assert [v.candidate for v in remote] == [f.name for f in files]
-    assert [sorted(f.name for f in v.flags) for v in remote] == [sorted(f.name for f in v.flags) for v in local]
+    # the flags of what was found, not of how steady two timings on a loaded 2-core machine were
+    measured = {"timing_mismatch", "shaky_timing"}
+    assert [sorted(f.name for f in v.flags if f.name not in measured) for v in remote] == \
+        [sorted(f.name for f in v.flags if f.name not in measured) for v in local]
     assert remote[0].runtime_ms > 0 and remote[-1].runtime_ms > 0  # the lanes went on after the crash
     assert all(v.judge == local[0].judge for v in remote)
     assert remote[0].log_dir and (tmp_path / "ray").exists()  # settled and logged by the parent
