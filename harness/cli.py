@@ -144,8 +144,8 @@ def run_cli(
         "Run candidates the static checks reject (contained), to study what they do (default: `rejected` "
         "without running).")),
     retime: Optional[bool] = typer.Option(None, "--retime", help=(
-        "Judge again the candidates whose verdicts are stored instead of reusing them; the replaced verdicts "
-        "are kept (harness show).")),
+        "Measure again the candidates whose stored verdicts are correct instead of reusing them; the replaced "
+        "verdicts are kept (harness show).")),
     jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: one per core on a GPU, half the cores on the CPU)."),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
     executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.\\[ray]')."),

@@ -130,8 +130,8 @@ class RunConfig(BaseModel):
         "Run candidates the static checks reject (contained), to study them; by default they are `rejected` "
         "without running. Part of the verdict key."))
     retime: bool = Field(False, description=(
-        "Judge again the candidates whose verdicts are stored, instead of reusing them (after a `shaky` number, "
-        "or on a quieter machine); the verdicts they replace are kept (`harness show`). With refinement turns, a "
+        "Judge again the candidates whose stored verdicts are correct, instead of reusing them (after a `shaky` "
+        "number, or on a quieter machine); the verdicts they replace are kept (`harness show`). With refinement turns, a "
         "later turn whose feedback changes is asked again."))
     eval_seed: int | None = Field(None, description="Root seed of the evaluator's inputs; None = fresh each evaluation.")
     jobs: int | None = Field(None, ge=1, description=(

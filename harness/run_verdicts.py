@@ -44,7 +44,9 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
     for outcome, path in files:
         sha = outcome.candidate.source_sha256 if outcome.candidate else None
         key = ctx.verdict_key(sha or source_sha256(path.read_text()))
-        stored = None if ctx.cfg.retime else store.get_verdict(key)
+        stored = store.get_verdict(key)
+        if stored is not None and ctx.cfg.retime and stored.status == Status.correct:
+            stored = None  # measured again: its numbers are what --retime is for (the others are kept)
         if stored is not None:
             outcome.verdict, outcome.reused_verdict = stored, True
             store.link_verdict(outcome.candidate_id, key)

@@ -227,7 +227,7 @@ def test_candidates_are_built_with_the_configured_number_of_jobs_on_the_configur
     assert default.options.jobs is None and default.options.gpus == "1" and default.options.executor == "local"
 
 
-def test_retime_judges_stored_candidates_again_and_keeps_what_it_replaced(cfg):
+def test_retime_judges_stored_correct_candidates_again_and_keeps_what_it_replaced(cfg):
     from harness.browse import show_command
 
     evaluator = FakeEvaluator()
@@ -235,7 +235,7 @@ def test_retime_judges_stored_candidates_again_and_keeps_what_it_replaced(cfg):
     judged = len(evaluator.seen)
     again = execute_run(cfg.model_copy(update={"retime": True}), console=quiet(), evaluate_fn=evaluator, environ={})
     assert again.run.id == first.run.id and again.requests == 1  # nothing asked again but the missing reply
-    assert len(evaluator.seen) == 2 * judged  # every stored source judged once more
+    assert judged == 2 and len(evaluator.seen) == 3  # the correct source judged again, the incorrect one kept
     with Store(cfg.store) as store:
         [row] = [r for r in store.list_verdicts(run=first.run.id) if r.sample == "0"]
         [(_, replaced)] = store.history(row.verdict_key)

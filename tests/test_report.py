@@ -207,3 +207,52 @@ def test_the_report_and_the_readme_state_the_same_rule_for_speedups(report):
     assert words(SPEEDUP_RULE) in words(html.unescape(report[0].read_text()))
     assert words(SPEEDUP_RULE) in words((Path(__file__).parent.parent / "README.md").read_text())
     assert "same worker process" not in report[0].read_text()  # the words of the design before the referee
+
+
+PLAYWRIGHT_CONTROL = """<html><body><a href="#nowhere">x</a><img src="data:image/png;base64,AAAA">
+<script>console.error("control error")</script></body></html>"""
+
+
+def _read_in_playwright(url: str) -> dict:
+    """What a real browser, driven through Playwright, saw of a page: console errors and uncaught
+    exceptions, the images and whether each decoded, in-page links and those that lead nowhere, and
+    every request that left the page."""
+    from playwright.sync_api import sync_playwright
+
+    seen: dict = {"errors": [], "requests": []}
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium(),
+                                         args=["--no-sandbox", "--host-resolver-rules=MAP * ~NOTFOUND"])
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+            page.on("request", lambda r: seen["requests"].append(r.url)
+                    if not r.url.startswith(("file:", "data:")) else None)
+            page.goto(url, wait_until="load")
+            seen["images"] = page.evaluate(
+                "() => [...document.images].map(i => ({decoded: i.complete && i.naturalWidth > 0,"
+                " width: i.naturalWidth}))")
+            seen["links"] = page.evaluate("() => [...document.querySelectorAll('a[href^=\"#\"]')]"
+                                          ".map(a => a.getAttribute('href'))")
+            seen["dead_links"] = page.evaluate(
+                "links => links.filter(h => !document.getElementById(decodeURIComponent(h.slice(1))))", seen["links"])
+        finally:
+            browser.close()
+    return seen
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium is not installed (apt-get install chromium)")
+def test_the_report_loads_in_chromium_through_playwright_with_no_error(report, tmp_path):
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    path, board = report
+    seen = _read_in_playwright(path.as_uri())
+    assert seen["errors"] == [] and seen["requests"] == []
+    assert len(seen["images"]) == 2 and all(i["decoded"] and i["width"] > 300 for i in seen["images"])
+    assert seen["links"] and seen["dead_links"] == []  # each candidate row links to its section
+    # the same reading catches a page with an error, an image that does not decode and a dead link
+    control = tmp_path / "control.html"
+    control.write_text(PLAYWRIGHT_CONTROL)
+    caught = _read_in_playwright(control.as_uri())
+    assert "control error" in caught["errors"] and not caught["images"][0]["decoded"]
+    assert caught["dead_links"] == ["#nowhere"]
