@@ -175,7 +175,8 @@ def test_good_candidates_have_no_false_positive(path, cpu_verdicts):
     verdict = cpu_verdicts[f"good-{path.stem}"]
     assert verdict.status == Status.correct, verdict.error
     assert not verdict.rejected, [f.reason for f in verdict.flags if f.policy == FlagPolicy.reject]
-    assert {f.name for f in verdict.flags} <= {"torch_fallback", "no_custom_kernel"}
+    # shaky_timing says how steady its timing was (on a loaded 2-core machine, often not), not what it did
+    assert {f.name for f in verdict.flags} <= {"torch_fallback", "no_custom_kernel", "shaky_timing"}
     assert verdict.runtime_floor_ms and verdict.runtime_ms > verdict.runtime_floor_ms
     assert verdict.kernel_count == len(verdict.kernels)
 
