@@ -63,7 +63,10 @@ def test_an_interrupt_stops_everything_started_and_keeps_the_verdicts_reached(tm
         [sys.executable, "-m", "harness", "eval", str(FIXTURES / "torch_ops_correct.py"),
          str(FIXTURES / "infinite_loop.py"), "--device", "cpu", "--size", "small", "--baselines", "eager",
          "--run-timeout", "300", "--store", str(store)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)})
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)},
+        # as started from a terminal: a suite run in the background (`pytest &`) has SIGINT ignored, which a
+        # child inherits, and Python then leaves it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 400
         while stored_verdicts(store) < 1:  # the first candidate's verdict, stored as it is reached
