@@ -87,10 +87,20 @@ def build_store(tmp_path_factory: pytest.TempPathFactory) -> BuiltStore:
         with FakeOpenAIServer(script) as server:
             ran = runner.invoke(app, run_args(server.url, "--store", str(store)))
         assert ran.exit_code == 0, ran.output
+    from evaluator.wire.records import Verdict
     from harness.store import Store
 
     with Store(store) as db:
         (run,) = [r for r in db.list_runs() if r.mode == "generate"]
+        # These boards are about rendering and the ranking rules. Whether a loaded 2-core machine timed these
+        # toy candidates steadily is chance (a fast one is often `shaky_timing` at `small`): left out here.
+        with db.db:
+            for key, record in db.db.execute("SELECT key, record FROM verdicts").fetchall():
+                verdict = Verdict.model_validate_json(record)
+                steady = [f for f in verdict.flags if f.name != "shaky_timing"]
+                if len(steady) != len(verdict.flags):
+                    db.db.execute("UPDATE verdicts SET record = ? WHERE key = ?",
+                                  (verdict.model_copy(update={"flags": steady}).model_dump_json(), key))
     built = BuiltStore(path=store, workdir=workdir, run_id=run.id, eval_output=evaluated.output, run_output=ran.output)
     _BUILT["store"] = built
     return built

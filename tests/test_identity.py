@@ -160,7 +160,8 @@ def test_an_old_store_is_migrated_and_its_verdicts_rejudged(tmp_path):
     with Store(cfg.store) as store:
         (board,) = build_boards(store, staleness=current_rules())
         (entry,) = [e for e in board.rows if e.kind == "golden"]
-        assert entry.outcome == Outcome.correct and entry.verdict.judge == verdict.judge
+        # current (`shaky` where this 2-core machine's timing of it was unsteady, which is chance), never stale
+        assert entry.outcome in (Outcome.correct, Outcome.shaky) and entry.verdict.judge == verdict.judge
 
 
 def test_every_status_is_an_outcome_with_its_look():
