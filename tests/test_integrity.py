@@ -676,7 +676,8 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     assert "never wrote" in unwritten.error and unwritten.correctness.tiers["loose"]
     assert re.search(r"buffers wrong after clocked call \d+ of \d+", verdicts["running_stats_first_16_calls"].error)
     good = verdicts["good"]
-    assert good.status == Status.correct and not good.rejected, good.error
+    assert good.status == Status.correct and not good.rejected, (good.error, [(f.name, f.reason) for f in good.flags],
+                                                                  good.timing_check)
     # work it left queued was waited out before the calibrator's windows: they cost what the round's do
     queued = verdicts["queued_work_for_the_calibrator"].timing_check
     assert queued.overhead_ms < 1.5 * good.timing_check.overhead_ms
