@@ -48,11 +48,15 @@ def test_no_folder_is_named_until_a_header_is_there(tmp_path):
     folder = headers.headers_root(tmp_path, "cpu", False) / "torch" / "extension.h.gch"
     folder.mkdir(parents=True)
     (folder / "0123").write_bytes(b"")
+    assert headers.headers_for(tmp_path, "cpu", source) is None  # not without torch's header beside it
+    headers.link_header(headers.headers_root(tmp_path, "cpu", False))
     assert headers.headers_for(tmp_path, "cpu", source) == headers.headers_root(tmp_path, "cpu", False)
     assert headers.headers_for(tmp_path, "cpu", source.replace(")", ", extra_include_paths=['.'])")) is None
 
 
-BINDING = "#include <torch/extension.h>\ntorch::Tensor add_one(torch::Tensor x) { return x + 1; }\n"
+# twice, as load_inline writes it and most candidates add their own
+BINDING = ("#include <torch/extension.h>\n\n#include <torch/extension.h>\n"
+           "torch::Tensor add_one(torch::Tensor x) { return x + 1; }\n")
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +129,7 @@ def test_a_contained_build_takes_the_precompiled_header_from_the_harness_folder(
     cache = tmp_path / "cache"
     folder = headers.headers_root(cache, "cpu", False) / "torch" / "extension.h.gch"
     folder.mkdir(parents=True)
+    headers.link_header(headers.headers_root(cache, "cpu", False))
     (tmp_path / "marker.h").write_text(MARKER_HEADER)
     header_at = command.index("-x") + 2
     subprocess.run([*command[:header_at], str(tmp_path / "marker.h"), *command[header_at + 1:], "-o",

@@ -54,7 +54,29 @@ def headers_for(cache_dir: Path, device: str, source: str) -> Path | None:
         return None
     root = headers_root(cache_dir, device, uses_cuda(source))
     folder = root / "torch" / "extension.h.gch"
-    return root if folder.is_dir() and any(folder.iterdir()) else None
+    linked = (root / "torch" / "extension.h").exists()
+    return root if linked and folder.is_dir() and any(folder.iterdir()) else None
+
+
+def torch_header() -> Path:
+    from torch.utils import cpp_extension
+
+    return Path(cpp_extension.__file__).resolve().parents[1] / "include" / "torch" / "extension.h"
+
+
+def link_header(root: Path) -> None:
+    """`<root>/torch/extension.h`, a link to torch's own. GCC takes a header found through a precompiled one
+    to live where that was found: a second `#include <torch/extension.h>` (load_inline writes one, and most
+    candidates one more) looks for it there, and without it the compile stops ("No such file")."""
+    header = torch_header()
+    link = root / "torch" / "extension.h"
+    if link.is_symlink() and os.readlink(link) == str(header):
+        return
+    link.parent.mkdir(parents=True, exist_ok=True)
+    partial = link.with_name(f".extension.h.{os.getpid()}")
+    partial.unlink(missing_ok=True)
+    partial.symlink_to(header)
+    os.replace(partial, link)
 
 
 def uses_cuda(source: str) -> bool:
@@ -124,6 +146,7 @@ def build(cache_dir: Path, device: str, flags: tuple[str, ...], cuda: bool, nice
     work.mkdir(parents=True, exist_ok=True)
     with open(work / f"{target.name}-{'cuda' if cuda else 'cpp'}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another batch building the same one: wait, then find it made
+        link_header(root)  # before any header is there: a folder with one always has it
         if target.exists():
             return target
         command = _command(flags, cuda)
@@ -227,5 +250,5 @@ def _command(flags: tuple[str, ...], cuda: bool) -> list[str] | None:
     if "cxx" not in values or "cflags" not in values:
         return None
     cflags = [f for f in shlex.split(values["cflags"]) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
-    header = Path(cpp_extension.__file__).resolve().parents[1] / "include" / "torch" / "extension.h"
+    header = torch_header()
     return [*shlex.split(values["cxx"]), "-x", "c++-header", str(header), *cflags]
