@@ -234,8 +234,10 @@ def _command(flags: tuple[str, ...], cuda: bool) -> list[str] | None:
         return None
     folder = Path(tempfile.mkdtemp(prefix="kh-headers-"))
     try:
+        # an `-arch` of its own keeps torch from asking for a GPU's (it goes to nvcc's flags, not main.cpp's)
         arguments = dict(path=str(folder / "build.ninja"), name="kh_headers", sources=[str(folder / "main.cpp")],
-                         extra_cflags=list(flags), extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=[],
+                         extra_cflags=list(flags), extra_cuda_cflags=["-arch=sm_90"] if cuda else [],
+                         extra_sycl_cflags=[], extra_ldflags=[],
                          extra_include_paths=[], with_cuda=cuda, with_sycl=False, is_standalone=False)
         parameters = inspect.signature(writer).parameters
         if any(p not in arguments for p in parameters):
