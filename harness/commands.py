@@ -279,11 +279,20 @@ def baseline_drift(rounds: Sequence[Any]) -> str | None:
     timed = [r for r in rounds if r.baselines]
     if len(timed) < 2:
         return None
+    from evaluator.referee.phases import SHAKY_DRIFT
+
     first, last = timed[0].baselines, timed[-1].baselines
-    parts = [f"{name} {first[name]['median_ms']:.4g} -> {last[name]['median_ms']:.4g} ms "
-             f"({(last[name]['median_ms'] / first[name]['median_ms'] - 1) * 100:+.1f}%)"
-             for name in first if name in last and first[name]["median_ms"] > 0]
-    return f"baselines over {len(timed)} rounds: " + ", ".join(parts) if parts else None
+    moved = {name: last[name]["median_ms"] / first[name]["median_ms"] - 1
+             for name in first if name in last and first[name]["median_ms"] > 0}
+    parts = [f"{name} {first[name]['median_ms']:.4g} -> {last[name]['median_ms']:.4g} ms ({move * 100:+.1f}%)"
+             for name, move in moved.items()]
+    if not parts:
+        return None
+    line = f"baselines over {len(timed)} rounds: " + ", ".join(parts)
+    if any(abs(move) > SHAKY_DRIFT for move in moved.values()):  # verdicts sent before the move carry no flag for it
+        line += (f"; beyond the {SHAKY_DRIFT:.0%} bound: speedups judged before the move may be shaky "
+                 "(`harness run --retime`, or judging them again, measures them again)")
+    return line
 
 
 def candidate_files(paths: Sequence[Path]) -> list[Path]:

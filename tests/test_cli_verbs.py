@@ -112,3 +112,17 @@ def test_a_board_on_a_narrow_terminal_leaves_columns_out_rather_than_crop_them(t
     table = text[:text.index("left out to fit")]
     top = next(line for line in table.splitlines() if line.startswith("┏"))
     assert top.rstrip().endswith("┓") and max(len(line) for line in table.splitlines()) <= 90  # not cropped
+
+
+def test_the_drift_line_says_when_a_baseline_moved_beyond_the_bound():
+    from harness.commands import baseline_drift
+    from evaluator.wire.protocol import BaselineRound
+
+    def round_(index, median):
+        return BaselineRound(index=index, batch="b", measured_at=0.0, after_candidates=index, failed={},
+                             baselines={"eager": {"median_ms": median}})
+
+    steady = baseline_drift([round_(0, 8.9), round_(1, 8.5)])
+    assert steady.startswith("baselines over 2 rounds: eager 8.9 -> 8.5 ms (-4.5%)") and "bound" not in steady
+    moved = baseline_drift([round_(0, 8.916), round_(1, 1.163)])
+    assert "(-87.0%)" in moved and "beyond the 20% bound" in moved and "--retime" in moved
