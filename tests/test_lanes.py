@@ -130,7 +130,9 @@ def test_executors_started_ahead_change_no_verdict(tmp_path):
     ahead = list(Evaluator(EvalOptions(**settings, ahead=2, log_root=tmp_path / "b")).evaluate_all(files))
     assert [v.status for v in ahead] == [v.status for v in alone] == [
         Status.correct, Status.incorrect, Status.runtime_error, Status.correct, Status.correct], [v.error for v in ahead]
-    assert [sorted(f.name for f in v.flags) for v in ahead] == [sorted(f.name for f in v.flags) for v in alone]
+    measured = {"timing_mismatch", "shaky_timing"}  # how steady two CPU timings were, not what the checks found
+    assert [sorted(f.name for f in v.flags if f.name not in measured) for v in ahead] == \
+        [sorted(f.name for f in v.flags if f.name not in measured) for v in alone]
     # started ahead, the second's executor lived through the first's whole judgement before its own phases
     def outside_phases(verdict):
         phases = verdict.phase_seconds
