@@ -66,8 +66,9 @@ def run_build_cost(source_text: str | None = None, console: Console | None = Non
     try:
         module = work / "candidate.py"
         module.write_text(source)
+        cuda = headers.uses_cuda(source)
         # an executor's variables (CUDA_HOME, pip's CUDA headers, the architecture), one compiler at a time
-        env = {**scrubbed_environment(work / "ext", "cuda" if headers.uses_cuda(source) else "cpu"), "MAX_JOBS": "1"}
+        env = {**scrubbed_environment(work / "ext", "cuda" if cuda else "cpu"), "MAX_JOBS": "1"}
         env.pop("CPATH", None)
         console.print("[dim]building the candidate once (one compiler at a time)...[/]")
         wall, cpu, done = timed(["python3", "-c", f"import runpy; runpy.run_path({str(module)!r})"], work, env)
@@ -89,8 +90,7 @@ def run_build_cost(source_text: str | None = None, console: Console | None = Non
                 rows.append((f"{name} (c++)", wall, cpu, "as torch compiles it"))
                 sets = sorted(headers.flag_sets(source))
                 made_s = time.perf_counter()
-                header = headers.build(default_cache_dir(), "cuda" if headers.uses_cuda(source) else "cpu",
-                                       sets[0] if sets else (), headers.uses_cuda(source))
+                header = headers.build(default_cache_dir(), "cuda" if cuda else "cpu", sets[0] if sets else (), cuda)
                 if header is None:
                     rows.append(("  with the precompiled header", float("nan"), float("nan"), "could not be made"))
                     continue

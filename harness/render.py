@@ -71,10 +71,7 @@ def fitted_columns(board: Board, console: Console) -> tuple[list[Column], list[C
 
 def leaderboard_table(board: Board, columns: Sequence[Column] | None = None) -> Table:
     """The rich table of a board (the compact columns, or `columns`)."""
-    return _board_table(board, list(columns) if columns is not None else compact_view(board))
-
-
-def _board_table(board: Board, cols: list[Column]) -> Table:
+    cols = list(columns) if columns is not None else compact_view(board)
     title = board.title
     table = Table(title=title, title_justify="left", show_lines=False)
     for col in cols:

@@ -30,6 +30,7 @@ from rich.table import Table
 from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.records import Verdict
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_cache_dir
+from evaluator.referee.headers import share_headers
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPLY = PROJECT_ROOT / "tests" / "fixtures" / "replays" / "cuda" / "0.md"
@@ -149,11 +150,7 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
     plan = [("cold", sets[0])] + [(f"warm gpus {g}" if g is not None else "warm", g) for g in sets]
     try:
         files = distinct_copies(text, count, work / "copies")
-        # torch's precompiled headers belong to the toolchain, not to a candidate: the user's are kept
-        (work / "cache").mkdir()
-        shared_headers = default_cache_dir() / "headers"
-        shared_headers.mkdir(parents=True, exist_ok=True)
-        (work / "cache" / "headers").symlink_to(shared_headers, target_is_directory=True)
+        share_headers(work / "cache", default_cache_dir())  # torch's precompiled headers: the user's
         for name, gpu_set in plan:
             extra = {"jobs": jobs} if jobs else {}
             options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",

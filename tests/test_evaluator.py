@@ -12,6 +12,7 @@ import pytest
 
 from conftest import FIXTURES, expectation
 from evaluator.wire.records import Status
+from evaluator.referee.headers import share_headers
 from evaluator.parent.sandbox import (CandidateFile, EvalOptions, Evaluator, RefereeClient, default_cache_dir, evaluate,
                                       parse_problem)
 
@@ -120,12 +121,8 @@ def test_secrets_are_scrubbed_and_the_worker_runs_in_a_fresh_folder(tmp_path, mo
 @pytest.mark.slow
 def test_the_extension_cache_is_keyed_by_source_and_reused(tmp_path):
     options = cpu_options(tmp_path, cache_dir=tmp_path / "cache", compile_only=True)
-    # torch's precompiled headers belong to the toolchain: those of the shared test cache serve here too (where
-    # a session made one), so this build of its own takes 8 s rather than 25
-    shared = default_cache_dir() / "headers"
-    shared.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "headers").symlink_to(shared, target_is_directory=True)
+    # those of the shared test cache serve here too (where a session made one): this build takes 8 s, not 25
+    share_headers(tmp_path / "cache", default_cache_dir())
     candidate = CandidateFile(name="cpp", path=CPU / "cpp_correct.py")
     first = Evaluator(options).evaluate(candidate)
     assert first.status == Status.compiled

@@ -5,7 +5,6 @@ import os
 import secrets
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ in it, and a contained build executor reaching it."""
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest

@@ -175,11 +175,6 @@ def parse_problem(source: str) -> str | None:
     return None
 
 
-def uses_cuda_source(source: str) -> bool:
-    """Whether the candidate carries CUDA code, which cannot run without a GPU."""
-    return "cuda_sources" in source or "__global__" in source
-
-
 def rejected_error(flags: Sequence[Flag]) -> str:
     names = ", ".join(f.name for f in flags if f.policy == FlagPolicy.reject)
     return f"not run: the static checks reject it ({names}); --run-rejected runs it, contained, to study it"
@@ -262,7 +257,7 @@ class Evaluator:
             # the static gate: a candidate the checks reject never runs (importing it would run it)
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,
                                        flags=flags, error=rejected_error(flags)))
-        if self.device == "cpu" and uses_cuda_source(source):
+        if self.device == "cpu" and headers.uses_cuda(source):
             compile_only = True  # running it would only fail; build it and say plainly it was not run
         return base, source_bytes, digest, flags, compile_only
 
@@ -339,7 +334,7 @@ class Evaluator:
             if jobserver is not None:
                 jobserver.end()
         if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
-                and uses_cuda_source(source.decode(errors="replace"))):  # built only because it cannot run here
+                and headers.uses_cuda(source.decode(errors="replace"))):  # built only because it cannot run here
             import torch
 
             verdict.error += "; this is a CUDA candidate and " + (

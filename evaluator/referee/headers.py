@@ -64,6 +64,15 @@ def torch_header() -> Path:
     return Path(cpp_extension.__file__).resolve().parents[1] / "include" / "torch" / "extension.h"
 
 
+def share_headers(cache_dir: Path, shared_cache: Path) -> None:
+    """`cache_dir` (a fresh build cache) given the headers of `shared_cache`: they belong to the toolchain,
+    not to a candidate, so a cache made to build every candidate anew need not make them again."""
+    shared = shared_cache / "headers"
+    shared.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    (cache_dir / "headers").symlink_to(shared, target_is_directory=True)
+
+
 def link_header(root: Path) -> None:
     """`<root>/torch/extension.h`, a link to torch's own. GCC takes a header found through a precompiled one
     to live where that was found: a second `#include <torch/extension.h>` (load_inline writes one, and most
@@ -80,6 +89,8 @@ def link_header(root: Path) -> None:
 
 
 def uses_cuda(source: str) -> bool:
+    """Whether a candidate carries CUDA code (which cannot run without a GPU, and whose binding sees CUDA's
+    headers)."""
     return "cuda_sources" in source or "__global__" in source
 
 
@@ -192,7 +203,6 @@ class HeaderBuilds:
                  jobserver=None):
         self.proc: subprocess.Popen | None = None
         self.stopped = False
-        self.made: list[Path] = []
         self.thread = threading.Thread(target=self._run, args=(cache_dir, device, wanted, nice, jobserver),
                                        daemon=True)
         self.thread.start()
@@ -204,12 +214,10 @@ class HeaderBuilds:
             if jobserver is not None:
                 jobserver.begin()
             try:
-                made = build(cache_dir, device, flags, cuda, nice, started=self._started)
+                build(cache_dir, device, flags, cuda, nice, started=self._started)
             finally:
                 if jobserver is not None:
                     jobserver.end()
-            if made is not None:
-                self.made.append(made)
 
     def _started(self, proc: subprocess.Popen) -> None:
         self.proc = proc

@@ -17,7 +17,6 @@ import json
 import os
 import selectors
 import shutil
-import shutil
 import signal
 import subprocess
 import sys
