@@ -6,6 +6,7 @@ tests/test_integrity.py and tests/test_evaluator.py."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from evaluator.referee import phases
 from evaluator.referee.session import Imported, Judged, Session
 from evaluator.referee.time_phase import held, idle
 from evaluator.wire.exchange import ALIGN, Exchange, ExchangeError
+from evaluator.wire.polling import readable
 from evaluator.referee.process import Ended, ExecutorProcess
 from evaluator.wire.protocol import COMMAND, Call, ExecutorMessage, Profile, Reply, TensorSlot
 from evaluator.wire.records import Status
@@ -146,6 +148,30 @@ def test_a_silent_executor_runs_out_of_time():
     with pytest.raises(Ended) as ended:
         process.reply(1, time.monotonic() + 0.3)
     assert ended.value.reason == "timeout"
+
+
+def test_a_pipe_is_polled_through_its_first_stretch_then_waited_on():
+    read_fd, write_fd = os.pipe()
+    try:
+        began = time.perf_counter()
+        assert not readable(read_fd, 0.2, poll_s=0.05)  # nothing comes: False at the timeout, not at the poll's end
+        assert time.perf_counter() - began >= 0.19
+        # a message during the polled stretch, and one after it (while the reader sleeps), are both seen
+        for delay in (0.02, 0.12):
+            timer = threading.Timer(delay, os.write, (write_fd, b"x"))
+            timer.start()
+            began = time.perf_counter()
+            assert readable(read_fd, 5.0, poll_s=0.05)
+            assert delay <= time.perf_counter() - began < 2.0
+            timer.join()
+            assert os.read(read_fd, 1) == b"x"
+        os.close(write_fd)
+        write_fd = None
+        assert readable(read_fd, 5.0, poll_s=0.05)  # the end of the pipe is readable
+    finally:
+        os.close(read_fd)
+        if write_fd is not None:
+            os.close(write_fd)
 
 
 def test_commands_are_one_typed_union():
@@ -319,6 +345,34 @@ def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
             events.append("window")
             raise RuntimeError("the calibrator failed")
     assert events == ["hold", "window", "release"]
+
+
+def test_each_side_is_stopped_through_the_other_sides_windows():
+    from evaluator.referee.time_phase import time_phase
+    from evaluator.wire.protocol import Go, Put
+
+    session, built, checked = local_executor.checked(local_executor.Honest)
+    calibrator = session.referee.calibrator
+    calibrator.get_ready()
+    log = []
+    for side, link in (("candidate", session.link), ("calibrator", calibrator.link)):
+        link.hold = lambda side=side: log.append(f"{side} held")
+        link.release = lambda side=side: log.append(f"{side} released")
+        request = link.request
+        link.request = lambda command, deadline, side=side, request=request: (
+            isinstance(command, (Go, Put)) and log.append(f"{side} {command.kind}"), request(command, deadline))[1]
+    time_phase(session, checked, built)
+    held = {"candidate": False, "calibrator": False}
+    windows = {"candidate": 0, "calibrator": 0}
+    for entry in log:
+        side, what = entry.split()
+        if what in ("held", "released"):
+            held[side] = what == "held"
+        else:
+            other = "calibrator" if side == "candidate" else "candidate"
+            assert held[other] and not held[side], f"{entry} with {held}"
+            windows[side] += what == "go"
+    assert windows["candidate"] == windows["calibrator"] > 3
 
 
 def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 from evaluator.referee.environment import bytecode_cache
-from evaluator.referee.process import LIVE, select_read
+from evaluator.referee.process import LIVE
+from evaluator.wire.polling import readable
 from evaluator.wire.containment import SYSTEM_READ
 from evaluator.wire.problem import ProblemSpec
 from evaluator.wire.protocol import BaselineRound, JudgeReply, JudgeRequest, RefereeConfig
@@ -188,7 +189,7 @@ class RefereeClient:
             if remaining <= 0:
                 self.stop()
                 raise RuntimeError(f"the referee did not answer within {timeout_s:g} s; it was killed")
-            if not select_read(self.replies, min(remaining, 5.0)):
+            if not readable(self.replies, min(remaining, 5.0)):
                 continue
             chunk = os.read(self.replies, 1 << 20)
             if not chunk:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -32,7 +31,8 @@ from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
 from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange
-from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Reply
+from evaluator.wire.polling import CLOCKED_POLL_S, readable
+from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Go, Put, Reply
 from evaluator.wire.records import Containment, Flag, Verdict
 from evaluator.wire.stage import Stage
 
@@ -400,8 +400,9 @@ class ExecutorProcess:
 
     # -- messages ---------------------------------------------------------------------------------
 
-    def receive(self, deadline: float, poll_memory: bool = False) -> ExecutorMessage:
-        """The next message, read before `deadline` (time.monotonic()). Raises Ended."""
+    def receive(self, deadline: float, poll_memory: bool = False, poll_s: float = 0.0) -> ExecutorMessage:
+        """The next message, read before `deadline` (time.monotonic()), asked for without sleeping for
+        the first `poll_s` (evaluator.wire.polling). Raises Ended."""
         if self.ended is not None:
             raise self.ended
         next_poll = time.monotonic()
@@ -415,7 +416,8 @@ class ExecutorProcess:
                 if resident > self.memory_limit_gb * (1 << 30):
                     raise self._end(Ended("memory", f"{resident / (1 << 30):.2f} GiB"))
             wait = min(deadline - now, MEMORY_POLL_S if poll_memory else 1.0)
-            ready = select_read(self._channel_fd, wait)
+            ready = readable(self._channel_fd, wait, poll_s)
+            poll_s = 0.0
             if not ready:
                 continue
             chunk = os.read(self._channel_fd, 1 << 16)
@@ -434,7 +436,7 @@ class ExecutorProcess:
         self.messages.append(message)
         return message
 
-    def reply(self, command_id: int, deadline: float, poll_memory: bool = False) -> Reply:
+    def reply(self, command_id: int, deadline: float, poll_memory: bool = False, poll_s: float = 0.0) -> Reply:
         """The reply to command `command_id` (0: the import). Phase and containment messages before it
         are kept in `messages`; anything else out of turn ends the executor."""
         if command_id == 0 and self._ahead is not None and threading.current_thread() is not self._ahead:
@@ -445,7 +447,7 @@ class ExecutorProcess:
                 raise self._ahead_result
             return self._ahead_result
         while True:
-            message = self.receive(deadline, poll_memory)
+            message = self.receive(deadline, poll_memory, poll_s)
             if message.kind != "reply":
                 continue
             if message.reply is None or message.reply.id != command_id:
@@ -462,19 +464,15 @@ class ExecutorProcess:
             self._commands.flush()
         except (BrokenPipeError, OSError, ValueError):
             raise self._end(Ended("closed"), kill=False)
-        return self.reply(self._ids, deadline)
+        # the replies to clocked commands are polled for: they end windows on the referee's clock
+        clocked = isinstance(command, (Go, Put)) and self.device == "cuda"
+        return self.reply(self._ids, deadline, poll_s=CLOCKED_POLL_S if clocked else 0.0)
 
     def _end(self, ended: Ended, kill: bool = True) -> Ended:
         self.ended = ended
         if kill and self.proc is not None:
             kill_group(self.proc)
         return ended
-
-
-def select_read(fd: int, timeout: float) -> bool:
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        return bool(selector.select(timeout=max(0.0, timeout)))
 
 
 def _drain(stream, tail: CappedTail) -> None:

@@ -82,8 +82,11 @@ def clocked_calls(session: Session, count: int, calls: list, costs: list) -> Non
     for _ in range(count):
         seed = session.seed()
         inputs = referee.draw(referee.problem.distributions[0], seed)
-        clocked = clock.window(session.request, stage, referee.layout, inputs, train, referee.timer.flush,
-                               session.rng.random())
+        # the calibrator stopped through the candidate's window as the candidate is through the calibrator's:
+        # each window then starts with its executor just continued, the pattern a window's cost depends on
+        with held(referee.calibrator.link):
+            clocked = clock.window(session.request, stage, referee.layout, inputs, train, referee.timer.flush,
+                                   session.rng.random())
         if clocked.go.error:
             raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
         changed = clock.inputs_changed(stage, referee.layout, inputs)

@@ -34,6 +34,7 @@ class CalibratorView(Protocol):
     """What the phases use of the calibrator (evaluator.referee.calibrator.Calibrator)."""
 
     error: str | None
+    link: object | None  # its executor (held through a candidate's windows)
 
     def window(self, inputs: list) -> clock.Clocked | None: ...
 
