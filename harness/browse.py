@@ -98,6 +98,8 @@ def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
         e = verdict.environment
         lines.append(("environment", f"{e.device_name} ({e.device}{', GPU ' + e.gpu if e.gpu else ''}), torch "
                                      f"{e.torch_version}, CUDA {e.cuda_version}, on {e.hostname}"))
+    if verdict.built_on or verdict.judged_on:
+        lines.append(("where", f"built on {verdict.built_on or '-'}, judged on {verdict.judged_on or '-'}"))
     if verdict.judge is not None:
         lines.append(("judge", verdict.judge.short))
     if verdict.phase_seconds:

@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
+from evaluator.parent.lanes import ClusterError
 from evaluator.wire.identity import gpu_hardware
 from evaluator.wire.records import Status, Verdict
 from harness.board import Filters
@@ -356,6 +357,9 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
                     sys.stdout.flush()
                 else:
                     console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
+    except ClusterError as err:
+        _err.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
+        return 2
     except KeyboardInterrupt:
         kept = (f"the {len(verdicts)} verdict(s) reached are in {recorder.path}; the same command judges the rest"
                 if recorder is not None else f"{len(verdicts)} verdict(s) were reached (--no-store: none stored)")
@@ -425,8 +429,8 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
     try:
         with terminate_as_interrupt():
             summary = execute_run(cfg, console=console, hardware=hardware, environ=environ)
-    except RunError as err:
-        console.print(f"[red]error:[/] {err}")
+    except (RunError, ClusterError) as err:
+        console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return interrupted(_err, f"replies and verdicts reached are in {cfg.store}; the same command resumes")

@@ -26,6 +26,7 @@ def test_show_prints_one_verdict_whole_with_the_feedback_the_model_got(tmp_path)
     assert shown.exit_code == 0, shown.output
     assert "status: correct" in shown.output and "flag timing_mismatch: [reject] reported times faster" in shown.output
     assert "baseline eager: 1.0000 ms -> 9.000x" in shown.output and "class ModelNew" in shown.output
+    assert "built on builder (ray node 0a1b), judged on gpu-box (ray node 2c3d)" in shown.output
     refined = invoke("show", f"{CHAIN_RUN}/0", "--store", str(store))  # refined at turn 2: the ask is shown
     assert "compile_error of refine-chain/0" in refined.output and "feedback the model got on it:" in refined.output
     as_json = json.loads(invoke("show", f"{SINGLE_RUN}/1", "--store", str(store), "--json").output)

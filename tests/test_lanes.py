@@ -62,11 +62,11 @@ def test_builds_go_on_while_the_first_candidates_are_judged_and_verdicts_come_in
     judging_started = threading.Event()
     order = []
 
-    def build(self, candidate, source, digest):
-        if candidate.name == "c3":
+    def build(self, name, source, digest, max_jobs=None):
+        if name == "c3":
             assert judging_started.wait(20), "the first candidate was not judged before every build was done"
-        time.sleep(0.05 * int(candidate.name[1:]))
-        return fake_verdict(candidate.name).model_copy(update={"status": Status.compiled}), b"", b""
+        time.sleep(0.05 * int(name[1:]))
+        return fake_verdict(name).model_copy(update={"status": Status.compiled}), b"", b""
 
     def submit(self, name, source, digest):
         judging_started.set()
@@ -76,7 +76,7 @@ def test_builds_go_on_while_the_first_candidates_are_judged_and_verdicts_come_in
     def collect(self, name):
         return fake_verdict(name), b"", b""
 
-    monkeypatch.setattr(Evaluator, "_build", build)
+    monkeypatch.setattr(Evaluator, "build", build)
     monkeypatch.setattr(RefereeClient, "submit", submit)
     monkeypatch.setattr(RefereeClient, "collect", collect)
     evaluator = Evaluator(EvalOptions(device="cpu", size="small", jobs=2, log_root=tmp_path / "logs"))
@@ -160,3 +160,36 @@ def test_where_torch_has_no_bytecode_the_referee_caches_it_for_its_executors(tmp
     assert cached(importlib.util.find_spec("torch").origin).is_file()
     assert cached(importlib.util.find_spec("torch._dynamo").origin).is_file()
     assert cached(importlib.util.find_spec("evaluator.executor.serve").origin).is_file()
+
+
+def test_a_build_folder_travels_whole_to_the_same_folder_of_another_cache(tmp_path):
+    import io
+    import tarfile
+
+    from evaluator.parent.artifacts import install, pack
+
+    built, judging = tmp_path / "built", tmp_path / "judging"
+    folder = built / "extensions" / "tc1" / "abc"
+    folder.mkdir(parents=True)
+    (folder / "ext.so").write_bytes(b"\x7fELF library")
+    (folder / "build.ninja").write_text("rule cxx\n")
+    artifact = pack(built, folder)
+    assert artifact.folder == "extensions/tc1/abc" and artifact.built_on
+    assert not install(judging, artifact, judging / "extensions" / "tc2" / "abc")  # another toolchain's: not taken
+    wanted = judging / "extensions" / "tc1" / "abc"
+    assert install(judging, artifact, wanted)
+    assert (wanted / "ext.so").read_bytes() == b"\x7fELF library" and (wanted / "build.ninja").exists()
+    (wanted / "ext.so").write_bytes(b"judged with this one")
+    assert not install(judging, artifact, wanted)  # a folder already there is left alone
+    assert (wanted / "ext.so").read_bytes() == b"judged with this one"
+    # what a hostile build could leave in its folder: a link out of it, a path climbing out
+    for name, kind in (("link", tarfile.SYMTYPE), ("../../../escaped", tarfile.REGTYPE)):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            entry = tarfile.TarInfo(name)
+            entry.type, entry.linkname = kind, "/etc/passwd" if kind == tarfile.SYMTYPE else ""
+            tar.addfile(entry, io.BytesIO(b""))
+        artifact.data, target = buffer.getvalue(), judging / "extensions" / "tc1" / f"hostile-{kind!r}"
+        artifact.folder = str(target.relative_to(judging))
+        assert not install(judging, artifact, target) and not target.exists()
+    assert not (judging / "escaped").exists() and not any(p.name.startswith(".") for p in wanted.parent.iterdir())

@@ -100,7 +100,8 @@ def make_verdict(candidate_id: str, source: str, status: str, speedup: float | N
                   policy=FlagPolicy.reject)] if status == "rejected" else []
     return Verdict(**base, status=Status.correct, correctness=correctness, runtime_ms=runtime, timing=stats(runtime),
                    baselines={"eager": stats(EAGER_MS), "compile": stats(COMPILE_MS)},
-                   speedup={"eager": speedup, "compile": COMPILE_MS / runtime}, flags=flags)
+                   speedup={"eager": speedup, "compile": COMPILE_MS / runtime}, flags=flags,
+                   built_on="builder (ray node 0a1b)", judged_on="gpu-box (ray node 2c3d)")
 
 
 def write_run(store: Store, run_id: str, model: str, samples: dict[str, tuple[str, float | None]]) -> None:

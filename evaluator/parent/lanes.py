@@ -25,9 +25,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from evaluator.parent.artifacts import place
 from evaluator.parent.referee_client import RefereeClient
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Status, Verdict
+
+class ClusterError(RuntimeError):
+    """`--executor ray` could not begin: no cluster to join, a token refused, no GPU for CUDA lanes."""
+
 
 # How a lane ends a candidate its referee failed around (the verdict says `crashed` with this reason).
 REFEREE_FAILED = "the referee failed around this candidate: "
@@ -41,6 +46,8 @@ class Job:
     name: str = field(compare=False)
     source: bytes = field(compare=False, repr=False)
     digest: str = field(compare=False)
+    built_on: str | None = field(default=None, compare=False)  # set by its build in the pool
+    artifact: object = field(default=None, compare=False, repr=False)  # Ray: its build folder, packed (a reference)
 
 
 @dataclass
@@ -91,6 +98,7 @@ class LaneWorker:
         self.evaluator = evaluator
         self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True)
         self.ahead = evaluator.ahead
+        self.place = place()  # what its verdicts say they were judged on
 
     def start(self) -> None:
         """The referee up and its first baseline round under way before any candidate is ready (on a
@@ -117,7 +125,9 @@ class LaneWorker:
             if not pending:
                 return
             job, path = pending.popleft()
-            yield self._collect(job, path, pending)
+            judged = self._collect(job, path, pending)
+            judged.verdict.judged_on = self.place
+            yield judged
 
     def _send(self, pending: deque, position: int) -> None:
         job, _ = pending[position]
@@ -187,8 +197,9 @@ class Scheduler:
     `Judged` (a lane's, or a build's that is the last word) as it comes, in no particular order."""
 
     def __init__(self, evaluator, build: Callable[[Job], Judged | None], builds: Callable[[Job], bool],
-                 workers: Callable[[], list] | None = None):
+                 workers: Callable[[], list] | None = None, build_slots: int | None = None):
         self.evaluator = evaluator
+        self.build_slots = build_slots or evaluator.jobs  # builds at once (Ray: what the cluster's CPUs allow)
         # the lanes' workers: one LaneWorker per device here, unless the caller makes them (Ray actors)
         self.make_workers = workers or self.local_workers
         self.build = build    # a build that is the job's last word, or None: the job goes on to a lane
@@ -264,7 +275,7 @@ class Scheduler:
                 else:
                     ready.put(job)
             if pooled:
-                with ThreadPoolExecutor(self.evaluator.jobs) as pool:
+                with ThreadPoolExecutor(self.build_slots) as pool:
                     list(pool.map(build_one, pooled))
         finally:
             ready.finish()

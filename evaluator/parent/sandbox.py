@@ -35,6 +35,7 @@ from evaluator.referee.session import Session
 from evaluator.wire.records import Judge
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
+from evaluator.parent.artifacts import place
 from evaluator.parent.jobserver import JobServer, ninja_takes_jobserver
 from evaluator.parent.lanes import Job, Judged, Scheduler
 from evaluator.parent.referee_client import RefereeClient, protected_paths
@@ -266,6 +267,8 @@ class Evaluator:
         """A verdict from a build or a referee, made the parent's: its names, the logs (unless written
         already), the static flags and the stamp."""
         verdict = verdict.model_copy(update={**base, "source_sha256": digest})
+        verdict.judged_on = verdict.judged_on or place()
+        verdict.built_on = verdict.built_on or verdict.judged_on  # else its executor built it as it imported
         if logs:
             self._write_logs(verdict, stdout, stderr, digest)
         verdict.flags = merge_flags(flags + verdict.flags)  # one flag per name, static and dynamic reasons joined
@@ -292,7 +295,7 @@ class Evaluator:
                     referee: RefereeClient | None = None) -> Verdict:
         """Build it (here), or have the referee judge it; the logs written either way."""
         if compile_only:
-            verdict, stdout, stderr = self._build(candidate, source, digest)
+            verdict, stdout, stderr = self.build(candidate.name, source, digest)
         else:
             if referee is None:
                 raise RuntimeError("a candidate that runs needs a referee")
@@ -305,10 +308,13 @@ class Evaluator:
         self._write_logs(verdict, stdout, stderr, digest)
         return verdict
 
-    def _build(self, candidate: CandidateFile, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
-        """A build only: an executor imports the candidate (building its extensions into the cache)."""
+    def build(self, name: str, source: bytes, digest: str, max_jobs: int | None = None) -> tuple[Verdict, bytes, bytes]:
+        """A build only: an executor imports the candidate (building its extensions into the cache), with
+        `max_jobs` compile jobs when given (a Ray task's), else its share of this machine's."""
         jobserver = self.jobserver
-        if jobserver is not None:
+        if max_jobs is not None:
+            budget = dict(max_jobs=max_jobs)
+        elif jobserver is not None:
             # behind the builds already in flight: the kernel gives the ones the lanes need first more of the CPU
             ahead_of_it = jobserver.begin()
             budget = dict(makeflags=jobserver.makeflags, jobs_fifo=jobserver.fifo, nice=min(19, BUILD_NICE + ahead_of_it))
@@ -319,7 +325,7 @@ class Evaluator:
             cache_dir=self.cache_dir, problem_location=self.problem.location, protect=protected_paths(self),
             exchange_bytes=None, output_cap=self.options.output_cap_bytes,
             memory_limit_gb=self.options.compile_memory_limit_gb, **budget)
-        session = Session(referee=None, link=process, name=candidate.name, digest=digest,
+        session = Session(referee=None, link=process, name=name, digest=digest,
                                  problem=self.problem.name, size=self.size, device=self.device,
                                  compile_timeout_s=self.compile_timeout, run_timeout_s=self.run_timeout,
                                  memory_limit_gb=self.options.compile_memory_limit_gb)
@@ -331,7 +337,7 @@ class Evaluator:
                 returncode = process.wait_exit(10)
         finally:
             process.close()
-            if jobserver is not None:
+            if jobserver is not None and max_jobs is None:
                 jobserver.end()
         if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
                 and headers.uses_cuda(source.decode(errors="replace"))):  # built only because it cannot run here
@@ -378,6 +384,11 @@ class Evaluator:
         # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
         # for those too (else the executor that imports a candidate builds it, in its lane).
         running = sum(not c[4] for c in context.values())
+        cluster = None  # builds as Ray tasks, spread over the cluster's machines
+        if self.options.executor == "ray" and jobs:
+            from evaluator.parent.ray_lanes import cluster_builds
+
+            cluster = cluster_builds(self, evaluator_from_options, lanes=running > 0)
         builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
         if sum(1 for c in context.values() if c[4] or builds_here) > 1 and ninja_takes_jobserver():
             self.jobserver = JobServer(build_slots(self.device))
@@ -389,17 +400,25 @@ class Evaluator:
         def build(job: Job) -> Judged | None:
             """A build, when it is the last word (compile only, or it failed), else None."""
             candidate, _, digest, _, compile_only = context[job.index]
-            verdict, stdout, stderr = self._build(candidate, job.source, digest)
+            if cluster is not None:
+                remote = cluster.build(candidate.name, job.source, digest)
+                verdict, stdout, stderr, job.built_on, job.artifact = (remote.verdict, remote.stdout, remote.stderr,
+                                                                        remote.built_on, remote.artifact)
+            else:
+                verdict, stdout, stderr = self.build(candidate.name, job.source, digest)
+                job.built_on = place()
+            verdict.built_on = verdict.judged_on = job.built_on
             if compile_only or verdict.status != Status.compiled:
                 return Judged(job, verdict, stdout, stderr)
-            self.mark_built(digest)
+            if cluster is None:  # a folder in this machine's cache
+                self.mark_built(digest)
             return None
 
         def pool_builds(job: Job) -> bool:
             """Only-built candidates always; the others when builds run here and this source was never
             built here before (its executor loads or builds it anyway: the mark only saves a start)."""
             compile_only = context[job.index][4]
-            return compile_only or (builds_here and not self.built_before(job.digest))
+            return compile_only or cluster is not None or (builds_here and not self.built_before(job.digest))
 
         next_index = 0
 
@@ -417,11 +436,12 @@ class Evaluator:
             from evaluator.parent.ray_lanes import ray_workers
 
             workers = functools.partial(ray_workers, self, evaluator_from_options)
-        scheduler = Scheduler(self, build, pool_builds, workers)
+        scheduler = Scheduler(self, build, pool_builds, workers, build_slots=cluster.slots if cluster else None)
         self.rounds = []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
                 _, base, digest, flags, _ = context[judged.job.index]
+                judged.verdict.built_on = judged.job.built_on
                 verdicts[judged.job.index] = self._settle(judged.verdict, base, digest, flags, judged.stdout,
                                                           judged.stderr)
                 yield from in_order()

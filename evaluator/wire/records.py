@@ -317,6 +317,10 @@ class Verdict(Record):
     log_dir: str | None = Field(None, description="Folder holding the capped stdout/stderr logs.")
     containment: Containment | None = Field(None, description=(
         "How the worker was confined (namespaces, Landlock, seccomp) and what was missing; null when no worker ran."))
+    built_on: str | None = Field(None, description=(
+        "The machine its extensions were built on (host name; under Ray with the node's ID)."))
+    judged_on: str | None = Field(None, description=(
+        "The machine that reached this verdict: its lane's, or the build's when the build was the last word."))
 
     @property
     def rejected(self) -> bool:

@@ -1,0 +1,79 @@
+"""Build folders carried between machines (`--executor ray`): a folder packed where it was built and
+unpacked, under the same name, into the build cache of the machine that judges the candidate.
+
+A build folder is named by the toolchain and the source (evaluator.referee.environment.build_folder),
+so the name says what it holds: a machine whose toolchain differs never takes one (its executor builds
+the candidate itself), and a folder already there is left alone. What is packed was written by the
+candidate's contained build, so it is unpacked with tarfile's `data` filter (no absolute paths, no
+link or file outside the folder, no devices) and never larger than MAX_ARTIFACT_BYTES.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import shutil
+import socket
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# A CUDA extension's folder (objects, library, ninja's logs) is a few MB; a folder beyond this is not carried.
+MAX_ARTIFACT_BYTES = 512 << 20
+
+
+@dataclass
+class Artifact:
+    """One build folder, packed."""
+
+    folder: str     # its place in the build cache: extensions/<toolchain>/<source>
+    data: bytes     # a tar of its contents
+    built_on: str   # where it was built (evaluator.parent.artifacts.place)
+
+
+def place() -> str:
+    """This machine's name, and under Ray its node's ID: what a verdict says it was built or judged on."""
+    host = socket.gethostname()
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return f"{host} (ray node {ray.get_runtime_context().get_node_id()[:16]})"
+    except ImportError:
+        pass
+    return host
+
+
+def pack(cache_dir: Path, folder: Path) -> Artifact | None:
+    """The folder (inside `cache_dir`) as an Artifact, or None when it is missing or too large."""
+    if not folder.is_dir():
+        return None
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    if size > MAX_ARTIFACT_BYTES:
+        return None
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(folder.iterdir()):
+            tar.add(path, arcname=path.name)  # links stay links (the `data` filter judges them on unpacking)
+    return Artifact(folder=str(folder.relative_to(cache_dir)), data=buffer.getvalue(), built_on=place())
+
+
+def install(cache_dir: Path, artifact: Artifact, wanted: Path) -> bool:
+    """Unpack into `wanted` (this machine's build folder for the candidate) when the artifact was built
+    for that very folder (same toolchain, same source) and no folder is there yet. False when nothing was
+    unpacked (there already, another toolchain's, or refused: the executor then builds it itself)."""
+    target = cache_dir / artifact.folder
+    if target != wanted or target.exists():
+        return False
+    staging = target.with_name(f".{target.name}.{secrets.token_hex(4)}")
+    try:
+        staging.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(artifact.data), mode="r") as tar:
+            tar.extractall(staging, filter="data")
+        os.rename(staging, target)  # whole or not at all; another unpacking of the same folder may win
+        return True
+    except (OSError, tarfile.TarError):
+        return False
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
