@@ -312,8 +312,8 @@ class Evaluator:
         """A build only: an executor imports the candidate (building its extensions into the cache), with
         `max_jobs` compile jobs when given (a Ray task's), else its share of this machine's."""
         jobserver = self.jobserver
-        if max_jobs is not None:
-            budget = dict(max_jobs=max_jobs)
+        if max_jobs is not None:  # niced as local builds are: a lane may be timing on this machine
+            budget = dict(max_jobs=max_jobs, nice=BUILD_NICE)
         elif jobserver is not None:
             # behind the builds already in flight: the kernel gives the ones the lanes need first more of the CPU
             ahead_of_it = jobserver.begin()
