@@ -26,6 +26,7 @@ from evaluator.parent.lanes import ClusterError
 from evaluator.wire.identity import gpu_hardware
 from evaluator.wire.records import Status, Verdict
 from harness.board import Filters
+from harness.drift import baseline_drift, late_shaky, with_flag
 from harness.leaderboard import build_boards
 from harness.parsing import parse_source
 from harness.ranking import TIERS
@@ -274,28 +275,6 @@ def interrupted(console: Console, kept: str) -> int:
     return 130
 
 
-def baseline_drift(rounds: Sequence[Any]) -> str | None:
-    """One line: each baseline's median in the batch's first and last rounds (the referee times them
-    before the first candidate and after the last), so drift over the batch shows."""
-    timed = [r for r in rounds if r.baselines]
-    if len(timed) < 2:
-        return None
-    from evaluator.referee.phases import SHAKY_DRIFT
-
-    first, last = timed[0].baselines, timed[-1].baselines
-    moved = {name: last[name]["median_ms"] / first[name]["median_ms"] - 1
-             for name in first if name in last and first[name]["median_ms"] > 0}
-    parts = [f"{name} {first[name]['median_ms']:.4g} -> {last[name]['median_ms']:.4g} ms ({move * 100:+.1f}%)"
-             for name, move in moved.items()]
-    if not parts:
-        return None
-    line = f"baselines over {len(timed)} rounds: " + ", ".join(parts)
-    if any(abs(move) > SHAKY_DRIFT for move in moved.values()):  # verdicts sent before the move carry no flag for it
-        line += (f"; beyond the {SHAKY_DRIFT:.0%} bound: speedups judged before the move may be shaky "
-                 "(`harness run --retime`, or judging them again, measures them again)")
-    return line
-
-
 def candidate_files(paths: Sequence[Path]) -> list[Path]:
     """Files as given; a folder stands for the candidates in it: a run's folder (`candidates/<run>/`) for
     each sample's `candidate.py` (later turns included), any other for its `*.py` files except helpers
@@ -367,6 +346,17 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         if recorder is not None:
             recorder.store.close()
         return code
+    late = late_shaky(verdicts, evaluator.rounds)
+    for position, flag in late.items():  # the round after them moved: flagged now, in the store too
+        verdicts[position] = with_flag(verdicts[position], flag)
+        if recorder is not None:
+            recorder.store.add_flags(evaluator.key(verdicts[position]), [flag])
+        if json_lines:  # printed again, whole: the later line of a candidate supersedes the earlier
+            sys.stdout.write(verdicts[position].model_dump_json() + "\n")
+    if late:
+        status.print(f"[yellow]{len(late)} verdict(s) flagged shaky_timing after the batch[/] (the baseline round "
+                     f"after them moved beyond the bound): {', '.join(verdicts[p].candidate for p in late)}",
+                     highlight=False, soft_wrap=True)
     if recorder is not None:
         recorder.close()
     if not json_lines:

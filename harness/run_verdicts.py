@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator.wire.records import Phase, Status, Verdict
+from harness.drift import late_shaky, with_flag
 from harness.records import Candidate
 from harness.replies import progress_bar
 from harness.run_context import RunContext
@@ -28,10 +29,18 @@ def parse_error_verdict(candidate: Candidate, reply: str, ctx: RunContext) -> Ve
                    error=f"{parse.reason.value if parse.reason else 'unparsed'}: {parse.detail or ''}{where}".rstrip(": "))
 
 
-def _default_evaluate(candidates: Sequence[Any], options: Any) -> Iterator[Verdict]:
-    from evaluator.parent.sandbox import evaluate
+class _DefaultEvaluate:
+    """The evaluator's sandbox, kept so that its baseline rounds can be read once the batch is over."""
 
-    return evaluate(candidates, options)
+    def __init__(self):
+        self.rounds: list = []
+
+    def __call__(self, candidates: Sequence[Any], options: Any) -> Iterator[Verdict]:
+        from evaluator.parent.sandbox import Evaluator
+
+        evaluator = Evaluator(options)
+        yield from evaluator.evaluate_all(candidates)
+        self.rounds = evaluator.rounds
 
 
 def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summary: RunSummary, *,
@@ -63,11 +72,17 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
                           compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
                           jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor,
                           ray_address=ctx.cfg.ray_address, store=ctx.cfg.store)
-    evaluate_fn = ctx.evaluate_fn or _default_evaluate
+    evaluate_fn = ctx.evaluate_fn or _DefaultEvaluate()
     warned: set[str] = set()
+    judged: list[tuple[str, Verdict]] = []
     with progress_bar(ctx.console) as progress:
         task = progress.add_task(f"evaluating on {ctx.device}", total=len(batch))
-        for key, verdict in zip(order, evaluate_fn(batch, options)):
+        verdicts = iter(evaluate_fn(batch, options))
+        for key in order:
+            verdict = next(verdicts, None)
+            if verdict is None:
+                break
+            judged.append((key, verdict))
             env_name = verdict.environment.device_name if verdict.environment else None
             if env_name and env_name != ctx.device_name and "device" not in warned:
                 log.warning("the evaluator reports device %r, the harness keyed verdicts by %r", env_name, ctx.device_name)
@@ -84,3 +99,13 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
                 store.link_verdict(outcome.candidate_id, key)
             summary.evaluated += 1
             progress.advance(task)
+        next(verdicts, None)  # the batch's end (its last baseline round)
+    late = late_shaky([v for _, v in judged], getattr(evaluate_fn, "rounds", []))
+    for position, flag in late.items():  # the round after them moved: flagged now, in the store too
+        key, verdict = judged[position]
+        store.add_flags(key, [flag])
+        for outcome, _ in pending[key]:
+            outcome.verdict = with_flag(verdict, flag)
+    if late:
+        ctx.console.print(f"[yellow]{len(late)} verdict(s) flagged shaky_timing after the batch[/] (the baseline "
+                          "round after them moved beyond the bound)", highlight=False)

@@ -45,7 +45,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evaluator.wire.records import json_digest
-from evaluator.wire.records import Status, Verdict
+from evaluator.wire.records import Flag, Status, Verdict, merge_flags
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
 STORE_SCHEMA_VERSION = 4
@@ -400,6 +400,18 @@ class Store:
                  verdict.runtime_ms, run_id, model, variant, candidate_id, utc_now(), verdict.model_dump_json()))
             if candidate_id is not None:
                 db.execute("UPDATE candidates SET verdict_key = ? WHERE id = ?", (key, candidate_id))
+
+    def add_flags(self, key: str, flags: Sequence[Flag]) -> bool:
+        """Flags found after a verdict was stored (harness.drift.late_shaky), merged into it in place: the
+        same judgment, known better, not a new one (no history row). False when no verdict has that key."""
+        with self._tx() as db:
+            row = db.execute("SELECT record FROM verdicts WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return False
+            verdict = Verdict.model_validate_json(row[0])
+            verdict.flags = merge_flags([*verdict.flags, *flags])
+            db.execute("UPDATE verdicts SET record = ? WHERE key = ?", (verdict.model_dump_json(), key))
+        return True
 
     def record_eval(self, run: Run, judged: Sequence[tuple[Candidate, str, Verdict]], *, device_name: str,
                     listed_as: tuple[str | None, str | None] | None = None) -> int:

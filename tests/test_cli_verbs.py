@@ -116,7 +116,7 @@ def test_a_board_on_a_narrow_terminal_leaves_columns_out_rather_than_crop_them(t
 
 
 def test_the_drift_line_says_when_a_baseline_moved_beyond_the_bound():
-    from harness.commands import baseline_drift
+    from harness.drift import baseline_drift
     from evaluator.wire.protocol import BaselineRound
 
     def round_(index, median):
@@ -126,4 +126,33 @@ def test_the_drift_line_says_when_a_baseline_moved_beyond_the_bound():
     steady = baseline_drift([round_(0, 8.9), round_(1, 8.5)])
     assert steady.startswith("baselines over 2 rounds: eager 8.9 -> 8.5 ms (-4.5%)") and "bound" not in steady
     moved = baseline_drift([round_(0, 8.916), round_(1, 1.163)])
-    assert "(-87.0%)" in moved and "beyond the 20% bound" in moved and "--retime" in moved
+    assert "(-87.0%)" in moved and "beyond the 20% bound" in moved and "flagged shaky" in moved and "--retime" in moved
+
+
+def test_eval_flags_and_stores_again_the_verdicts_a_later_round_shows_were_timed_while_a_baseline_moved(tmp_path,
+                                                                                                       monkeypatch):
+    from evaluator.parent.sandbox import Evaluator
+    from evaluator.wire.protocol import BaselineRound
+    from evaluator.wire.records import BaselineSource, Status, Verdict
+
+    def evaluate_all(self, candidates, on_verdict=None):
+        source = BaselineSource(batch="b", round=0, measured_at=0.0, after_candidates=0)
+        for c in candidates:
+            yield self._stamp(Verdict(candidate=c.name, source_sha256="x" * 64, problem=self.problem.name, size=self.size,
+                                      device=self.device, status=Status.correct, runtime_ms=1.0, speedup={"eager": 8.9},
+                                      baseline_source=source))
+        self.rounds = [BaselineRound(index=i, batch="b", measured_at=0.0, after_candidates=i,
+                                     baselines={"eager": {"median_ms": ms}}) for i, ms in enumerate((8.916, 1.163))]
+
+    monkeypatch.setattr(Evaluator, "evaluate_all", evaluate_all)
+    candidate = Path(__file__).parent / "fixtures" / "candidates" / "cpu" / "torch_ops_correct.py"
+    store = tmp_path / "s.sqlite"
+    result = CliRunner().invoke(app, ["eval", str(candidate), "--device", "cpu", "--store", str(store), "--json"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 2 and not lines[0]["flags"] and lines[1]["flags"][0]["name"] == "shaky_timing"  # printed again
+    assert "1 verdict(s) flagged shaky_timing after the batch" in result.stderr
+    with Store(store) as db:
+        [row] = db.list_verdicts()
+        assert [f.name for f in db.get_verdict(row.verdict_key).flags] == ["shaky_timing"]

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from evaluator.wire.identity import judge_identity
 from evaluator.wire.problem import load_problem
-from evaluator.wire.records import Status, Verdict
+from evaluator.wire.records import Correctness, Status, Verdict
 from harness.config import RunConfig
 from harness.pipeline import RunError, execute_run
 from harness.prompts import render_prompt
@@ -243,3 +243,55 @@ def test_retime_judges_stored_correct_candidates_again_and_keeps_what_it_replace
     console = quiet()
     assert show_command(f"{first.run.id}/0", store=cfg.store, json_out=False, source=False, console=console) == 0
     assert "judged before (1):" in console.file.getvalue() and "1.20x eager" in console.file.getvalue()
+
+
+class DriftingEvaluator(FakeEvaluator):
+    """As FakeEvaluator, every verdict dividing by round 0 of batch `b`; its rounds show eager moving from
+    8.916 to 1.163 ms between round 0 and round 1 (the issue's cold first round), after the verdicts."""
+
+    def __call__(self, candidates, options):
+        from evaluator.wire.protocol import BaselineRound
+        from evaluator.wire.records import BaselineSource
+
+        source = BaselineSource(batch="b", round=0, measured_at=0.0, after_candidates=0)
+        for verdict in super().__call__(candidates, options):
+            yield verdict.model_copy(update={"baseline_source": source})
+        self.rounds = [BaselineRound(index=i, batch="b", measured_at=0.0, after_candidates=i,
+                                     baselines={"eager": {"median_ms": ms}}) for i, ms in enumerate((8.916, 1.163))]
+
+
+def test_verdicts_the_round_after_them_shows_a_move_beyond_the_bound_are_flagged_in_the_store(cfg):
+    summary = execute_run(cfg, console=quiet(), evaluate_fn=DriftingEvaluator(), environ={})
+    outcomes = {o.sample: o for o in summary.outcomes}
+    flag = next(f for f in outcomes["0"].verdict.flags if f.name == "shaky_timing")
+    assert "baseline `eager` moved -87% by the round after it (8.916 -> 1.163 ms)" in flag.reason
+    assert outcomes["5"].verdict.flags == outcomes["0"].verdict.flags  # same source, one verdict
+    assert not any(f.name == "shaky_timing" for f in outcomes["4"].verdict.flags)  # incorrect: no speedup to doubt
+    from harness.ranking import Outcome, classify
+
+    passing = outcomes["0"].verdict.model_construct(**{**dict(outcomes["0"].verdict), "correctness": Correctness.model_construct(tiers={"loose": True})})
+    assert classify(passing, "loose")[0] == Outcome.shaky  # not ranked (the fake has no checks: said to pass loose)
+    with Store(cfg.store) as store:
+        row = next(r for r in store.list_verdicts(run=summary.run.id) if r.status == Status.correct)
+        stored = store.get_verdict(row.verdict_key)
+        assert [f.name for f in stored.flags] == ["shaky_timing"] and store.history(row.verdict_key) == []
+    steady = execute_run(cfg.model_copy(update={"store": cfg.store.with_name("steady.sqlite")}), console=quiet(),
+                         evaluate_fn=FakeEvaluator(), environ={})
+    assert not any(f.name == "shaky_timing" for o in steady.outcomes if o.verdict for f in o.verdict.flags)
+
+
+def test_a_move_flags_only_the_verdicts_timed_between_the_two_rounds():
+    from evaluator.wire.protocol import BaselineRound
+    from evaluator.wire.records import BaselineSource
+    from harness.drift import late_shaky
+
+    rounds = [BaselineRound(index=i, batch="b", measured_at=0.0, after_candidates=i, baselines={"eager": {"median_ms": ms}})
+              for i, ms in enumerate((2.0, 2.1, 3.0))]  # +5%, then +43%
+
+    def verdict(round_, status=Status.correct):
+        return Verdict(candidate=f"r{round_}", source_sha256="x", problem="p", size="s", device="cpu", status=status,
+                       speedup={"eager": 1.0}, baseline_source=BaselineSource(batch="b", round=round_, measured_at=0.0,
+                                                                               after_candidates=0))
+
+    late = late_shaky([verdict(0), verdict(1), verdict(2), verdict(1, Status.incorrect)], rounds)
+    assert list(late) == [1] and "moved +43%" in late[1].reason  # round 2 has no round after it in this batch

@@ -33,7 +33,7 @@ from evaluator.referee.timing import roofline
 from evaluator.referee.view import RefereeView, Round
 from evaluator.wire.kernels import kernel_base_name, own_kernels
 from evaluator.wire.protocol import Finish, LoadState, Profile
-from evaluator.wire.records import Flag, Phase, Roofline, Status, TimingStats, Verdict, merge_flags
+from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD, Flag, Phase, Roofline, Status, TimingStats, Verdict, merge_flags
 from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop
 from evaluator.referee.check_phase import check_phase
 from evaluator.referee.time_phase import spot, time_phase
@@ -193,12 +193,6 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         roofline=forward_roofline(referee, timing.median_ms) if timing else None,
         phase_seconds=dict(session.phase_seconds), environment=environment)
 
-
-# The published bounds past which a speedup is not ranked (flag `shaky_timing`): a series whose
-# interquartile range is over a fifth of its median, or a baseline whose median moved by more than a
-# fifth since the referee's previous round.
-SHAKY_SPREAD = 0.2
-SHAKY_DRIFT = 0.2
 
 
 def shaky_timing(timing: TimingStats, rounds: Round | None) -> list[Flag]:

@@ -255,6 +255,14 @@ class Roofline(Record):
     fraction_bandwidth: float | None = Field(description="bandwidth_tbs / peak_bandwidth_tbs.")
 
 
+# The published bounds past which a speedup is not ranked (flag `shaky_timing`): a series whose
+# interquartile range is over a fifth of its median, or a baseline whose median moved by more than a
+# fifth from one of the referee's rounds to the next (the round before the verdict, or the one after
+# it: then the harness flags it once the batch is over).
+SHAKY_SPREAD = 0.2
+SHAKY_DRIFT = 0.2
+
+
 class BaselineSource(Record):
     """Which timing of the baselines a verdict's speedups divide by: taken by the referee, in its own
     process (which never runs candidate code), with no candidate process alive on the device."""
