@@ -150,6 +150,23 @@ def test_a_silent_executor_runs_out_of_time():
     assert ended.value.reason == "timeout"
 
 
+def test_a_paused_executors_memory_is_not_scanned_until_it_is_continued(monkeypatch):
+    from evaluator.referee import process as process_module
+
+    scans = []
+    monkeypatch.setattr(process_module, "group_resident_bytes", lambda pid: scans.append(pid) or 0)
+    monkeypatch.setattr(process_module, "MEMORY_POLL_S", 0.02)
+    process = _process_reading([], close=False)
+    process.memory_limit_gb, process.proc, process.paused = 1.0, type("P", (), {"pid": 4242})(), True
+    with pytest.raises(Ended):
+        process.reply(0, time.monotonic() + 0.2, poll_memory=True)
+    assert scans == []  # stopped: nothing of it can grow
+    process.ended, process.paused = None, False
+    with pytest.raises(Ended):
+        process.reply(0, time.monotonic() + 0.2, poll_memory=True)
+    assert len(scans) >= 3 and set(scans) == {4242}
+
+
 def test_a_pipe_is_polled_through_its_first_stretch_then_waited_on():
     read_fd, write_fd = os.pipe()
     try:

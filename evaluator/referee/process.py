@@ -410,7 +410,9 @@ class ExecutorProcess:
             now = time.monotonic()
             if now >= deadline:
                 raise self._end(Ended("timeout"))
-            if poll_memory and self.memory_limit_gb is not None and now >= next_poll:
+            # a stopped executor (pause: another candidate is being judged) grows no memory: its /proc
+            # scans (milliseconds each, in the referee's own threads) wait until it is continued
+            if poll_memory and self.memory_limit_gb is not None and not self.paused and now >= next_poll:
                 next_poll = now + MEMORY_POLL_S
                 resident = group_resident_bytes(self.proc.pid)
                 if resident > self.memory_limit_gb * (1 << 30):
