@@ -212,8 +212,13 @@ def test_cli_json_prints_one_verdict_per_line_and_exits_zero_whatever_they_score
     result = run_cli("eval", str(GOOD), str(CPU / "wrong_values.py"), str(CPU / "syntax_error.py"),
                      "--device", "cpu", "--size", "small", "--json", "--baselines", "eager")
     assert result.returncode == 0, result.stderr
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    # one line per verdict as it is reached; a verdict flagged after the batch (the round after it moved
+    # beyond the bound, as it may on a loaded CPU) is printed again, whole: the later line supersedes
+    lines = list({d["candidate"]: d for d in printed}.values())
     assert [d["status"] for d in lines] == ["correct", "incorrect", "parse_error"]
+    for again in printed[3:]:
+        assert again["status"] == "correct" and any(f["name"] == "shaky_timing" for f in again["flags"])
     for record in lines:
         assert {"candidate", "status", "error", "correctness", "runtime_ms", "speedup", "flags"} <= set(record)
     assert lines[0]["error"] is None and lines[0]["speedup"]["eager"] > 0

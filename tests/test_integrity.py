@@ -686,3 +686,20 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     assert good.kernel_count >= 3 and good.runtime_ms > good.runtime_floor_ms > 0
     unused = verdicts["no_custom_kernel"]
     assert unused.custom_kernels == [] and unused.kernel_count > 0
+
+
+def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():
+    import subprocess
+
+    from evaluator.referee import launch
+
+    children = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(2)]
+    try:
+        found = launch.sessions_members([c.pid for c in children] + [999999999])
+        assert {leader: members for leader, members in found.items()} == {
+            children[0].pid: [children[0].pid], children[1].pid: [children[1].pid], 999999999: []}
+        assert launch.session_members(children[0].pid) == [children[0].pid]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()

@@ -114,15 +114,37 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 def signal_group(proc: subprocess.Popen, sig: int) -> None:
     """`sig` to the executor's process group and every process left in its session."""
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in launch.session_members(proc.pid):
+    signal_groups([proc], sig)
+
+
+def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
+    """signal_group for several executors, their sessions found in one pass over /proc."""
+    for proc in procs:
         try:
-            os.kill(pid, sig)
+            os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+    for members in launch.sessions_members([proc.pid for proc in procs]).values():
+        for pid in members:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def pause_all(processes: list[ExecutorProcess]) -> None:
+    """ExecutorProcess.pause for several at once (one pass over /proc)."""
+    running = [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]
+    signal_groups([p.proc for p in running], signal.SIGSTOP)
+    for process in running:
+        process.paused = True
+
+
+def resume_all(processes: list[ExecutorProcess]) -> None:
+    paused = [p for p in processes if p.proc is not None and p.paused]
+    signal_groups([p.proc for p in paused], signal.SIGCONT)
+    for process in paused:
+        process.paused = False
 
 
 def exit_description(returncode: int | None) -> str:
@@ -310,14 +332,10 @@ class ExecutorProcess:
     def pause(self) -> None:
         """SIGSTOP to all of it, while another candidate is timed or baselines are: it can start
         nothing on the device. Its deadlines still run."""
-        if self.proc is not None and self.proc.poll() is None and not self.paused:
-            signal_group(self.proc, signal.SIGSTOP)
-            self.paused = True
+        pause_all([self])
 
     def resume(self) -> None:
-        if self.proc is not None and self.paused:
-            signal_group(self.proc, signal.SIGCONT)
-            self.paused = False
+        resume_all([self])
 
     def hold(self) -> None:
         """SIGSTOP around one of the calibrator's windows: to its process group and to the members of
