@@ -703,3 +703,19 @@ def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():
         for child in children:
             child.kill()
             child.wait()
+
+
+@pytest.mark.parametrize("costs, flag", [((1.0, 1.0, 1.0, 1.0), "implausible"), ((0.6, 0.9, 1.0, 1.4), "shaky_timing")])
+def test_a_median_under_the_floor_is_implausible_unless_the_windows_cost_is_known_no_better(costs, flag):
+    from evaluator.referee import clock
+    from evaluator.referee.time_phase import check_floor
+    from evaluator.referee.timing import summarize
+
+    session, built, _ = local_executor.checked(local_executor.Honest)
+    cost = clock.WindowCost(cost_ms=sorted(costs)[len(costs) // 2], window_ms=2.0, device_ms=0.1, windows=len(costs),
+                            costs=costs)
+    floor = check_floor(session, built, summarize([1e-6] * 5, 1), cost)  # windows no dearer than their cost
+    assert floor is not None and floor > 1e-6
+    found = [f for f in session.flags if f.name in ("implausible", "shaky_timing")]
+    assert [f.name for f in found] == [flag], found
+    assert found[0].policy == (FlagPolicy.reject if flag == "implausible" else FlagPolicy.flag)

@@ -12,7 +12,7 @@ import torch
 
 from evaluator.referee import clock, compare
 from evaluator.referee import inputs as draws
-from evaluator.referee.timing import physical_floor_ms, summarize
+from evaluator.referee.timing import physical_floor_ms, quantile, summarize
 from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
 from evaluator.wire.exchange import ExchangeError
@@ -65,7 +65,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     replayed = compare_clocked(session, checked, calls)
     compare_state_after_timing(session, checked, replayed, len(calls))
-    floor_ms = check_floor(session, built, timing)
+    floor_ms = check_floor(session, built, timing, cost)
     recheck(session, checked, replayed)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock)
 
@@ -219,16 +219,29 @@ def compare_state_after_timing(session: Session, checked: Checked, replayed: tor
             f"calls on the same inputs): {describe_regression(acc, checked.correctness)}"))
 
 
-def check_floor(session: Session, built: Built, timing: TimingStats) -> float | None:
-    """Flag (reject) a runtime below what the device can physically do."""
+def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock.WindowCost | None) -> float | None:
+    """A runtime below what the device can physically do: `implausible` (reject), unless the window's cost
+    is known no better than that: the median is window less cost, so when the calibrator's costs spread
+    (their IQR) by more than the median lies under the floor, the call is too short for the referee's
+    clock to tell, and the verdict is `shaky_timing` (not ranked) instead. (On an H100 at `small`, the
+    golden TF32 kernel's windows once came out cheaper than the cost beside them: a median of 0.)"""
     referee = session.referee
     read = referee.input_nbytes + sum(p.numel() * p.element_size() for p in built.reference.parameters())
     floor, how = physical_floor_ms(referee.problem.flop_count(referee.size), read, referee.device,
                                    referee.environment.device_name)
-    if floor is not None and timing.median_ms < floor:
-        session.add([Flag(name="implausible", policy=FlagPolicy.reject, reason=(
-            f"median {timing.median_ms * 1e3:.4g} us per call is below the physical floor "
-            f"{floor * 1e3:.4g} us ({how}): the timing cannot be real"))])
+    if floor is None or timing.median_ms >= floor:
+        return floor
+    below = (f"median {timing.median_ms * 1e3:.4g} us per call is below the physical floor "
+             f"{floor * 1e3:.4g} us ({how})")
+    resolution = cost.spread(0.75) + max(0.0, cost.cost_ms - quantile(list(cost.costs), 0.25)) \
+        if cost is not None and cost.costs else 0.0
+    if timing.median_ms + resolution >= floor:
+        session.add([Flag(name="shaky_timing", reason=(
+            f"{below}, within what the referee's clock resolves here (the window's cost, "
+            f"{cost.cost_ms * 1e3:.4g} us, spreads by {resolution * 1e3:.4g} us): too short a call to time; "
+            "not ranked"))])
+    else:
+        session.add([Flag(name="implausible", policy=FlagPolicy.reject, reason=f"{below}: the timing cannot be real")])
     return floor
 
 
