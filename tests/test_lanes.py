@@ -192,4 +192,12 @@ def test_a_build_folder_travels_whole_to_the_same_folder_of_another_cache(tmp_pa
         artifact.data, target = buffer.getvalue(), judging / "extensions" / "tc1" / f"hostile-{kind!r}"
         artifact.folder = str(target.relative_to(judging))
         assert not install(judging, artifact, target) and not target.exists()
+    # a build that leaves a link to the root of the file system: packed as a link (not walked), refused
+    linked = built / "extensions" / "tc1" / "linked"
+    linked.mkdir()
+    (linked / "root").symlink_to("/")
+    (linked / "ext.so").write_bytes(b"lib")
+    artifact = pack(built, linked)
+    assert artifact is not None and len(artifact.data) < 1 << 16
+    assert not install(judging, artifact, judging / "extensions" / "tc1" / "linked")
     assert not (judging / "escaped").exists() and not any(p.name.startswith(".") for p in wanted.parent.iterdir())

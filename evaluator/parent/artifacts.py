@@ -46,16 +46,22 @@ def place() -> str:
 
 
 def pack(cache_dir: Path, folder: Path) -> Artifact | None:
-    """The folder (inside `cache_dir`) as an Artifact, or None when it is missing or too large."""
-    if not folder.is_dir():
+    """The folder (inside `cache_dir`) as an Artifact, or None when it is missing, too large or cannot be
+    read (the judging machine's executor then builds the candidate itself)."""
+    if not folder.is_dir() or folder.is_symlink():
         return None
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
-    if size > MAX_ARTIFACT_BYTES:
+    try:
+        size = 0
+        for root, _, files in os.walk(folder):  # links to folders are not followed
+            size += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
+            if size > MAX_ARTIFACT_BYTES:
+                return None
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for path in sorted(folder.iterdir()):
+                tar.add(path, arcname=path.name)  # links stay links (the `data` filter judges them on unpacking)
+    except (OSError, tarfile.TarError):
         return None
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path in sorted(folder.iterdir()):
-            tar.add(path, arcname=path.name)  # links stay links (the `data` filter judges them on unpacking)
     return Artifact(folder=str(folder.relative_to(cache_dir)), data=buffer.getvalue(), built_on=place())
 
 
