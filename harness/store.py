@@ -220,7 +220,11 @@ class Store:
             self.db = self._connect_read_only()
             return
         if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise StoreError(f"cannot make the result store's folder {self.path.parent}: "
+                                 f"{err.strerror or err}") from err
         try:
             self.db = sqlite3.connect(str(path), timeout=30)
             self.db.execute("PRAGMA busy_timeout = 30000")

@@ -152,6 +152,13 @@ def test_not_a_database(tmp_path):
         Store(path)
 
 
+def test_a_store_whose_folder_cannot_be_made_is_a_store_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder would go")
+    with pytest.raises(StoreError, match="cannot make the result store's folder"):
+        Store(blocker / "sub" / "s.sqlite")
+
+
 def test_a_store_opened_read_only_is_read_and_never_written(tmp_path):
     path = tmp_path / "results.sqlite"
     with open_store(path) as store:
