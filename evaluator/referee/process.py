@@ -109,16 +109,11 @@ def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL to the executor's process group, then to every process left in its session (ninja
     puts each compiler in a group of its own; seccomp keeps them all in the session). Whatever
     runs in the executor's PID namespace dies with its init, which dies with the launcher."""
-    signal_group(proc, signal.SIGKILL)
-
-
-def signal_group(proc: subprocess.Popen, sig: int) -> None:
-    """`sig` to the executor's process group and every process left in its session."""
-    signal_groups([proc], sig)
+    signal_groups([proc], signal.SIGKILL)
 
 
 def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
-    """signal_group for several executors, their sessions found in one pass over /proc."""
+    """`sig` to each executor's process group and every process left in its session (one pass over /proc)."""
     for proc in procs:
         try:
             os.killpg(proc.pid, sig)
@@ -133,7 +128,8 @@ def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
 
 
 def pause_all(processes: list[ExecutorProcess]) -> None:
-    """ExecutorProcess.pause for several at once (one pass over /proc)."""
+    """SIGSTOP to all of each, while another candidate is timed or baselines are: they can start nothing
+    on the device. Their deadlines still run."""
     running = [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]
     signal_groups([p.proc for p in running], signal.SIGSTOP)
     for process in running:
@@ -329,14 +325,6 @@ class ExecutorProcess:
         self._ahead = threading.Thread(target=read, daemon=True)
         self._ahead.start()
 
-    def pause(self) -> None:
-        """SIGSTOP to all of it, while another candidate is timed or baselines are: it can start
-        nothing on the device. Its deadlines still run."""
-        pause_all([self])
-
-    def resume(self) -> None:
-        resume_all([self])
-
     def hold(self) -> None:
         """SIGSTOP around one of the calibrator's windows: to its process group and to the members of
         its session found the first time (a scan of /proc costs milliseconds: once, not every window)."""
@@ -374,7 +362,7 @@ class ExecutorProcess:
             return None
         LIVE.discard(self)
         kill_group(self.proc)
-        self.resume()  # a stopped process dies of SIGKILL too; its group is continued all the same
+        resume_all([self])  # a stopped process dies of SIGKILL too; its group is continued all the same
         try:
             self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
