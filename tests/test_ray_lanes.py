@@ -1,31 +1,40 @@
-"""`executor="ray"`: lanes as Ray actors on a local Ray instance, judging CPU fixtures. The verdicts
-must be the local executor's, and a candidate that kills its executor costs only itself."""
+"""`executor="ray"` on a cluster of two machines (ray.cluster_utils.Cluster: two nodes of this one, CPU
+only), judging CPU fixtures: builds are Ray tasks spread over both machines, each build's folder reaches
+the lane that judges it, a candidate that kills its executor costs only itself, and the verdicts are the
+local executor's, each saying where it was built and judged."""
 
 import pytest
 
 from conftest import FIXTURES, expectation
-from evaluator.wire.records import Status
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
+from evaluator.wire.records import Status
 
 ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
 
 CPU = FIXTURES / "candidates" / "cpu"
-NAMES = ["torch_ops_correct", "os_exit_in_forward", "wrong_values", "forward_raises", "nan_output", "torch_ops_correct"]
+NAMES = ["cpp_correct", "os_exit_in_forward", "cpp_compile_error", "wrong_values", "forward_raises", "nan_output",
+         "torch_ops_correct"]
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
+def two_nodes():
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=2)
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield cluster
     ray.shutdown()
+    cluster.shutdown()
 
 
 @pytest.mark.slow
-def test_ray_lanes_give_the_local_verdicts_and_a_crash_costs_only_its_candidate(tmp_path, local_ray):
+def test_the_cluster_builds_on_both_machines_and_its_lanes_give_the_local_verdicts(tmp_path, two_nodes):
     files = [CandidateFile(name=f"{i}-{n}", path=CPU / f"{n}.py") for i, n in enumerate(NAMES)]
-    settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"],
+    settings = dict(device="cpu", size="small", run_timeout_s=120, timing_budget_s=0.2, baselines=["eager"],
                     run_rejected=True)
-    evaluator = Evaluator(EvalOptions(**settings, executor="ray", lanes=2, log_root=tmp_path / "ray"))
+    evaluator = Evaluator(EvalOptions(**settings, executor="ray", lanes=1, log_root=tmp_path / "ray"))
     remote = list(evaluator.evaluate_all(files))
     local = list(Evaluator(EvalOptions(**settings, log_root=tmp_path / "local")).evaluate_all(files))
     expected = [Status(expectation(CPU / f"{n}.py")["status"]) for n in NAMES]
@@ -39,3 +48,13 @@ def test_ray_lanes_give_the_local_verdicts_and_a_crash_costs_only_its_candidate(
     assert all(v.judge == local[0].judge for v in remote)
     assert remote[0].log_dir and (tmp_path / "ray").exists()  # settled and logged by the parent
     assert {r.batch for r in evaluator.rounds} and all(r.baselines for r in evaluator.rounds)
+    # builds on both machines; each verdict says where it was built and judged
+    nodes = {node["NodeID"][:16] for node in ray.nodes() if node["Alive"]}
+    built = [v.built_on for v in remote]
+    assert all(b and "ray node" in b for b in built), built
+    assert {b.rsplit(" ", 1)[-1].rstrip(")") for b in built} == nodes, (built, nodes)
+    judged = {v.judged_on for v in remote if v.status != Status.compile_error}
+    assert len(judged) == 1 and "ray node" in judged.pop()  # one lane judged every one that built
+    failed = next(v for v in remote if v.status == Status.compile_error)
+    assert failed.judged_on == failed.built_on  # a failed build is its own last word, where it was built
+    assert all(v.built_on and v.judged_on for v in local)
