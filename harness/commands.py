@@ -26,7 +26,7 @@ from evaluator.parent.lanes import ClusterError
 from evaluator.wire.identity import gpu_hardware
 from evaluator.wire.records import Status, Verdict
 from harness.board import Filters
-from harness.drift import baseline_drift, late_shaky, with_flag
+from harness.drift import baseline_drift, flag_late_shaky, late_line
 from harness.leaderboard import build_boards
 from harness.parsing import parse_source
 from harness.ranking import TIERS
@@ -346,16 +346,14 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         if recorder is not None:
             recorder.store.close()
         return code
-    late = late_shaky(verdicts, evaluator.rounds)
-    for position, flag in late.items():  # the round after them moved: flagged now, in the store too
-        verdicts[position] = with_flag(verdicts[position], flag)
-        if recorder is not None:
-            recorder.store.add_flags(evaluator.key(verdicts[position]), [flag])
+    late = flag_late_shaky([(evaluator.key(v), v) for v in verdicts], evaluator.rounds,
+                           recorder.store if recorder is not None else None)
+    for position, verdict in late.items():  # the round after them moved: flagged now
+        verdicts[position] = verdict
         if json_lines:  # printed again, whole: the later line of a candidate supersedes the earlier
-            sys.stdout.write(verdicts[position].model_dump_json() + "\n")
+            sys.stdout.write(verdict.model_dump_json() + "\n")
     if late:
-        status.print(f"[yellow]{len(late)} verdict(s) flagged shaky_timing after the batch[/] (the baseline round "
-                     f"after them moved beyond the bound): {', '.join(verdicts[p].candidate for p in late)}",
+        status.print(f"{late_line(len(late))}: {', '.join(v.candidate for v in late.values())}",
                      highlight=False, soft_wrap=True)
     if recorder is not None:
         recorder.close()

@@ -62,5 +62,18 @@ def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any]) -> dict[int, 
     return flagged
 
 
-def with_flag(verdict: Verdict, flag: Flag) -> Verdict:
-    return verdict.model_copy(update={"flags": merge_flags([*verdict.flags, flag])})
+def flag_late_shaky(keyed: Sequence[tuple[str, Verdict]], rounds: Sequence[Any], store: Any | None) -> dict[int, Verdict]:
+    """late_shaky for a batch's (store key, verdict) pairs: the flagged verdicts by position, their flag
+    merged into the stored copies too (`store`, a harness.store.Store, when the verdicts were stored)."""
+    amended = {}
+    for position, flag in late_shaky([verdict for _, verdict in keyed], rounds).items():
+        key, verdict = keyed[position]
+        if store is not None:
+            store.add_flags(key, [flag])
+        amended[position] = verdict.model_copy(update={"flags": merge_flags([*verdict.flags, flag])})
+    return amended
+
+
+def late_line(count: int) -> str:
+    return (f"[yellow]{count} verdict(s) flagged shaky_timing after the batch[/] (the baseline round after them "
+            "moved beyond the bound)")

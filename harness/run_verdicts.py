@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator.wire.records import Phase, Status, Verdict
-from harness.drift import late_shaky, with_flag
+from harness.drift import flag_late_shaky, late_line
 from harness.records import Candidate
 from harness.replies import progress_bar
 from harness.run_context import RunContext
@@ -100,12 +100,9 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
             summary.evaluated += 1
             progress.advance(task)
         next(verdicts, None)  # the batch's end (its last baseline round)
-    late = late_shaky([v for _, v in judged], getattr(evaluate_fn, "rounds", []))
-    for position, flag in late.items():  # the round after them moved: flagged now, in the store too
-        key, verdict = judged[position]
-        store.add_flags(key, [flag])
-        for outcome, _ in pending[key]:
-            outcome.verdict = with_flag(verdict, flag)
+    late = flag_late_shaky(judged, getattr(evaluate_fn, "rounds", []), store)
+    for position, verdict in late.items():  # the round after them moved: flagged now
+        for outcome, _ in pending[judged[position][0]]:
+            outcome.verdict = verdict
     if late:
-        ctx.console.print(f"[yellow]{len(late)} verdict(s) flagged shaky_timing after the batch[/] (the baseline "
-                          "round after them moved beyond the bound)", highlight=False)
+        ctx.console.print(late_line(len(late)), highlight=False)

@@ -30,6 +30,7 @@ from evaluator.parent.referee_client import RefereeClient
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Status, Verdict
 
+
 class ClusterError(RuntimeError):
     """`--executor ray` could not begin: no cluster to join, a token refused, no GPU for CUDA lanes."""
 

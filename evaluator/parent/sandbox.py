@@ -267,8 +267,10 @@ class Evaluator:
         """A verdict from a build or a referee, made the parent's: its names, the logs (unless written
         already), the static flags and the stamp."""
         verdict = verdict.model_copy(update={**base, "source_sha256": digest})
-        verdict.judged_on = verdict.judged_on or place()
-        verdict.built_on = verdict.built_on or verdict.judged_on  # else its executor built it as it imported
+        # judged where its lane ran, or where it was built when the build was the last word; built where
+        # judged when its executor built it as it imported
+        verdict.judged_on = verdict.judged_on or verdict.built_on or place()
+        verdict.built_on = verdict.built_on or verdict.judged_on
         if logs:
             self._write_logs(verdict, stdout, stderr, digest)
         verdict.flags = merge_flags(flags + verdict.flags)  # one flag per name, static and dynamic reasons joined
@@ -407,7 +409,6 @@ class Evaluator:
             else:
                 verdict, stdout, stderr = self.build(candidate.name, job.source, digest)
                 job.built_on = place()
-            verdict.built_on = verdict.judged_on = job.built_on
             if compile_only or verdict.status != Status.compiled:
                 return Judged(job, verdict, stdout, stderr)
             if cluster is None:  # a folder in this machine's cache

@@ -233,7 +233,7 @@ def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock
         return floor
     below = (f"median {timing.median_ms * 1e3:.4g} us per call is below the physical floor "
              f"{floor * 1e3:.4g} us ({how})")
-    resolution = cost.spread(0.75) + max(0.0, cost.cost_ms - quantile(list(cost.costs), 0.25)) \
+    resolution = quantile(list(cost.costs), 0.75) - quantile(list(cost.costs), 0.25) \
         if cost is not None and cost.costs else 0.0
     if timing.median_ms + resolution >= floor:
         session.add([Flag(name="shaky_timing", reason=(

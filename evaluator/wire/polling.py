@@ -26,13 +26,11 @@ def readable(fd: int, timeout_s: float, poll_s: float = 0.0) -> bool:
     if poll_s > 0:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
-        until = time.perf_counter() + min(poll_s, timeout_s)
-        while True:
+        polled = min(poll_s, timeout_s)
+        until = time.perf_counter() + polled
+        while time.perf_counter() < until:
             if poller.poll(0):
                 return True
-            now = time.perf_counter()
-            if now >= until:
-                timeout_s -= min(poll_s, timeout_s)
-                break
+        timeout_s -= polled
     ready, _, _ = select.select([fd], [], [], timeout_s)
     return bool(ready)
