@@ -546,3 +546,73 @@ def test_harness_eval_says_once_that_candidates_ran_unsandboxed(tmp_path):
         states = {m["name"]: m["state"] for m in verdict["containment"]["mechanisms"]}
         assert states["landlock"] == "missing" and states["seccomp"] == "verified"
     assert result.stderr.count("ran unsandboxed") == 1, result.stderr
+
+
+# --------------------------------------------------------------------------- the hold around the calibrator
+
+HOLD_TREE = """
+import os, sys, time
+if os.fork() == 0:      # in the worker's group, there at a first hold
+    time.sleep(1.0)     # then, after it: one that leaves the group, and one orphaned to the init as well
+    if os.fork() == 0:
+        os.setpgid(0, 0)
+        while True: pass
+    if os.fork() == 0:
+        if os.fork() == 0:
+            os.setpgid(0, 0)
+            while True: pass
+        os._exit(0)
+    while True: time.sleep(1)
+print('started', flush=True)
+time.sleep(60)
+"""
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0].decode()
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.parametrize("by_tree", [True, False], ids=["process-tree", "session-scan"])
+def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group_after_the_first(tmp_path, by_tree):
+    """What the attacker did (issue 21's review): processes forked after the first hold that setpgid out of
+    the executor's group ran through the calibrator's windows, inflating the cost subtracted from the
+    candidate's. Every hold now stops all of them: the ground truth is a scan of the whole session."""
+    from evaluator.referee import holding
+    from evaluator.referee.process import kill_group
+
+    workdir, extension_dir = tmp_path / "kh-worker-x", tmp_path / "ext"
+    workdir.mkdir()
+    extension_dir.mkdir()
+    env = dict(os.environ)
+    env[containment.PLAN_ENV] = json.dumps(launching.plan(
+        workdir, extension_dir, FIXTURES / "problems" / "scaled_relu", env, protect=[tmp_path / "store"],
+        disable=launching.disabled_mechanisms(os.environ)))
+    proc = subprocess.Popen(launching.launch_command([sys.executable, "-c", HOLD_TREE]), env=env, cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == b"started"
+        if by_tree:
+            assert holding.complete(proc.pid)  # a PID namespace of its own on this kernel, children listed
+        holding.continue_all(proc.pid, holding.stop_all(proc.pid, by_tree))  # the first hold
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # both have left the group and spin
+            members = launching.session_members(proc.pid)
+            if sum(1 for pid in members if os.getpgid(pid) == pid and pid != proc.pid) >= 2:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the processes that leave the group never appeared")
+        held = holding.stop_all(proc.pid, by_tree)
+        states = {pid: _state(pid) for pid in {proc.pid, *launching.session_members(proc.pid)}}
+        assert len(states) >= 6 and all(s in "TtZX" or s == "gone" for s in states.values()), states
+        assert set(held) >= {pid for pid, s in states.items() if s in "Tt"}
+        holding.continue_all(proc.pid, held)
+        time.sleep(0.2)
+        assert sum(1 for pid in states if _state(pid) == "R") >= 1  # the spinners run again
+    finally:
+        kill_group(proc)
+        holding.continue_all(proc.pid, launching.session_members(proc.pid))
+        proc.wait(timeout=30)

@@ -409,7 +409,8 @@ def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):
     referee.baseline_round()
     assert warmed == [0] and len(referee.rounds) == 2  # once, before anything of the first round was timed
     timed_calls = sum(r.baselines["eager"]["reps"] + r.baselines["eager"]["warmup"] for r in referee.rounds)
-    assert len(calls) > timed_calls + referee.timer.warmup  # the untimed run came on top of the rounds' calls
+    # the untimed run (at least the warm-up's calls; more within FIRST_ROUND_WARM_S) came on top of the rounds'
+    assert len(calls) >= timed_calls + referee.timer.warmup
 
 
 def test_a_round_records_how_far_each_baseline_moved_since_the_one_before(monkeypatch):

@@ -49,8 +49,13 @@ INTROSPECTION_NAMES = frozenset(
 )
 IO_ROOTS = frozenset(
     ("socket", "subprocess", "urllib", "urllib3", "requests", "http", "httpx", "aiohttp", "shutil", "tempfile",
-     "ftplib", "smtplib", "telnetlib", "webbrowser", "paramiko", "pty", "glob", "ssl", "xmlrpc")
+     "ftplib", "smtplib", "telnetlib", "webbrowser", "paramiko", "pty", "glob", "ssl", "xmlrpc",
+     # descriptors and shared memory: pipe sizes, mapped buffers other processes see
+     "fcntl", "mmap", "select", "selectors", "termios")
 )
+# The C modules behind standard ones: `posix.fork` is `os.fork`, `_socket.socket` is `socket.socket`.
+SYNONYMS = {"posix": "os", "nt": "os", "_io": "io", "_socket": "socket", "_signal": "signal", "_pickle": "pickle",
+            "_posixsubprocess": "subprocess", "_multiprocessing": "multiprocessing", "_posixshmem": "multiprocessing"}
 IO_NAMES = frozenset(
     (
         "builtins.open", "io.open", "io.FileIO", "codecs.open", "os.system", "os.popen", "os.remove",
@@ -70,7 +75,7 @@ DYNAMIC_NAMES = frozenset(
      "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
      "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
 )
-DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery",
+DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery", "_imp",
                            # module loaders and the import system's hooks: modules loaded by computed names
                            "builtins.__loader__", "builtins.__spec__", "sys.meta_path", "sys.path_hooks",
                            "sys.path_importer_cache"))
@@ -101,7 +106,7 @@ LIBRARY_FUNCS = frozenset(
 )
 # Modules that other modules carry as attributes (`logging.threading`, `torch.utils.cpp_extension.subprocess`,
 # `os.sys`): a dotted name passing through one is also judged as that module's own name.
-REROOTED = (CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | IO_ROOTS
+REROOTED = (CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | IO_ROOTS | set(SYNONYMS)
             | {"os", "sys", "builtins", "importlib", "io", "code", "codeop", "runpy", "marshal", "pickle", "traceback",
                "types", "pkgutil", "zipimport", "logging"})
 NOT_REROOTED = ("torch.signal", "torch.types")  # torch's own packages named like a standard module
@@ -249,6 +254,10 @@ def readings(q: str) -> list[str]:
     for i in range(1, len(parts)):
         if parts[i] in REROOTED and not any(under(".".join(parts[: i + 1]), n) for n in NOT_REROOTED):
             out.append(".".join(parts[i:]))
+    for reading in list(out):
+        first, dot, rest = reading.partition(".")
+        if first in SYNONYMS:
+            out.append(SYNONYMS[first] + dot + rest)
     return out
 
 

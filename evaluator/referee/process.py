@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from evaluator.referee import launch
+from evaluator.referee import holding, launch
 from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
 from evaluator.wire.containment import PLAN_ENV
@@ -227,7 +227,10 @@ class ExecutorProcess:
         self._ahead: threading.Thread | None = None
         self._ahead_result: Reply | Ended | None = None
         self.paused = False
-        self.held_members: list[int] | None = None  # its session, as first held (hold)
+        self.held_pids: list[int] | None = None  # its processes, while held (hold)
+        self.held_by_tree: bool | None = None    # whether its process tree holds all of them (hold)
+        self.reading = threading.Event()         # its output is read (not while it is held)
+        self.reading.set()
 
     # -- lifetime ---------------------------------------------------------------------------------
 
@@ -289,7 +292,7 @@ class ExecutorProcess:
         self._channel_fd = channel_r
         self._commands = os.fdopen(commands_w, "w", buffering=1)
         for stream, tail in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):
-            thread = threading.Thread(target=_drain, args=(stream, tail), daemon=True)
+            thread = threading.Thread(target=_drain, args=(stream, tail, self.reading), daemon=True)
             thread.start()
             self._drains.append(thread)
         if self._exchange is not None and self.device == "cuda":
@@ -326,24 +329,25 @@ class ExecutorProcess:
         self._ahead.start()
 
     def hold(self) -> None:
-        """SIGSTOP around one of the calibrator's windows: to its process group and to the members of
-        its session found the first time (a scan of /proc costs milliseconds: once, not every window)."""
+        """SIGSTOP around one of the calibrator's windows to every process of the executor, found again each
+        time (evaluator.referee.holding: one that left its group after an earlier hold is stopped too), and
+        its output no longer read meanwhile (reading it would take this process's time inside the window)."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        if self.held_members is None:
-            self.held_members = [pid for pid in launch.session_members(self.proc.pid) if pid != self.proc.pid]
-        self._signal_held(signal.SIGSTOP)
+        if self.held_by_tree is None:
+            self.held_by_tree = holding.complete(self.proc.pid)
+        self.reading.clear()
+        try:
+            self.held_pids = holding.stop_all(self.proc.pid, self.held_by_tree)
+        except holding.NotHeld:
+            self.reading.set()
+            raise
 
     def release(self) -> None:
-        if self.proc is not None and self.held_members is not None:
-            self._signal_held(signal.SIGCONT)
-
-    def _signal_held(self, sig: int) -> None:
-        for send, target in ((os.killpg, self.proc.pid), *((os.kill, pid) for pid in self.held_members)):
-            try:
-                send(target, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.proc is not None and self.held_pids is not None:
+            holding.continue_all(self.proc.pid, self.held_pids)
+            self.held_pids = None
+        self.reading.set()
 
     def interrupt(self) -> None:
         """For stop_everything: nothing to ask first (close kills it at once)."""
@@ -361,6 +365,7 @@ class ExecutorProcess:
         if self.proc is None:
             return None
         LIVE.discard(self)
+        self.reading.set()
         kill_group(self.proc)
         resume_all([self])  # a stopped process dies of SIGKILL too; its group is continued all the same
         try:
@@ -483,9 +488,10 @@ class ExecutorProcess:
         return ended
 
 
-def _drain(stream, tail: CappedTail) -> None:
+def _drain(stream, tail: CappedTail, reading: threading.Event) -> None:
     try:
         while True:
+            reading.wait()  # not while its executor is held: what it wrote before waits in the pipe
             chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
             if not chunk:
                 break

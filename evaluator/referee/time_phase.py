@@ -10,7 +10,7 @@ import copy
 
 import torch
 
-from evaluator.referee import clock, compare
+from evaluator.referee import clock, compare, holding
 from evaluator.referee import inputs as draws
 from evaluator.referee.timing import physical_floor_ms, quantile, summarize
 from evaluator.referee.view import RefereeView
@@ -117,10 +117,15 @@ def idle(session: Session, when: str) -> None:
 
 @contextlib.contextmanager
 def held(link):
-    """The candidate's processes stopped (SIGSTOP): nothing of theirs can start on the device meanwhile."""
+    """The candidate's processes stopped (SIGSTOP): nothing of theirs can start on the device meanwhile,
+    or take a core or this process's time (its output is not read meanwhile)."""
     hold, release = getattr(link, "hold", None), getattr(link, "release", None)
     if hold is not None:
-        hold()
+        try:
+            hold()
+        except holding.NotHeld as err:
+            raise Judged(Status.runtime_error, Phase.time, f"the executor could not be held still around the "
+                                                           f"calibrator's window: {err}") from None
     try:
         yield
     finally:

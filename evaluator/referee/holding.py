@@ -1,0 +1,138 @@
+"""Stopping every process of one executor, every time: the hold around the calibrator's windows.
+
+An executor's processes are its launcher, the init of its PID namespace and whatever runs below them: a
+process that leaves its process group (setpgid; seccomp denies only setsid) is still in that tree, and
+one orphaned by a double fork is adopted by the namespace's init. So the tree, read from
+/proc/PID/task/TID/children, holds all of them, and reading it costs a few small reads per thread, not a
+pass over every process of the machine. A process forked while the tree is read is caught by the next
+pass: the hold ends only when a pass finds every process signalled and every thread of each no longer
+running user code. Where the kernel does not list children, or the executor has no PID namespace (an
+orphan would leave the tree), every hold is a pass over /proc for its session instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from evaluator.referee import launch
+
+# A task in any of these states runs no user code: stopped, traced, in uninterruptible sleep (it stops as
+# it leaves the kernel, its SIGSTOP pending), dead, zombie, idle.
+NOT_RUNNING = frozenset(b"TtDZXxI")
+HOLD_WAIT_S = 2.0  # a tree that is still growing or running after this is not held: the candidate is judged
+
+
+class NotHeld(RuntimeError):
+    """The executor's processes could not all be stopped (they kept forking, or a thread kept running)."""
+
+
+def tree(root: int) -> dict[int, bool]:
+    """Every process at or below `root`, each with whether all its threads are out of user code."""
+    found: dict[int, bool] = {}
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        if pid in found:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone meanwhile
+        stopped = True
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
+                    stopped = stopped and _state(stat.read()) in NOT_RUNNING
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as children:
+                    pending.extend(int(child) for child in children.read().split())
+            except (OSError, ValueError, IndexError):
+                continue  # an exited thread
+        found[pid] = stopped
+    return found
+
+
+def complete(root: int) -> bool:
+    """Whether `tree` finds every process of this executor: the kernel lists children, and the launcher's
+    child is PID 1 of a PID namespace of its own (so that orphans are adopted below it)."""
+    for child in tree_children(root) or []:
+        try:
+            with open(f"/proc/{child}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"NSpid:"):
+                        ids = line.split()[1:]
+                        return len(ids) >= 2 and ids[-1] == b"1"
+        except OSError:
+            continue
+    return False
+
+
+def tree_children(pid: int) -> list[int] | None:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+            return [int(child) for child in children.read().split()]
+    except OSError:
+        return None
+
+
+def stop_all(root: int, by_tree: bool) -> list[int]:
+    """SIGSTOP to every process of the executor whose launcher is `root`, and back only once none of them
+    runs user code any more. Returns them (for `continue_all`); raises NotHeld."""
+    try:
+        os.killpg(root, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        pass
+    signalled: set[int] = set()
+    deadline = time.monotonic() + HOLD_WAIT_S
+    while True:
+        if by_tree:
+            found = tree(root)
+        else:  # a pass over /proc for its session: every member, whatever group it is in
+            found = {pid: _stopped(pid) for pid in {root, *launch.session_members(root)}}
+        settled = True
+        for pid, stopped in found.items():
+            if pid not in signalled:
+                _send(pid, signal.SIGSTOP)
+                signalled.add(pid)
+                settled = False
+            elif not stopped:
+                settled = False
+        if settled:
+            return sorted(signalled)
+        if time.monotonic() > deadline:
+            continue_all(root, sorted(signalled))
+            raise NotHeld(f"its processes could not all be stopped within {HOLD_WAIT_S:g} s ({len(found)} "
+                          "processes, some still forking or running)")
+        time.sleep(0.0002)
+
+
+def continue_all(root: int, pids: list[int]) -> None:
+    try:
+        os.killpg(root, signal.SIGCONT)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in pids:
+        _send(pid, signal.SIGCONT)
+
+
+def _send(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _state(stat: bytes) -> int:
+    return stat.rpartition(b")")[2].split(maxsplit=1)[0][0]
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
+                if _state(stat.read()) not in NOT_RUNNING:
+                    return False
+    except (OSError, IndexError):
+        pass
+    return True
