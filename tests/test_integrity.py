@@ -238,7 +238,7 @@ def test_a_child_process_cannot_write_to_the_verdict_channel(cpu_verdicts):
 # --------------------------------------------------------------------------- issue 21: what ranks is the referee's
 
 ISSUE_21_CPU = {"redistributed_time", "front_loading", "deferred_buffers", "late_stage_write", "patch_live_executor",
-                "cpp_drives_python", "builtins_spelled_import", "cpp_torch_ops"}
+                "cpp_drives_python", "builtins_spelled_import", "cpp_torch_ops", "hold_escape"}
 
 
 def test_each_class_of_issue_21_has_a_cpu_fixture():
@@ -271,6 +271,16 @@ def test_no_later_input_exists_anywhere_the_candidate_can_look(cpu_verdicts):
 def test_work_done_outside_a_window_is_never_what_the_referee_compares(cpu_verdicts, name, words):
     verdict = cpu_verdicts[name]
     assert verdict.status == Status.incorrect and verdict.phase.value == "time" and words in verdict.error, verdict.error
+
+
+def test_processes_that_leave_the_group_are_held_with_it_and_the_window_cost_stays_the_calibrators(cpu_verdicts):
+    """Flooders that leave the executor's group after the first hold and write while it is held: every hold
+    stops them too, so the cost subtracted from each window is not inflated and the ranked time is at least
+    the padded forward's (with the flooders left running it came out at a third of it)."""
+    verdict = cpu_verdicts["hold_escape"]
+    pad_ms = 3.0  # hold_escape.PAD_MS
+    assert verdict.status == Status.correct, verdict.error
+    assert verdict.runtime_ms > 0.8 * pad_ms, (verdict.runtime_ms, verdict.timing_check)
 
 
 def test_the_guard_watches_the_executor_that_serves(cpu_verdicts):
