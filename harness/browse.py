@@ -177,9 +177,9 @@ def compare_command(runs: Sequence[str], *, store: Path, tier: str, console: Con
     baselines = sorted({b for _, _, s in columns for b in s.geomean})
     lines = [("samples", [str(s.samples) for _, _, s in columns]),
              ("ranked (correct at the tier)", [str(s.ranked) for _, _, s in columns]),
-             ("rejected", [str(s.rejected) for _, _, s in columns])]
-    for status in sorted({k for _, _, s in columns for k in s.counts}):
-        lines.append((status, [str(s.counts.get(status, 0)) for _, _, s in columns]))
+             ("rejected (a reject flag, or never run)", [str(s.rejected) for _, _, s in columns])]
+    for status in sorted({k for _, _, s in columns for k in s.counts}):  # the verdicts' own statuses
+        lines.append((f"status {status}", [str(s.counts.get(status, 0)) for _, _, s in columns]))
     for baseline in baselines:
         for p in sorted({p for _, _, s in columns for p in s.fast_p.get(baseline, {})}):
             lines.append((f"{p} vs {baseline}", [number(s.fast_p.get(baseline, {}).get(p), "{:.2f}") for _, _, s in columns]))

@@ -68,13 +68,17 @@ def eval_command(
 ) -> None:
     """Judge candidate files: compile, check against the reference, time against baselines."""
     from evaluator.parent.sandbox import EvalOptions
-    from harness.commands import eval_command as run_eval
+    from harness.commands import candidate_files, eval_command as run_eval
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
-    missing = [str(f) for f in files if not f.is_file()]
+    missing = [str(f) for f in files if not f.is_file() and not f.is_dir()]
     if missing:
         raise usage_error(f"no such file: {', '.join(missing)}")
+    empty = [str(f) for f in files if f.is_dir() and not candidate_files([f])]
+    if empty:
+        raise usage_error(f"no candidate in folder: {', '.join(empty)} (a run's folder holds candidate.py files, "
+                          "any other folder *.py files)")
     try:
         options = EvalOptions(
             problem=problem, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,

@@ -43,8 +43,12 @@ FORMATS = ("table", "json", "csv", "md")
 
 # -- boards ---------------------------------------------------------------------------------------
 
-# Left out, in this order, while a board is wider than the terminal (it would be cropped on the right).
-NARROW_DROPS = ("max_abs_err", "tiers", "model_variant", "reason", "flags")
+# Left out, in this order, while a board is wider than the terminal (it would be cropped on the right): the
+# details first, then what only some boards have, then every speedup but the one it is ranked by.
+NARROW_DROPS = ("max_abs_err", "tiers", "model_variant", "reason", "flags", "salvage_short", "tokens", "parent",
+                "turn", "problem_size", "speedup_compile", "speedup_eager_tf32", "speedup_compile_tf32")
+DETAILS = 5      # the first NARROW_DROPS go before a name is folded; the others only when folding is not enough
+NAME_WIDTH = 24  # the candidate's name is folded at this width, at least, where the board is still too wide
 
 
 def readable_width(board: Board, cols: Sequence[Column]) -> int:
@@ -58,25 +62,38 @@ def readable_width(board: Board, cols: Sequence[Column]) -> int:
     return width
 
 
+def folded_width(board: Board, cols: Sequence[Column]) -> int:
+    """readable_width with the candidate's name folded at NAME_WIDTH."""
+    name = next((c for c in cols if c.key == "candidate"), None)
+    longest = max([len(name.header)] + [len(name.text(e)) for e in board.rows]) if name else 0
+    return readable_width(board, cols) - max(0, longest - NAME_WIDTH)
+
+
 def fitted_columns(board: Board, console: Console) -> tuple[list[Column], list[Column]]:
     """The compact columns that stay readable in `console`'s width, and those left out for it."""
     cols, dropped = compact_view(board), []
     for key in NARROW_DROPS:
-        if readable_width(board, cols) <= console.width:
+        fits = readable_width if key in NARROW_DROPS[:DETAILS] else folded_width
+        if fits(board, cols) <= console.width:
             break
         dropped += [c for c in cols if c.key == key]
         cols = [c for c in cols if c.key != key]
     return cols, dropped
 
 
-def leaderboard_table(board: Board, columns: Sequence[Column] | None = None) -> Table:
-    """The rich table of a board (the compact columns, or `columns`)."""
+def leaderboard_table(board: Board, columns: Sequence[Column] | None = None, width: int | None = None) -> Table:
+    """The rich table of a board (the compact columns, or `columns`). Numbers and statuses are never
+    broken; where even the columns left do not fit `width`, the candidate's name is folded instead."""
     cols = list(columns) if columns is not None else compact_view(board)
+    fold_names = width is not None and readable_width(board, cols) > width
     title = board.title
     table = Table(title=title, title_justify="left", show_lines=False)
     for col in cols:
+        whole = col.numeric or col.key == "status" or (col.key == "candidate" and not fold_names)
+        longest = max([len(col.text(e)) for e in board.rows] + [1])
         table.add_column(col.short_header or col.header, overflow="fold", justify="right" if col.numeric else "left",
-                         no_wrap=col.key in ("candidate", "status"), min_width=30 if col.key == "reason" else None)
+                         no_wrap=whole, min_width=30 if col.key == "reason" else (
+                             longest if whole else (min(longest, NAME_WIDTH) if col.key == "candidate" else None)))
     sections = [s for s in (board.references, board.ranked, board.unranked) if s]
     for i, section in enumerate(sections):
         for j, e in enumerate(section):
@@ -94,26 +111,38 @@ def leaderboard_table(board: Board, columns: Sequence[Column] | None = None) -> 
     return table
 
 
-def _summary_table(title: str, columns: list[Column], rows: Sequence[object]) -> Table:
+def _summary_table(title: str, columns: list[Column], rows: Sequence[object], width: int | None = None) -> Table:
+    """One row per summary; where that is wider than `width`, turned on its side (one row per column)."""
+    cells = [[c.text(s) for c in columns] for s in rows]
+    wide = 1 + sum(3 + max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns))
     table = Table(title=title, title_justify="left")
+    if width is not None and wide > width and rows:
+        table.add_column("", no_wrap=True, min_width=max(len(c.header) for c in columns))
+        for i in range(len(rows)):
+            table.add_column(justify="right", overflow="fold")
+        for i, c in enumerate(columns):
+            table.add_row(c.header, *[row[i] for row in cells])
+        return table
     for c in columns:
         table.add_column(c.header, justify="right" if c.numeric else "left")
-    for s in rows:
+    for s, row in zip(rows, cells):
         style = "bold" if getattr(s, "model", None) == "all" else ("dim" if getattr(s, "reference", False) else None)
-        table.add_row(*[Text(c.text(s)) for c in columns], style=style)
+        table.add_row(*[Text(cell) for cell in row], style=style)
     return table
 
 
-def summary_tables(board: Board) -> list[Table]:
+def summary_tables(board: Board, width: int | None = None) -> list[Table]:
     tables = [
         _summary_table(f"Outcomes on {board.scope} (correct@tier: correct at {board.tier}, not rejected)",
-                       outcome_view(board), board.summary),
+                       outcome_view(board), board.summary, width),
         _summary_table(f"Speed on {board.scope} (fast_p: share of all samples correct@tier with speedup > p)",
-                       summary_view(SPEED_VIEW), board.summary),
+                       summary_view(SPEED_VIEW), board.summary, width),
     ]
     if board.multi_turn:
-        tables += [_summary_table(f"Turns on {board.scope}. {TURNS_CAPTION}", summary_view(TURN_VIEW), board.turns),
-                   _summary_table(f"Chains on {board.scope}. {CHAINS_CAPTION}", chain_view(board), board.chains)]
+        tables += [_summary_table(f"Turns on {board.scope}. {TURNS_CAPTION}", summary_view(TURN_VIEW), board.turns,
+                                  width),
+                   _summary_table(f"Chains on {board.scope}. {CHAINS_CAPTION}", chain_view(board), board.chains,
+                                  width)]
     return tables
 
 
@@ -125,14 +154,14 @@ FLAG_LEGEND = ("flags: `name!` rejects (the candidate is not ranked), `name` is 
 def print_tables(boards: Sequence[Board], console: Console) -> None:
     for board in boards:
         columns, dropped = fitted_columns(board, console)
-        console.print(leaderboard_table(board, columns))
+        console.print(leaderboard_table(board, columns, console.width))
         if dropped:
             console.print(f"[dim]left out to fit {console.width} columns: "
                           f"{', '.join(c.header for c in dropped)} (`--format md` or `json` has them all)[/]",
                           highlight=False)
         if any(f.policy == FlagPolicy.reject for e in board.rows if e.verdict is not None for f in e.verdict.flags):
             console.print(f"[dim]{FLAG_LEGEND}[/]", highlight=False)
-        for table in summary_tables(board):
+        for table in summary_tables(board, console.width):
             console.print(table)
         console.print()
 

@@ -51,6 +51,10 @@ def test_compare_puts_runs_side_by_side(tmp_path):
     assert compared.exit_code == 0, compared.output
     assert SINGLE_RUN in compared.output and CHAIN_RUN in compared.output and "geomean vs eager" in compared.output
     assert "m-single / kernelbench" in compared.output
+    labels = [line.split("│")[1].strip() for line in compared.output.splitlines() if line.startswith("│")]
+    labels = [label for label in labels if label]
+    assert len(labels) == len(set(labels)), labels  # each row once (`rejected` was two rows of two meanings)
+    assert "status correct" in labels and "rejected (a reject flag, or never run)" in labels
     assert invoke("compare", SINGLE_RUN, "nope", "--store", str(store)).exit_code == 2
     assert invoke("compare", SINGLE_RUN, "--store", str(store)).exit_code == 2
 
@@ -74,6 +78,19 @@ def test_a_folder_stands_for_its_candidates(tmp_path):
     assert candidate_files([plain]) == [plain / "a.py", plain / "b.py"]
     assert candidate_files([run, plain / "a.py"]) == [run / "0" / "2" / "candidate.py", run / "0" / "candidate.py",
                                                       run / "1" / "candidate.py", plain / "a.py"]
+
+
+def test_harness_eval_takes_a_folder_and_refuses_one_without_candidates(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "a.py").write_text("class ModelNew(:\n")  # judged without building: a parse error
+    judged = invoke("eval", str(folder), "--device", "cpu", "--size", "small", "--no-store", "--json")
+    assert judged.exit_code == 0, judged.output
+    verdict = json.loads(judged.output.strip().splitlines()[-1])
+    assert verdict["candidate"] == str(folder / "a.py") and verdict["status"] == "parse_error"
+    (tmp_path / "empty").mkdir()
+    refused = invoke("eval", str(tmp_path / "empty"), "--device", "cpu", "--no-store")
+    assert refused.exit_code == 2 and "no candidate in folder" in refused.output
 
 
 def test_reasons_travel_whole_in_json_and_csv_and_are_cut_only_in_the_terminal(tmp_path):
@@ -113,6 +130,29 @@ def test_a_board_on_a_narrow_terminal_leaves_columns_out_rather_than_crop_them(t
     table = text[:text.index("left out to fit")]
     top = next(line for line in table.splitlines() if line.startswith("┏"))
     assert top.rstrip().endswith("┓") and max(len(line) for line in table.splitlines()) <= 90  # not cropped
+
+
+def test_on_an_80_column_terminal_numbers_stay_whole_and_long_names_fold(tmp_path):
+    """Seen at 80 columns: the rank and ms columns squeezed to nothing, `× eager` one character a line,
+    `100%` cut to `10…` in the summaries. Now the candidate's name folds and the summaries turn on their side."""
+    import io
+
+    from rich.console import Console
+
+    from harness.leaderboard import build_boards
+    from harness.render import print_tables
+
+    with Store(build(tmp_path / "s.sqlite")) as db:
+        boards = build_boards(db)
+    console = Console(width=80, file=io.StringIO())
+    print_tables(boards, console)
+    text = console.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text  # nothing cut
+    for board in boards:
+        for row in board.ranked:
+            assert f"{row.runtime_ms:.4g}"[:4] in text  # each ranked time whole, on one line
+    assert "│ samples" in text and "│ fast_1 eager" in text  # the summaries on their side
 
 
 def test_the_drift_line_says_when_a_baseline_moved_beyond_the_bound():

@@ -202,9 +202,9 @@ def test_parse_problems_are_found_without_importing(source, reason):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    store = Path(tempfile.mkdtemp(prefix="kh-cli-")) / "results.sqlite"  # never the checkout's own store
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HARNESS_STORE": str(store)})
+    with tempfile.TemporaryDirectory(prefix="kh-cli-") as folder:  # never the checkout's own store
+        return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "HARNESS_STORE": str(Path(folder) / "results.sqlite")})
 
 
 @pytest.mark.slow

@@ -176,8 +176,8 @@ def test_a_pipe_is_polled_through_its_first_stretch_then_waited_on():
         # a message during the polled stretch, and one after it (while the reader sleeps), are both seen
         for delay in (0.02, 0.12):
             timer = threading.Timer(delay, os.write, (write_fd, b"x"))
+            began = time.perf_counter()  # before the timer starts: its delay is counted from after this
             timer.start()
-            began = time.perf_counter()
             assert readable(read_fd, 5.0, poll_s=0.05)
             assert delay <= time.perf_counter() - began < 2.0
             timer.join()
