@@ -31,7 +31,7 @@ from evaluator.checks import static_flags
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import FlagPolicy, Status
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
-from evaluator.referee.process import group_resident_bytes
+from evaluator.referee.launch import group_resident_bytes
 from evaluator.referee.timing import Timer, device_peak, physical_floor_ms
 
 HACKS_CPU = sorted((FIXTURES / "hacks" / "cpu").glob("*.py"))

@@ -154,7 +154,7 @@ def test_a_paused_executors_memory_is_not_scanned_until_it_is_continued(monkeypa
     from evaluator.referee import process as process_module
 
     scans = []
-    monkeypatch.setattr(process_module, "group_resident_bytes", lambda pid: scans.append(pid) or 0)
+    monkeypatch.setattr(process_module.launch, "group_resident_bytes", lambda pid: scans.append(pid) or 0)
     monkeypatch.setattr(process_module, "MEMORY_POLL_S", 0.02)
     process = _process_reading([], close=False)
     process.memory_limit_gb, process.proc, process.paused = 1.0, type("P", (), {"pid": 4242})(), True
@@ -455,3 +455,27 @@ def test_a_speedup_beyond_the_published_bounds_is_flagged_shaky(candidate, eager
     assert [f.name for f in flags] == (["shaky_timing"] if shaky else [])
     for part in shaky:
         assert part in flags[0].reason and flags[0].reason.endswith("not ranked")
+
+
+def test_an_executors_output_is_not_read_while_it_is_held_or_paused():
+    """Reading a pipe kept full would take the referee's own time inside a calibrator window (or a
+    baseline round): while `reading` is clear, what the executor wrote waits in the pipe."""
+    from evaluator.referee.process import CappedTail, _drain
+
+    read_fd, write_fd = os.pipe()
+    tail, reading = CappedTail(1 << 20), threading.Event()
+    stream = os.fdopen(read_fd, "rb")
+    drain = threading.Thread(target=_drain, args=(stream, tail, reading), daemon=True)
+    drain.start()
+    os.write(write_fd, b"x" * 1000)
+    time.sleep(0.2)
+    assert tail.total == 0  # held: nothing read
+    reading.set()
+    deadline = time.monotonic() + 5
+    while tail.total < 1000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tail.total == 1000
+    os.close(write_fd)
+    drain.join(timeout=5)
+    assert not drain.is_alive()
+    stream.close()

@@ -135,3 +135,18 @@ def sessions_members(leaders: list[int]) -> dict[int, list[int]]:
             members[leader].append(int(entry))
     return members
 
+
+def group_resident_bytes(leader: int) -> int:
+    """Private resident memory (RssAnon) summed over the processes of `leader`'s process group or
+    session, read from /proc (no psutil). Processes that left both are not counted."""
+    total = 0
+    for pid in session_members(leader):
+        try:
+            with open(f"/proc/{pid}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"RssAnon:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return total

@@ -72,22 +72,6 @@ class CappedTail:
         return self.total > self.cap
 
 
-def group_resident_bytes(leader: int) -> int:
-    """Private resident memory (RssAnon) summed over the processes of `leader`'s process group or
-    session, read from /proc (no psutil). Processes that left both are not counted."""
-    total = 0
-    for pid in launch.session_members(leader):
-        try:
-            with open(f"/proc/{pid}/status", "rb") as status:
-                for line in status:
-                    if line.startswith(b"RssAnon:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not ours to read
-    return total
-
-
 LIVE: set = set()  # this process's executors and referees not yet closed (stop_everything)
 
 
@@ -129,11 +113,13 @@ def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
 
 def pause_all(processes: list[ExecutorProcess]) -> None:
     """SIGSTOP to all of each, while another candidate is timed or baselines are: they can start nothing
-    on the device. Their deadlines still run."""
+    on the device, and their output is not read meanwhile (it would take this process's time while it
+    measures). Their deadlines still run."""
     running = [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]
     signal_groups([p.proc for p in running], signal.SIGSTOP)
     for process in running:
         process.paused = True
+        process.reading.clear()
 
 
 def resume_all(processes: list[ExecutorProcess]) -> None:
@@ -141,6 +127,7 @@ def resume_all(processes: list[ExecutorProcess]) -> None:
     signal_groups([p.proc for p in paused], signal.SIGCONT)
     for process in paused:
         process.paused = False
+        process.reading.set()
 
 
 def exit_description(returncode: int | None) -> str:
@@ -425,7 +412,7 @@ class ExecutorProcess:
             # scans (milliseconds each, in the referee's own threads) wait until it is continued
             if poll_memory and self.memory_limit_gb is not None and not self.paused and now >= next_poll:
                 next_poll = now + MEMORY_POLL_S
-                resident = group_resident_bytes(self.proc.pid)
+                resident = launch.group_resident_bytes(self.proc.pid)
                 if resident > self.memory_limit_gb * (1 << 30):
                     raise self._end(Ended("memory", f"{resident / (1 << 30):.2f} GiB"))
             wait = min(deadline - now, MEMORY_POLL_S if poll_memory else 1.0)
