@@ -568,6 +568,31 @@ time.sleep(60)
 """
 
 
+def _launched(tmp_path: Path, code: str) -> subprocess.Popen:
+    """`code` run through the launcher, as the referee runs an executor; once it printed `started`."""
+    workdir, extension_dir = tmp_path / "kh-worker-x", tmp_path / "ext"
+    workdir.mkdir()
+    extension_dir.mkdir()
+    env = dict(os.environ)
+    env[containment.PLAN_ENV] = json.dumps(launching.plan(
+        workdir, extension_dir, FIXTURES / "problems" / "scaled_relu", env, protect=[tmp_path / "store"],
+        disable=launching.disabled_mechanisms(os.environ)))
+    proc = subprocess.Popen(launching.launch_command([sys.executable, "-c", code]), env=env, cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert proc.stdout.readline().strip() == b"started"
+    return proc
+
+
+def _wait_for_leavers(proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # both have left the group and spin
+        members = launching.session_members(proc.pid)
+        if sum(1 for pid in members if os.getpgid(pid) == pid and pid != proc.pid) >= 2:
+            return
+        time.sleep(0.05)
+    pytest.fail("the processes that leave the group never appeared")
+
+
 def _state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0].decode()
@@ -583,28 +608,12 @@ def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group
     from evaluator.referee import holding
     from evaluator.referee.process import kill_group
 
-    workdir, extension_dir = tmp_path / "kh-worker-x", tmp_path / "ext"
-    workdir.mkdir()
-    extension_dir.mkdir()
-    env = dict(os.environ)
-    env[containment.PLAN_ENV] = json.dumps(launching.plan(
-        workdir, extension_dir, FIXTURES / "problems" / "scaled_relu", env, protect=[tmp_path / "store"],
-        disable=launching.disabled_mechanisms(os.environ)))
-    proc = subprocess.Popen(launching.launch_command([sys.executable, "-c", HOLD_TREE]), env=env, cwd=workdir,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = _launched(tmp_path, HOLD_TREE)
     try:
-        assert proc.stdout.readline().strip() == b"started"
         if by_tree:
             assert holding.complete(proc.pid)  # a PID namespace of its own on this kernel, children listed
         holding.continue_all(proc.pid, holding.stop_all(proc.pid, by_tree))  # the first hold
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:  # both have left the group and spin
-            members = launching.session_members(proc.pid)
-            if sum(1 for pid in members if os.getpgid(pid) == pid and pid != proc.pid) >= 2:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the processes that leave the group never appeared")
+        _wait_for_leavers(proc)
         held = holding.stop_all(proc.pid, by_tree)
         states = {pid: _state(pid) for pid in {proc.pid, *launching.session_members(proc.pid)}}
         assert len(states) >= 6 and all(s in "TtZX" or s == "gone" for s in states.values()), states
@@ -616,3 +625,29 @@ def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group
         kill_group(proc)
         holding.continue_all(proc.pid, launching.session_members(proc.pid))
         proc.wait(timeout=30)
+
+
+def test_executors_paused_for_another_candidate_are_stopped_whole_and_continued_whole(tmp_path):
+    """pause_all (executors started ahead, while another candidate or the baselines are timed) finds them as
+    a hold does, processes out of the group included, and resume_all continues every one."""
+    from evaluator.referee import holding
+    from evaluator.referee.process import ExecutorProcess, kill_group, pause_all, resume_all
+
+    process = ExecutorProcess(source=b"", digest="0" * 64, device="cpu", compile_only=False, watch=[],
+                              cache_dir=tmp_path, problem_location=tmp_path, protect=[], exchange_bytes=None,
+                              output_cap=1024, memory_limit_gb=None)
+    process.proc = _launched(tmp_path, HOLD_TREE)
+    try:
+        _wait_for_leavers(process.proc)
+        pause_all([process])
+        states = {pid: _state(pid) for pid in {process.proc.pid, *launching.session_members(process.proc.pid)}}
+        assert process.paused and not process.reading.is_set()
+        assert len(states) >= 6 and all(s in "TtZX" or s == "gone" for s in states.values()), states
+        resume_all([process])
+        time.sleep(0.2)
+        assert not process.paused and process.reading.is_set()
+        assert sum(1 for pid in states if _state(pid) == "R") >= 1  # the spinners run again
+    finally:
+        kill_group(process.proc)
+        holding.continue_all(process.proc.pid, launching.session_members(process.proc.pid))
+        process.proc.wait(timeout=30)

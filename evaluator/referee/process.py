@@ -114,19 +114,25 @@ def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
 def pause_all(processes: list[ExecutorProcess]) -> None:
     """SIGSTOP to all of each, while another candidate is timed or baselines are: they can start nothing
     on the device, and their output is not read meanwhile (it would take this process's time while it
-    measures). Their deadlines still run."""
-    running = [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]
-    signal_groups([p.proc for p in running], signal.SIGSTOP)
-    for process in running:
+    measures). Each is found as a hold finds it (evaluator.referee.holding: its tree, not a pass over
+    every process of a machine busy with builds). Their deadlines still run."""
+    for process in [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]:
         process.paused = True
         process.reading.clear()
+        try:
+            process.paused_pids = process.stop_all()
+        except holding.NotHeld:  # still forking after seconds: its group and session, as they are now
+            signal_groups([process.proc], signal.SIGSTOP)
+            process.paused_pids = None
 
 
 def resume_all(processes: list[ExecutorProcess]) -> None:
-    paused = [p for p in processes if p.proc is not None and p.paused]
-    signal_groups([p.proc for p in paused], signal.SIGCONT)
-    for process in paused:
-        process.paused = False
+    for process in [p for p in processes if p.proc is not None and p.paused]:
+        if process.paused_pids is None:
+            signal_groups([process.proc], signal.SIGCONT)
+        else:
+            holding.continue_all(process.proc.pid, process.paused_pids)
+        process.paused, process.paused_pids = False, None
         process.reading.set()
 
 
@@ -214,6 +220,7 @@ class ExecutorProcess:
         self._ahead: threading.Thread | None = None
         self._ahead_result: Reply | Ended | None = None
         self.paused = False
+        self.paused_pids: list[int] | None = None  # its processes, while paused (pause_all)
         self.held_pids: list[int] | None = None  # its processes, while held (hold)
         self.held_by_tree: bool | None = None    # whether its process tree holds all of them (hold)
         self.reading = threading.Event()         # its output is read (not while it is held)
@@ -321,14 +328,18 @@ class ExecutorProcess:
         its output no longer read meanwhile (reading it would take this process's time inside the window)."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        if self.held_by_tree is None:
-            self.held_by_tree = holding.complete(self.proc.pid)
         self.reading.clear()
         try:
-            self.held_pids = holding.stop_all(self.proc.pid, self.held_by_tree)
+            self.held_pids = self.stop_all()
         except holding.NotHeld:
             self.reading.set()
             raise
+
+    def stop_all(self) -> list[int]:
+        """Every process of it stopped (evaluator.referee.holding); raises holding.NotHeld."""
+        if self.held_by_tree is None:
+            self.held_by_tree = holding.complete(self.proc.pid)
+        return holding.stop_all(self.proc.pid, self.held_by_tree)
 
     def release(self) -> None:
         if self.proc is not None and self.held_pids is not None:
