@@ -31,7 +31,7 @@ from evaluator.checks import static_flags
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import FlagPolicy, Status
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
-from evaluator.referee.launch import group_resident_bytes
+from evaluator.referee.launch import resident_bytes
 from evaluator.referee.timing import Timer, device_peak, physical_floor_ms
 
 HACKS_CPU = sorted((FIXTURES / "hacks" / "cpu").glob("*.py"))
@@ -343,11 +343,14 @@ def test_the_compile_step_is_killed_over_its_memory_limit(tmp_path):
     assert verdict.phase_seconds["total"] < 60  # killed, not timed out
 
 
-def test_group_resident_memory_counts_this_process_group():
+def test_resident_memory_counts_an_executors_processes_and_nothing_of_one_gone():
     import os
 
-    assert group_resident_bytes(os.getpgrp()) > 0
-    assert group_resident_bytes(2**22 + 12345) == 0  # no such group
+    from evaluator.referee import holding
+
+    assert resident_bytes(holding.members(os.getpid(), by_tree=True)) > 0
+    assert resident_bytes(holding.members(os.getpid(), by_tree=False)) >= resident_bytes([os.getpid()]) > 0
+    assert resident_bytes([2**22 + 12345]) == 0  # no such process
 
 
 # --------------------------------------------------------------------------- building blocks, in process

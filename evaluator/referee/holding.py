@@ -68,6 +68,11 @@ def complete(root: int) -> bool:
     return False
 
 
+def members(root: int, by_tree: bool) -> list[int]:
+    """Every process of the executor whose launcher is `root`: its tree, or its session (see stop_all)."""
+    return list(tree(root)) if by_tree else [root, *launch.session_members(root)]
+
+
 def tree_children(pid: int) -> list[int] | None:
     try:
         with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:

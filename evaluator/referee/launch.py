@@ -7,6 +7,7 @@ Used by the referee for every executor it starts, and by the parent for compile-
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -136,11 +137,10 @@ def sessions_members(leaders: list[int]) -> dict[int, list[int]]:
     return members
 
 
-def group_resident_bytes(leader: int) -> int:
-    """Private resident memory (RssAnon) summed over the processes of `leader`'s process group or
-    session, read from /proc (no psutil). Processes that left both are not counted."""
+def resident_bytes(pids: Iterable[int]) -> int:
+    """Private resident memory (RssAnon) summed over `pids`, read from /proc (no psutil); gone ones count nothing."""
     total = 0
-    for pid in session_members(leader):
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/status", "rb") as status:
                 for line in status:
@@ -150,3 +150,14 @@ def group_resident_bytes(leader: int) -> int:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
     return total
+
+
+def exit_description(returncode: int | None) -> str:
+    if returncode is None:
+        return "was still running"
+    if returncode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"

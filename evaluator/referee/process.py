@@ -136,17 +136,6 @@ def resume_all(processes: list[ExecutorProcess]) -> None:
         process.reading.set()
 
 
-def exit_description(returncode: int | None) -> str:
-    if returncode is None:
-        return "was still running"
-    if returncode < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
 def contained(verdict: Verdict, messages: list[ExecutorMessage]) -> Verdict:
     """The verdict with the containment reports sent before the first phase message (so before any
     candidate code existed: the launcher's, written before the executor started, then the executor's
@@ -176,7 +165,7 @@ def settle(verdict: Verdict, process: ExecutorProcess, returncode: int | None, t
             verdict.flags.append(Flag(name="output_capped", reason=f"{name}: {stream.total} bytes, only the last "
                                                                     f"{stream.cap} kept"))
     if returncode not in (0, None) and verdict.status.value == "correct":
-        verdict.flags.append(Flag(name="unclean_exit", reason=f"the executor {exit_description(returncode)} after it "
+        verdict.flags.append(Flag(name="unclean_exit", reason=f"the executor {launch.exit_description(returncode)} after it "
                                                               "was judged"))
     verdict.phase_seconds.setdefault("total", round(time.monotonic() - process.started, 3))
     return verdict.model_copy(update=dict(
@@ -222,7 +211,7 @@ class ExecutorProcess:
         self.paused = False
         self.paused_pids: list[int] | None = None  # its processes, while paused (pause_all)
         self.held_pids: list[int] | None = None  # its processes, while held (hold)
-        self.held_by_tree: bool | None = None    # whether its process tree holds all of them (hold)
+        self.by_tree_known = False               # its process tree holds all of them (by_tree)
         self.reading = threading.Event()         # its output is read (not while it is held)
         self.reading.set()
 
@@ -337,9 +326,12 @@ class ExecutorProcess:
 
     def stop_all(self) -> list[int]:
         """Every process of it stopped (evaluator.referee.holding); raises holding.NotHeld."""
-        if self.held_by_tree is None:
-            self.held_by_tree = holding.complete(self.proc.pid)
-        return holding.stop_all(self.proc.pid, self.held_by_tree)
+        return holding.stop_all(self.proc.pid, self.by_tree())
+
+    def by_tree(self) -> bool:
+        """Whether its process tree holds all its processes (once its init is there, for its whole life)."""
+        self.by_tree_known = self.by_tree_known or holding.complete(self.proc.pid)
+        return self.by_tree_known
 
     def release(self) -> None:
         if self.proc is not None and self.held_pids is not None:
@@ -423,7 +415,7 @@ class ExecutorProcess:
             # scans (milliseconds each, in the referee's own threads) wait until it is continued
             if poll_memory and self.memory_limit_gb is not None and not self.paused and now >= next_poll:
                 next_poll = now + MEMORY_POLL_S
-                resident = launch.group_resident_bytes(self.proc.pid)
+                resident = launch.resident_bytes(holding.members(self.proc.pid, self.by_tree()))
                 if resident > self.memory_limit_gb * (1 << 30):
                     raise self._end(Ended("memory", f"{resident / (1 << 30):.2f} GiB"))
             wait = min(deadline - now, MEMORY_POLL_S if poll_memory else 1.0)

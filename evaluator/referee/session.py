@@ -14,7 +14,8 @@ from typing import ContextManager
 
 import torch
 
-from evaluator.referee.process import Ended, exit_description
+from evaluator.referee.launch import exit_description
+from evaluator.referee.process import Ended
 from evaluator.referee.view import RefereeView
 from evaluator.wire.exchange import ExchangeError
 from evaluator.wire.protocol import Reply
