@@ -256,6 +256,12 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("cpp_threads", model("return _ext.fused(x)", top=D('''
         src = "void f() { std::thread t([]{}); pthread_t p; pthread_create(&p, 0, 0, 0); if (fork() == 0) {} }"
     ''') + EXT), {"concurrency"}),
+    ("cpp_clone_and_process_groups", model("return _ext.fused(x)", top=D('''
+        src = "void f() { clone(g, stack, 0, 0); setpgid(0, 0); kill(1, 19); fcntl(1, 1031, 1 << 20); }"
+    ''') + EXT), {"concurrency", "introspection", "io_or_network"}),
+    ("cpp_tensor_clone_is_not_a_process", model("return _ext.fused(x)", top=D('''
+        src = "torch::Tensor f(torch::Tensor x) { auto y = x.clone(); auto z = at::clone(y); return z; }"
+    ''') + EXT), set()),
     # ------------------------------------------------------------------ monkeypatch
     ("patch_allclose", model("return x * 0", top="""
         torch.allclose = lambda *a, **k: True

@@ -28,19 +28,20 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"\b(cudaStreamCreate\w*|cudaEventCreate\w*|cuStreamCreate\w*|cuEventCreate\w*|getStreamFromPool"
         r"|cudaStreamPerThread|cudaStreamBeginCapture|cudaGraphLaunch)\b"), "creates a CUDA stream/event/graph"),
     ("concurrency", re.compile(
-        r"(std::j?thread\b|std::async\b|\bpthread_create\b|\bv?fork\s*\(|\bboost::thread\b"
+        r"(std::j?thread\b|std::async\b|\bpthread_create\b|\bv?fork\s*\(|(?<![\w.>:])clone3?\s*\([^)]*,|\bboost::thread\b"
         r"|\bat::(?:internal::)?launch\w*\s*\(|\bc10::(?:Task)?ThreadPool\b|\bsetsid\s*\(|\bdaemon\s*\()"),
      "starts a thread or process"),
     ("io_or_network", re.compile(
         r"(\bfopen\s*\(|\bpopen\s*\(|\bsystem\s*\(|\b(?:std::)?(?:basic_)?[io]?fstream\b"
         r"|\b(?:open|openat|open64|creat|freopen|fdopen|tmpfile|mkstemp|mkfifo|unlink|unlinkat|socket|connect"
-        r"|sendto|getaddrinfo|gethostbyname|setenv|putenv|unsetenv|dup2|dup3)\s*\("
+        r"|sendto|getaddrinfo|gethostbyname|setenv|putenv|unsetenv|dup2|dup3|fcntl|pipe2?)\s*\("
         r"|\bstd::(?:experimental::)?filesystem::(?!path\b)\w+"
         r"|\bnamespace\s+\w+\s*=\s*std::(?:experimental::)?filesystem\b"
         r"|\busing\s+namespace\s+std::(?:experimental::)?filesystem\b"
         r"|\bexec[lv]p?e?\s*\(|\bposix_spawnp?\b)"), "touches files, processes or sockets"),
     ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\s*\("
-                                 r"|ptrace\s*\(|prctl\s*\()"),
+                                 r"|ptrace\s*\(|prctl\s*\(|setpgid\s*\(|setpgrp\s*\(|killpg\s*\("
+                                 r"|(?<![.>:])kill\s*\()"),
      "loads or interposes symbols, or controls the process"),
     ("monkeypatch", re.compile(r"\bTORCH_LIBRARY_(IMPL|FRAGMENT)\s*\(\s*aten\b"), "overrides aten operators"),
     ("precision_flags", re.compile(
