@@ -259,6 +259,9 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("cpp_clone_and_process_groups", model("return _ext.fused(x)", top=D('''
         src = "void f() { clone(g, stack, 0, 0); setpgid(0, 0); kill(1, 19); fcntl(1, 1031, 1 << 20); }"
     ''') + EXT), {"concurrency", "introspection", "io_or_network"}),
+    ("cpp_timer_that_continues_the_process", model("return _ext.fused(x)", top=D('''
+        src = "void f() { sigevent e; e.sigev_notify = SIGEV_SIGNAL; e.sigev_signo = 18; timer_create(1, &e, &t); }"
+    ''') + EXT), {"introspection"}),
     ("cpp_tensor_clone_is_not_a_process", model("return _ext.fused(x)", top=D('''
         src = "torch::Tensor f(torch::Tensor x) { auto y = x.clone(); auto z = at::clone(y); return z; }"
     ''') + EXT), set()),

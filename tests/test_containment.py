@@ -16,6 +16,7 @@ import json
 import os
 import pwd
 import re
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -655,3 +656,31 @@ def test_executors_paused_for_another_candidate_are_stopped_whole_and_continued_
         kill_group(process.proc)
         holding.continue_all(process.proc.pid, launching.session_members(process.proc.pid))
         process.proc.wait(timeout=30)
+
+
+SPINNER = "print('started', flush=True)\nwhile True:\n    pass\n"
+
+
+@pytest.mark.parametrize("continued", [True, False], ids=["continued-meanwhile", "left-alone"])
+def test_a_process_continued_while_held_is_seen_to_have_run(tmp_path, continued):
+    """A candidate's own POSIX timer can send SIGCONT (timer_create, SIGEV_SIGNAL), which the kernel acts
+    on at once: the process runs again inside the calibrator's window though it was held. Its threads'
+    run times (schedstat) give it away; a process nothing continued shows none. (The SIGCONT is sent here
+    by the test: a timer's, seen here, fires only now and then once a stop has flushed its signal.)"""
+    from evaluator.referee import holding
+    from evaluator.referee.process import kill_group
+
+    proc = _launched(tmp_path, SPINNER)
+    try:
+        times = {}
+        held = holding.stop_all(proc.pid, holding.complete(proc.pid), times)
+        assert {pid for pid, _ in times} == set(held)  # every process was seen stopped, with its run time
+        if continued:
+            [init] = holding.tree_children(proc.pid)
+            os.kill(holding.tree_children(init)[0], signal.SIGCONT)  # the spinner: the init's child
+        time.sleep(0.2)
+        assert bool(holding.ran_since(times)) == continued
+        holding.continue_all(proc.pid, held)
+    finally:
+        kill_group(proc)
+        proc.wait(timeout=30)

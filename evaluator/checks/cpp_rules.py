@@ -40,7 +40,7 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"|\busing\s+namespace\s+std::(?:experimental::)?filesystem\b"
         r"|\bexec[lv]p?e?\s*\(|\bposix_spawnp?\b)"), "touches files, processes or sockets"),
     ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\s*\("
-                                 r"|ptrace\s*\(|prctl\s*\(|setpgid\s*\(|setpgrp\s*\(|killpg\s*\("
+                                 r"|ptrace\s*\(|prctl\s*\(|setpgid\s*\(|setpgrp\s*\(|killpg\s*\(|timer_create\s*\(|SIGCONT|SIGEV_\w+"
                                  r"|(?<![.>:])kill\s*\()"),
      "loads or interposes symbols, or controls the process"),
     ("monkeypatch", re.compile(r"\bTORCH_LIBRARY_(IMPL|FRAGMENT)\s*\(\s*aten\b"), "overrides aten operators"),

@@ -28,8 +28,9 @@ class NotHeld(RuntimeError):
     """The executor's processes could not all be stopped (they kept forking, or a thread kept running)."""
 
 
-def tree(root: int) -> dict[int, bool]:
-    """Every process at or below `root`, each with whether all its threads are out of user code."""
+def tree(root: int, times: dict | None = None) -> dict[int, bool]:
+    """Every process at or below `root`, each with whether all its threads are out of user code (and in
+    `times`, the run time of each stopped thread: see _thread_held)."""
     found: dict[int, bool] = {}
     pending = [root]
     while pending:
@@ -43,8 +44,7 @@ def tree(root: int) -> dict[int, bool]:
         stopped = True
         for tid in tids:
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
-                    stopped = stopped and _state(stat.read()) in NOT_RUNNING
+                stopped = _thread_held(pid, tid, times) and stopped
                 with open(f"/proc/{pid}/task/{tid}/children", "rb") as children:
                     pending.extend(int(child) for child in children.read().split())
             except (OSError, ValueError, IndexError):
@@ -81,9 +81,10 @@ def tree_children(pid: int) -> list[int] | None:
         return None
 
 
-def stop_all(root: int, by_tree: bool) -> list[int]:
+def stop_all(root: int, by_tree: bool, times: dict | None = None) -> list[int]:
     """SIGSTOP to every process of the executor whose launcher is `root`, and back only once none of them
-    runs user code any more. Returns them (for `continue_all`); raises NotHeld."""
+    runs user code any more. Returns them (for `continue_all`), and fills `times` with the run time of
+    every thread found stopped in the pass that saw them all held (ran_since); raises NotHeld."""
     try:
         os.killpg(root, signal.SIGSTOP)
     except (ProcessLookupError, PermissionError):
@@ -91,18 +92,19 @@ def stop_all(root: int, by_tree: bool) -> list[int]:
     signalled: set[int] = set()
     deadline = time.monotonic() + HOLD_WAIT_S
     while True:
+        seen: dict = {}
         if by_tree:
-            found = tree(root)
+            found = tree(root, seen)
         else:  # a pass over /proc for its session: every member, whatever group it is in
-            found = {pid: _stopped(pid) for pid in {root, *launch.session_members(root)}}
+            found = {pid: _stopped(pid, seen) for pid in {root, *launch.session_members(root)}}
         settled = True
         for pid, stopped in found.items():
-            if pid not in signalled:
+            if pid not in signalled or not stopped:  # again: one of its own may have continued it
                 _send(pid, signal.SIGSTOP)
+                settled = settled and pid in signalled and stopped
                 signalled.add(pid)
-                settled = False
-            elif not stopped:
-                settled = False
+        if settled and times is not None:
+            times.update(seen)
         if settled:
             return sorted(signalled)
         if time.monotonic() > deadline:
@@ -110,6 +112,34 @@ def stop_all(root: int, by_tree: bool) -> list[int]:
             raise NotHeld(f"its processes could not all be stopped within {HOLD_WAIT_S:g} s ({len(found)} "
                           "processes, some still forking or running)")
         time.sleep(0.0002)
+
+
+def _thread_held(pid: int, tid: str, times: dict | None) -> bool:
+    """Whether thread `tid` of `pid` runs no user code; when stopped, its run time (schedstat, nanoseconds)
+    goes in `times`. A stopped thread runs again only when something continues it (a candidate's own
+    timer can send SIGCONT, which the kernel acts on at once)."""
+    with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
+        state = _state(stat.read())
+    if times is not None and state in b"Tt":
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as schedstat:
+                times[(pid, int(tid))] = int(schedstat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # no schedstat in this kernel, or gone
+    return state in NOT_RUNNING
+
+
+def ran_since(times: dict[tuple[int, int], int]) -> list[int]:
+    """The processes with a thread that was stopped when `times` was taken (stop_all) and has run since."""
+    ran = set()
+    for (pid, tid), before in times.items():
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as schedstat:
+                if int(schedstat.read().split()[0]) != before:
+                    ran.add(pid)
+        except (OSError, ValueError, IndexError):
+            continue  # gone
+    return sorted(ran)
 
 
 def continue_all(root: int, pids: list[int]) -> None:
@@ -132,12 +162,14 @@ def _state(stat: bytes) -> int:
     return stat.rpartition(b")")[2].split(maxsplit=1)[0][0]
 
 
-def _stopped(pid: int) -> bool:
+def _stopped(pid: int, times: dict | None = None) -> bool:
+    held = True
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
-                if _state(stat.read()) not in NOT_RUNNING:
-                    return False
-    except (OSError, IndexError):
+            try:
+                held = _thread_held(pid, tid, times) and held
+            except (OSError, IndexError):
+                continue
+    except OSError:
         pass
-    return True
+    return held

@@ -211,6 +211,7 @@ class ExecutorProcess:
         self.paused = False
         self.paused_pids: list[int] | None = None  # its processes, while paused (pause_all)
         self.held_pids: list[int] | None = None  # its processes, while held (hold)
+        self.held_times: dict = {}               # their stopped threads' run times, as held (hold)
         self.by_tree_known = False               # its process tree holds all of them (by_tree)
         self.reading = threading.Event()         # its output is read (not while it is held)
         self.reading.set()
@@ -318,15 +319,20 @@ class ExecutorProcess:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.reading.clear()
+        self.held_times = {}
         try:
-            self.held_pids = self.stop_all()
+            self.held_pids = self.stop_all(self.held_times)
         except holding.NotHeld:
             self.reading.set()
             raise
 
-    def stop_all(self) -> list[int]:
+    def ran_while_held(self) -> list[int]:
+        """Its processes that ran since this hold stopped them (something continued them meanwhile)."""
+        return holding.ran_since(self.held_times) if self.held_pids is not None else []
+
+    def stop_all(self, times: dict | None = None) -> list[int]:
         """Every process of it stopped (evaluator.referee.holding); raises holding.NotHeld."""
-        return holding.stop_all(self.proc.pid, self.by_tree())
+        return holding.stop_all(self.proc.pid, self.by_tree(), times)
 
     def by_tree(self) -> bool:
         """Whether its process tree holds all its processes (once its init is there, for its whole life)."""

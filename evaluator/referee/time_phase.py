@@ -98,6 +98,12 @@ def clocked_calls(session: Session, count: int, calls: list, costs: list) -> Non
             idle(session, f"after clocked call {len(calls)} had returned")
             beside = referee.calibrator.window(inputs)
             idle(session, f"through the calibrator's window after clocked call {len(calls)}")
+            ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
+            if ran:
+                raise Judged(Status.runtime_error, Phase.time, (
+                    f"its processes {ran} ran while they were held around the calibrator's window after clocked "
+                    f"call {len(calls)} (something continued them, a timer's SIGCONT say): that window's cost, "
+                    "subtracted from every call, cannot be trusted"))
         if beside is not None:
             costs.append(beside)
 
