@@ -348,8 +348,8 @@ def test_resident_memory_counts_an_executors_processes_and_nothing_of_one_gone()
 
     from evaluator.referee import holding
 
-    assert resident_bytes(holding.members(os.getpid(), by_tree=True)) > 0
-    assert resident_bytes(holding.members(os.getpid(), by_tree=False)) >= resident_bytes([os.getpid()]) > 0
+    assert resident_bytes(holding.processes(os.getpid(), by_tree=True)) > 0
+    assert resident_bytes(holding.processes(os.getpid(), by_tree=False)) >= resident_bytes([os.getpid()]) > 0
     assert resident_bytes([2**22 + 12345]) == 0  # no such process
 
 

@@ -154,7 +154,7 @@ def test_a_paused_executors_memory_is_not_scanned_until_it_is_continued(monkeypa
     from evaluator.referee import process as process_module
 
     scans = []
-    monkeypatch.setattr(process_module.holding, "members", lambda pid, by_tree: scans.append(pid) or [pid])
+    monkeypatch.setattr(process_module.holding, "processes", lambda pid, by_tree: scans.append(pid) or {pid: True})
     monkeypatch.setattr(process_module, "MEMORY_POLL_S", 0.02)
     process = _process_reading([], close=False)
     process.memory_limit_gb, process.proc, process.paused = 1.0, type("P", (), {"pid": 4242})(), True

@@ -35,21 +35,8 @@ def tree(root: int, times: dict | None = None) -> dict[int, bool]:
     pending = [root]
     while pending:
         pid = pending.pop()
-        if pid in found:
-            continue
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue  # gone meanwhile
-        stopped = True
-        for tid in tids:
-            try:
-                stopped = _thread_held(pid, tid, times) and stopped
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as children:
-                    pending.extend(int(child) for child in children.read().split())
-            except (OSError, ValueError, IndexError):
-                continue  # an exited thread
-        found[pid] = stopped
+        if pid not in found and (held := _process_held(pid, times, pending)) is not None:
+            found[pid] = held
     return found
 
 
@@ -68,9 +55,13 @@ def complete(root: int) -> bool:
     return False
 
 
-def members(root: int, by_tree: bool) -> list[int]:
-    """Every process of the executor whose launcher is `root`: its tree, or its session (see stop_all)."""
-    return list(tree(root)) if by_tree else [root, *launch.session_members(root)]
+def processes(root: int, by_tree: bool, times: dict | None = None) -> dict[int, bool]:
+    """Every process of the executor whose launcher is `root`, each with whether it is held (see `tree`):
+    its tree, or a pass over /proc for its session, every member whatever group it is in."""
+    if by_tree:
+        return tree(root, times)
+    found = {pid: _process_held(pid, times) for pid in {root, *launch.session_members(root)}}
+    return {pid: held for pid, held in found.items() if held is not None}
 
 
 def tree_children(pid: int) -> list[int] | None:
@@ -93,10 +84,7 @@ def stop_all(root: int, by_tree: bool, times: dict | None = None) -> list[int]:
     deadline = time.monotonic() + HOLD_WAIT_S
     while True:
         seen: dict = {}
-        if by_tree:
-            found = tree(root, seen)
-        else:  # a pass over /proc for its session: every member, whatever group it is in
-            found = {pid: _stopped(pid, seen) for pid in {root, *launch.session_members(root)}}
+        found = processes(root, by_tree, seen)
         settled = True
         for pid, stopped in found.items():
             if pid not in signalled or not stopped:  # again: one of its own may have continued it
@@ -162,14 +150,19 @@ def _state(stat: bytes) -> int:
     return stat.rpartition(b")")[2].split(maxsplit=1)[0][0]
 
 
-def _stopped(pid: int, times: dict | None = None) -> bool:
-    held = True
+def _process_held(pid: int, times: dict | None, children: list[int] | None = None) -> bool | None:
+    """Whether no thread of `pid` runs user code (None: it is gone); each thread's children go in `children`."""
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                held = _thread_held(pid, tid, times) and held
-            except (OSError, IndexError):
-                continue
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        pass
+        return None
+    held = True
+    for tid in tids:
+        try:
+            held = _thread_held(pid, tid, times) and held
+            if children is not None:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as listed:
+                    children.extend(int(child) for child in listed.read().split())
+        except (OSError, ValueError, IndexError):
+            continue  # an exited thread
     return held
