@@ -59,7 +59,7 @@ def eval_command(
     executor: str = typer.Option("local", help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.\\[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
     lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
-    seed: Optional[int] = typer.Option(None, help="Root seed (default: fresh each run)."),
+    seed: Optional[int] = typer.Option(None, help="Pins the reference's initial weights (default: fresh for each candidate); inputs are never pinned."),
     baselines: Optional[str] = typer.Option(None, help="Comma list of eager,eager_tf32,compile,compile_tf32."),
     compile_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to build a candidate."),
     run_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to check and time a candidate."),

@@ -289,6 +289,17 @@ def candidate_files(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
+def verdict_line(verdict: Verdict, *, line: int, index: int, replaces: int | None = None) -> str:
+    """One line of `harness eval --json`: the verdict, with `line` (its line number in this output),
+    `index` (the candidate's position among those the command judged, so that two copies of one file are
+    told apart) and, for a verdict printed again after the batch, `replaces` (the line it supersedes)."""
+    record = verdict.model_dump(mode="json")
+    record.update(line=line, index=index)
+    if replaces is not None:
+        record["replaces"] = replaces
+    return json.dumps(record)
+
+
 def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None, record: bool,
                  console: Console) -> int:
     """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
@@ -332,7 +343,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
                     recorder.add(candidates[len(verdicts)], verdict)
                 verdicts.append(verdict)
                 if json_lines:
-                    sys.stdout.write(verdict.model_dump_json() + "\n")
+                    sys.stdout.write(verdict_line(verdict, line=len(verdicts), index=len(verdicts) - 1) + "\n")
                     sys.stdout.flush()
                 else:
                     console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
@@ -348,10 +359,12 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         return code
     late = flag_late_shaky([(evaluator.key(v), v) for v in verdicts], evaluator.rounds,
                            recorder.store if recorder is not None else None)
+    printed = len(verdicts)
     for position, verdict in late.items():  # the round after them moved: flagged now
         verdicts[position] = verdict
-        if json_lines:  # printed again, whole: the later line of a candidate supersedes the earlier
-            sys.stdout.write(verdict.model_dump_json() + "\n")
+        if json_lines:  # printed again, whole, naming the line it replaces
+            printed += 1
+            sys.stdout.write(verdict_line(verdict, line=printed, index=position, replaces=position + 1) + "\n")
     if late:
         status.print(f"{late_line(len(late))}: {', '.join(v.candidate for v in late.values())}",
                      highlight=False, soft_wrap=True)

@@ -133,7 +133,9 @@ class RunConfig(BaseModel):
         "Judge again the candidates whose stored verdicts are correct, instead of reusing them (after a `shaky` "
         "number, or on a quieter machine); the verdicts they replace are kept (`harness show`). With refinement turns, a "
         "later turn whose feedback changes is asked again."))
-    eval_seed: int | None = Field(None, description="Root seed of the evaluator's inputs; None = fresh each evaluation.")
+    eval_seed: int | None = Field(None, description=(
+        "Pins the reference's initial weights; None = fresh for each candidate. Inputs are never pinned: they derive "
+        "from a secret drawn per batch (a verdict's correctness.check_key makes its checks again)."))
     jobs: int | None = Field(None, ge=1, description=(
         "Candidates built at once while earlier ones are judged; None = one per core on a GPU, half the cores on the CPU."))
     gpus: str | None = Field(None, description="GPUs to judge on, one lane each: None/`all` or positions (`0,2`).")

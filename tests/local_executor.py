@@ -7,13 +7,14 @@ tests of the judging itself (evaluator.referee.phases) run in a fraction of a se
 
 from __future__ import annotations
 
-import random
+
 from types import SimpleNamespace
 
 import torch
 
 from evaluator.referee import phases
 from evaluator.referee.check_phase import check_phase
+from evaluator.referee.keys import Keys
 from evaluator.referee.session import Imported, Session
 from evaluator.wire.exchange import Exchange
 from evaluator.executor.serve import Executor
@@ -84,7 +85,7 @@ def session_for(model_class, judge: Referee | None = None) -> Session:
     judge = judge or referee()
     return Session(referee=judge, link=LocalLink(model_class, judge), name="in-process", digest="",
                           problem=judge.problem.name, size=judge.size, device=judge.device, compile_timeout_s=60,
-                          run_timeout_s=60, rng=random.Random(12))
+                          run_timeout_s=60, keys=Keys(b"\x0c" * 32))
 
 
 def checked(model_class, judge: Referee | None = None):

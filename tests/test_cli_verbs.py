@@ -192,6 +192,7 @@ def test_eval_flags_and_stores_again_the_verdicts_a_later_round_shows_were_timed
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 2 and not lines[0]["flags"] and lines[1]["flags"][0]["name"] == "shaky_timing"  # printed again
+    assert lines[1]["replaces"] == lines[0]["line"] == 1 and lines[1]["line"] == 2 and "replaces" not in lines[0]
     assert "1 verdict(s) flagged shaky_timing after the batch" in result.stderr
     with Store(store) as db:
         [row] = db.list_verdicts()

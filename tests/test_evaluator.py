@@ -213,11 +213,16 @@ def test_cli_json_prints_one_verdict_per_line_and_exits_zero_whatever_they_score
                      "--device", "cpu", "--size", "small", "--json", "--baselines", "eager")
     assert result.returncode == 0, result.stderr
     printed = [json.loads(line) for line in result.stdout.splitlines()]
-    # one line per verdict as it is reached; a verdict flagged after the batch (the round after it moved
-    # beyond the bound, as it may on a loaded CPU) is printed again, whole: the later line supersedes
-    lines = list({d["candidate"]: d for d in printed}.values())
+    # one line per verdict as it is reached, each numbered, with the candidate's position; a verdict flagged
+    # after the batch (the round after it moved beyond the bound, as it may on a loaded CPU) is printed
+    # again, whole, naming the line it replaces
+    assert [d["line"] for d in printed] == list(range(1, len(printed) + 1))
+    assert [d["index"] for d in printed[:3]] == [0, 1, 2]
+    lines = [d for d in printed if "replaces" not in d]
     assert [d["status"] for d in lines] == ["correct", "incorrect", "parse_error"]
     for again in printed[3:]:
+        replaced = printed[again["replaces"] - 1]
+        assert again["index"] == replaced["index"] and again["candidate"] == replaced["candidate"]
         assert again["status"] == "correct" and any(f["name"] == "shaky_timing" for f in again["flags"])
     for record in lines:
         assert {"candidate", "status", "error", "correctness", "runtime_ms", "speedup", "flags"} <= set(record)

@@ -57,8 +57,10 @@ sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from evaluator.executor.lockdown import (  # noqa: E402
     CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, MS_NODEV, MS_NOEXEC,
-    MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC, PR_SET_PDEATHSIG, Report, apply_landlock, apply_seccomp, libc_handle)
-from evaluator.wire.containment import DISABLE_ENV, IN_FORCE_ENV, OFF_ENV, PLAN_ENV, within  # noqa: E402
+    MS_BIND, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC, PR_SET_PDEATHSIG, Report, apply_landlock, apply_seccomp,
+    libc_handle)
+from evaluator.wire.cgroups import join_self  # noqa: E402
+from evaluator.wire.containment import DISABLE_ENV, GPU_GLOBS, IN_FORCE_ENV, OFF_ENV, PLAN_ENV, within  # noqa: E402
 
 
 def enter_namespaces(report: Report) -> bool:
@@ -176,9 +178,61 @@ def hide_protected_folders(report: Report) -> list[str]:
 
 
 
+def place(plan: dict) -> None:
+    """Before anything else, in the launcher: the cgroup that holds every process it will start (the referee
+    freezes it; evaluator.wire.cgroups), the cores it and they may run on (a build's are never a lane's, and
+    seccomp denies sched_setaffinity from here on), and for a build, its session's niceness: with the
+    kernel's autogroup scheduling each session is scheduled as one, so a build's own niceness would rank it
+    only among its own processes."""
+    join_self(plan.get("cgroup"))
+    if plan.get("cores"):
+        try:
+            os.sched_setaffinity(0, plan["cores"])
+        except OSError:
+            pass
+    if plan.get("nice"):
+        try:
+            with open("/proc/self/autogroup", "w") as autogroup:
+                autogroup.write(str(int(plan["nice"])))
+        except OSError:
+            pass  # no autogroup scheduling in this kernel: plain niceness is what counts
+
+
+def hide_gpu(report: Report) -> None:
+    """A build (plan `gpu` false) sees no GPU: in its own mount namespace each GPU device node is covered by
+    /dev/null and each GPU device folder by an empty read-only tmpfs, so no process of it can open one
+    (Landlock, too, grants it none). Reported as the `no_gpu` mechanism."""
+    if report.plan.get("gpu", True):
+        return
+    import glob
+
+    patterns = report.plan.get("gpu_globs") or GPU_GLOBS  # (a test names files of its own)
+    found = sorted({p for pattern in patterns for p in glob.glob(pattern)})
+    if not found:
+        report.set("no_gpu", "verified", "no GPU device node on this machine")
+        return
+    if not report.proc:
+        report.set("no_gpu", "missing", f"no private mount namespace to cover {len(found)} GPU device node(s) in "
+                   "(Landlock grants none of them)")
+        return
+    libc, null = libc_handle(), os.stat("/dev/null").st_rdev
+    for path in found:
+        if os.path.isdir(path):
+            libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k,mode=000")
+        else:
+            libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None)
+    left = [p for pattern in patterns for p in glob.glob(pattern)
+            if not os.path.isdir(p) and os.stat(p).st_rdev != null]
+    if left:
+        report.set("no_gpu", "missing", f"GPU device nodes still reachable: {', '.join(left[:4])}")
+    else:
+        report.set("no_gpu", "verified", f"{len(found)} GPU device path(s) covered in its mount namespace")
+
+
 def become_worker(argv: list[str], report: Report, channel_fd: int | None) -> None:
     check_namespaces(report)
     hide_protected_folders(report)
+    hide_gpu(report)
     try:
         apply_landlock(report)
     except Exception as err:  # noqa: BLE001 - reported, and the worker still runs (flagged unsandboxed)
@@ -286,6 +340,7 @@ def main(argv: list[str]) -> None:
     if os.getppid() != parent:
         os._exit(137)
     plan = json.loads(os.environ.get(PLAN_ENV) or "{}")
+    place(plan)
     report = Report(plan)
     channel_fd = _channel_fd(worker_argv)
     if not enter_namespaces(report):

@@ -25,7 +25,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 12, 1 << 14, 1 << 18
 
 # Denied with EPERM by the seccomp filter (names this libseccomp does not know are skipped).
 DENIED_SYSCALLS = (
@@ -40,6 +40,7 @@ DENIED_SYSCALLS = (
     "keyctl", "add_key", "request_key", "open_by_handle_at", "name_to_handle_at",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname",
     "iopl", "ioperm",
+    "sched_setaffinity",                             # no process leaves the cores it was started on
 )
 NAMESPACE_FLAGS = (CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
                    CLONE_NEWNET)
@@ -63,7 +64,8 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"mechanisms": [self.mechanisms.get(n, {"name": n, "state": "missing", "detail": "not attempted"})
-                               for n in MECHANISMS if n not in WORKER_MECHANISMS],
+                               for n in MECHANISMS if n not in WORKER_MECHANISMS]
+                              + [m for n, m in self.mechanisms.items() if n not in MECHANISMS],
                 "writable": self.plan.get("write", [])}
 
 

@@ -126,7 +126,8 @@ class Executor:
         except SystemExit as err:
             return Reply(id=0, error=f"the candidate called exit({err.code}) at import", error_kind="import")
         except BaseException as err:
-            return Reply(id=0, error=describe_import_failure(err), error_kind="import")
+            kind = "build" if "Error building extension" in str(err) else "import"
+            return Reply(id=0, error=describe_import_failure(err), error_kind=kind)
         flags = self.guard_flags(flags_before, "importing the candidate")
         if not isinstance(getattr(module, "ModelNew", None), type):
             return Reply(id=0, error="the module defines no class ModelNew", error_kind="no_model_new", flags=flags)

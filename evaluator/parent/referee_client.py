@@ -45,6 +45,7 @@ class Batch(Protocol):
     cache_dir: Path
     log_root: Path
     ahead: int
+    placement: object  # evaluator.parent.placement.Placement, or None
 
 
 def protected_paths(evaluator: Batch) -> list[Path]:
@@ -112,13 +113,22 @@ class RefereeClient:
 
     def config(self) -> RefereeConfig:
         ev, options = self.evaluator, self.evaluator.options
-        seed = options.seed + self.lane if options.seed is not None else secrets.randbits(31)
         return RefereeConfig(
             problem=str(ev.problem.location), size=ev.size, device=ev.device, baselines=list(ev.baselines),
-            seed=seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
+            seed=options.seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
             compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, output_cap_bytes=options.output_cap_bytes,
             compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
-            protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early)
+            protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early,
+            **self.placed())
+
+    def placed(self) -> dict:
+        """Where this lane runs and how its builds are kept from its clock (evaluator.parent.placement)."""
+        placement = self.evaluator.placement
+        if placement is None:
+            return {}
+        group = placement.group_of(self.lane)
+        return {"cores": placement.cores_of(self.lane), "builds": placement.describe(self.lane),
+                "builds_group": str(group.path) if group is not None else None}
 
     def start(self) -> None:
         folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))

@@ -37,11 +37,12 @@ from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
 from evaluator.parent.artifacts import place
 from evaluator.parent.jobserver import JobServer, ninja_takes_jobserver
+from evaluator.parent.placement import Placement, plan as plan_placement
 from evaluator.parent.lanes import Job, Judged, Scheduler
 from evaluator.parent.referee_client import RefereeClient, protected_paths
 from evaluator.referee import headers
-from evaluator.referee.environment import toolchain_digest
-from evaluator.referee.process import ExecutorProcess, settle
+from evaluator.referee.environment import build_arch_list, toolchain_digest
+from evaluator.referee.process import ExecutorProcess, import_error_kind, settle
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
 
@@ -71,7 +72,9 @@ class EvalOptions(BaseModel):
     baseline_every: int = Field(8, ge=1, description=(
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
-    seed: int | None = Field(None, description="Root seed; random when None (fresh inputs each run).")
+    seed: int | None = Field(None, description=(
+        "Pins the reference's initial weights (None: fresh for each candidate). Inputs are never pinned: they "
+        "derive from a secret drawn for each batch; a verdict's `correctness.check_key` makes its checks again."))
     jobs: int | None = Field(None, ge=1, description=(
         "Candidates built at once, while earlier ones are judged; None: see `default_build_jobs` (on a GPU one per "
         "core, their compilers sharing one budget of jobs). 1: no builds of their own; each executor builds as it "
@@ -199,6 +202,8 @@ class Evaluator:
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
         self.jobs = options.jobs or default_build_jobs(self.device)
         self.jobserver: JobServer | None = None  # the compilers' shared budget while a batch builds in a pool
+        # where a batch's builds run while its lanes time (evaluator.parent.placement); None: no lane times
+        self.placement: Placement | None = None
         # 4 on a GPU: an executor took about 7 s to start, import torch and dynamo and load its extension
         # (H100 machine, 16 cores, stopped while others are timed), a candidate about 3.3 s of the referee's
         # at kernelbench; a warm batch of 16 waited 10.7 s in all for executors with 3 ahead, 2.9 s with 4
@@ -322,11 +327,14 @@ class Evaluator:
             budget = dict(makeflags=jobserver.makeflags, jobs_fifo=jobserver.fifo, nice=min(19, BUILD_NICE + ahead_of_it))
         else:  # concurrent builds share the cores
             budget = dict(max_jobs=max(1, (os.cpu_count() or 1) // self.jobs))
+        placement = self.placement
         process = ExecutorProcess(
             source=source, digest=digest, device=self.device, compile_only=True, watch=self.problem.rules.watch,
             cache_dir=self.cache_dir, problem_location=self.problem.location, protect=protected_paths(self),
             exchange_bytes=None, output_cap=self.options.output_cap_bytes,
-            memory_limit_gb=self.options.compile_memory_limit_gb, **budget)
+            memory_limit_gb=self.options.compile_memory_limit_gb, arch_list=build_arch_list(self.device),
+            cores=placement.build_cores if placement else None,
+            group=placement.build_group() if placement else None, **budget)
         session = Session(referee=None, link=process, name=name, digest=digest,
                                  problem=self.problem.name, size=self.size, device=self.device,
                                  compile_timeout_s=self.compile_timeout, run_timeout_s=self.run_timeout,
@@ -341,6 +349,12 @@ class Evaluator:
             process.close()
             if jobserver is not None and max_jobs is None:
                 jobserver.end()
+        if (verdict.status == Status.compile_error and not self.options.compile_only and self.device == "cuda"
+                and import_error_kind(process) == "import"):
+            # its extensions built, then its import failed: in a build, which sees no GPU (its code asked for
+            # one at import, say); its lane imports it again, with its GPU, and judges what happens there
+            verdict = verdict.model_copy(update={"status": Status.compiled, "error": (
+                "built; its import failed without a GPU, so its lane imports it again: " + (verdict.error or ""))[:2000]})
         if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
                 and headers.uses_cuda(source.decode(errors="replace"))):  # built only because it cannot run here
             import torch
@@ -438,6 +452,8 @@ class Evaluator:
 
             workers = functools.partial(ray_workers, self, evaluator_from_options)
         scheduler = Scheduler(self, build, pool_builds, workers, build_slots=cluster.slots if cluster else None)
+        if running and self.options.executor == "local":
+            self.placement = plan_placement(len(scheduler.lanes()))
         self.rounds = []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
@@ -450,6 +466,9 @@ class Evaluator:
         finally:
             self.rounds = scheduler.rounds
             header_builds.stop()
+            if self.placement is not None:
+                self.placement.close()
+                self.placement = None
             if self.jobserver is not None:
                 self.jobserver.close()
                 self.jobserver = None

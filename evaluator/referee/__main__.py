@@ -26,6 +26,7 @@ from pathlib import Path
 from evaluator.referee.process import stop_everything
 from evaluator.referee.referee import Referee
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
+from evaluator.wire import cgroups
 from evaluator.wire.protocol import JudgeReply, JudgeRequest, RefereeConfig
 from evaluator.wire.records import Phase, Status, Verdict
 
@@ -99,6 +100,8 @@ def serve(argv: list[str] | None = None) -> int:
     parser.add_argument("--replies", type=int, required=True)
     args = parser.parse_args(argv)
     config = RefereeConfig.model_validate_json(Path(args.config).read_text())
+    if config.cores:  # the lane's cores, which no build uses: every executor it starts inherits them
+        cgroups.pin(os.getpid(), config.cores)
     requests = os.fdopen(args.requests, "r")
     replies = os.fdopen(args.replies, "w", buffering=1)
 

@@ -61,7 +61,7 @@ class Calibrator:
             compile_only=False, watch=referee.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=referee.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=referee.exchange_bytes, output_cap=config.output_cap_bytes, memory_limit_gb=None,
-            stage_bytes=referee.layout.size)
+            stage_bytes=referee.layout.size, group=referee.executor_group())
         self.link.start()
         self.link.import_ahead(time.monotonic() + config.compile_timeout_s)
 
@@ -73,7 +73,7 @@ class Calibrator:
         windows = []
         with clock.collector_paused():
             for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS):
-                inputs = referee.draw(referee.problem.distributions[0], referee.rng.randrange(2**31))
+                inputs = referee.draw(referee.problem.distributions[0], referee.keys.next_seed("calibrator"))
                 windows.append(self.window(inputs))
                 if windows[-1] is None:
                     return None
@@ -91,7 +91,7 @@ class Calibrator:
         try:
             self.get_ready()
             clocked = clock.window(self.request, self.link.stage, referee.layout, inputs,
-                                   referee.problem.mode == "train", referee.timer.flush, referee.rng.random())
+                                   referee.problem.mode == "train", referee.timer.flush, referee.keys.next_unit("calibrator place"))
             clocked.capture = None  # only its time is wanted
             self.error = None
             return clocked
@@ -128,8 +128,8 @@ class Calibrator:
         reply = self.link.reply(0, self.deadline())
         if reply.error:
             raise RuntimeError(f"the calibrator could not start: {reply.error}"[:2000])
-        self.request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.rng.randrange(2**31)))
-        state = referee.new_reference(referee.rng.randrange(2**31)).state_dict()  # onto the device, as a candidate
+        self.request(referee.construct(referee.exchange_tensors(self.link.exchange), referee.keys.next_seed("calibrator construct")))
+        state = referee.new_reference(referee.keys.next_seed("calibrator reference")).state_dict()  # onto the device, as a candidate
         self.request(LoadState(id=0, tensors=self.link.exchange.write([(f"state.{k}", v) for k, v in state.items()])))
         self.ready = True
 

@@ -106,7 +106,7 @@ def check_phase(session: Session, built: Built) -> Checked:
     correctness = Correctness(
         tiers=record.tiers, max_abs_err=record.max_abs_err, max_rel_err=record.max_rel_err, main=record,
         eval_mode=eval_check.record() if eval_check else None, distributions=list(problem.distributions),
-        seeds=seeds, buffers_checked=list(reference64.state_dict()),
+        seeds=seeds, check_key=session.keys.hex, buffers_checked=list(reference64.state_dict()),
         by_distribution={name: acc.record() for name, acc in by_distribution.items()})
     if eval_check is not None and not eval_check.passed:
         session.add([Flag(name="eval_mode_incorrect", policy=FlagPolicy.reject, reason=(
@@ -161,10 +161,12 @@ def regressed(acc: compare.ModeAccumulator, correctness: Correctness) -> bool:
     return not acc.passed or not all(acc.tiers[t] or not correctness.tiers.get(t) for t in acc.tiers)
 
 
-def describe_regression(acc: compare.ModeAccumulator, correctness: Correctness) -> str:
+def describe_regression(acc: compare.ModeAccumulator, correctness: Correctness | None) -> str:
+    """What failed: `acc`'s first hard failure, or its worst tensor among the tiers lost (of those
+    `correctness` passed; all of them without it)."""
     if acc.failure:
         return acc.failure
-    lost = [t for t in acc.tiers if correctness.tiers.get(t, True) and not acc.tiers[t]]
+    lost = [t for t in acc.tiers if (correctness is None or correctness.tiers.get(t, True)) and not acc.tiers[t]]
     # the worst of the tensors that failed a lost tier (not the largest error overall, which may pass)
     culprits = {n: e for n, e in acc.worst.items() if acc.failed.get(n, set()) & set(lost)} or acc.worst
     worst = max(culprits.items(), key=lambda kv: kv[1][0], default=("output", (float("nan"), 0.0)))

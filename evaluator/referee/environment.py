@@ -133,6 +133,16 @@ def toolchain(device: str) -> dict[str, str]:
             "arch": arch or CPU_BUILD_ARCH}
 
 
+def build_arch_list(device: str) -> str | None:
+    """TORCH_CUDA_ARCH_LIST for a build, which sees no GPU to ask: the architecture its executor's torch
+    would pick on the GPU (torch's own choice: the GPU's, `+PTX`), so that the executor finds the build up to
+    date; None where the user set one (the build inherits it) or for the CPU."""
+    if device != "cuda" or os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return None
+    arch = toolchain(device)["arch"]
+    return f"{arch}+PTX" if arch.replace(".", "").isdigit() else None
+
+
 def toolchain_digest(device: str) -> str:
     return json_digest(toolchain(device))[:16]
 

@@ -1,12 +1,20 @@
 """Stopping every process of one executor, every time: the hold around the calibrator's windows.
 
+Where the harness may make cgroups, an executor is held by freezing its cgroup (evaluator.wire.cgroups),
+which holds every process in it until it is thawed, whatever signal one of them gets. Where it may not,
+it is held with SIGSTOP, as follows.
+
 An executor's processes are its launcher, the init of its PID namespace and whatever runs below them: a
 process that leaves its process group (setpgid; seccomp denies only setsid) is still in that tree, and
 one orphaned by a double fork is adopted by the namespace's init. So the tree, read from
 /proc/PID/task/TID/children, holds all of them, and reading it costs a few small reads per thread, not a
 pass over every process of the machine. A process forked while the tree is read is caught by the next
-pass: the hold ends only when a pass finds every process signalled and every thread of each no longer
-running user code. Where the kernel does not list children, or the executor has no PID namespace (an
+pass: the hold ends only when a pass finds every process signalled, every thread of each stopped (not
+merely in the kernel: a thread in uninterruptible sleep at the hold runs on once it leaves it, and a
+SIGCONT meanwhile cancels its pending stop) and the run time of every thread unchanged since the pass
+before (a thread seen stopped may still be switching out, its run time not yet all counted). Those run
+times are read again after the window: a thread continued meanwhile (a candidate's own timer can send
+SIGCONT, which the kernel acts on at once, even for a stopped process) has run. Where the kernel does not list children, or the executor has no PID namespace (an
 orphan would leave the tree), every hold is a pass over /proc for its session instead.
 """
 
@@ -18,9 +26,9 @@ import time
 
 from evaluator.referee import launch
 
-# A task in any of these states runs no user code: stopped, traced, in uninterruptible sleep (it stops as
-# it leaves the kernel, its SIGSTOP pending), dead, zombie, idle.
-NOT_RUNNING = frozenset(b"TtDZXxI")
+# A task in any of these states runs nothing until something continues it: stopped, traced, dead, zombie.
+# (Not uninterruptible sleep: it leaves the kernel and runs on if a SIGCONT cancels its pending stop.)
+HELD = frozenset(b"TtZXx")
 HOLD_WAIT_S = 2.0  # a tree that is still growing or running after this is not held: the candidate is judged
 
 
@@ -29,8 +37,8 @@ class NotHeld(RuntimeError):
 
 
 def tree(root: int, times: dict | None = None) -> dict[int, bool]:
-    """Every process at or below `root`, each with whether all its threads are out of user code (and in
-    `times`, the run time of each stopped thread: see _thread_held)."""
+    """Every process at or below `root`, each with whether all its threads are stopped (and in `times`, the
+    run time of each of its threads: see _thread_held)."""
     found: dict[int, bool] = {}
     pending = [root]
     while pending:
@@ -73,15 +81,16 @@ def tree_children(pid: int) -> list[int] | None:
 
 
 def stop_all(root: int, by_tree: bool, times: dict | None = None) -> list[int]:
-    """SIGSTOP to every process of the executor whose launcher is `root`, and back only once none of them
-    runs user code any more. Returns them (for `continue_all`), and fills `times` with the run time of
-    every thread found stopped in the pass that saw them all held (ran_since); raises NotHeld."""
+    """SIGSTOP to every process of the executor whose launcher is `root`, and back only once every thread of
+    them is stopped with its run time the same in two passes in a row. Returns them (for `continue_all`),
+    and fills `times` with the run time of every thread as it was then (ran_since); raises NotHeld."""
     try:
         os.killpg(root, signal.SIGSTOP)
     except (ProcessLookupError, PermissionError):
         pass
     signalled: set[int] = set()
     deadline = time.monotonic() + HOLD_WAIT_S
+    before: dict | None = None
     while True:
         seen: dict = {}
         found = processes(root, by_tree, seen)
@@ -91,10 +100,11 @@ def stop_all(root: int, by_tree: bool, times: dict | None = None) -> list[int]:
                 _send(pid, signal.SIGSTOP)
                 settled = settled and pid in signalled and stopped
                 signalled.add(pid)
-        if settled and times is not None:
-            times.update(seen)
-        if settled:
+        if settled and seen == before:
+            if times is not None:
+                times.update(seen)
             return sorted(signalled)
+        before = seen if settled else None
         if time.monotonic() > deadline:
             continue_all(root, sorted(signalled))
             raise NotHeld(f"its processes could not all be stopped within {HOLD_WAIT_S:g} s ({len(found)} "
@@ -103,22 +113,22 @@ def stop_all(root: int, by_tree: bool, times: dict | None = None) -> list[int]:
 
 
 def _thread_held(pid: int, tid: str, times: dict | None) -> bool:
-    """Whether thread `tid` of `pid` runs no user code; when stopped, its run time (schedstat, nanoseconds)
+    """Whether thread `tid` of `pid` is stopped; its run time (schedstat, nanoseconds), whatever its state,
     goes in `times`. A stopped thread runs again only when something continues it (a candidate's own
     timer can send SIGCONT, which the kernel acts on at once)."""
     with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
         state = _state(stat.read())
-    if times is not None and state in b"Tt":
+    if times is not None:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as schedstat:
                 times[(pid, int(tid))] = int(schedstat.read().split()[0])
         except (OSError, ValueError, IndexError):
             pass  # no schedstat in this kernel, or gone
-    return state in NOT_RUNNING
+    return state in HELD
 
 
 def ran_since(times: dict[tuple[int, int], int]) -> list[int]:
-    """The processes with a thread that was stopped when `times` was taken (stop_all) and has run since."""
+    """The processes with a thread that has run since `times` was taken (stop_all)."""
     ran = set()
     for (pid, tid), before in times.items():
         try:

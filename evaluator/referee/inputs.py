@@ -1,14 +1,13 @@
 """Inputs: what the forward takes (`InputSpec`s, from the reference's `get_inputs()`) and fresh draws.
 
-`draw(specs, distribution, seed, device)` is the one way inputs are made, on both sides: the
-referee draws the inputs of checked calls and ships them; an executor draws the inputs of timed
-calls itself from the seeds the referee gives it (`call_seed(seed, i)` for call i), and the referee
-draws the same ones again to compare outputs and to replay the calls. On CUDA the draw runs on the
-device (torch's Philox generator: the same numbers in every process on the same GPU model), so a
-fresh 256 MB input costs a fraction of a millisecond; every call gets an independent draw.
+`draw(specs, distribution, seed, device)` is the one way inputs are made, in the referee alone: it draws
+the inputs of every checked call (shipped through the exchange) and of every clocked call (written into
+the stage inside the call's window), from seeds no executor can derive (evaluator.referee.keys), and
+draws them again to replay a call on the float64 reference. On CUDA the draw runs on the device (torch's
+Philox generator), so a fresh 256 MB input costs a fraction of a millisecond; every call gets an
+independent draw.
 
-The functions used are bound when this module is imported, before any candidate exists.
-"""
+The functions used are bound when this module is imported, before any candidate exists."""
 
 from __future__ import annotations
 

@@ -21,13 +21,16 @@ LAUNCHER = EVALUATOR_DIR / "executor" / "launcher.py"
 
 def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mapping[str, str],
          protect: Iterable[Path] = (), disable: Iterable[str] = (), shared: Iterable[Path] = (),
-         granted: Iterable[Path] = ()) -> dict:
+         granted: Iterable[Path] = (), gpu: bool = True, cgroup: Path | None = None,
+         cores: Iterable[int] | None = None, nice: int = 0) -> dict:
     """What the launcher is asked to apply for one worker (JSON-able). `env` is the worker's
     environment (PATH, PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME are read from it); `protect` holds
     paths the worker must not read even where a readable hierarchy holds them (the store, the
     logs, the build cache, the checkout): what the worker needs inside them (the evaluator package,
     the problem) is granted by name. `shared` names files outside its folders it may read and write
-    (the builds' jobserver FIFO), `granted` folders it reads by name (the precompiled headers)."""
+    (the builds' jobserver FIFO), `granted` folders it reads by name (the precompiled headers). `gpu` false
+    (a build): no GPU device in its namespace. `cgroup` is the group it joins before anything runs, `cores`
+    the CPUs it may use, `nice` its session's niceness (evaluator.executor.launcher.place)."""
     import site
     import sysconfig
 
@@ -67,7 +70,11 @@ def plan(workdir: Path, extension_dir: Path, problem_location: Path, env: Mappin
         "read": real(read),
         "list": real(listed),
         "devices": list(DEVICES),
-        "device_globs": list(DEVICE_GLOBS),
+        "device_globs": list(DEVICE_GLOBS) if gpu else [],
+        "gpu": gpu,
+        "cgroup": str(cgroup) if cgroup is not None else None,
+        "cores": sorted(cores) if cores else None,
+        "nice": nice,
         "protect": dedup([os.path.realpath(p) for p in protect] + list(SYSTEM_SECRETS)),
         "disable": sorted(set(disable) & set(MECHANISMS)),
     }
@@ -99,6 +106,10 @@ def assess(report: dict | None, updates: Iterable[dict] = ()) -> tuple[dict, lis
             entry = by_name.get(name) or {"state": "missing", "detail": "not reported"}
             state = entry.get("state") if entry.get("state") in ("verified", "applied", "missing") else "missing"
             mechanisms.append({"name": name, "state": state, "detail": str(entry.get("detail", ""))[:500]})
+    # what the launcher reported beyond them (`no_gpu`, for a build), as it reported it
+    mechanisms += [{"name": str(m.get("name")), "state": m.get("state") if m.get("state") in ("verified", "applied")
+                    else "missing", "detail": str(m.get("detail", ""))[:500]}
+                   for m in (report or {}).get("mechanisms", []) if isinstance(m, dict) and m.get("name") not in MECHANISMS]
     working = {m["name"] for m in mechanisms if m["state"] != "missing"}
     missing = [req for req, names in REQUIREMENTS.items() if not working & set(names)]
     writable = [str(p) for p in (report or {}).get("writable", [])][:8]

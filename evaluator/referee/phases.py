@@ -28,13 +28,15 @@ import math
 
 import torch
 
+from evaluator.referee import compare
 from evaluator.referee.process import Ended
 from evaluator.referee.timing import roofline
 from evaluator.referee.view import RefereeView, Round
 from evaluator.wire.kernels import kernel_base_name, own_kernels
 from evaluator.wire.protocol import Finish, LoadState, Profile
-from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD, Flag, Phase, Roofline, Status, TimingStats, Verdict, merge_flags
-from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop
+from evaluator.wire.records import (
+    SHAKY_DRIFT, SHAKY_SPREAD, Correctness, Flag, Phase, Roofline, Status, TimingStats, Verdict, merge_flags)
+from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop, Timed
 from evaluator.referee.check_phase import check_phase
 from evaluator.referee.time_phase import spot, time_phase
 
@@ -51,7 +53,7 @@ def import_phase(session: Session) -> Imported:
     session.add(reply.flags)
     if reply.error_kind == "no_model_new":
         raise Judged(Status.parse_error, Phase.compile, reply.error)
-    if reply.error_kind == "import":
+    if reply.error_kind in ("build", "import"):
         raise Judged(Status.compile_error, Phase.compile, reply.error)
     if reply.error:
         raise Judged(Status.runtime_error, Phase.compile, reply.error)
@@ -65,9 +67,11 @@ def init_phase(session: Session, imported: Imported) -> Built:
     into it by name (copies: the reference's own tensors never leave the referee)."""
     session.enter(Phase.init)
     referee = session.referee
-    reference = referee.new_reference(session.seed())
+    # a pinned seed pins the weights (which the candidate is handed anyway), never an input
+    pinned = referee.config.seed
+    reference = referee.new_reference(pinned if pinned is not None else session.keys.seed("reference"))
     fixed = referee.exchange_tensors(session.link.exchange)
-    reply = session.request(referee.construct(fixed, session.seed()))
+    reply = session.request(referee.construct(fixed, session.keys.seed("construct")))
     if reply.error_kind == "not_module":
         raise Judged(Status.incorrect, Phase.init, reply.error)
     if reply.error:
@@ -120,8 +124,9 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
                 if names else "none at all")
         where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
         session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
-    spot(session, checked, reply, inputs, "the profiled call")
-    return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own))
+    check = spot(session, checked, reply, inputs, "the profiled call")
+    return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own),
+                    check=check)
 
 
 # ------------------------------------------------------------------------------------------ the verdict
@@ -163,6 +168,13 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
     referee = session.referee
     checked, timed, profiled = results.get("checked"), results.get("timed"), results.get("profiled")
     status = outcome.status if outcome is not None else Status.correct
+    error = outcome.error if outcome is not None else None
+    correctness = checked.correctness if checked is not None else None
+    if correctness is not None and status == Status.correct:
+        correctness = claimed(referee, correctness, timed, profiled)
+        if not any(correctness.tiers.values()):
+            status, error = Status.incorrect, ("no tolerance tier was passed by every call: the tiers each call "
+                                               f"passed do not meet ({correctness.later.tiers})")
     if timed is not None and status != Status.correct:
         timed = None
     timing = timed.timing if timed else None
@@ -180,8 +192,8 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
     return Verdict(
         candidate=session.name, source_sha256=session.digest, problem=session.problem, size=session.size,
         device=session.device, status=status,
-        phase=outcome.phase if outcome is not None else None, error=outcome.error if outcome is not None else None,
-        correctness=checked.correctness if checked is not None else None,
+        phase=outcome.phase if outcome is not None else (Phase.time if error else None), error=error,
+        correctness=correctness,
         runtime_ms=timing.median_ms if timing else None, timing=timing, baselines=baselines,
         baseline_source=rounds.source if rounds is not None else None,
         speedup={name: stats.median_ms / timing.median_ms for name, stats in baselines.items()} if timing else {},
@@ -195,10 +207,26 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
 
 
 
+def claimed(referee: RefereeView, correctness: Correctness, timed: Timed | None, profiled: Profiled | None) -> Correctness:
+    """The checks' correctness with every call compared after them (the clocked calls, the state after them,
+    the fresh call after timing, the profiled call): a tier is claimed only where every call passed it."""
+    later = [acc for acc in (timed.later if timed else None, profiled.check if profiled else None) if acc is not None]
+    if not later:
+        return correctness
+    total = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+    for acc in later:
+        total.merge(acc)
+    record = total.record()
+    tiers = {tier: passed and record.tiers.get(tier, False) for tier, passed in correctness.tiers.items()}
+    return correctness.model_copy(update={"tiers": tiers, "later": record})
+
+
 def shaky_timing(timing: TimingStats, rounds: Round | None) -> list[Flag]:
     """`shaky_timing`, with every reason, when the candidate's series or a baseline it is divided by is
     beyond the bounds above; else nothing."""
     reasons = []
+    if rounds is not None and rounds.device_busy:
+        reasons.append(f"its baselines were timed while {rounds.device_busy.removeprefix('the ')}")
     if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > SHAKY_SPREAD:
         reasons.append(f"its times spread by {timing.iqr_ms / timing.median_ms:.0%} of their median (IQR)")
     for name, stats in (rounds.baselines if rounds is not None else {}).items():

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from evaluator.referee import holding, launch
 from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
+from evaluator.wire import cgroups
 from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
@@ -122,18 +123,24 @@ def pause_all(processes: list[ExecutorProcess]) -> None:
         try:
             process.paused_pids = process.stop_all()
         except holding.NotHeld:  # still forking after seconds: its group and session, as they are now
-            signal_groups([process.proc], signal.SIGSTOP)
+            if process.frozen_by_group:
+                process.group.freeze(0.0)  # each task freezes as it leaves the kernel
+            else:
+                signal_groups([process.proc], signal.SIGSTOP)
             process.paused_pids = None
 
 
 def resume_all(processes: list[ExecutorProcess]) -> None:
     for process in [p for p in processes if p.proc is not None and p.paused]:
-        if process.paused_pids is None:
-            signal_groups([process.proc], signal.SIGCONT)
-        else:
-            holding.continue_all(process.proc.pid, process.paused_pids)
+        process.continue_all(process.paused_pids)
         process.paused, process.paused_pids = False, None
         process.reading.set()
+
+
+def import_error_kind(process: ExecutorProcess) -> str | None:
+    """How its import failed, as it said (`build`, `import`, ...; testimony, used only to choose who tries next)."""
+    reply = next((m.reply for m in process.messages if m.reply is not None and m.reply.id == 0), None)
+    return reply.error_kind if reply is not None else None
 
 
 def contained(verdict: Verdict, messages: list[ExecutorMessage]) -> Verdict:
@@ -181,12 +188,19 @@ class ExecutorProcess:
                  cache_dir: Path, problem_location: Path, protect: list[Path], exchange_bytes: int | None,
                  output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
                  stage_bytes: int | None = None, makeflags: str | None = None, jobs_fifo: Path | None = None,
-                 nice: int = 0):
+                 nice: int = 0, group: cgroups.Group | None = None, cores: list[int] | None = None,
+                 arch_list: str | None = None):
         # A build's compilers: `makeflags` names a jobserver shared with the other builds in flight
         # (evaluator.parent.jobserver; its FIFO, `jobs_fifo`, is the one file outside its folders the
         # executor may write), else `max_jobs` of its own (None: as many as the machine has cores).
         self.max_jobs, self.makeflags, self.jobs_fifo = max_jobs, makeflags, jobs_fifo
         self.nice = nice  # added to its niceness and its children's (a build beside candidates being timed)
+        # A build sees no GPU (evaluator.executor.launcher.hide_gpu) and builds for `arch_list`, the lanes' GPUs.
+        self.gpu, self.arch_list = device == "cuda" and not compile_only, arch_list
+        # The cgroup it is held with (frozen: evaluator.wire.cgroups; SIGSTOP where there is none), the cores
+        # it runs on (None: any).
+        self.group, self.cores = group, cores
+        self.in_group: bool | None = None  # whether its launcher joined `group` (known at its first hold)
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
         self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
         self.exchange_bytes, self.memory_limit_gb, self.stage_bytes = exchange_bytes, memory_limit_gb, stage_bytes
@@ -238,10 +252,15 @@ class ExecutorProcess:
             env["MAKEFLAGS"] = self.makeflags
         elif self.max_jobs:  # concurrent builds share the cores
             env["MAX_JOBS"] = str(self.max_jobs)
+        if not self.gpu:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            if self.device == "cuda" and self.arch_list:  # no GPU to ask: the lanes' architectures
+                env.setdefault("TORCH_CUDA_ARCH_LIST", self.arch_list)
         env[PLAN_ENV] = json.dumps(launch.plan(
             self.workdir, self.extension_dir, self.problem_location, env, protect=self.protect,
             disable=launch.disabled_mechanisms(os.environ), shared=[self.jobs_fifo] if self.jobs_fifo else [],
-            granted=[headers] if headers else []))
+            granted=[headers] if headers else [], gpu=self.gpu, cgroup=self.group.path if self.group else None,
+            cores=self.cores, nice=self.nice))
         marks.append(time.perf_counter())
         channel_r, channel_w = os.pipe()
         commands_r, commands_w = os.pipe()
@@ -312,10 +331,22 @@ class ExecutorProcess:
         self._ahead = threading.Thread(target=read, daemon=True)
         self._ahead.start()
 
+    @property
+    def frozen_by_group(self) -> bool:
+        """Whether it is held by freezing its cgroup (its launcher joined it before anything ran), not SIGSTOP."""
+        if self.in_group is None and self.group is not None and self.proc is not None:
+            self.in_group = self.group.holds(self.proc.pid)
+        return bool(self.in_group)
+
+    @property
+    def hold_mechanism(self) -> str:
+        return "cgroup_freezer" if self.frozen_by_group else "sigstop"
+
     def hold(self) -> None:
-        """SIGSTOP around one of the calibrator's windows to every process of the executor, found again each
-        time (evaluator.referee.holding: one that left its group after an earlier hold is stopped too), and
-        its output no longer read meanwhile (reading it would take this process's time inside the window)."""
+        """Every process of the executor held around one of the calibrator's windows: its cgroup frozen, or
+        SIGSTOP to every process of it, found again each time (evaluator.referee.holding: one that left its
+        group after an earlier hold is stopped too); its output no longer read meanwhile (reading it would
+        take this process's time inside the window). Raises holding.NotHeld."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.reading.clear()
@@ -327,12 +358,28 @@ class ExecutorProcess:
             raise
 
     def ran_while_held(self) -> list[int]:
-        """Its processes that ran since this hold stopped them (something continued them meanwhile)."""
-        return holding.ran_since(self.held_times) if self.held_pids is not None else []
+        """Its processes that ran since this hold stopped them (something continued them meanwhile): none can
+        while its cgroup is frozen."""
+        return holding.ran_since(self.held_times) if self.held_pids else []
 
     def stop_all(self, times: dict | None = None) -> list[int]:
-        """Every process of it stopped (evaluator.referee.holding); raises holding.NotHeld."""
+        """Every process of it held (its cgroup frozen, else evaluator.referee.holding's SIGSTOP); the processes
+        to continue (none for a frozen cgroup); raises holding.NotHeld."""
+        if self.frozen_by_group:
+            if not self.group.freeze(holding.HOLD_WAIT_S):
+                self.group.thaw()
+                raise holding.NotHeld(f"its cgroup was not all frozen within {holding.HOLD_WAIT_S:g} s (a process "
+                                      "of it stayed in the kernel)")
+            return []
         return holding.stop_all(self.proc.pid, self.by_tree(), times)
+
+    def continue_all(self, pids: list[int] | None) -> None:
+        if self.frozen_by_group:
+            self.group.thaw()
+        elif pids is None:
+            signal_groups([self.proc], signal.SIGCONT)
+        else:
+            holding.continue_all(self.proc.pid, pids)
 
     def by_tree(self) -> bool:
         """Whether its process tree holds all its processes (once its init is there, for its whole life)."""
@@ -341,7 +388,7 @@ class ExecutorProcess:
 
     def release(self) -> None:
         if self.proc is not None and self.held_pids is not None:
-            holding.continue_all(self.proc.pid, self.held_pids)
+            self.continue_all(self.held_pids)
             self.held_pids = None
         self.reading.set()
 
@@ -362,6 +409,8 @@ class ExecutorProcess:
             return None
         LIVE.discard(self)
         self.reading.set()
+        if self.frozen_by_group:  # every process of it, wherever it went (a frozen one dies of SIGKILL too)
+            self.group.kill()
         kill_group(self.proc)
         resume_all([self])  # a stopped process dies of SIGKILL too; its group is continued all the same
         try:
@@ -392,6 +441,8 @@ class ExecutorProcess:
             self.stage = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.group is not None:
+            self.group.remove(wait_s=5.0)
         return self.proc.returncode
 
     def own_folders(self) -> list[Path]:

@@ -29,7 +29,6 @@ import base64
 import contextlib
 import copy
 import functools
-import random
 import secrets
 import threading
 import time
@@ -43,11 +42,12 @@ from evaluator.referee import clock, phases
 from evaluator.referee.session import Session
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
+from evaluator.referee.keys import Keys
 from evaluator.referee.process import ExecutorProcess, pause_all, resume_all, settle
 from evaluator.referee.timing import Call, Timer, quantile, summarize
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
-from evaluator.wire import identity
+from evaluator.wire import cgroups, identity
 from evaluator.wire.exchange import Exchange, capacity_for, dtype_name
 from evaluator.wire.problem import import_file, load_problem
 from evaluator.wire.protocol import (
@@ -56,6 +56,7 @@ from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
 from evaluator.wire.stage import Layout
 
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
+BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be frozen
 
 
 
@@ -68,7 +69,11 @@ class Referee:
         self.problem = load_problem(config.problem)
         self.size, self.device = config.size, config.device
         self.batch = secrets.token_hex(4)
-        self.rng = random.Random(config.seed)
+        self.keys = Keys()  # the batch's secret: every seed derives from it (evaluator.referee.keys)
+        # each executor's cgroup lies below this one (frozen to hold it); None where none can be made
+        self.groups = cgroups.root_group("referee")
+        # the batch's builds, frozen while anything is timed (where they do not run on cores of their own)
+        self.builds = cgroups.Group(Path(config.builds_group)) if config.builds_group else None
         self.tolerances = self.problem.tolerances
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
@@ -80,9 +85,9 @@ class Referee:
         self.input_nbytes = draws.tensor_bytes(self.specs, self.fixed)
         self.timer = Timer(self.device, config.timing_budget_s, config.min_reps, config.max_reps, config.warmup)
         torch.set_float32_matmul_precision("highest")  # the fp32 reference is real fp32
-        probe = self.new_reference(self.rng.randrange(2**31))
+        probe = self.new_reference(self.keys.next_seed("reference"))
         self.state_nbytes = sum(v.numel() * v.element_size() for v in probe.state_dict().values())
-        sample = self.draw(self.problem.distributions[0], self.rng.randrange(2**31))
+        sample = self.draw(self.problem.distributions[0], self.keys.next_seed("probe"))
         with torch.no_grad():
             out = probe(*sample)
         self.output_shape, self.output_dtype = list(out.shape), dtype_name(out.dtype) or str(out.dtype)
@@ -96,11 +101,12 @@ class Referee:
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
         self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
         del probe, sample, out
-        self.baseline_model = self.new_reference(self.rng.randrange(2**31))
+        self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
         self.compiled: dict[str, torch.nn.Module] = {}
         self.rounds: list[BaselineRound] = []
         self.current_round: Round | None = None
         self.judged = 0
+        self.sessions = 0  # candidates begun: each one's keys derive from its number
         self.timed_since_round = 0
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
@@ -218,7 +224,7 @@ class Referee:
         self.calibrator.prepare()
         compiled = time.perf_counter()
         with self.exclusive():
-            round_ = self._baseline_round()
+            round_ = self._baseline_round(busy=self.wait_for_idle_device())
         profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
                      "round_s": time.perf_counter() - compiled})
         return round_
@@ -242,7 +248,7 @@ class Referee:
         try:
             model = self.baseline_callable(name)
             self.baseline_model.train(self.problem.mode == "train")
-            inputs = self.draw(self.problem.distributions[0], self.rng.randrange(2**31))
+            inputs = self.draw(self.problem.distributions[0], self.keys.next_seed("baseline"))
             started, done = time.perf_counter(), 0
             with torch.no_grad():
                 while done < calls or time.perf_counter() - started < seconds:
@@ -254,7 +260,17 @@ class Referee:
         finally:
             torch.set_float32_matmul_precision("highest")
 
-    def _baseline_round(self) -> Round:
+    def wait_for_idle_device(self) -> str | None:
+        """Before a round: the device idle (clock.device_idle), the executors started ahead closed if it is not
+        (work they queued at import keeps running while they are held); why not, if it stays busy."""
+        if self.device_idle(clock.IDLE_WAIT_S) is not None:
+            return None
+        if self.close_waiting() and self.device_idle(clock.IDLE_WAIT_S) is not None:
+            return None
+        return (f"the device ran other work for {clock.IDLE_WAIT_S:g} s before the round, with every executor held "
+                "or closed")
+
+    def _baseline_round(self, busy: str | None = None) -> Round:
         baselines, failed = {}, {}
         if not self.rounds:
             self.warm_baselines()
@@ -272,12 +288,12 @@ class Referee:
                                          after_candidates=self.judged, failed=failed,
                                          baselines={k: v.model_dump() for k, v in baselines.items()},
                                          window_cost_ms=cost.cost_ms if cost else None,
-                                         calibration_error=self.calibrator.error))
+                                         calibration_error=self.calibrator.error, device_busy=busy))
         previous = self.current_round.baselines if self.current_round is not None else {}
         moved = {name: stats.median_ms / previous[name].median_ms - 1 for name, stats in baselines.items()
                  if name in previous and previous[name].median_ms > 0}
         self.current_round = Round(baselines=baselines, failed=failed, source=source, window_cost=cost,
-                                   calibration_error=self.calibrator.error, moved=moved)
+                                   calibration_error=self.calibrator.error, moved=moved, device_busy=busy)
         self.timed_since_round = 0
         return self.current_round
 
@@ -312,15 +328,22 @@ class Referee:
 
         with torch.no_grad():
             fn = lambda: model(*current["inputs"])  # noqa: E731
-            warm = drawing(self.rng.randrange(2**31))
+            warm = drawing(self.keys.next_seed("baseline"))
             self.timer.untimed(fn, self.timer.warmup, warm)
             estimate = self.timer.one(fn, Call(self.timer.warmup), warm)[1]
             # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
-            events, _ = self.timer.series(fn, self.timer.reps_for(estimate), drawing(self.rng.randrange(2**31)),
+            events, _ = self.timer.series(fn, self.timer.reps_for(estimate), drawing(self.keys.next_seed("baseline")),
                                           target_rel=0.005)
         return summarize(events, self.timer.warmup + 1)
 
     # -- one candidate -----------------------------------------------------------------------------
+
+    def executor_group(self) -> cgroups.Group | None:
+        """A cgroup of its own for the next executor (None: it is held with SIGSTOP)."""
+        try:
+            return cgroups.Group.create(self.groups, "x") if self.groups is not None else None
+        except OSError:
+            return None
 
     def executor_for(self, request: JudgeRequest) -> ExecutorProcess:
         config = self.config
@@ -329,7 +352,7 @@ class Referee:
             compile_only=request.compile_only, watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
-            memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size)
+            memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size, group=self.executor_group())
 
     def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
         """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""
@@ -349,19 +372,24 @@ class Referee:
 
     @contextlib.contextmanager
     def exclusive(self):
-        """The device to one candidate (or to the baselines): every executor started ahead is stopped,
-        and the referee's page-locking of their exchanges is over."""
+        """The device and the CPU to one candidate (or to the baselines): every executor started ahead is held,
+        the builds too where they share this lane's cores (their cgroup frozen), and the referee's
+        page-locking of the exchanges is over."""
         for closed in self.closing:  # judged executors are gone (each within about two seconds)
             closed.wait()
         self.closing.clear()
         waiting = list(self.waiting.values())
         for process in waiting:
             process.wait_pinned()
+        if self.builds is not None:  # a build in the kernel freezes as it leaves it
+            self.builds.freeze(BUILDS_FREEZE_S)
         pause_all(waiting)
         try:
             yield
         finally:
             resume_all(waiting)
+            if self.builds is not None:
+                self.builds.thaw()
 
     def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> Callable[[], JudgeReply]:
         """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its
@@ -379,11 +407,12 @@ class Referee:
             process.start()
         self.start_ahead(list(upcoming))
         steps["start"] = time.perf_counter()
+        self.sessions += 1
         session = Session(
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
             run_timeout_s=config.run_timeout_s, memory_limit_gb=config.compile_memory_limit_gb,
-            rng=random.Random(self.rng.randrange(2**63)), exclusive=self.exclusive)
+            keys=self.keys.derive("candidate", self.sessions, request.digest), exclusive=self.exclusive)
         try:
             verdict = phases.judge(session, request.compile_only)
         except BaseException:
@@ -425,6 +454,8 @@ class Referee:
         if self.current_round is not None and self.timed_since_round:
             self.baseline_round()
         self.calibrator.close()
+        if self.groups is not None:
+            self.groups.remove(wait_s=2.0)
         return self.rounds
 
 

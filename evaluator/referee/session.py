@@ -6,7 +6,6 @@ See evaluator.referee.phases for the phases themselves.
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from typing import ContextManager
 
 import torch
 
+from evaluator.referee.keys import Keys
 from evaluator.referee.launch import exit_description
 from evaluator.referee.process import Ended
 from evaluator.referee.view import RefereeView
@@ -53,7 +53,7 @@ class Session:
     compile_timeout_s: float
     run_timeout_s: float
     memory_limit_gb: float | None = None
-    rng: random.Random = field(default_factory=random.Random)
+    keys: Keys = field(default_factory=Keys)  # its own: every seed it draws (evaluator.referee.keys)
     flags: list[Flag] = field(default_factory=list)
     phase: Phase = Phase.compile
     deadline: float = 0.0
@@ -78,7 +78,8 @@ class Session:
             self._entered = 0.0
 
     def seed(self) -> int:
-        return self.rng.randrange(2**31)
+        """The next seed of its inputs (a keyed hash: no seed it was handed tells another)."""
+        return self.keys.next_seed("inputs")
 
     def add(self, flags) -> None:
         self.flags.extend(flags)
@@ -153,6 +154,7 @@ class Timed:
     check: TimingCheck        # the executor's reports against it
     floor_ms: float | None
     sm_clock_mhz: int | None
+    later: object = None      # compare.ModeAccumulator: every call compared after the checks, in every tier
 
 
 @dataclass(frozen=True)
@@ -161,3 +163,4 @@ class Profiled:
     kernel_times_us: tuple[float, ...] = ()  # aligned with `kernels`; empty when unknown (the CPU)
     kernel_count: int | None = None
     custom_kernels: tuple[str, ...] = ()
+    check: object = None      # compare.ModeAccumulator of the profiled call's output, in every tier

@@ -13,41 +13,42 @@ import torch
 from evaluator.referee import clock, compare, holding
 from evaluator.referee import inputs as draws
 from evaluator.referee.timing import physical_floor_ms, quantile, summarize
-from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
 from evaluator.wire.exchange import ExchangeError
 from evaluator.wire.protocol import Reply, SendState
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, TimingStats
 from evaluator.referee.session import Built, Checked, Judged, Session, Timed
-from evaluator.referee.check_phase import compare_output, describe_regression, regressed, trial
+from evaluator.referee.check_phase import compare_output, describe_regression, trial
 
 
-# What the referee keeps of the clocked calls (each one's output and buffers, copied out of the stage
-# inside its window) until it has compared them: it bounds how many calls a series has (at kernelbench,
-# 256 MiB outputs: 4 warm-up calls and 19 timed ones).
-KEEP_BYTES = {"cuda": 6 << 30, "cpu": 512 << 20}
+# Bytes of the stage the referee copies out of a series of clocked calls (each call's output and buffers,
+# copied inside its window, compared as soon as the call is over and then freed): it bounds how many calls
+# a series has (at kernelbench, 256 MiB outputs: 4 warm-up calls and 19 timed ones).
+SERIES_BYTES = {"cuda": 6 << 30, "cpu": 512 << 20}
 
 # ------------------------------------------------------------------------------------------ time
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     """Warm-up calls, then timed calls, every one clocked by the referee (evaluator.referee.clock: its inputs
     written into the stage and its output and buffers copied out inside the window), each followed by a
-    window of the calibrator on the same inputs, with the candidate's processes stopped and the device
-    idle: what a window costs, measured in the same pattern and the same minute. Then every clocked
-    call's output and buffers against the float64 reference replaying the same calls, the reported times
-    against the referee's, the physical floor, and one more checked call."""
+    window of the calibrator on the same inputs, with the candidate's processes held and the device
+    idle: what a window costs, measured in the same pattern and the same minute. Every clocked call's
+    output and buffers are compared, in every tier, with the float64 reference replaying the same call as
+    soon as the call is over; then the reported times against the referee's, the physical floor, the
+    whole state and one more checked call. A tier is claimed only where every one of these passes it
+    (`Timed.later`); one that passes none is `incorrect`."""
     session.enter(Phase.time)
     referee = session.referee
     timer = referee.timer
-    calls: list[tuple[int, clock.Clocked]] = []  # (seed of its inputs, its window)
-    costs: list[clock.Clocked] = []              # the calibrator's windows beside them
+    series = Series(session, checked)
     warm = timer.warmup + 1
     with clock.collector_paused():
-        clocked_calls(session, warm, calls, costs)
-        fit = KEEP_BYTES[referee.device] // referee.layout.span
-        estimate = calls[-1][1].ms - (costs[-1].ms - (costs[-1].reported_ms or 0.0) if costs else 0.0)
-        reps = timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm))
-        clocked_calls(session, reps, calls, costs)
+        series.run(warm)
+        fit = SERIES_BYTES[referee.device] // referee.layout.span
+        last, beside = series.calls[-1], series.costs[-1] if series.costs else None
+        estimate = last.ms - (beside.ms - (beside.reported_ms or 0.0) if beside is not None else 0.0)
+        series.run(timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm)))
+    calls, costs = series.calls, series.costs
     sm_clock = referee.sm_clock()
     cost = clock.window_cost(costs[warm:]) if len(costs) == len(calls) else None
     if cost is None and referee.current_round is not None:  # the calibrator failed beside it: the round's
@@ -57,55 +58,94 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
             f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
             "times are whole windows, longer than the calls"))])
     cost_ms = cost.cost_ms if cost is not None else 0.0
-    series = [c for _, c in calls[warm:]]
-    referee.profile_windows(session.name, series, costs[warm:])
-    timing = summarize(clock.referee_times(series, cost_ms), warm)
-    check = clock.cross_check(series, cost, referee.device)
+    timed = calls[warm:]
+    referee.profile_windows(session.name, timed, costs[warm:])
+    timing = summarize(clock.referee_times(timed, cost_ms), warm)
+    check = clock.cross_check(timed, cost, referee.device)
+    check.hold = getattr(session.link, "hold_mechanism", None)
+    check.builds = referee.config.builds
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
-    replayed = compare_clocked(session, checked, calls)
-    compare_state_after_timing(session, checked, replayed, len(calls))
+    compare_state_after_timing(session, series.replay, len(calls), series.later)
     floor_ms = check_floor(session, built, timing, cost)
-    recheck(session, checked, replayed)
-    return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock)
+    recheck(session, series.replay, series.later)
+    return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later)
 
 
-def clocked_calls(session: Session, count: int, calls: list, costs: list) -> None:
-    """`count` more clocked calls, each on fresh inputs drawn here (outside the window) from a seed of its
-    own; after each window, the inputs it was given must be as the referee wrote them. Each is followed
-    by one of the calibrator's windows on the same inputs (the pattern a window's cost depends on), run
-    with the candidate's processes stopped and only once the device has no work of theirs left, so that
-    nothing the candidate does can make the calibrator's windows, and so a window's cost, dearer."""
-    referee = session.referee
-    train = referee.problem.mode == "train"
-    stage = session.link.stage
-    for _ in range(count):
-        seed = session.seed()
-        inputs = referee.draw(referee.problem.distributions[0], seed)
-        # the calibrator stopped through the candidate's window as the candidate is through the calibrator's:
-        # each window then starts with its executor just continued, the pattern a window's cost depends on
-        with held(referee.calibrator.link):
-            clocked = clock.window(session.request, stage, referee.layout, inputs, train, referee.timer.flush,
-                                   session.rng.random())
-        if clocked.go.error:
-            raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
-        changed = clock.inputs_changed(stage, referee.layout, inputs)
-        if changed:
-            raise Judged(Status.incorrect, Phase.time, f"the candidate modified its input(s) {changed} in place "
-                                                       f"(clocked call {len(calls) + 1})")
-        calls.append((seed, clocked))
-        with held(session.link):
-            idle(session, f"after clocked call {len(calls)} had returned")
-            beside = referee.calibrator.window(inputs)
-            idle(session, f"through the calibrator's window after clocked call {len(calls)}")
-            ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
-            if ran:
-                raise Judged(Status.runtime_error, Phase.time, (
-                    f"its processes {ran} ran while they were held around the calibrator's window after clocked "
-                    f"call {len(calls)} (something continued them, a timer's SIGCONT say): that window's cost, "
-                    "subtracted from every call, cannot be trusted"))
-        if beside is not None:
-            costs.append(beside)
+class Series:
+    """A candidate's clocked calls, each beside a calibrator window and compared as soon as it is over."""
+
+    def __init__(self, session: Session, checked: Checked):
+        self.session, self.checked = session, checked
+        referee = session.referee
+        self.train = referee.problem.mode == "train"
+        # the float64 reference from its state after the checks, replaying every clocked call in order
+        self.replay = copy.deepcopy(checked.reference64).train(self.train)
+        self.later = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+        self.calls: list[clock.Clocked] = []
+        self.costs: list[clock.Clocked] = []  # the calibrator's windows beside them
+
+    def run(self, count: int) -> None:
+        """`count` more clocked calls, each on fresh inputs drawn here (outside the window) from a seed of
+        its own; after each window, the inputs it was given must be as the referee wrote them. Each is
+        followed by one of the calibrator's windows on the same inputs (the pattern a window's cost depends
+        on), run with the candidate's processes held and only once the device has no work of theirs left,
+        so that nothing the candidate does can make the calibrator's windows, and so a window's cost, dearer.
+        Then the call's output and buffers, as its window copied them, against the replayed reference."""
+        session = self.session
+        referee = session.referee
+        stage = session.link.stage
+        for _ in range(count):
+            inputs = referee.draw(referee.problem.distributions[0], session.seed())
+            # the calibrator held through the candidate's window as the candidate is through the calibrator's:
+            # each window then starts with its executor just continued, the pattern a window's cost depends on
+            with held(referee.calibrator.link):
+                clocked = clock.window(session.request, stage, referee.layout, inputs, self.train,
+                                       referee.timer.flush, session.keys.next_unit("place"))
+            if clocked.go.error:
+                raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
+            number = len(self.calls) + 1
+            changed = clock.inputs_changed(stage, referee.layout, inputs)
+            if changed:
+                raise Judged(Status.incorrect, Phase.time, f"the candidate modified its input(s) {changed} in place "
+                                                           f"(clocked call {number})")
+            self.calls.append(clocked)
+            with held(session.link):
+                idle(session, f"after clocked call {number} had returned")
+                beside = referee.calibrator.window(inputs)
+                idle(session, f"through the calibrator's window after clocked call {number}")
+                ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
+                if ran:
+                    raise Judged(Status.runtime_error, Phase.time, (
+                        f"its processes {ran} ran while they were held around the calibrator's window after "
+                        f"clocked call {number} (something woke them): that window's cost, subtracted from every "
+                        "call, cannot be trusted"))
+            if beside is not None:
+                self.costs.append(beside)
+            self.compare(clocked, inputs, f"clocked call {number}")
+
+    def compare(self, clocked: clock.Clocked, inputs: list, label: str) -> None:
+        """One clocked call's output and buffers (the referee's copy, made inside its window) against the
+        float64 reference replaying the same call, in every tier; its copy is freed after."""
+        session, referee = self.session, self.session.referee
+        with torch.no_grad(), cmp.guarded():
+            expected = self.replay(*draws.as_float64(inputs))
+        staged, problems = staged_tensors(session, clocked)
+        acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+        acc.trials = 1
+        for problem in clocked.go.problems + problems:
+            acc.fail(problem)
+        acc.add("output", compare_output(clocked.put.output, staged.get("output"), expected, referee,
+                                         referee.tolerances))
+        for name, value in self.replay.named_buffers():
+            acc.add(name, compare.compare_tensor(name, staged.get(f"state.{name}"), value, referee.tolerances,
+                                                 referee.rel_floor))
+        clocked.capture = None
+        if not acc.passed:
+            buffers = acc.failure is None and "output" not in acc.failed
+            raise Judged(Status.incorrect, Phase.time, f"{'buffers wrong after' if buffers else 'wrong on'} {label}: "
+                                                       f"{describe_regression(acc, self.checked.correctness)}")
+        self.later.merge(acc)
 
 
 def idle(session: Session, when: str) -> None:
@@ -139,12 +179,6 @@ def held(link):
             release()
 
 
-def sanity_tolerances(referee: RefereeView) -> dict:
-    """The loosest tier widened by half: what every clocked call's output and buffers must meet."""
-    name, loosest = max(referee.tolerances.items(), key=lambda kv: (kv[1].atol, kv[1].rtol))
-    return {name: type(loosest)(atol=1.5 * loosest.atol, rtol=1.5 * loosest.rtol)}
-
-
 def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, torch.Tensor], list[str]]:
     """What a clocked call staged, read from the referee's copy of it, and what could not be read."""
     tensors, problems = {}, list(clocked.put.problems) if clocked.put is not None else []
@@ -157,63 +191,29 @@ def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, 
     return tensors, problems
 
 
-def compare_clocked(session: Session, checked: Checked, calls: list) -> torch.nn.Module:
-    """Every clocked call (warm-up included), in order, against a copy of the float64 reference replaying
-    the same calls on the same inputs from its state after the checks: each output and each call's buffers
-    within the loosest tier widened by half; the last call's output and one chosen now at random in every
-    tier the checks passed. A candidate that behaves only while it is checked, or only on some calls, or
-    leaves its running statistics for later, fails here. Returns the replayed reference."""
-    referee = session.referee
-    train = referee.problem.mode == "train"
-    replay = copy.deepcopy(checked.reference64).train(train)
-    sanity = sanity_tolerances(referee)
-    full = {len(calls) - 1, session.rng.randrange(len(calls))}
-    for index, (seed, clocked) in enumerate(calls):
-        label = f"clocked call {index + 1} of {len(calls)}"
-        with torch.no_grad(), cmp.guarded():
-            expected = replay(*draws.as_float64(referee.draw(referee.problem.distributions[0], seed)))
-        staged, problems = staged_tensors(session, clocked)
-        acc = compare.ModeAccumulator(referee.problem.mode, sanity)
-        for problem in clocked.go.problems + problems:
-            acc.fail(problem)
-        acc.add("output", compare_output(clocked.put.output, staged.get("output"), expected, referee, sanity))
-        for name, value in replay.named_buffers():
-            acc.add(name, compare.compare_tensor(name, staged.get(f"state.{name}"), value, sanity, referee.rel_floor))
-        if acc.passed and index in full:
-            every = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
-            every.add("output", compare_output(clocked.put.output, staged.get("output"), expected, referee,
-                                               referee.tolerances))
-            if regressed(every, checked.correctness):
-                acc = every
-        if not acc.passed or acc.tolerances is referee.tolerances:
-            buffers = acc.failure is None and "output" not in acc.failed
-            raise Judged(Status.incorrect, Phase.time, f"{'buffers wrong after' if buffers else 'wrong on'} {label}: "
-                                                       f"{describe_regression(acc, checked.correctness)}")
-        calls[index] = (seed, None)  # compared: its copy is freed
-    return replay
-
-
-def spot(session: Session, checked: Checked, reply: Reply, inputs: list, label: str) -> None:
+def spot(session: Session, checked: Checked, reply: Reply, inputs: list, label: str) -> compare.ModeAccumulator:
     """An output shipped through the exchange (the profiled call's) against the float64 reference on the
-    same inputs: within the loosest tier widened by half, and in every tier the checks passed."""
+    same inputs, in every tier: one that passes none is `incorrect`."""
     referee = session.referee
     reference64 = copy.deepcopy(checked.reference64).train(referee.problem.mode == "train")
     shipped, unreadable = session.shipment(reply)
     with torch.no_grad(), cmp.guarded():
         expected = reference64(*draws.as_float64(inputs))
-    for tolerances in (sanity_tolerances(referee), referee.tolerances):
-        acc = compare.ModeAccumulator(referee.problem.mode, tolerances)
-        for problem in reply.problems + unreadable:
-            acc.fail(problem)
-        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, tolerances))
-        if not acc.passed or (tolerances is referee.tolerances and regressed(acc, checked.correctness)):
-            raise Judged(Status.incorrect, Phase.time, f"wrong on {label}: {describe_regression(acc, checked.correctness)}")
+    acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+    acc.trials = 1
+    for problem in reply.problems + unreadable:
+        acc.fail(problem)
+    acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
+    if not acc.passed:
+        raise Judged(Status.incorrect, Phase.time, f"wrong on {label}: {describe_regression(acc, checked.correctness)}")
+    return acc
 
 
-def compare_state_after_timing(session: Session, checked: Checked, replayed: torch.nn.Module, calls: int) -> None:
+def compare_state_after_timing(session: Session, replayed: torch.nn.Module, calls: int,
+                               later: compare.ModeAccumulator) -> None:
     """Every parameter and buffer of the candidate after the clocked calls (shipped now, outside any window)
-    against the replayed reference, in every tier the checks passed: a weight edited, or buffers that
-    differ from what the last clocked call staged."""
+    against the replayed reference, in every tier (into `later`): a weight edited, or buffers that differ
+    from what the last clocked call staged."""
     referee = session.referee
     reply = session.request(SendState(id=0))
     if reply.error:
@@ -224,10 +224,11 @@ def compare_state_after_timing(session: Session, checked: Checked, replayed: tor
         acc.fail(problem)
     for name, value in replayed.state_dict().items():
         acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances, referee.rel_floor))
-    if regressed(acc, checked.correctness):
+    if not acc.passed:
         raise Judged(Status.incorrect, Phase.time, (
             f"buffers wrong after {calls} timed calls (warm-up included; the reference replayed the same "
-            f"calls on the same inputs): {describe_regression(acc, checked.correctness)}"))
+            f"calls on the same inputs): {describe_regression(acc, None)}"))
+    later.merge(acc)
 
 
 def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock.WindowCost | None) -> float | None:
@@ -256,13 +257,15 @@ def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock
     return floor
 
 
-def recheck(session: Session, checked: Checked, replayed: torch.nn.Module) -> None:
+def recheck(session: Session, replayed: torch.nn.Module, later: compare.ModeAccumulator) -> None:
     """A candidate that degrades after many calls (or caches) is caught here: one more checked call on
-    fresh inputs, its output and buffers against the reference replayed through the timed calls."""
+    fresh inputs, its output and buffers against the reference replayed through the timed calls (into
+    `later`)."""
     referee = session.referee
     acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
     trial(session, replayed, referee.problem.distributions[-1], session.seed(),
           train=referee.problem.mode == "train", acc=acc)
-    if regressed(acc, checked.correctness):
+    if not acc.passed:
         raise Judged(Status.incorrect, Phase.time,
-                     f"wrong on fresh inputs after the timing loop: {describe_regression(acc, checked.correctness)}")
+                     f"wrong on fresh inputs after the timing loop: {describe_regression(acc, None)}")
+    later.merge(acc)

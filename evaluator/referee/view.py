@@ -4,13 +4,13 @@ referee through this, never by importing it (it imports them)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
 from evaluator.referee import clock
+from evaluator.referee.keys import Keys
 from evaluator.referee.timing import Timer
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.problem import ProblemSpec
@@ -28,6 +28,7 @@ class Round:
     window_cost: clock.WindowCost | None  # None: the calibrator failed (windows are then not reduced)
     calibration_error: str | None = None
     moved: dict[str, float] = field(default_factory=dict)  # baseline -> its median over the previous round's, less 1
+    device_busy: str | None = None  # why the device was not idle when it was timed
 
 
 class CalibratorView(Protocol):
@@ -49,7 +50,7 @@ class RefereeView(Protocol):
     environment: Environment
     tolerances: dict
     rel_floor: float
-    rng: random.Random
+    keys: Keys
     timer: Timer
     layout: Layout
     input_nbytes: int
@@ -68,5 +69,6 @@ class RefereeView(Protocol):
     def construct(self, fixed: list[TensorSlot], seed: int) -> Construct: ...
     def sm_clock(self) -> int | None: ...
     def close_waiting(self) -> bool: ...
+    def executor_group(self): ...
     def device_idle(self, limit_s: float) -> float | None: ...
     def profile_windows(self, name: str, candidate: list[clock.Clocked], calibrator: list[clock.Clocked]) -> None: ...

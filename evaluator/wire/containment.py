@@ -44,6 +44,8 @@ SYSTEM_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"
 SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 DEVICE_GLOBS = ("nvidia*", "nvidia-caps/*")
+# What a build must not see (evaluator.executor.launcher.hide_gpu): every GPU device node and folder.
+GPU_GLOBS = ("/dev/nvidia*", "/dev/dri", "/dev/kfd")
 
 
 def within(path: str | Path, folder: str | Path) -> bool:

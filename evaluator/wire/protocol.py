@@ -175,8 +175,9 @@ class Reply(Message):
     error: str | None = Field(None, description=(
         "Why the command could not be done: the candidate raised (traceback), ModelNew is missing, ... "
         "The referee decides what status that is."))
-    error_kind: Literal["import", "no_model_new", "raised", "not_module", "internal"] | None = Field(None, description=(
-        "`import`: importing the candidate failed (or it called exit); `no_model_new`: it defines no class "
+    error_kind: Literal["build", "import", "no_model_new", "raised", "not_module", "internal"] | None = Field(None, description=(
+        "`build`: building its extensions failed; `import`: importing the candidate failed otherwise (or it called "
+        "exit); `no_model_new`: it defines no class "
         "ModelNew; `raised`: the candidate's code raised; `not_module`: ModelNew is no nn.Module; `internal`: the "
         "executor itself failed."))
     flags: list[Flag] = Field(default_factory=list, description="What the executor's own guard saw during it.")
@@ -236,6 +237,9 @@ class BaselineRound(Message):
     window_cost_ms: float | None = Field(None, description=(
         "What a clocked window costs beyond its call, by the calibrator (evaluator.referee.clock); None when it failed."))
     calibration_error: str | None = Field(None, description="Why the calibrator failed, when it did.")
+    device_busy: str | None = Field(None, description=(
+        "Why the round was timed on a device that was not idle (another process's work on it, for seconds): "
+        "the verdicts that divide by it are `shaky_timing`."))
 
 
 class JudgeReply(Message):
@@ -271,7 +275,10 @@ class RefereeConfig(BaseModel):
     size: str
     device: str
     baselines: list[str] = Field(description="Baselines timed in every round.")
-    seed: int = Field(description="The batch's root seed: every candidate's seeds derive from it.")
+    seed: int | None = Field(None, description=(
+        "The user's pinned seed: every candidate's reference starts from the weights it gives (None: fresh "
+        "weights for each). It never seeds an input: those derive from a secret the referee draws for the "
+        "batch (evaluator.referee.keys)."))
     timing_budget_s: float = 2.0
     min_reps: int = 10
     max_reps: int = 200
@@ -283,6 +290,13 @@ class RefereeConfig(BaseModel):
     compile_memory_limit_gb: float | None
     cache_dir: str
     protect: list[str] = Field(default_factory=list, description="Paths no executor may read.")
+    builds: str | None = Field(None, description=(
+        "How the parent keeps builds away from this referee's clock (recorded with each verdict): cores apart, "
+        "or frozen while it times (`builds_group`), or neither."))
+    builds_group: str | None = Field(None, description=(
+        "The cgroup this referee freezes while it times anything (a baseline round, a candidate's calls), which "
+        "holds every build of the batch; None when builds run on cores apart, or no cgroup can be made."))
+    cores: list[int] | None = Field(None, description="The CPUs this referee and its executors run on (None: any).")
     round_at_start: bool = Field(False, description=(
         "Time the first baseline round as soon as the referee is up, before any request (a lane starts its "
         "referee while the first builds run)."))

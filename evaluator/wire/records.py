@@ -129,14 +129,23 @@ class ModeCheck(Record):
 class Correctness(Record):
     """How the candidate compared with the reference."""
 
-    tiers: dict[str, bool] = Field(description="Tier -> passed, in the problem's main mode.")
+    tiers: dict[str, bool] = Field(description=(
+        "Tier -> passed, in the problem's main mode: by every checked call and, once timed, by every call after "
+        "the checks too (`later`)."))
     max_abs_err: float | None = Field(None, description="Worst absolute error in the main mode.")
     max_rel_err: float | None = Field(None, description="Worst relative error in the main mode.")
     main: ModeCheck = Field(description="Trials in the problem's mode (train for BatchNorm problems).")
     eval_mode: ModeCheck | None = Field(None, description="The extra check in eval mode, reported apart.")
     distributions: list[str] = Field(description="Input distributions used.")
     seeds: list[int] = Field(description="Seeds of the trials, to reproduce them.")
+    check_key: str | None = Field(None, description=(
+        "The candidate's own key (hex), from which every seed of its checks and clocked calls derives "
+        "(evaluator.referee.keys.Keys); drawn from the batch's secret, never from a pinned seed."))
     buffers_checked: list[str] = Field(description="State-dict entries compared after the calls.")
+    later: ModeCheck | None = Field(None, description=(
+        "Every call compared after the checks, in every tier: each clocked call's output and buffers (as its "
+        "window copied them), the whole state after them, one fresh checked call and the profiled call. "
+        "`tiers` above claims only the tiers these passed too; null where the candidate was not timed."))
     by_distribution: dict[str, ModeCheck] = Field(default_factory=dict, description=(
         "Input distribution -> the main mode's trials on inputs drawn from it (which distribution failed); "
         "empty on verdicts made before it was recorded."))
@@ -228,6 +237,13 @@ class TimingCheck(Record):
         "Each checked quantile; empty on verdicts made when only the mean was checked."))
     longer_than_window: list[int] = Field(default_factory=list, description=(
         "Calls the executor reported as longer than the referee's whole window around them (at most 16)."))
+    hold: str | None = Field(None, description=(
+        "How the candidate's processes were held around the calibrator's windows: `cgroup_freezer` (its cgroup "
+        "frozen: nothing of it runs until thawed) or `sigstop` (every process stopped, every thread's run time "
+        "read before and after); null on verdicts made before it was recorded."))
+    builds: str | None = Field(None, description=(
+        "How builds were kept away from the clock while it was timed: on cores apart from the lane's, frozen "
+        "whenever anything is timed, or neither (niced only), as the parent set it up."))
 
 
 class Roofline(Record):
