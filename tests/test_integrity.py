@@ -101,10 +101,11 @@ RUN_CPU = [p for p in HACKS_CPU if expectations(p)[0] != Status.rejected.value] 
 @pytest.fixture(scope="module")
 def cpu_verdicts(tmp_path_factory):
     """The CPU hack fixtures that run (all but those whose EXPECT status is `rejected`) and the good CPU
-    candidates, in ONE evaluation batch, with --run-rejected: statically rejected ones run contained."""
+    candidates, in ONE evaluation batch, with --run-rejected: statically rejected ones run contained. The
+    seed is pinned, as users pin it to reproduce a run (issue 32: it must reveal no input)."""
     batch = [CandidateFile(name=p.stem, path=p) for p in RUN_CPU]
     batch += [CandidateFile(name=f"good-{p.stem}", path=p) for p in GOOD_CPU]
-    verdicts = list(evaluate(batch, options(tmp_path_factory.mktemp("integrity"), run_rejected=True)))
+    verdicts = list(evaluate(batch, options(tmp_path_factory.mktemp("integrity"), run_rejected=True, seed=0)))
     assert [v.candidate for v in verdicts] == [c.name for c in batch]
     return {v.candidate: v for v in verdicts}
 
@@ -281,6 +282,39 @@ def test_processes_that_leave_the_group_are_held_with_it_and_the_window_cost_sta
     pad_ms = 3.0  # hold_escape.PAD_MS
     assert verdict.status == Status.correct, verdict.error
     assert verdict.runtime_ms > 0.8 * pad_ms, (verdict.runtime_ms, verdict.timing_check)
+
+
+ISSUE_32_CPU = {"pinned_seed_replay", "strict_on_few_calls"}
+
+
+def test_each_class_of_issue_32_has_a_cpu_fixture():
+    assert ISSUE_32_CPU <= {p.stem for p in HACKS_CPU}
+
+
+def test_a_pinned_seed_reveals_no_input(cpu_verdicts):
+    """With the seed pinned (the batch's is), the construction's seed matches nothing the candidate can
+    replay: it predicts no input, so every clocked call does its padded work (against the code of old, where
+    it answered every clocked call in advance: 0.37 ms ranked against its 3 ms pad, 5.2x eager)."""
+    verdict = cpu_verdicts["pinned_seed_replay"]
+    pad_ms = 3.0  # pinned_seed_replay.PAD_MS
+    assert verdict.status == Status.correct, verdict.error
+    assert "inputs predicted: no" in verdict.stdout_tail
+    assert verdict.runtime_ms > 0.8 * pad_ms, (verdict.runtime_ms, verdict.timing_check)
+    keys = {v.correctness.check_key for v in cpu_verdicts.values() if v.correctness is not None}
+    assert len(keys) == sum(1 for v in cpu_verdicts.values() if v.correctness is not None)  # each its own
+
+
+def test_a_tier_is_claimed_only_where_every_call_passed_it(cpu_verdicts):
+    """Six clocked calls off by 90 times the strict tolerance: strict is lost, loose stands (the code of old
+    claimed strict whenever its two fully compared calls missed the six)."""
+    verdict = cpu_verdicts["strict_on_few_calls"]
+    assert verdict.status == Status.correct, verdict.error
+    assert verdict.correctness.tiers == {"strict": False, "loose": True}
+    assert verdict.correctness.main.tiers["strict"]  # every checked call passed it
+    later = verdict.correctness.later
+    assert later.tiers == {"strict": False, "loose": True} and later.trials >= verdict.timing.reps
+    for good in GOOD_CPU:
+        assert cpu_verdicts[f"good-{good.stem}"].correctness.later.tiers["strict"]
 
 
 def test_the_guard_watches_the_executor_that_serves(cpu_verdicts):
@@ -667,11 +701,24 @@ def test_a_cuda_hack_fixture_compiles_here(tmp_path):
 
 @pytest.mark.gpu
 def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
-    batch = [CandidateFile(name=p.stem, path=p) for p in HACKS_CUDA] + [CandidateFile(name="good", path=GOOD_CUDA)]
+    """Every CUDA hack in one batch beside an honest candidate (placed right after the one that spins the GPU
+    at import, and again at the end), the seed pinned; builds in a pool of two."""
+    batch = [CandidateFile(name=p.stem, path=p) for p in HACKS_CUDA]
+    spin = next(i for i, c in enumerate(batch) if c.name == "build_spins_gpu")
+    batch.insert(spin + 1, CandidateFile(name="good-beside-the-spin", path=GOOD_CUDA))
+    batch.append(CandidateFile(name="good", path=GOOD_CUDA))
     verdicts = {v.candidate: v for v in evaluate(batch, EvalOptions(device="cuda", size="small", jobs=2, run_rejected=True,
-                                                                     baselines=["eager"], log_root=tmp_path))}
+                                                                     baselines=["eager"], log_root=tmp_path, seed=0))}
     for path in HACKS_CUDA:
         assert_expected(verdicts[path.stem], path)
+    # issue 32 on the GPU: no input predicted from the pinned seed; strict lost where six calls were fp16; the
+    # honest candidate beside a candidate that spins the GPU at import is judged as any other
+    seeded = verdicts["pinned_seed_replay"]
+    assert "inputs predicted: no" in seeded.stdout_tail and seeded.runtime_ms > 0.8 * 3.0, seeded.timing_check
+    assert verdicts["strict_on_few_calls"].correctness.tiers == {"strict": False, "loose": True}
+    beside = verdicts["good-beside-the-spin"]
+    assert beside.status == Status.correct and not beside.rejected, (beside.error, beside.flags)
+    assert beside.timing_check.hold in ("cgroup_freezer", "sigstop") and beside.timing_check.builds
     # issue 21 on the GPU: reports reshaped change no ranked number; work outside a window is never compared
     reshaped = verdicts["redistributed_time"]
     assert reshaped.timing_check.reported_median_ms < reshaped.timing_check.referee_ms / 5
