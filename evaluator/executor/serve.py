@@ -102,10 +102,11 @@ class Executor:
         self.model: torch.nn.Module | None = None
         self.guard: guards.StateGuard | None = None
         self.specs, self.fixed, self.values = [], {}, {}
-        self.staged: list = []           # the clocked calls' inputs: views of the stage (and plain values)
+        self.staged: list = []           # the first input set of the clocked calls (the profiled call's)
+        self.staged_sets: list[list] = []  # each input set: views of the stage (and plain values)
         self.staged_state: list[str] = []
         self.delay_cycles = 0
-        self.pending = None              # the output of the last `go`, until `put`
+        self.pending = None              # each output of the last `go` and the buffers after it, until `put`
         self.clocked_since: dict[str, str] | None = None  # global flags before the first `go` not yet settled
 
     # -- the import ------------------------------------------------------------------------------
@@ -165,8 +166,12 @@ class Executor:
         self.specs = command.inputs
         self.fixed = {int(s.name.removeprefix("input.")): self.exchange.read(s, self.device) for s in command.fixed}
         self.values = unpack(command.values) or {}
-        staged = {int(s.name.removeprefix("input.")): self.stage.view(s) for s in command.staged} if self.stage else {}
-        self.staged = [staged[i] if i in staged else self.values.get(i) for i in range(len(self.specs))]
+        self.staged_sets = []
+        for index in range(command.sets if self.stage else 0):
+            moved = [s.model_copy(update={"offset": s.offset + index * command.set_stride}) for s in command.staged]
+            staged = {int(s.name.removeprefix("input.")): self.stage.view(s) for s in moved}
+            self.staged_sets.append([staged[i] if i in staged else self.values.get(i) for i in range(len(self.specs))])
+        self.staged = self.staged_sets[0] if self.staged_sets else []
         self.staged_state = list(command.staged_state)
         self.delay_cycles = self.stream_delay_cycles(command.stream_delay_ms)
         flags_before = guards.read_global_flags()
@@ -235,34 +240,63 @@ class Executor:
         return self.ship(reply, seen, after, state=command.send_state)
 
     def go(self, command: Go) -> Reply:
-        """One clocked forward on the stage's inputs (see protocol.Go): its output kept for `put`."""
+        """`calls` clocked forwards back to back, call k on the stage's input set k (see protocol.Go): each
+        output kept for `put`, and the buffers as each call left them (copies)."""
         if self.clocked_since is None:
             self.clocked_since = guards.read_global_flags()
             gc.disable()  # no collection pause inside a window (until the clocked calls are over)
         self.pending = None
+        if not 1 <= command.calls <= len(self.staged_sets):
+            return Reply(id=command.id, error=f"{command.calls} calls asked for, {len(self.staged_sets)} input sets",
+                         error_kind="internal")
         self.model.train(command.train)
+        reply = Reply(id=command.id)
+        pending, storages = [], {}  # each output's storage: the call that returned it first
         try:
             with torch.no_grad():
-                out, event_ms, host_ms = timed_forward(self.model, self.staged, self.device)
+                for index in range(command.calls):
+                    inputs = self.staged_sets[index]
+                    out, event_ms, host_ms = timed_forward(self.model, inputs, self.device)
+                    pending.append((out, self.buffers_now()))
+                    reply.outputs.append(value_info(out))
+                    reply.problems += [f"call {index + 1} of the window: {p}" for p in self.output_problems(out, inputs)]
+                    if cmp.is_plain_tensor(out):
+                        earlier = storages.setdefault(out.untyped_storage().data_ptr(), index)
+                        if earlier != index:
+                            reply.problems.append(f"call {index + 1} of the window returned the memory call {earlier + 1} "
+                                                  "returned (a later call overwrote an earlier one's output)")
+                    if event_ms is not None:
+                        reply.events_ms.append(event_ms)
+                    reply.host_ms.append(host_ms)
         except BaseException:
             return Reply(id=command.id, error=describe_exception("ModelNew.forward raised"), error_kind="raised")
-        self.pending = out
-        return Reply(id=command.id, output=value_info(out), problems=self.output_problems(out, self.staged),
-                     events_ms=[event_ms] if event_ms is not None else [], host_ms=[host_ms])
+        self.pending = pending
+        reply.output = reply.outputs[0]
+        return reply
+
+    def buffers_now(self) -> dict:
+        """Copies of the buffers `put` stages, as the call just made left them (the device waited for)."""
+        entries = cmp.module_tensors(self.model)
+        return {name: entries[name].detach().clone() if cmp.is_plain_tensor(entries.get(name)) else entries.get(name)
+                for name in self.staged_state}
 
     def put(self, command: Put) -> Reply:
-        """The last clocked call's output, then the buffers named at construct, into the stage from
-        `offset`; the device waited for."""
-        out, self.pending = self.pending, None
-        reply = Reply(id=command.id, output=value_info(out))
-        tensors = [("output", out)] if cmp.is_plain_tensor(out) else []
-        entries = cmp.module_tensors(self.model)
-        for name in self.staged_state:
-            value = entries.get(name)
-            if cmp.is_plain_tensor(value):
-                tensors.append((f"state.{name}", value))
-            else:
-                reply.problems.append(f"state.{name}: expected a plain torch.Tensor, got {type(value).__name__}")
+        """Each of the last `go`'s outputs, followed by the buffers as that call left them, into the stage one
+        after another from `offset`; the device waited for."""
+        pending, self.pending = self.pending or [], None
+        reply = Reply(id=command.id, output=value_info(pending[0][0]) if pending else None)
+        tensors = []
+        for index, (out, buffers) in enumerate(pending):
+            reply.outputs.append(value_info(out))
+            if cmp.is_plain_tensor(out):
+                tensors.append((f"output.{index}", out))
+            for name in self.staged_state:
+                value = buffers.get(name)
+                if cmp.is_plain_tensor(value):
+                    tensors.append((f"state.{index}.{name}", value))
+                else:
+                    reply.problems.append(f"call {index + 1}: state.{name}: expected a plain torch.Tensor, got "
+                                          f"{type(value).__name__}")
         offset = command.offset
         with torch.no_grad():
             for name, tensor in tensors:

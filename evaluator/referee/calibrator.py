@@ -37,8 +37,7 @@ class ModelNew(_reference.Model):
     def forward(self, *inputs):
         if getattr(self, "_answer", None) is None:
             self._answer = super().forward(*inputs).detach().clone()
-            self._out = torch.empty_like(self._answer)
-        return self._out.copy_(self._answer)
+        return self._answer.clone()  # a fresh output each call, as a candidate's (a window holds several)
 '''
 
 
@@ -74,23 +73,23 @@ class Calibrator:
         with clock.collector_paused():
             for _ in range(referee.timer.warmup + clock.CALIBRATION_WINDOWS):
                 inputs = referee.draw(referee.problem.distributions[0], referee.keys.next_seed("calibrator"))
-                windows.append(self.window(inputs))
+                windows.append(self.window([inputs]))
                 if windows[-1] is None:
                     return None
-                clock.inputs_changed(self.link.stage, referee.layout, inputs)
+                clock.inputs_changed(self.link.stage, referee.layout, [inputs])
         cost = clock.window_cost(windows[referee.timer.warmup:])
         if cost is None:
             self.failed("the calibrator reported no time for its calls")
         return cost
 
-    def window(self, inputs: list) -> clock.Clocked | None:
-        """One of the calibrator's windows on `inputs`; None when it failed."""
+    def window(self, input_sets: list[list]) -> clock.Clocked | None:
+        """One of the calibrator's windows, a call on each of `input_sets`; None when it failed."""
         referee = self.referee
         if self.broken:
             return None
         try:
             self.get_ready()
-            clocked = clock.window(self.request, self.link.stage, referee.layout, inputs,
+            clocked = clock.window(self.request, self.link.stage, referee.layout, input_sets,
                                    referee.problem.mode == "train", referee.timer.flush, referee.keys.next_unit("calibrator place"))
             clocked.capture = None  # only its time is wanted
             self.error = None

@@ -18,28 +18,31 @@ from evaluator.referee.session import Built, Checked, Judged, Session, Stop
 
 # ------------------------------------------------------------------------------------------ check
 
+def output_problem(info: ValueInfo | None, actual: torch.Tensor | None, shape: list[int], referee: RefereeView) -> str | None:
+    """Why what forward returned (as the executor describes it, and its values as shipped) is not a plain
+    tensor of the reference output's shape, dtype and device type; None when it is."""
+    if info is None:
+        return "forward returned nothing the executor could describe"
+    if not info.plain:
+        return f"expected a plain torch.Tensor, got {info.kind}"
+    if list(info.shape or []) != list(shape):
+        return f"shape {tuple(info.shape or [])}, expected {tuple(shape)}"
+    if info.dtype != referee.output_dtype:
+        return f"dtype torch.{info.dtype}, expected torch.{referee.output_dtype}"
+    if info.device != referee.device:
+        return f"on {info.device}, expected on {referee.device}"
+    if actual is None or list(actual.shape) != list(shape):
+        return "its values did not reach the referee"
+    return None
+
+
 def compare_output(info: ValueInfo | None, actual: torch.Tensor | None, expected: torch.Tensor, referee: RefereeView,
                    tolerances: dict) -> compare.TensorCompare:
-    """What forward returned (as the executor describes it, and its values as shipped) against the
-    float64 `expected`: a plain tensor of the reference output's shape, dtype and device type first."""
-    failed = {tier: False for tier in tolerances}
-    inf = float("inf")
-
-    def failure(reason: str) -> compare.TensorCompare:
-        return compare.TensorCompare(inf, inf, failed, f"output: {reason}")
-
-    if info is None:
-        return failure("forward returned nothing the executor could describe")
-    if not info.plain:
-        return failure(f"expected a plain torch.Tensor, got {info.kind}")
-    if list(info.shape or []) != list(expected.shape):
-        return failure(f"shape {tuple(info.shape or [])}, expected {tuple(expected.shape)}")
-    if info.dtype != referee.output_dtype:
-        return failure(f"dtype torch.{info.dtype}, expected torch.{referee.output_dtype}")
-    if info.device != referee.device:
-        return failure(f"on {info.device}, expected on {referee.device}")
-    if actual is None or list(actual.shape) != list(expected.shape):
-        return failure("its values did not reach the referee")
+    """What forward returned against the float64 `expected` (output_problem first)."""
+    problem = output_problem(info, actual, list(expected.shape), referee)
+    if problem is not None:
+        inf = float("inf")
+        return compare.TensorCompare(inf, inf, {tier: False for tier in tolerances}, f"output: {problem}")
     return compare.compare_tensor("output", actual, expected, tolerances, referee.rel_floor)
 
 

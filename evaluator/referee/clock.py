@@ -85,58 +85,68 @@ def device_idle(probe: torch.Tensor, limit_s: float) -> float | None:
 
 @dataclass
 class Clocked:
-    """One window: the referee's ms around it, the executor's replies, and the stage's span copied out."""
+    """One window of `calls` calls back to back: the referee's ms around it, the executor's replies, and the
+    stage's span copied out (each call's output and buffers, one after another)."""
 
     ms: float
     go: Reply
     put: Reply | None
     offset: int
-    capture: torch.Tensor | None  # uint8, the referee's own copy of [offset, offset + span)
+    capture: torch.Tensor | None  # uint8, the referee's own copy of [offset, offset + calls * span)
     steps: tuple[float, ...] = ()  # ms of its steps: inputs staged (device waited for), go, put, copied out
+    calls: int = 1
 
     @property
     def reported_ms(self) -> float | None:
-        """What the executor said the forward took: its device events, or its host clock (CPU)."""
+        """What the executor said its forwards took, all together: its device events, or its host clock (CPU)."""
         times = self.go.events_ms or self.go.host_ms
-        return times[0] if len(times) == 1 else None
+        return sum(times) if len(times) == self.calls else None
+
+    @property
+    def per_call_ms(self) -> float:
+        """The window's ms over its calls (before the window's own cost is taken off)."""
+        return self.ms / self.calls
 
     def tensor(self, slot: TensorSlot, layout: Layout, stage: Stage) -> torch.Tensor:
         """A staged tensor, read from the capture (never from the stage, which the executor can still
         write): it must lie inside the span the referee asked for."""
         dtype = stage.check(slot)
-        start = slot.offset - self.offset
-        if start < 0 or start + slot.nbytes > layout.span or self.capture is None:
+        start, span = slot.offset - self.offset, self.calls * layout.span
+        if start < 0 or start + slot.nbytes > span or self.capture is None:
             raise ExchangeError(f"{slot.name}: bytes {slot.offset}..{slot.offset + slot.nbytes} lie outside the "
-                                f"span the referee asked for ({self.offset}..{self.offset + layout.span})")
+                                f"span the referee asked for ({self.offset}..{self.offset + span})")
         raw = self.capture[start:start + slot.nbytes]
         return (raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype, device=raw.device)).view(slot.shape)
 
 
-def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, inputs: list, train: bool,
+def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, input_sets: list[list], train: bool,
            flush: Callable[[], None], place: float) -> Clocked:
-    """One clocked call (see the module's docstring). `request` sends a command and returns its reply
-    (it raises when the executor is gone); `place` in [0, 1) picks where in the region the output goes."""
+    """One window of len(input_sets) calls back to back (see the module's docstring): every set written into
+    the stage, then one `go` for all the calls. `request` sends a command and returns its reply (it raises
+    when the executor is gone); `place` in [0, 1) picks where in the region the outputs go."""
     sync = torch.cuda.synchronize if stage.device == "cuda" else (lambda: None)
+    calls = len(input_sets)
     # the referee's copy, allocated before the clock starts (a fresh device allocation takes tenths of a ms)
-    capture = torch.empty(layout.span, dtype=torch.uint8, device=stage.bytes.device)
+    capture = torch.empty(calls * layout.span, dtype=torch.uint8, device=stage.bytes.device)
     started = _perf_counter()
-    for slot in layout.inputs:
-        stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
+    for index, inputs in enumerate(input_sets):
+        for slot in layout.slots(index):
+            stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
     flush()
     sync()
     staged = _perf_counter()
-    go = request(Go(id=0, train=train))
+    go = request(Go(id=0, train=train, calls=calls))
     if go.error:
-        return Clocked((_perf_counter() - started) * 1e3, go, None, 0, None)
+        return Clocked((_perf_counter() - started) * 1e3, go, None, 0, None, calls=calls)
     went = _perf_counter()
     offset = layout.place(place)
     put = request(Put(id=0, offset=offset))
     was_put = _perf_counter()
-    capture.copy_(stage.bytes[offset:offset + layout.span])
+    capture.copy_(stage.bytes[offset:offset + calls * layout.span])
     sync()
     ended = _perf_counter()
     steps = tuple((b - a) * 1e3 for a, b in ((started, staged), (staged, went), (went, was_put), (was_put, ended)))
-    return Clocked((ended - started) * 1e3, go, put, offset, capture, steps)
+    return Clocked((ended - started) * 1e3, go, put, offset, capture, steps, calls)
 
 
 @contextlib.contextmanager
@@ -152,13 +162,14 @@ def collector_paused():
             gc.enable()
 
 
-def inputs_changed(stage: Stage, layout: Layout, inputs: list) -> list[int]:
-    """Positions of staged inputs that no longer hold what the referee wrote (read after the window)."""
+def inputs_changed(stage: Stage, layout: Layout, input_sets: list[list]) -> list[tuple[int, int]]:
+    """(call, position) of the staged inputs that no longer hold what the referee wrote (read after the window)."""
     changed = []
-    for slot in layout.inputs:
-        position = int(slot.name.removeprefix("input."))
-        if not torch.equal(stage.view(slot), inputs[position]):
-            changed.append(position)
+    for index, inputs in enumerate(input_sets):
+        for slot in layout.slots(index):
+            position = int(slot.name.removeprefix("input."))
+            if not torch.equal(stage.view(slot), inputs[position]):
+                changed.append((index, position))
     return changed
 
 
@@ -188,32 +199,36 @@ def window_cost(clocked: list[Clocked]) -> WindowCost | None:
 
 
 def referee_times(clocked: list[Clocked], cost_ms: float) -> list[float]:
-    """Each call's time by the referee's clock: its window less the window's cost (never below a nanosecond)."""
-    return [max(c.ms - cost_ms, 1e-6) for c in clocked]
+    """Each window's time per call by the referee's clock: the window less the window's cost, over its calls
+    (at or below zero where the cost's error is as large as the calls: see time_phase.check_floor)."""
+    return [(c.ms - cost_ms) / c.calls for c in clocked]
 
 
 def cross_check(clocked: list[Clocked], cost: WindowCost | None, device: str) -> TimingCheck:
-    """The reported times against the referee's: at every quantile of QUANTILES the referee's within
-    TIMING_SLACK of the report, beyond the calibrator's own spread there; and no call reported longer
-    than its whole window."""
+    """The reported times against the referee's, per call: at every quantile of QUANTILES the referee's within
+    TIMING_SLACK of the report, beyond the calibrator's own spread there (both spread over a window's
+    calls); and no window's calls reported longer than the whole window."""
     cost_ms = cost.cost_ms if cost is not None else 0.0
+    calls = clocked[0].calls if clocked else 1
     referee = referee_times(clocked, cost_ms)
-    reported = [c.reported_ms for c in clocked]
+    reported = [c.reported_ms / c.calls if c.reported_ms is not None else None for c in clocked]
     ratio, slack = TIMING_SLACK[device]
     rows, longer = [], []
     if all(r is not None and math.isfinite(r) and r >= 0 for r in reported):
         for q in QUANTILES:
             ours, theirs = quantile(referee, q), quantile(reported, q)
-            limit = ratio * theirs + slack + (cost.spread(q) if cost is not None else 0.0)
+            limit = ratio * theirs + (slack + (cost.spread(q) if cost is not None else 0.0)) / calls
             rows.append(QuantileCheck(q=q, referee_ms=round(ours, 5), reported_ms=round(theirs, 5),
                                       limit_ms=round(limit, 5), agrees=ours <= limit))
-        longer = [i for i, (c, r) in enumerate(zip(clocked, reported)) if r > c.ms + REPORT_GRAIN_MS]
+        longer = [i for i, c in enumerate(clocked) if c.reported_ms > c.ms + REPORT_GRAIN_MS]
     median = next((row for row in rows if row.q == 0.5), None)
     return TimingCheck(
-        wall_ms=round(sum(c.ms for c in clocked), 4), calls=len(clocked), overhead_ms=round(cost_ms, 5),
+        wall_ms=round(sum(c.ms for c in clocked), 4), calls=sum(c.calls for c in clocked), calls_per_window=calls,
+        overhead_ms=round(cost_ms, 5),
         referee_ms=round(statistics.median(referee), 5),
         reported_mean_ms=round(statistics.fmean(reported), 5) if rows else -1.0,
         reported_median_ms=median.reported_ms if median else None,
+        reported_iqr_ms=round(quantile(reported, 0.75) - quantile(reported, 0.25), 5) if rows else None,
         limit_ms=median.limit_ms if median else 0.0,
         agrees=bool(rows) and all(row.agrees for row in rows) and not longer,
         quantiles=rows, longer_than_window=longer[:16])
@@ -224,10 +239,10 @@ def mismatch_reason(check: TimingCheck) -> str:
     if not check.quantiles:
         return "the executor reported no usable time for its calls"
     if check.longer_than_window:
-        return (f"the executor reported calls {check.longer_than_window[:8]} as longer than the referee's whole "
-                "window around them")
+        return (f"the executor reported the calls of windows {check.longer_than_window[:8]} as longer than the "
+                "referee's whole window around them")
     worst = max(check.quantiles, key=lambda row: row.referee_ms - row.limit_ms)
     return (f"the reported times do not account for the referee's clock: at the {worst.q:.0%} quantile of "
-            f"{check.calls} clocked calls the referee measured {worst.referee_ms:.4g} ms a call (its window less "
-            f"the window's own {check.overhead_ms:.4g} ms), against a reported {worst.reported_ms:.4g} ms (at "
+            f"{check.calls} clocked calls the referee measured {worst.referee_ms:.4g} ms a call (its windows less "
+            f"a window's own {check.overhead_ms:.4g} ms, over {check.calls_per_window} call(s) each), against a reported {worst.reported_ms:.4g} ms (at "
             f"most {worst.limit_ms:.4g} ms would stand)")

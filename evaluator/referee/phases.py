@@ -178,6 +178,7 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
     if timed is not None and status != Status.correct:
         timed = None
     timing = timed.timing if timed else None
+    figure = timing if timed is not None and timed.resolved else None  # a number the clock resolves, or none
     rounds = referee.current_round if referee is not None and timing is not None else None
     baselines = dict(rounds.baselines) if rounds is not None else {}
     environment = referee.environment.model_copy() if referee is not None else None
@@ -194,15 +195,15 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         device=session.device, status=status,
         phase=outcome.phase if outcome is not None else (Phase.time if error else None), error=error,
         correctness=correctness,
-        runtime_ms=timing.median_ms if timing else None, timing=timing, baselines=baselines,
+        runtime_ms=figure.median_ms if figure else None, timing=timing, baselines=baselines,
         baseline_source=rounds.source if rounds is not None else None,
-        speedup={name: stats.median_ms / timing.median_ms for name, stats in baselines.items()} if timing else {},
+        speedup={name: stats.median_ms / figure.median_ms for name, stats in baselines.items()} if figure else {},
         timing_check=timed.check if timed else None, flags=merge_flags(flags),
         kernels=list(profiled.kernels) if profiled else [], kernel_count=profiled.kernel_count if profiled else None,
         kernel_times_us=list(profiled.kernel_times_us) if profiled else [],
         custom_kernels=list(profiled.custom_kernels) if profiled else [],
         runtime_floor_ms=timed.floor_ms if timed else None,
-        roofline=forward_roofline(referee, timing.median_ms) if timing else None,
+        roofline=forward_roofline(referee, figure.median_ms) if figure else None,
         phase_seconds=dict(session.phase_seconds), environment=environment)
 
 

@@ -29,6 +29,7 @@ import base64
 import contextlib
 import copy
 import functools
+import math
 import secrets
 import threading
 import time
@@ -44,6 +45,7 @@ from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
 from evaluator.referee.process import ExecutorProcess, pause_all, resume_all, settle
+from evaluator.referee.time_phase import WINDOW_OVER_COST
 from evaluator.referee.timing import Call, Timer, quantile, summarize
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
@@ -57,6 +59,12 @@ from evaluator.wire.stage import Layout
 
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
 BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be frozen
+# A stage holds input sets for windows of up to MOST_CALLS calls back to back, within these bytes (each
+# executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
+STAGE_BYTES = {"cuda": 3 << 30, "cpu": 32 << 20}
+MOST_CALLS = 256
+# What a window costs beyond its calls, before a round has measured it (choosing the baselines' K).
+ASSUMED_WINDOW_COST_MS = {"cuda": 1.5, "cpu": 1.0}
 
 
 
@@ -70,8 +78,8 @@ class Referee:
         self.size, self.device = config.size, config.device
         self.batch = secrets.token_hex(4)
         self.keys = Keys()  # the batch's secret: every seed derives from it (evaluator.referee.keys)
-        # each executor's cgroup lies below this one (frozen to hold it); None where none can be made
-        self.groups = cgroups.root_group("referee")
+        # each executor's cgroup lies below this one (frozen to hold it), made with the first executor
+        self.groups: cgroups.Group | None = None
         # the batch's builds, frozen while anything is timed (where they do not run on cores of their own)
         self.builds = cgroups.Group(Path(config.builds_group)) if config.builds_group else None
         self.tolerances = self.problem.tolerances
@@ -95,8 +103,8 @@ class Referee:
         self.buffer_names = [name for name, _ in probe.named_buffers()]
         staged = [(i, s.shape, s.dtype) for i, s in enumerate(self.specs) if s.kind == "random"]
         staged += [(i, list(t.shape), dtype_name(t.dtype)) for i, t in self.fixed.items()]
-        self.layout = Layout.plan(sorted(staged), self.output_nbytes,
-                                  [b.numel() * b.element_size() for b in probe.buffers()])
+        self.layout = Layout.plan(sorted(staged), self.output_nbytes, [b.numel() * b.element_size() for b in probe.buffers()],
+                                  budget=STAGE_BYTES[self.device], most=MOST_CALLS)
         self.reference_ms = self.forward_ms(probe, sample)
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
         self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
@@ -135,7 +143,8 @@ class Referee:
         """Build ModelNew (torch seeded with `seed`), knowing the forward's inputs and the stage's layout."""
         return Construct(id=0, init_inputs=pack(self.init_inputs), seed=seed, inputs=self.specs, fixed=fixed,
                          values=pack(self.values), stream_delay_ms=self.stream_delay_ms,
-                         staged=list(self.layout.inputs), staged_state=self.buffer_names)
+                         staged=list(self.layout.inputs), sets=self.layout.sets, set_stride=self.layout.stride,
+                         staged_state=self.buffer_names)
 
     @property
     def exchange_bytes(self) -> int:
@@ -313,33 +322,45 @@ class Referee:
         raise ValueError(f"unknown baseline {name!r}")
 
     def time_baseline(self, name: str) -> TimingStats:
-        """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs
-        drawn for every call outside the timed window."""
+        """As a candidate is timed: warm-up, one call to size the series, then windows of K calls back to back
+        (K chosen as a candidate's is, from the call's time and what a window costs: like with like); fresh
+        inputs drawn for every call before each window, outside the timing."""
         model = self.baseline_callable(name)
         self.baseline_model.train(self.problem.mode == "train")
         distribution = self.problem.distributions[0]
-        current: dict = {}
+        current: dict = {"sets": []}
+        calls = 1
 
         def drawing(seed: int):
             def before(call: Call) -> None:
-                current.pop("inputs", None)
-                current["inputs"] = self.draw(distribution, draws.call_seed(seed, call.index))
+                current["sets"] = [self.draw(distribution, draws.call_seed(seed, call.index * calls + k))
+                                   for k in range(calls)]
             return before
 
         with torch.no_grad():
-            fn = lambda: model(*current["inputs"])  # noqa: E731
+            fn = lambda: model(*current["sets"].pop(0))  # noqa: E731
             warm = drawing(self.keys.next_seed("baseline"))
             self.timer.untimed(fn, self.timer.warmup, warm)
             estimate = self.timer.one(fn, Call(self.timer.warmup), warm)[1]
+            calls = self.baseline_calls(estimate)
             # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
-            events, _ = self.timer.series(fn, self.timer.reps_for(estimate), drawing(self.keys.next_seed("baseline")),
-                                          target_rel=0.005)
+            events, _ = self.timer.series(fn, self.timer.reps_for(estimate * calls), drawing(self.keys.next_seed("baseline")),
+                                          target_rel=0.005, calls=calls)
         return summarize(events, self.timer.warmup + 1)
+
+    def baseline_calls(self, estimate_ms: float) -> int:
+        """K for a baseline whose call takes `estimate_ms`: as a candidate's (time_phase.window_calls), from what
+        a window costs (the last round's calibrator, else ASSUMED_WINDOW_COST_MS)."""
+        cost = self.current_round.window_cost if self.current_round is not None else None
+        cost_ms = cost.cost_ms if cost is not None else ASSUMED_WINDOW_COST_MS[self.device]
+        return max(1, min(self.layout.sets, math.ceil(WINDOW_OVER_COST * cost_ms / max(estimate_ms, 1e-3))))
 
     # -- one candidate -----------------------------------------------------------------------------
 
     def executor_group(self) -> cgroups.Group | None:
         """A cgroup of its own for the next executor (None: it is held with SIGSTOP)."""
+        if self.groups is None:
+            self.groups = cgroups.root_group("referee")
         try:
             return cgroups.Group.create(self.groups, "x") if self.groups is not None else None
         except OSError:

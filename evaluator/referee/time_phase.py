@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 
 import torch
 
@@ -18,62 +19,71 @@ from evaluator.wire.exchange import ExchangeError
 from evaluator.wire.protocol import Reply, SendState
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, TimingStats
 from evaluator.referee.session import Built, Checked, Judged, Session, Timed
-from evaluator.referee.check_phase import compare_output, describe_regression, trial
+from evaluator.referee.view import RefereeView
+from evaluator.referee.check_phase import compare_output, describe_regression, output_problem, trial
 
 
 # Bytes of the stage the referee copies out of a series of clocked calls (each call's output and buffers,
-# copied inside its window, compared as soon as the call is over and then freed): it bounds how many calls
-# a series has (at kernelbench, 256 MiB outputs: 4 warm-up calls and 19 timed ones).
+# copied inside its window, compared as soon as the window is over and then freed): with the fewest windows
+# a series has, it bounds how many calls a series has (at kernelbench, 256 MiB outputs: 23).
 SERIES_BYTES = {"cuda": 6 << 30, "cpu": 512 << 20}
+# A window holds K calls back to back, K chosen so that the window is at least this many times what a window
+# costs beyond its calls (each figure is the window less that cost, over K: the cost's error shrinks with K).
+WINDOW_OVER_COST = 20
+# K grows by this much, once, when the calls' figure still lies within what the clock resolves (check_floor).
+GROW = 4
 
 # ------------------------------------------------------------------------------------------ time
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
-    """Warm-up calls, then timed calls, every one clocked by the referee (evaluator.referee.clock: its inputs
-    written into the stage and its output and buffers copied out inside the window), each followed by a
-    window of the calibrator on the same inputs, with the candidate's processes held and the device
-    idle: what a window costs, measured in the same pattern and the same minute. Every clocked call's
-    output and buffers are compared, in every tier, with the float64 reference replaying the same call as
-    soon as the call is over; then the reported times against the referee's, the physical floor, the
+    """Warm-up windows of one call, then windows of K calls back to back (K: `window_calls`), every window
+    clocked by the referee (evaluator.referee.clock: its inputs written into the stage and every call's output
+    and buffers copied out inside it), each followed by a window of the calibrator on the same inputs, with
+    the candidate's processes held and the device idle: what a window costs, measured in the same pattern
+    and the same minute. Every clocked call's output and buffers are compared, in every tier, with the
+    float64 reference replaying the same call as soon as its window is over; then the reported times against
+    the referee's, the physical floor (a figure the clock cannot resolve grows K once, then is shaky), the
     whole state and one more checked call. A tier is claimed only where every one of these passes it
     (`Timed.later`); one that passes none is `incorrect`."""
     session.enter(Phase.time)
     referee = session.referee
-    timer = referee.timer
     series = Series(session, checked)
-    warm = timer.warmup + 1
     with clock.collector_paused():
-        series.run(warm)
-        fit = SERIES_BYTES[referee.device] // referee.layout.span
-        last, beside = series.calls[-1], series.costs[-1] if series.costs else None
-        estimate = last.ms - (beside.ms - (beside.reported_ms or 0.0) if beside is not None else 0.0)
-        series.run(timer.reps_for(max(estimate, 1e-3), cap=max(1, fit - warm)))
-    calls, costs = series.calls, series.costs
+        series.run(referee.timer.warmup + 1, 1)
+        calls = window_calls(referee, series.windows[-1], series.costs[-1] if series.costs else None)
+        timed = series.timed(calls)
+        timing, cost = series.figures(timed)
+        if too_short(referee, built, timing, cost, calls) and calls < referee.layout.sets:
+            calls = min(referee.layout.sets, calls * GROW)  # the calls are lost in the cost's error: more a window
+            timed = series.timed(calls)
+            timing, cost = series.figures(timed)
     sm_clock = referee.sm_clock()
-    cost = clock.window_cost(costs[warm:]) if len(costs) == len(calls) else None
-    if cost is None and referee.current_round is not None:  # the calibrator failed beside it: the round's
-        cost = referee.current_round.window_cost
-    if cost is None:
-        session.add([Flag(name="uncalibrated", reason=(
-            f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
-            "times are whole windows, longer than the calls"))])
-    cost_ms = cost.cost_ms if cost is not None else 0.0
-    timed = calls[warm:]
-    referee.profile_windows(session.name, timed, costs[warm:])
-    timing = summarize(clock.referee_times(timed, cost_ms), warm)
-    check = clock.cross_check(timed, cost, referee.device)
+    check = clock.cross_check(series.windows[timed], cost, referee.device)
     check.hold = getattr(session.link, "hold_mechanism", None)
     check.builds = referee.config.builds
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
-    compare_state_after_timing(session, series.replay, len(calls), series.later)
-    floor_ms = check_floor(session, built, timing, cost)
+    compare_state_after_timing(session, series.replay, series.count, series.later)
+    floor_ms, resolved = check_floor(session, built, timing, cost, calls)
     recheck(session, series.replay, series.later)
-    return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later)
+    return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later,
+                 resolved=resolved)
+
+
+def window_calls(referee: RefereeView, last: clock.Clocked, beside: clock.Clocked | None) -> int:
+    """K: calls a window holds so that it is at least WINDOW_OVER_COST times its cost, from the last warm-up
+    window and the calibrator's beside it (1 for calls that long already; at most the stage's input sets)."""
+    cost = beside.ms - (beside.reported_ms or 0.0) if beside is not None and beside.reported_ms is not None else None
+    if cost is None and referee.current_round is not None and referee.current_round.window_cost is not None:
+        cost = referee.current_round.window_cost.cost_ms
+    if cost is None or cost <= 0:
+        return 1
+    call = max(last.ms - cost, 1e-3)
+    return max(1, min(referee.layout.sets, math.ceil(WINDOW_OVER_COST * cost / call)))
 
 
 class Series:
-    """A candidate's clocked calls, each beside a calibrator window and compared as soon as it is over."""
+    """A candidate's clocked windows, each beside a calibrator window and compared as soon as it is over."""
 
     def __init__(self, session: Session, checked: Checked):
         self.session, self.checked = session, checked
@@ -82,70 +92,140 @@ class Series:
         # the float64 reference from its state after the checks, replaying every clocked call in order
         self.replay = copy.deepcopy(checked.reference64).train(self.train)
         self.later = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
-        self.calls: list[clock.Clocked] = []
+        self.windows: list[clock.Clocked] = []
         self.costs: list[clock.Clocked] = []  # the calibrator's windows beside them
+        self.count = 0                        # clocked calls made
 
-    def run(self, count: int) -> None:
-        """`count` more clocked calls, each on fresh inputs drawn here (outside the window) from a seed of
-        its own; after each window, the inputs it was given must be as the referee wrote them. Each is
-        followed by one of the calibrator's windows on the same inputs (the pattern a window's cost depends
-        on), run with the candidate's processes held and only once the device has no work of theirs left,
-        so that nothing the candidate does can make the calibrator's windows, and so a window's cost, dearer.
-        Then the call's output and buffers, as its window copied them, against the replayed reference."""
+    def timed(self, calls: int) -> slice:
+        """One warm-up window of `calls` calls (where that is more than one), then the series: as many windows
+        as the timing budget allows (at least the timer's fewest, and no more calls than SERIES_BYTES); the
+        slice of `windows` it took."""
+        referee = self.session.referee
+        timer = referee.timer
+        if calls > 1:
+            self.run(1, calls)
+        first = len(self.windows)
+        estimate = max(self.windows[-1].ms, 1e-3)  # one window's ms, as the last one took
+        fit = max(1, SERIES_BYTES[referee.device] // referee.layout.span // calls)
+        self.run(timer.reps_for(estimate, cap=fit), calls)
+        return slice(first, len(self.windows))
+
+    def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
+        """The series' per-call figures (each window less the cost beside it, over its calls), and that cost:
+        the calibrator's windows beside these, or the round's where it failed (flag `uncalibrated`)."""
+        session, referee = self.session, self.session.referee
+        windows = self.windows[timed]
+        beside = self.costs[timed] if len(self.costs) == len(self.windows) else []
+        cost = clock.window_cost(beside) if beside else None
+        if cost is None and referee.current_round is not None and windows[0].calls == 1:
+            cost = referee.current_round.window_cost  # measured with one call a window
+        if cost is None:
+            session.add([Flag(name="uncalibrated", reason=(
+                f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
+                "times are whole windows, longer than the calls"))])
+        referee.profile_windows(session.name, windows, beside)
+        return summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start), cost
+
+    def run(self, count: int, calls: int) -> None:
+        """`count` more windows of `calls` calls back to back, each call on fresh inputs drawn here (outside the
+        window) from a seed of its own; after each window, the inputs it was given must be as the referee wrote
+        them. Each window is followed by one of the calibrator's on the same inputs (the pattern a window's
+        cost depends on), run with the candidate's processes held and only once the device has no work of
+        theirs left, so that nothing the candidate does can make the calibrator's windows, and so a window's
+        cost, dearer. Then each call's output and buffers, as the window copied them, against the replayed
+        reference."""
         session = self.session
         referee = session.referee
         stage = session.link.stage
         for _ in range(count):
-            inputs = referee.draw(referee.problem.distributions[0], session.seed())
+            input_sets = [referee.draw(referee.problem.distributions[0], session.seed()) for _ in range(calls)]
             # the calibrator held through the candidate's window as the candidate is through the calibrator's:
             # each window then starts with its executor just continued, the pattern a window's cost depends on
             with held(referee.calibrator.link):
-                clocked = clock.window(session.request, stage, referee.layout, inputs, self.train,
+                clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
                                        referee.timer.flush, session.keys.next_unit("place"))
+            first = self.count + 1
+            what = f"clocked call {first}" if calls == 1 else f"the window of clocked calls {first}-{first + calls - 1}"
             if clocked.go.error:
                 raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
-            number = len(self.calls) + 1
-            changed = clock.inputs_changed(stage, referee.layout, inputs)
+            changed = clock.inputs_changed(stage, referee.layout, input_sets)
             if changed:
-                raise Judged(Status.incorrect, Phase.time, f"the candidate modified its input(s) {changed} in place "
-                                                           f"(clocked call {number})")
-            self.calls.append(clocked)
+                raise Judged(Status.incorrect, Phase.time, (
+                    f"the candidate modified its input(s) {sorted({p for _, p in changed})} in place "
+                    f"(clocked call {first + changed[0][0]})"))
+            self.windows.append(clocked)
             with held(session.link):
-                idle(session, f"after clocked call {number} had returned")
-                beside = referee.calibrator.window(inputs)
-                idle(session, f"through the calibrator's window after clocked call {number}")
+                idle(session, f"after {what} had returned")
+                beside = referee.calibrator.window(input_sets)
+                idle(session, f"through the calibrator's window after {what}")
                 ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
                 if ran:
                     raise Judged(Status.runtime_error, Phase.time, (
                         f"its processes {ran} ran while they were held around the calibrator's window after "
-                        f"clocked call {number} (something woke them): that window's cost, subtracted from every "
-                        "call, cannot be trusted"))
+                        f"{what} (something woke them): that window's cost, subtracted from every call, cannot "
+                        "be trusted"))
             if beside is not None:
                 self.costs.append(beside)
-            self.compare(clocked, inputs, f"clocked call {number}")
+            self.compare(clocked, input_sets)
 
-    def compare(self, clocked: clock.Clocked, inputs: list, label: str) -> None:
-        """One clocked call's output and buffers (the referee's copy, made inside its window) against the
-        float64 reference replaying the same call, in every tier; its copy is freed after."""
+    def compare(self, clocked: clock.Clocked, input_sets: list[list]) -> None:
+        """Every call of a window: its output and buffers (the referee's copy, made inside the window) against the
+        float64 reference replaying the same calls in order, in every tier, all the window's calls in one
+        comparison (stacked); the copy is freed after. A failure names the first call that failed."""
         session, referee = self.session, self.session.referee
-        with torch.no_grad(), cmp.guarded():
-            expected = self.replay(*draws.as_float64(inputs))
         staged, problems = staged_tensors(session, clocked)
+        outputs = clocked.put.outputs if clocked.put is not None else []
+        first = self.count + 1
+        expected: list[dict[str, torch.Tensor]] = []
+        with torch.no_grad(), cmp.guarded():
+            for inputs in input_sets:
+                out = self.replay(*draws.as_float64(inputs))
+                expected.append({"output": out, **{name: value.clone() for name, value in self.replay.named_buffers()}})
+        self.count += len(input_sets)
         acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
-        acc.trials = 1
+        acc.trials = len(input_sets)
         for problem in clocked.go.problems + problems:
             acc.fail(problem)
-        acc.add("output", compare_output(clocked.put.output, staged.get("output"), expected, referee,
-                                         referee.tolerances))
-        for name, value in self.replay.named_buffers():
-            acc.add(name, compare.compare_tensor(name, staged.get(f"state.{name}"), value, referee.tolerances,
-                                                 referee.rel_floor))
-        clocked.capture = None
+        for index in range(len(input_sets)):
+            info = outputs[index] if index < len(outputs) else None
+            wrong = output_problem(info, staged.get(f"output.{index}"), list(expected[index]["output"].shape), referee)
+            if wrong is not None:
+                acc.fail(f"output of clocked call {first + index}: {wrong}")
+        if acc.failure is None:
+            for name in expected[0]:
+                key = "output.{}" if name == "output" else f"state.{{}}.{name}"
+                actual = [staged.get(key.format(index)) for index in range(len(input_sets))]
+                if any(not cmp.is_plain_tensor(a) for a in actual):
+                    acc.add(name, compare.compare_tensor(name, None, expected[0][name], referee.tolerances,
+                                                         referee.rel_floor))
+                    continue
+                with cmp.guarded():
+                    acc.add(name, compare.compare_tensor(name, torch.stack(actual), torch.stack([e[name] for e in expected]),
+                                                         referee.tolerances, referee.rel_floor))
         if not acc.passed:
+            index, acc = self.first_failure(acc, staged, expected)
             buffers = acc.failure is None and "output" not in acc.failed
-            raise Judged(Status.incorrect, Phase.time, f"{'buffers wrong after' if buffers else 'wrong on'} {label}: "
-                                                       f"{describe_regression(acc, self.checked.correctness)}")
+            together = f"; call {index + 1} of {len(input_sets)} back to back" if len(input_sets) > 1 else ""
+            raise Judged(Status.incorrect, Phase.time, (
+                f"{'buffers wrong after' if buffers else 'wrong on'} clocked call {first + index}: "
+                f"{describe_regression(acc, self.checked.correctness)}{together}"))
+        clocked.capture = None
         self.later.merge(acc)
+
+    def first_failure(self, window: compare.ModeAccumulator, staged: dict, expected: list[dict]) -> tuple[int, compare.ModeAccumulator]:
+        """The first call of a failed window that fails alone, with its comparison (the window's where none
+        does: a failure of the window as a whole)."""
+        referee = self.session.referee
+        if window.failure is not None:
+            return 0, window
+        for index, wanted in enumerate(expected):
+            acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+            for name, value in wanted.items():
+                key = f"output.{index}" if name == "output" else f"state.{index}.{name}"
+                acc.add(name, compare.compare_tensor(name, staged.get(key), value, referee.tolerances, referee.rel_floor))
+            if not acc.passed:
+                return index, acc
+        return 0, window
 
 
 def idle(session: Session, when: str) -> None:
@@ -231,30 +311,56 @@ def compare_state_after_timing(session: Session, replayed: torch.nn.Module, call
     later.merge(acc)
 
 
-def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock.WindowCost | None) -> float | None:
-    """A runtime below what the device can physically do: `implausible` (reject), unless the window's cost
-    is known no better than that: the median is window less cost, so when the calibrator's costs spread
-    (their IQR) by more than the median lies under the floor, the call is too short for the referee's
-    clock to tell, and the verdict is `shaky_timing` (not ranked) instead. (On an H100 at `small`, the
-    golden TF32 kernel's windows once came out cheaper than the cost beside them: a median of 0.)"""
-    referee = session.referee
+def resolution_ms(cost: clock.WindowCost | None, calls: int) -> float:
+    """What the referee's clock resolves of one call: the spread (IQR) of the window's cost, over the calls a
+    window holds."""
+    if cost is None or not cost.costs:
+        return 0.0
+    return (quantile(list(cost.costs), 0.75) - quantile(list(cost.costs), 0.25)) / calls
+
+
+def too_short(referee: RefereeView, built: Built, timing: TimingStats, cost: clock.WindowCost | None,
+              calls: int) -> bool:
+    """Whether the figure per call lies within what the clock resolves, or under the physical floor."""
+    floor, _ = floor_of(referee, built)
+    return timing.median_ms <= resolution_ms(cost, calls) or (floor is not None and timing.median_ms < floor)
+
+
+def floor_of(referee: RefereeView, built: Built) -> tuple[float | None, str]:
     read = referee.input_nbytes + sum(p.numel() * p.element_size() for p in built.reference.parameters())
-    floor, how = physical_floor_ms(referee.problem.flop_count(referee.size), read, referee.device,
-                                   referee.environment.device_name)
+    return physical_floor_ms(referee.problem.flop_count(referee.size), read, referee.device,
+                             referee.environment.device_name)
+
+
+def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock.WindowCost | None,
+                calls: int) -> tuple[float | None, bool]:
+    """(the physical floor, whether the figure stands as a number). A figure per call at or under what the
+    referee's clock resolves here (the spread of the window's cost over the calls a window holds: a window of
+    as many calls as the stage allows did not make it longer) is `shaky_timing` and shown as no number; one
+    under the physical floor is the same where the clock's resolution reaches the floor, else `implausible`
+    (reject): the timing cannot be real. (On an H100 at `small`, windows of one call once came out no dearer
+    than their cost: a median of 0, printed as 0.0000 ms and 111128x eager on a CPU.)"""
+    referee = session.referee
+    floor, how = floor_of(referee, built)
+    resolution = resolution_ms(cost, calls)
+    per_call = f"{timing.median_ms * 1e3:.4g} us per call"
+    resolves = (f"the window's cost ({cost.cost_ms * 1e3:.4g} us) spreads by {resolution * calls * 1e3:.4g} us, "
+                f"{resolution * 1e3:.4g} us a call over {calls} call(s) a window") if cost is not None else "uncalibrated"
+    if timing.median_ms <= resolution:
+        session.add([Flag(name="shaky_timing", reason=(
+            f"{per_call}, within what the referee's clock resolves here ({resolves}): too short a call to time; "
+            "no figure is given, not ranked"))])
+        return floor, False
     if floor is None or timing.median_ms >= floor:
-        return floor
-    below = (f"median {timing.median_ms * 1e3:.4g} us per call is below the physical floor "
-             f"{floor * 1e3:.4g} us ({how})")
-    resolution = quantile(list(cost.costs), 0.75) - quantile(list(cost.costs), 0.25) \
-        if cost is not None and cost.costs else 0.0
+        return floor, True
+    below = f"median {per_call} is below the physical floor {floor * 1e3:.4g} us ({how})"
     if timing.median_ms + resolution >= floor:
         session.add([Flag(name="shaky_timing", reason=(
-            f"{below}, within what the referee's clock resolves here (the window's cost, "
-            f"{cost.cost_ms * 1e3:.4g} us, spreads by {resolution * 1e3:.4g} us): too short a call to time; "
-            "not ranked"))])
-    else:
-        session.add([Flag(name="implausible", policy=FlagPolicy.reject, reason=f"{below}: the timing cannot be real")])
-    return floor
+            f"{below}, within what the referee's clock resolves here ({resolves}): too short a call to time; no "
+            "figure is given, not ranked"))])
+        return floor, False
+    session.add([Flag(name="implausible", policy=FlagPolicy.reject, reason=f"{below}: the timing cannot be real")])
+    return floor, True
 
 
 def recheck(session: Session, replayed: torch.nn.Module, later: compare.ModeAccumulator) -> None:

@@ -87,29 +87,37 @@ class Timer:
             _zero_(self.flush_buffer)
 
     def one(self, fn: Callable[[], object], call: Call, before: Hook | None = None,
-            after: Hook | None = None) -> tuple[float, float]:
-        """(device-event ms, host-clock ms) of one call; equal on the CPU. Hooks are not timed."""
+            after: Hook | None = None, calls: int = 1) -> tuple[float, float]:
+        """(device-event ms, host-clock ms) per call of `calls` calls back to back, as a candidate's window
+        makes them (the L2 flushed before the first, the device waited for after each, its events around
+        each); equal on the CPU. Hooks are not timed: `before` once (it stages the calls' inputs), `after`
+        after each call."""
         if before is not None:
             before(call)
         if self.device != "cuda":
-            start = _perf_counter()
-            result = fn()
-            wall = (_perf_counter() - start) * 1e3
-            if after is not None:
-                after(call, result)
-            return wall, wall
+            walls = 0.0
+            for _ in range(calls):
+                start = _perf_counter()
+                result = fn()
+                walls += _perf_counter() - start
+                if after is not None:
+                    after(call, result)
+            return walls * 1e3 / calls, walls * 1e3 / calls
         _zero_(self.flush_buffer)
         _synchronize()
-        begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        start = _perf_counter()
-        _record(begin)
-        result = fn()
-        _record(end)
-        _synchronize()  # device-wide: side-stream work finishes inside the host-clock window
-        wall = (_perf_counter() - start) * 1e3
-        if after is not None:
-            after(call, result)
-        return _elapsed_time(begin, end), wall
+        events, walls = 0.0, 0.0
+        for _ in range(calls):
+            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            start = _perf_counter()
+            _record(begin)
+            result = fn()
+            _record(end)
+            _synchronize()  # device-wide: side-stream work finishes inside the host-clock window
+            walls += _perf_counter() - start
+            events += _elapsed_time(begin, end)
+            if after is not None:
+                after(call, result)
+        return events / calls, walls * 1e3 / calls
 
     def untimed(self, fn: Callable[[], object], count: int, before: Hook | None = None,
                 after: Hook | None = None) -> None:
@@ -130,15 +138,16 @@ class Timer:
         return int(min(most, max(self.min_reps, self.budget_s * 1e3 / max(estimate_ms, 1e-3))))
 
     def series(self, fn: Callable[[], object], reps: int, before: Hook | None = None,
-               after: Hook | None = None, target_rel: float | None = None) -> tuple[list[float], list[float]]:
-        """(event ms, host ms) of `reps` timed calls; `before(call)` runs before each (before the L2
-        flush), `after(call, result)` after it (after the synchronize): neither is timed. With
+               after: Hook | None = None, target_rel: float | None = None, calls: int = 1) -> tuple[list[float], list[float]]:
+        """(event ms, host ms) per call of `reps` timed windows of `calls` calls (`one`); `before(call)` runs
+        before each (before the L2 flush), `after(call, result)` after each call (after the synchronize):
+        neither is timed. With
         `target_rel` (the referee's own baselines), it stops sooner once the median is known well
         enough: the half-width of its distribution-free 95% interval under `target_rel` of it, looked
         at every `min_reps` calls from the second round of them on."""
         events, walls = [], []
         for rep in range(reps):
-            e, w = self.one(fn, Call(rep, rep, reps), before, after)
+            e, w = self.one(fn, Call(rep, rep, reps), before, after, calls)
             events.append(e)
             walls.append(w)
             done = rep + 1

@@ -91,7 +91,9 @@ class Construct(Message):
         "(work that ignores stream order reads NaN)."))
     staged: list[TensorSlot] = Field(default_factory=list, description=(
         "Where the tensor inputs of clocked calls lie in the stage (`input.N`): the forward of `go` reads them "
-        "there."))
+        "there (its first call; call k reads the set `set_stride` * k bytes further)."))
+    sets: int = Field(1, ge=1, description="Input sets in the stage: the most calls one `go` may make.")
+    set_stride: int = Field(0, ge=0, description="Bytes from one input set to the next.")
     staged_state: list[str] = Field(default_factory=list, description=(
         "The buffers `put` stages after the output, by state-dict name (the reference's buffers)."))
 
@@ -119,18 +121,21 @@ class Call(Message):
 
 
 class Go(Message):
-    """One forward on the inputs the referee has just written into the stage (the executor has no other
-    way to know them): run it, wait for the device, say what it returned, and keep it for `Put`. The
-    referee's clock runs from before it wrote the inputs to after it copied out what `Put` staged."""
+    """`calls` forwards back to back, call k on input set k, which the referee has just written into the stage
+    (the executor has no other way to know them): run them, wait for the device after each, say what each
+    returned, and keep each output and the buffers after each for `Put`. The referee's clock runs from
+    before it wrote the inputs to after it copied out what `Put` staged."""
 
     kind: Literal["go"] = "go"
     id: int
     train: bool = True
+    calls: int = Field(1, ge=1, description="Forwards back to back (a window of that many calls).")
 
 
 class Put(Message):
-    """Copy the output of the last `Go` and the buffers named at `construct` into the stage, one after
-    another from `offset` (chosen by the referee once the call has returned), and wait for the device."""
+    """Copy the outputs of the last `Go`, each followed by the buffers named at `construct` as that call left
+    them (`output.K`, `state.K.NAME`), into the stage one after another from `offset` (chosen by the
+    referee once the calls have returned), and wait for the device."""
 
     kind: Literal["put"] = "put"
     id: int
@@ -185,7 +190,8 @@ class Reply(Message):
         "Integrity problems seen in the executor (output aliasing an input, output changed after forward "
         "returned, ...): each fails the call it belongs to."))
     tensors: list[TensorSlot] = Field(default_factory=list, description="Tensors shipped in the exchange.")
-    output: ValueInfo | None = Field(None, description="What forward returned (call, go, profile).")
+    output: ValueInfo | None = Field(None, description="What forward returned (call, go's first call, profile).")
+    outputs: list[ValueInfo] = Field(default_factory=list, description="What each of a `go`'s calls returned.")
     state: dict[str, list[int]] | None = Field(None, description="construct: ModelNew's state-dict names and shapes.")
     fill: list[bool] | None = Field(None, description=(
         "call with fill_uninitialized: (deterministic, warn only, fill) as forward left them."))

@@ -23,9 +23,10 @@ EVALUATOR_VERSION = "0.1.0"
 # the same text).
 SPEEDUP_RULE = (
     "A speedup divides a baseline's median time by the candidate's, both measured by the referee on the "
-    "same GPU in the same batch: the baseline's by device events in the referee's own process, the "
-    "candidate's by the referee's clock around each call, less what that clock's window costs (measured "
-    "by the referee's calibrator beside each call), never by anything the candidate's process reports.")
+    "same GPU in the same batch, in windows of calls back to back: the baseline's by device events in the "
+    "referee's own process, the candidate's by the referee's clock around each window, less what that "
+    "window costs (measured by the referee's calibrator beside each window), over its calls, never by "
+    "anything the candidate's process reports.")
 
 
 class Hardware(BaseModel):
@@ -222,15 +223,19 @@ class TimingCheck(Record):
     at every quantile, or they are `timing_mismatch` (reject)."""
 
     wall_ms: float = Field(description="The referee's clock summed over the clocked calls' windows.")
-    calls: int = Field(description="Clocked calls compared (warm-up included).")
+    calls: int = Field(description="Clocked calls timed (warm-up not included).")
+    calls_per_window: int = Field(1, description=(
+        "Calls back to back in each window (K): chosen so that a window is some twenty times what it costs; "
+        "each figure is a window less its cost, over K."))
     overhead_ms: float = Field(description=(
-        "What one window costs beyond the call's device time: the median over the calibrator's windows (a "
+        "What one window costs beyond its calls' device time: the median over the calibrator's windows (a "
         "trusted executor, the same code and path), one run beside each of the candidate's, on the same inputs, "
         "or over those of the baseline round (no candidate alive) when that is less; subtracted from every "
         "window. 0 when the calibrator failed (flag `uncalibrated`)."))
-    referee_ms: float = Field(description="The median of the referee's per-call times.")
+    referee_ms: float = Field(description="The median of the referee's per-call times (one a window).")
     reported_mean_ms: float = Field(description="The mean of the per-call times the executor reported (-1: none usable).")
-    reported_median_ms: float | None = Field(None, description="Their median.")
+    reported_median_ms: float | None = Field(None, description="Their median (per call, one a window).")
+    reported_iqr_ms: float | None = Field(None, description="Their interquartile range (per call, one a window).")
     limit_ms: float = Field(description="At the median: the most referee_ms may be for the reports to stand.")
     agrees: bool = Field(description="Every quantile agrees and no call was reported longer than its window.")
     quantiles: list[QuantileCheck] = Field(default_factory=list, description=(

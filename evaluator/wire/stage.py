@@ -5,9 +5,11 @@ buffers there, at a place the referee names only once the call has returned. The
 inputs in and copies the output and buffers out inside its own clock, so nothing of the call can be
 done before its inputs exist or after the referee has taken what it compares.
 
-Its layout, fixed for a batch: one slot per tensor input (`input.N`), then the region, twice the
-room one output and the buffers need; the referee picks where in the region a call's output goes
-after the call returned, so a candidate cannot write there ahead of time.
+Its layout, fixed for a batch: `sets` sets of inputs, one slot per tensor input in each (`input.N`, set k
+`stride` bytes after set 0), for a window of up to `sets` calls back to back (set k is call k's); then
+the region, room for each call's output and buffers one after another and one call's more; the referee
+picks where in the region the outputs go after the calls returned, so a candidate cannot write there
+ahead of time.
 
 On the CPU the stage is host memory (a memfd both processes map). On a GPU it is device memory: a
 CUDA virtual-memory allocation the referee makes and exports as a file descriptor, which the executor
@@ -37,19 +39,23 @@ def aligned(n: int) -> int:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where things lie in a stage: the input slots, then the region."""
+    """Where things lie in a stage: the input slots of each set, then the region."""
 
-    inputs: tuple[TensorSlot, ...]
-    span: int           # room for one output and the buffers, each aligned
-    region: int         # first byte of the region (2 * span bytes)
+    inputs: tuple[TensorSlot, ...]  # set 0's slots
+    span: int           # room for one call's output and buffers, each aligned
+    region: int         # first byte of the region ((sets + 1) * span bytes)
+    sets: int = 1       # input sets: the most calls one window can hold
+    stride: int = 0     # bytes from one input set to the next
 
     @property
     def size(self) -> int:
-        return self.region + 2 * self.span
+        return self.region + (self.sets + 1) * self.span
 
     @classmethod
-    def plan(cls, inputs: list[tuple[int, list[int], str]], output_nbytes: int, buffer_nbytes: list[int]) -> Layout:
-        """`inputs`: (position, shape, dtype name) of each tensor input."""
+    def plan(cls, inputs: list[tuple[int, list[int], str]], output_nbytes: int, buffer_nbytes: list[int],
+             budget: int | None = None, most: int = 1) -> Layout:
+        """`inputs`: (position, shape, dtype name) of each tensor input. As many input sets as fit in `budget`
+        bytes (at least one, at most `most`)."""
         slots, offset = [], 0
         for position, shape, dtype in inputs:
             nbytes = math.prod(shape) * torch.empty((), dtype=DTYPES[dtype]).element_size()
@@ -57,7 +63,15 @@ class Layout:
                                     nbytes=nbytes))
             offset = aligned(offset + max(nbytes, 1))
         span = aligned(max(output_nbytes, 1)) + sum(aligned(max(n, 1)) for n in buffer_nbytes) + ALIGN
-        return cls(inputs=tuple(slots), span=span, region=offset)
+        stride = max(offset, ALIGN)
+        sets = max(1, min(most, (budget - span) // (stride + span))) if budget else 1
+        return cls(inputs=tuple(slots), span=span, region=sets * stride, sets=sets, stride=stride)
+
+    def slots(self, index: int) -> list[TensorSlot]:
+        """Input set `index`'s slots (call `index` of a window reads them)."""
+        if not 0 <= index < self.sets:
+            raise ExchangeError(f"input set {index} of {self.sets}")
+        return [s.model_copy(update={"offset": s.offset + index * self.stride}) for s in self.inputs]
 
     def place(self, fraction: float) -> int:
         """The region's offset for `fraction` in [0, 1): one of its span / ALIGN + 1 aligned places."""

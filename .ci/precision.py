@@ -1,0 +1,56 @@
+"""The precision table of issue 33: for each size, the golden kernels and the replay's candidate judged with
+`harness eval --json` (one process per size), each candidate's ranked figure (its windows less their cost,
+over K) against its own device events for the same calls, their spreads, K and the window's cost, and the
+baselines (timed the same way, by device events in the referee).
+
+    python3 .ci/precision.py --sizes small,kernelbench,wide --out DIR FILE...
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="small,kernelbench,wide")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args()
+    rows = []
+    for size in args.sizes.split(","):
+        proc = subprocess.run([sys.executable, "-m", "harness", "eval", "--json", "--no-store", "--size", size,
+                               *args.files], capture_output=True, text=True, timeout=900)
+        (args.out / f"precision-{size}.log").write_text(proc.stdout + "\n---- stderr\n" + proc.stderr)
+        seen = set()
+        for line in proc.stdout.splitlines():
+            if not line.startswith("{"):
+                continue
+            v = json.loads(line)
+            if "replaces" in v:
+                continue
+            check, timing = v.get("timing_check") or {}, v.get("timing") or {}
+            if Path(v["candidate"]).stem in seen:
+                continue
+            seen.add(Path(v["candidate"]).stem)
+            if not rows or rows[-1][0] != size:
+                for name, stats in (v.get("baselines") or {}).items():
+                    rows.append((size, f"[{name}]", stats.get("median_ms"), stats.get("iqr_ms"), None, None, None, None, ""))
+            rows.append((size, Path(v["candidate"]).stem, v.get("runtime_ms"), timing.get("iqr_ms"),
+                         check.get("reported_median_ms"), check.get("reported_iqr_ms"), check.get("calls_per_window"),
+                         check.get("overhead_ms"), f"{v['status']} {','.join(f['name'] for f in v.get('flags', []))}"))
+    fmt = lambda x: "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))  # noqa: E731
+    print(f"{'size':<12}{'callable':<34}{'ranked':>9}{'iqr':>9}{'events':>9}{'ev.iqr':>9}{'rank/ev':>8}{'iqr/ev':>8}"
+          f"{'K':>5}{'cost':>9}  status")
+    for size, name, ranked, iqr, events, eiqr, k, cost, status in rows:
+        ratio = f"{ranked / events:.3f}" if ranked and events else "-"
+        spread = f"{iqr / eiqr:.2f}" if iqr is not None and eiqr else "-"
+        print(f"{size:<12}{name[:33]:<34}{fmt(ranked):>9}{fmt(iqr):>9}{fmt(events):>9}{fmt(eiqr):>9}{ratio:>8}"
+              f"{spread:>8}{fmt(k):>5}{fmt(cost):>9}  {status[:60]}")
+
+
+if __name__ == "__main__":
+    main()
