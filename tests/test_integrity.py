@@ -259,7 +259,7 @@ def test_reported_times_reshaped_change_no_ranked_number(cpu_verdicts):
         assert verdict.runtime_ms > 0.3 * check.reported_mean_ms > 3 * check.reported_median_ms
     else:
         assert check.reported_median_ms == pytest.approx(check.reported_mean_ms, rel=0.5)
-    assert "evaluator.executor.serve.timed_forward" in dynamic_reason(verdict, FIXTURES / "hacks/cpu/redistributed_time.py",
+    assert "evaluator.executor.serve.timed_forwards" in dynamic_reason(verdict, FIXTURES / "hacks/cpu/redistributed_time.py",
                                                       "monkeypatch")
 
 

@@ -19,16 +19,28 @@ _record = torch.cuda.Event.record
 _elapsed_time = torch.cuda.Event.elapsed_time
 
 
-def timed_forward(model, inputs: list, device: str) -> tuple[object, float | None, float]:
-    """(output, device-event ms or None on the CPU, host ms) of one forward, to a device-wide synchronize."""
-    if device != "cuda":
-        start = _perf_counter()
+def timed_forwards(model, input_sets: list[list], device: str, after_each) -> tuple[list, list[float], list[float]]:
+    """(each call's (output, what `after_each()` returned), device-event ms of each call (CUDA), host ms of each
+    call) of one forward on each input set, back to back as a loop makes them: nothing is waited for between
+    calls, `after_each()` right after each (the executor's copies of the buffers, queued behind the call), one
+    device-wide synchronize at the end. On CUDA each call's host ms is the whole's over the calls."""
+    outs, marks, hosts = [], [], []
+    cuda = device == "cuda"
+    started = _perf_counter()
+    for inputs in input_sets:
+        begun = _perf_counter()
+        if cuda:
+            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(begin)
         out = model(*inputs)
-        return out, None, (_perf_counter() - start) * 1e3
-    begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    start = _perf_counter()
-    _record(begin)
-    out = model(*inputs)
-    _record(end)
-    _synchronize()
-    return out, _elapsed_time(begin, end), (_perf_counter() - start) * 1e3
+        if cuda:
+            _record(end)
+            marks.append((begin, end))
+        else:
+            hosts.append((_perf_counter() - begun) * 1e3)
+        outs.append((out, after_each()))
+    if cuda:
+        _synchronize()
+        whole = (_perf_counter() - started) * 1e3
+        return outs, [_elapsed_time(b, e) for b, e in marks], [whole / len(input_sets)] * len(input_sets)
+    return outs, [], hosts

@@ -42,7 +42,7 @@ from evaluator.wire.protocol import (
 )
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
 from evaluator.wire.stage import Stage
-from evaluator.executor.forward import timed_forward
+from evaluator.executor.forward import timed_forwards
 
 ERROR_CHARS = 6000
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -251,31 +251,28 @@ class Executor:
                          error_kind="internal")
         self.model.train(command.train)
         reply = Reply(id=command.id)
-        pending, storages = [], {}  # each output's storage: the call that returned it first
+        input_sets = self.staged_sets[:command.calls]
         try:
             with torch.no_grad():
-                for index in range(command.calls):
-                    inputs = self.staged_sets[index]
-                    out, event_ms, host_ms = timed_forward(self.model, inputs, self.device)
-                    pending.append((out, self.buffers_now()))
-                    reply.outputs.append(value_info(out))
-                    reply.problems += [f"call {index + 1} of the window: {p}" for p in self.output_problems(out, inputs)]
-                    if cmp.is_plain_tensor(out):
-                        earlier = storages.setdefault(out.untyped_storage().data_ptr(), index)
-                        if earlier != index:
-                            reply.problems.append(f"call {index + 1} of the window returned the memory call {earlier + 1} "
-                                                  "returned (a later call overwrote an earlier one's output)")
-                    if event_ms is not None:
-                        reply.events_ms.append(event_ms)
-                    reply.host_ms.append(host_ms)
+                pending, reply.events_ms, reply.host_ms = timed_forwards(self.model, input_sets, self.device,
+                                                                         self.buffers_now)
         except BaseException:
             return Reply(id=command.id, error=describe_exception("ModelNew.forward raised"), error_kind="raised")
+        storages = {}  # each output's storage: the call that returned it first
+        for index, ((out, _), inputs) in enumerate(zip(pending, input_sets)):
+            reply.outputs.append(value_info(out))
+            reply.problems += [f"call {index + 1} of the window: {p}" for p in self.output_problems(out, inputs)]
+            if cmp.is_plain_tensor(out):
+                earlier = storages.setdefault(out.untyped_storage().data_ptr(), index)
+                if earlier != index:
+                    reply.problems.append(f"call {index + 1} of the window returned the memory call {earlier + 1} "
+                                          "returned (a later call overwrote an earlier one's output)")
         self.pending = pending
         reply.output = reply.outputs[0]
         return reply
 
     def buffers_now(self) -> dict:
-        """Copies of the buffers `put` stages, as the call just made left them (the device waited for)."""
+        """Copies of the buffers `put` stages, as the call just made left them (on the device, queued behind it)."""
         entries = cmp.module_tensors(self.model)
         return {name: entries[name].detach().clone() if cmp.is_plain_tensor(entries.get(name)) else entries.get(name)
                 for name in self.staged_state}

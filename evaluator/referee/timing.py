@@ -89,9 +89,10 @@ class Timer:
     def one(self, fn: Callable[[], object], call: Call, before: Hook | None = None,
             after: Hook | None = None, calls: int = 1) -> tuple[float, float]:
         """(device-event ms, host-clock ms) per call of `calls` calls back to back, as a candidate's window
-        makes them (the L2 flushed before the first, the device waited for after each, its events around
-        each); equal on the CPU. Hooks are not timed: `before` once (it stages the calls' inputs), `after`
-        after each call."""
+        makes them (evaluator.executor.forward.timed_forwards): the L2 flushed before the first, nothing
+        waited for between them, device events around each, one device-wide synchronize after the last;
+        equal on the CPU. Hooks are not timed: `before` once (it stages the calls' inputs), `after` after
+        each call (on CUDA, before the device has finished it)."""
         if before is not None:
             before(call)
         if self.device != "cuda":
@@ -105,19 +106,19 @@ class Timer:
             return walls * 1e3 / calls, walls * 1e3 / calls
         _zero_(self.flush_buffer)
         _synchronize()
-        events, walls = 0.0, 0.0
+        marks = []
+        start = _perf_counter()
         for _ in range(calls):
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            start = _perf_counter()
             _record(begin)
             result = fn()
             _record(end)
-            _synchronize()  # device-wide: side-stream work finishes inside the host-clock window
-            walls += _perf_counter() - start
-            events += _elapsed_time(begin, end)
+            marks.append((begin, end))
             if after is not None:
                 after(call, result)
-        return events / calls, walls * 1e3 / calls
+        _synchronize()  # device-wide: side-stream work finishes inside the host-clock window
+        wall = (_perf_counter() - start) * 1e3
+        return sum(_elapsed_time(b, e) for b, e in marks) / calls, wall / calls
 
     def untimed(self, fn: Callable[[], object], count: int, before: Hook | None = None,
                 after: Hook | None = None) -> None:
