@@ -278,22 +278,19 @@ class Executor:
                 for name in self.staged_state}
 
     def put(self, command: Put) -> Reply:
-        """Each of the last `go`'s outputs, followed by the buffers as that call left them, into the stage one
-        after another from `offset`; the device waited for."""
+        """The last `go`'s outputs (`outputs`: one tensor, a row a call), then each buffer as each call left it
+        (`states.NAME`, likewise), into the stage one after another from `offset`; the device waited for."""
         pending, self.pending = self.pending or [], None
-        reply = Reply(id=command.id, output=value_info(pending[0][0]) if pending else None)
+        reply = Reply(id=command.id, output=value_info(pending[0][0]) if pending else None,
+                      outputs=[value_info(out) for out, _ in pending])
         tensors = []
-        for index, (out, buffers) in enumerate(pending):
-            reply.outputs.append(value_info(out))
-            if cmp.is_plain_tensor(out):
-                tensors.append((f"output.{index}", out))
-            for name in self.staged_state:
-                value = buffers.get(name)
-                if cmp.is_plain_tensor(value):
-                    tensors.append((f"state.{index}.{name}", value))
-                else:
-                    reply.problems.append(f"call {index + 1}: state.{name}: expected a plain torch.Tensor, got "
-                                          f"{type(value).__name__}")
+        for name, values in [("outputs", [out for out, _ in pending]),
+                             *((f"states.{n}", [buffers.get(n) for _, buffers in pending]) for n in self.staged_state)]:
+            if values and all(cmp.is_plain_tensor(v) for v in values):
+                tensors.append((name, values))
+            else:
+                kinds = sorted({type(v).__name__ for v in values if not cmp.is_plain_tensor(v)})
+                reply.problems.append(f"{name}: expected plain torch.Tensors, got {', '.join(kinds)}")
         offset = command.offset
         with torch.no_grad():
             for name, tensor in tensors:

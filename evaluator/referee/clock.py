@@ -217,7 +217,9 @@ def cross_check(clocked: list[Clocked], cost: WindowCost | None, device: str) ->
     if all(r is not None and math.isfinite(r) and r >= 0 for r in reported):
         for q in QUANTILES:
             ours, theirs = quantile(referee, q), quantile(reported, q)
-            limit = ratio * theirs + (slack + (cost.spread(q) if cost is not None else 0.0)) / calls
+            # the slack is a call's (reports and windows part on what a call does outside its events: launches
+            # the device overtakes), the calibrator's spread a window's, shared by its calls
+            limit = ratio * theirs + slack + (cost.spread(q) if cost is not None else 0.0) / calls
             rows.append(QuantileCheck(q=q, referee_ms=round(ours, 5), reported_ms=round(theirs, 5),
                                       limit_ms=round(limit, 5), agrees=ours <= limit))
         longer = [i for i, c in enumerate(clocked) if c.reported_ms > c.ms + REPORT_GRAIN_MS]

@@ -186,22 +186,19 @@ class Series:
         acc.trials = len(input_sets)
         for problem in clocked.go.problems + problems:
             acc.fail(problem)
+        staged_outputs = staged.get("outputs")
         for index in range(len(input_sets)):
             info = outputs[index] if index < len(outputs) else None
-            wrong = output_problem(info, staged.get(f"output.{index}"), list(expected[index]["output"].shape), referee)
+            actual = staged_outputs[index] if staged_outputs is not None and index < len(staged_outputs) else None
+            wrong = output_problem(info, actual, list(expected[index]["output"].shape), referee)
             if wrong is not None:
                 acc.fail(f"output of clocked call {first + index}: {wrong}")
         if acc.failure is None:
             for name in expected[0]:
-                key = "output.{}" if name == "output" else f"state.{{}}.{name}"
-                actual = [staged.get(key.format(index)) for index in range(len(input_sets))]
-                if any(not cmp.is_plain_tensor(a) for a in actual):
-                    acc.add(name, compare.compare_tensor(name, None, expected[0][name], referee.tolerances,
-                                                         referee.rel_floor))
-                    continue
+                actual = staged.get("outputs" if name == "output" else f"states.{name}")
+                wanted = torch.stack([e[name] for e in expected])
                 with cmp.guarded():
-                    acc.add(name, compare.compare_tensor(name, torch.stack(actual), torch.stack([e[name] for e in expected]),
-                                                         referee.tolerances, referee.rel_floor))
+                    acc.add(name, compare.compare_tensor(name, actual, wanted, referee.tolerances, referee.rel_floor))
         if not acc.passed:
             index, acc = self.first_failure(acc, staged, expected)
             buffers = acc.failure is None and "output" not in acc.failed
@@ -221,8 +218,9 @@ class Series:
         for index, wanted in enumerate(expected):
             acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
             for name, value in wanted.items():
-                key = f"output.{index}" if name == "output" else f"state.{index}.{name}"
-                acc.add(name, compare.compare_tensor(name, staged.get(key), value, referee.tolerances, referee.rel_floor))
+                rows = staged.get("outputs" if name == "output" else f"states.{name}")
+                actual = rows[index] if rows is not None and index < len(rows) else None
+                acc.add(name, compare.compare_tensor(name, actual, value, referee.tolerances, referee.rel_floor))
             if not acc.passed:
                 return index, acc
         return 0, window
@@ -260,7 +258,8 @@ def held(link):
 
 
 def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """What a clocked call staged, read from the referee's copy of it, and what could not be read."""
+    """What a clocked window staged (`outputs` and `states.NAME`, a row a call), read from the referee's copy of
+    it, and what could not be read."""
     tensors, problems = {}, list(clocked.put.problems) if clocked.put is not None else []
     referee = session.referee
     for slot in clocked.put.tensors if clocked.put is not None else []:

@@ -135,14 +135,24 @@ class Stage:
         raw = self.bytes[slot.offset:slot.offset + slot.nbytes]
         return (raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype, device=self.device)).view(slot.shape)
 
-    def put(self, name: str, tensor: torch.Tensor, offset: int) -> TensorSlot:
-        """Copy `tensor` in at `offset`; its slot. Raises ExchangeError when it cannot."""
-        dtype = dtype_name(tensor.dtype)
+    def put(self, name: str, tensors: list[torch.Tensor], offset: int) -> TensorSlot:
+        """Copy `tensors` (of one shape and dtype) in at `offset`, one after another, as one tensor of shape
+        (len(tensors), *shape); its slot. One copy for all of them where they lie on the stage's device.
+        Raises ExchangeError when they cannot be staged."""
+        first = tensors[0]
+        dtype = dtype_name(first.dtype)
         if dtype is None:
-            raise ExchangeError(f"{name}: dtype {tensor.dtype} cannot be staged")
-        slot = TensorSlot(name=name, dtype=dtype, shape=list(tensor.shape), offset=offset,
-                          nbytes=tensor.numel() * tensor.element_size())
-        self.view(slot).copy_(tensor.detach())
+            raise ExchangeError(f"{name}: dtype {first.dtype} cannot be staged")
+        if any(t.dtype != first.dtype or t.shape != first.shape for t in tensors):
+            raise ExchangeError(f"{name}: the calls' tensors differ in shape or dtype")
+        slot = TensorSlot(name=name, dtype=dtype, shape=[len(tensors), *first.shape], offset=offset,
+                          nbytes=len(tensors) * first.numel() * first.element_size())
+        view = self.view(slot)
+        if all(t.device == view.device for t in tensors):
+            torch.stack([t.detach() for t in tensors], out=view)
+        else:
+            for row, tensor in zip(view, tensors):
+                row.copy_(tensor.detach())
         return slot
 
 
