@@ -69,6 +69,10 @@ def value_info(value) -> ValueInfo:
     return ValueInfo(kind=type(value).__name__, plain=False)
 
 
+
+# The device time each call of the current window is to take, for the referee's calibrator (protocol.Go.pace_ms).
+PACE_MS = 0.0
+
 class Channel:
     """The pipe to the referee: one JSON line per message."""
 
@@ -252,6 +256,8 @@ class Executor:
         self.model.train(command.train)
         reply = Reply(id=command.id)
         input_sets = self.staged_sets[:command.calls]
+        global PACE_MS
+        PACE_MS = command.pace_ms  # read by the referee's calibrator alone (see protocol.Go)
         try:
             with torch.no_grad():
                 pending, reply.events_ms, reply.host_ms = timed_forwards(self.model, input_sets, self.device,

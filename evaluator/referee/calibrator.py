@@ -19,9 +19,11 @@ from evaluator.referee.view import RefereeView
 from evaluator.wire.protocol import LoadState
 
 CALIBRATOR_SOURCE = '''"""The referee's calibrator: never a candidate. It runs in an executor like any candidate (same
-code, same containment, same path for its calls), and its forward does known work on the device (one
-copy of the reference's answer into its output) whose time it reports truthfully: the referee's window
-around it, less that time, is what a window costs (evaluator.referee.clock.window_cost)."""
+code, same containment, same path for its calls), and its forward does known work on the device (a wait
+as long as the window's pace asks, then one copy of the reference's answer into its output) whose time it
+reports truthfully: the referee's window around it, less that time, is what a window costs
+(evaluator.referee.clock.window_cost)."""
+import sys
 from pathlib import Path
 
 import torch
@@ -37,7 +39,21 @@ class ModelNew(_reference.Model):
     def forward(self, *inputs):
         if getattr(self, "_answer", None) is None:
             self._answer = super().forward(*inputs).detach().clone()
+            self._cycles_per_ms = _cycles_per_ms() if self._answer.is_cuda else 0.0
+        pace = sys.modules["evaluator.executor.serve"].PACE_MS
+        if pace and self._cycles_per_ms:  # device work as long as the candidate's call: host steps hidden alike
+            torch.cuda._sleep(int(pace * self._cycles_per_ms))
         return self._answer.clone()  # a fresh output each call, as a candidate's (a window holds several)
+
+
+def _cycles_per_ms():
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)  # the clocks up
+    begin.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    end.synchronize()
+    return 1_000_000 / max(begin.elapsed_time(end), 1e-3)
 '''
 
 
@@ -82,15 +98,17 @@ class Calibrator:
             self.failed("the calibrator reported no time for its calls")
         return cost
 
-    def window(self, input_sets: list[list]) -> clock.Clocked | None:
-        """One of the calibrator's windows, a call on each of `input_sets`; None when it failed."""
+    def window(self, input_sets: list[list], pace_ms: float = 0.0) -> clock.Clocked | None:
+        """One of the calibrator's windows, a call on each of `input_sets`, each taking `pace_ms` of device time
+        at least (CUDA); None when it failed."""
         referee = self.referee
         if self.broken:
             return None
         try:
             self.get_ready()
             clocked = clock.window(self.request, self.link.stage, referee.layout, input_sets,
-                                   referee.problem.mode == "train", referee.timer.flush, referee.keys.next_unit("calibrator place"))
+                                   referee.problem.mode == "train", referee.timer.flush, referee.keys.next_unit("calibrator place"),
+                                   pace_ms)
             clocked.capture = None  # only its time is wanted
             self.error = None
             return clocked

@@ -120,7 +120,7 @@ class Clocked:
 
 
 def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, input_sets: list[list], train: bool,
-           flush: Callable[[], None], place: float) -> Clocked:
+           flush: Callable[[], None], place: float, pace_ms: float = 0.0) -> Clocked:
     """One window of len(input_sets) calls back to back (see the module's docstring): every set written into
     the stage, then one `go` for all the calls. `request` sends a command and returns its reply (it raises
     when the executor is gone); `place` in [0, 1) picks where in the region the outputs go."""
@@ -135,7 +135,7 @@ def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, inp
     flush()
     sync()
     staged = _perf_counter()
-    go = request(Go(id=0, train=train, calls=calls))
+    go = request(Go(id=0, train=train, calls=calls, pace_ms=pace_ms))
     if go.error:
         return Clocked((_perf_counter() - started) * 1e3, go, None, 0, None, calls=calls)
     went = _perf_counter()

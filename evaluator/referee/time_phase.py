@@ -50,7 +50,9 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     series = Series(session, checked)
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
-        calls = window_calls(referee, series.windows[-1], series.costs[-1] if series.costs else None)
+        last, beside = series.windows[-1], series.costs[-1] if series.costs else None
+        calls = window_calls(referee, last, beside)
+        series.pace_ms = pace(referee, last, beside)
         timed = series.timed(calls)
         timing, cost = series.figures(timed)
         if too_short(referee, built, timing, cost, calls) and calls < referee.layout.sets:
@@ -70,16 +72,36 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
                  resolved=resolved)
 
 
+def warm_cost(referee: RefereeView, beside: clock.Clocked | None) -> float | None:
+    """What a window of one call cost beside the last warm-up window (else the round's)."""
+    if beside is not None and beside.reported_ms is not None:
+        return beside.ms - beside.reported_ms
+    if referee.current_round is not None and referee.current_round.window_cost is not None:
+        return referee.current_round.window_cost.cost_ms
+    return None
+
+
 def window_calls(referee: RefereeView, last: clock.Clocked, beside: clock.Clocked | None) -> int:
     """K: calls a window holds so that it is at least WINDOW_OVER_COST times its cost, from the last warm-up
     window and the calibrator's beside it (1 for calls that long already; at most the stage's input sets)."""
-    cost = beside.ms - (beside.reported_ms or 0.0) if beside is not None and beside.reported_ms is not None else None
-    if cost is None and referee.current_round is not None and referee.current_round.window_cost is not None:
-        cost = referee.current_round.window_cost.cost_ms
+    cost = warm_cost(referee, beside)
     if cost is None or cost <= 0:
         return 1
     call = max(last.ms - cost, 1e-3)
     return max(1, min(referee.layout.sets, math.ceil(WINDOW_OVER_COST * cost / call)))
+
+
+def pace(referee: RefereeView, last: clock.Clocked, beside: clock.Clocked | None) -> float:
+    """How long each of the calibrator's calls is to keep the device busy: the candidate's call by the referee's
+    clock (the last warm-up window less its cost), less the calibrator's own copy. Then the host's steps
+    between calls overlap device work in the calibrator's windows as in the candidate's, and the cost taken
+    off is the part of a window that overlaps nothing (with calls of a copy only, the calibrator's host steps
+    were all cost, and a long call's figure read low: 18% under its events at `wide` on an H200)."""
+    cost = warm_cost(referee, beside)
+    if cost is None or referee.device != "cuda":
+        return 0.0
+    own = beside.reported_ms if beside is not None and beside.reported_ms is not None else 0.0
+    return max(0.0, last.ms - cost - own)
 
 
 class Series:
@@ -94,6 +116,7 @@ class Series:
         self.later = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
         self.windows: list[clock.Clocked] = []
         self.costs: list[clock.Clocked] = []  # the calibrator's windows beside them
+        self.pace_ms = 0.0                    # the device time each of the calibrator's calls takes (`pace`)
         self.count = 0                        # clocked calls made
 
     def timed(self, calls: int) -> slice:
@@ -156,7 +179,7 @@ class Series:
             self.windows.append(clocked)
             with held(session.link):
                 idle(session, f"after {what} had returned")
-                beside = referee.calibrator.window(input_sets)
+                beside = referee.calibrator.window(input_sets, self.pace_ms)
                 idle(session, f"through the calibrator's window after {what}")
                 ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
                 if ran:

@@ -37,7 +37,7 @@ class CalibratorView(Protocol):
     error: str | None
     link: object | None  # its executor (held through a candidate's windows)
 
-    def window(self, inputs: list) -> clock.Clocked | None: ...
+    def window(self, input_sets: list[list], pace_ms: float = 0.0) -> clock.Clocked | None: ...
 
 
 class RefereeView(Protocol):

@@ -130,6 +130,10 @@ class Go(Message):
     id: int
     train: bool = True
     calls: int = Field(1, ge=1, description="Forwards back to back (a window of that many calls).")
+    pace_ms: float = Field(0.0, ge=0.0, le=10_000.0, description=(
+        "For the referee's calibrator alone: the device time each of its calls is to take (the candidate's "
+        "per call, as the referee's clock measured it), so that its host steps overlap device work as the "
+        "candidate's do. Every executor makes it `evaluator.executor.serve.PACE_MS` during the window."))
 
 
 class Put(Message):
