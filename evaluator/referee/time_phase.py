@@ -32,6 +32,9 @@ SERIES_BYTES = {"cuda": 6 << 30, "cpu": 512 << 20}
 WINDOW_OVER_COST = 20
 # K grows by this much, once, when the calls' figure still lies within what the clock resolves (check_floor).
 GROW = 4
+# The calibrator's calls keep the device busy at most this long each (`pace`): enough to hide the executor's
+# host steps between calls (tens to hundreds of microseconds), without doubling a long call's window.
+PACE_CAP_MS = 1.0
 
 # ------------------------------------------------------------------------------------------ time
 
@@ -93,15 +96,16 @@ def window_calls(referee: RefereeView, last: clock.Clocked, beside: clock.Clocke
 
 def pace(referee: RefereeView, last: clock.Clocked, beside: clock.Clocked | None) -> float:
     """How long each of the calibrator's calls is to keep the device busy: the candidate's call by the referee's
-    clock (the last warm-up window less its cost), less the calibrator's own copy. Then the host's steps
-    between calls overlap device work in the calibrator's windows as in the candidate's, and the cost taken
-    off is the part of a window that overlaps nothing (with calls of a copy only, the calibrator's host steps
-    were all cost, and a long call's figure read low: 18% under its events at `wide` on an H200)."""
+    clock (the last warm-up window less its cost), less the calibrator's own copy, at most PACE_CAP_MS. Then
+    the host's steps between calls overlap device work in the calibrator's windows as in the candidate's, and
+    the cost taken off is the part of a window that overlaps nothing (with calls of a copy only, the
+    calibrator's host steps were all cost, and a long call's figure read low: 18% under its events at
+    `wide` on an H200)."""
     cost = warm_cost(referee, beside)
     if cost is None or referee.device != "cuda":
         return 0.0
     own = beside.reported_ms if beside is not None and beside.reported_ms is not None else 0.0
-    return max(0.0, last.ms - cost - own)
+    return min(PACE_CAP_MS, max(0.0, last.ms - cost - own))
 
 
 class Series:
