@@ -33,7 +33,7 @@ from evaluator.wire.protocol import ExecutorMessage
 from evaluator.wire.records import Containment, Status, Verdict
 from evaluator.parent.referee_client import protected_paths
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
-from evaluator.referee.process import contained
+from evaluator.referee.settling import contained
 
 HACKS = FIXTURES / "hacks" / "cpu"
 ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cpp_escape"]

@@ -42,7 +42,8 @@ from evaluator.parent.lanes import Job, Judged, Scheduler
 from evaluator.parent.referee_client import RefereeClient, protected_paths
 from evaluator.referee import headers
 from evaluator.referee.environment import build_arch_list, toolchain_digest
-from evaluator.referee.process import ExecutorProcess, import_error_kind, settle
+from evaluator.referee.process import ExecutorProcess
+from evaluator.referee.settling import import_error_kind, settle
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
 
@@ -351,8 +352,7 @@ class Evaluator:
                 jobserver.end()
         if (verdict.status == Status.compile_error and not self.options.compile_only and self.device == "cuda"
                 and import_error_kind(process) == "import"):
-            # its extensions built, then its import failed: in a build, which sees no GPU (its code asked for
-            # one at import, say); its lane imports it again, with its GPU, and judges what happens there
+            # built, then its import failed in a build, which sees no GPU: its lane imports it again, with its GPU
             verdict = verdict.model_copy(update={"status": Status.compiled, "error": (
                 "built; its import failed without a GPU, so its lane imports it again: " + (verdict.error or ""))[:2000]})
         if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only

@@ -7,8 +7,7 @@ commands, the exchange) and nothing else. Its stdout and stderr belong to the ca
 threads read them and keep only the last `output_cap` bytes of each. Messages are read with a
 deadline; a phase that overruns it, a compile step over its memory limit, a malformed line or a
 closed channel ends the process (`Ended`, with the reason) and the whole process group and PID
-namespace are killed. `contained()` turns the containment reports sent before the first phase
-into the verdict's `containment` record (and an `unsandboxed` flag when anything is missing).
+namespace are killed. Its verdict is completed from what it showed in evaluator.referee.settling.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
 from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Go, Put, Reply
-from evaluator.wire.records import Containment, Flag, Verdict
 from evaluator.wire.stage import Stage
 
 MEMORY_POLL_S = 0.2   # how often the compile step's memory is read
@@ -135,50 +133,6 @@ def resume_all(processes: list[ExecutorProcess]) -> None:
         process.continue_all(process.paused_pids)
         process.paused, process.paused_pids = False, None
         process.reading.set()
-
-
-def import_error_kind(process: ExecutorProcess) -> str | None:
-    """How its import failed, as it said (`build`, `import`, ...; testimony, used only to choose who tries next)."""
-    reply = next((m.reply for m in process.messages if m.reply is not None and m.reply.id == 0), None)
-    return reply.error_kind if reply is not None else None
-
-
-def contained(verdict: Verdict, messages: list[ExecutorMessage]) -> Verdict:
-    """The verdict with the containment reports sent before the first phase message (so before any
-    candidate code existed: the launcher's, written before the executor started, then the executor's
-    own), judged against what was asked for: every mechanism. An `unsandboxed` flag (flag, not
-    reject) names what was not contained."""
-    reports = []
-    for message in messages:
-        if message.kind != "containment":
-            break
-        if message.containment is not None:
-            reports.append(message.containment.model_dump())
-    updates = [m for r in reports[1:] for m in r["mechanisms"]]
-    record, missing = launch.assess(reports[0] if reports else None, updates)
-    verdict.containment = Containment.model_validate(record)
-    if missing:
-        verdict.flags.append(Flag(name="unsandboxed", reason=launch.unsandboxed_reason(record, missing)))
-    return verdict
-
-
-def settle(verdict: Verdict, process: ExecutorProcess, returncode: int | None, tail_chars: int) -> Verdict:
-    """The verdict completed with what the process itself showed: its containment, the tails of its
-    stdout and stderr (and `output_capped` when they were cut), an unclean exit after a correct
-    judgement, the total seconds."""
-    verdict = contained(verdict, process.messages)
-    for stream, name in ((process.stdout, "stdout"), (process.stderr, "stderr")):
-        if stream.capped:
-            verdict.flags.append(Flag(name="output_capped", reason=f"{name}: {stream.total} bytes, only the last "
-                                                                    f"{stream.cap} kept"))
-    if returncode not in (0, None) and verdict.status.value == "correct":
-        verdict.flags.append(Flag(name="unclean_exit", reason=f"the executor {launch.exit_description(returncode)} after it "
-                                                              "was judged"))
-    verdict.phase_seconds.setdefault("total", round(time.monotonic() - process.started, 3))
-    return verdict.model_copy(update=dict(
-        stdout_tail=process.stdout.tail().decode("utf-8", "replace")[-tail_chars:],
-        stderr_tail=process.stderr.tail().decode("utf-8", "replace")[-tail_chars:],
-        stdout_bytes=process.stdout.total, stderr_bytes=process.stderr.total))
 
 
 class ExecutorProcess:
@@ -338,9 +292,7 @@ class ExecutorProcess:
             self.in_group = self.group.holds(self.proc.pid)
         return bool(self.in_group)
 
-    @property
-    def hold_mechanism(self) -> str:
-        return "cgroup_freezer" if self.frozen_by_group else "sigstop"
+    hold_mechanism = property(lambda self: "cgroup_freezer" if self.frozen_by_group else "sigstop")
 
     def hold(self) -> None:
         """Every process of the executor held around one of the calibrator's windows: its cgroup frozen, or

@@ -44,7 +44,8 @@ from evaluator.referee.session import Session
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
-from evaluator.referee.process import ExecutorProcess, pause_all, resume_all, settle
+from evaluator.referee.process import ExecutorProcess, pause_all, resume_all
+from evaluator.referee.settling import settle
 from evaluator.referee.time_phase import WINDOW_OVER_COST
 from evaluator.referee.timing import Call, Timer, quantile, summarize
 from evaluator.referee.tuning import PROFILE_DIR, profile_log

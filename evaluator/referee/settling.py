@@ -1,0 +1,57 @@
+"""A verdict completed with what its executor showed: the containment reports it sent before any
+candidate code existed (`contained`), its capped output and exit (`settle`), and how its import failed
+(`import_error_kind`). Used by the referee for every candidate and by the parent for builds.
+"""
+
+from __future__ import annotations
+
+import time
+
+from evaluator.referee import launch
+from evaluator.referee.process import ExecutorProcess
+from evaluator.wire.protocol import ExecutorMessage
+from evaluator.wire.records import Containment, Flag, Verdict
+
+
+def import_error_kind(process: ExecutorProcess) -> str | None:
+    """How its import failed, as it said (`build`, `import`, ...; testimony, used only to choose who tries next)."""
+    reply = next((m.reply for m in process.messages if m.reply is not None and m.reply.id == 0), None)
+    return reply.error_kind if reply is not None else None
+
+
+def contained(verdict: Verdict, messages: list[ExecutorMessage]) -> Verdict:
+    """The verdict with the containment reports sent before the first phase message (so before any
+    candidate code existed: the launcher's, written before the executor started, then the executor's
+    own), judged against what was asked for: every mechanism. An `unsandboxed` flag (flag, not
+    reject) names what was not contained."""
+    reports = []
+    for message in messages:
+        if message.kind != "containment":
+            break
+        if message.containment is not None:
+            reports.append(message.containment.model_dump())
+    updates = [m for r in reports[1:] for m in r["mechanisms"]]
+    record, missing = launch.assess(reports[0] if reports else None, updates)
+    verdict.containment = Containment.model_validate(record)
+    if missing:
+        verdict.flags.append(Flag(name="unsandboxed", reason=launch.unsandboxed_reason(record, missing)))
+    return verdict
+
+
+def settle(verdict: Verdict, process: ExecutorProcess, returncode: int | None, tail_chars: int) -> Verdict:
+    """The verdict completed with what the process itself showed: its containment, the tails of its
+    stdout and stderr (and `output_capped` when they were cut), an unclean exit after a correct
+    judgement, the total seconds."""
+    verdict = contained(verdict, process.messages)
+    for stream, name in ((process.stdout, "stdout"), (process.stderr, "stderr")):
+        if stream.capped:
+            verdict.flags.append(Flag(name="output_capped", reason=f"{name}: {stream.total} bytes, only the last "
+                                                                    f"{stream.cap} kept"))
+    if returncode not in (0, None) and verdict.status.value == "correct":
+        verdict.flags.append(Flag(name="unclean_exit", reason=f"the executor {launch.exit_description(returncode)} after it "
+                                                              "was judged"))
+    verdict.phase_seconds.setdefault("total", round(time.monotonic() - process.started, 3))
+    return verdict.model_copy(update=dict(
+        stdout_tail=process.stdout.tail().decode("utf-8", "replace")[-tail_chars:],
+        stderr_tail=process.stderr.tail().decode("utf-8", "replace")[-tail_chars:],
+        stdout_bytes=process.stdout.total, stderr_bytes=process.stderr.total))
