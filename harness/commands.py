@@ -365,6 +365,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         if json_lines:  # printed again, whole, naming the line it replaces
             printed += 1
             sys.stdout.write(verdict_line(verdict, line=printed, index=position, replaces=position + 1) + "\n")
+            sys.stdout.flush()
     if late:
         status.print(f"{late_line(len(late))}: {', '.join(v.candidate for v in late.values())}",
                      highlight=False, soft_wrap=True)

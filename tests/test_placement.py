@@ -299,3 +299,29 @@ def test_a_held_spinner_nothing_continued_is_never_said_to_have_run(tmp_path):
     finally:
         kill_group(proc)
         proc.wait(timeout=30)
+
+
+def test_a_thread_gone_or_born_during_a_hold_counts_as_having_run(tmp_path):
+    """Under SIGSTOP, a held process can leave no trace in its run times by being continued and ending before
+    the window is over (issue 32's review): a thread that is gone, or one that was not there when the hold
+    settled, ran."""
+    proc = _launched(tmp_path, SPINNER)
+    try:
+        times: dict = {}
+        held = holding.stop_all(proc.pid, holding.complete(proc.pid), times)
+        assert holding.ran_since(times) == []
+        now: dict = {}
+        holding.processes(proc.pid, holding.complete(proc.pid), now)
+        born = {(pid, tid + 10_000): 0 for pid, tid in list(now)[:1]}  # a thread the hold never saw
+        assert holding.ran_since(times, {**now, **born}) == [next(iter(born))[0]]
+        [init] = holding.tree_children(proc.pid)
+        spinner = holding.tree_children(init)[0]
+        os.kill(spinner, 9)
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{spinner}/stat").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # reaped by its parent, the namespace's init
+        assert spinner in holding.ran_since(times)
+        holding.continue_all(proc.pid, held)
+    finally:
+        kill_group(proc)
+        proc.wait(timeout=30)

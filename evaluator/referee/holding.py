@@ -127,8 +127,10 @@ def _thread_held(pid: int, tid: str, times: dict | None) -> bool:
     return state in HELD
 
 
-def ran_since(times: dict[tuple[int, int], int]) -> list[int]:
-    """The processes with a thread that has run since `times` was taken (stop_all)."""
+def ran_since(times: dict[tuple[int, int], int], now: dict[tuple[int, int], int] | None = None) -> list[int]:
+    """The processes with a thread that has run since `times` was taken (stop_all): its run time changed, or it
+    is gone (a stopped thread cannot end unless something continued it), or, with `now` (the run times a pass
+    over the processes found after the window), a thread that was not there before."""
     ran = set()
     for (pid, tid), before in times.items():
         try:
@@ -136,7 +138,8 @@ def ran_since(times: dict[tuple[int, int], int]) -> list[int]:
                 if int(schedstat.read().split()[0]) != before:
                     ran.add(pid)
         except (OSError, ValueError, IndexError):
-            continue  # gone
+            ran.add(pid)  # gone: it ran to its end
+    ran |= {pid for pid, tid in (now or {}) if (pid, tid) not in times}
     return sorted(ran)
 
 

@@ -312,7 +312,11 @@ class ExecutorProcess:
     def ran_while_held(self) -> list[int]:
         """Its processes that ran since this hold stopped them (something continued them meanwhile): none can
         while its cgroup is frozen."""
-        return holding.ran_since(self.held_times) if self.held_pids else []
+        if not self.held_pids:
+            return []
+        now: dict = {}
+        holding.processes(self.proc.pid, self.by_tree(), now)  # a process born meanwhile ran to be born
+        return holding.ran_since(self.held_times, now)
 
     def stop_all(self, times: dict | None = None) -> list[int]:
         """Every process of it held (its cgroup frozen, else evaluator.referee.holding's SIGSTOP); the processes

@@ -29,7 +29,6 @@ import base64
 import contextlib
 import copy
 import functools
-import math
 import secrets
 import threading
 import time
@@ -46,7 +45,6 @@ from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
 from evaluator.referee.process import ExecutorProcess, pause_all, resume_all
 from evaluator.referee.settling import settle
-from evaluator.referee.time_phase import WINDOW_OVER_COST
 from evaluator.referee.timing import Call, Timer, quantile, summarize
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
@@ -64,8 +62,6 @@ BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be fro
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
 STAGE_BYTES = {"cuda": 3 << 30, "cpu": 32 << 20}
 MOST_CALLS = 256
-# What a window costs beyond its calls, before a round has measured it (choosing the baselines' K).
-ASSUMED_WINDOW_COST_MS = {"cuda": 1.5, "cpu": 1.0}
 
 
 
@@ -83,6 +79,7 @@ class Referee:
         self.groups: cgroups.Group | None = None
         # the batch's builds, frozen while anything is timed (where they do not run on cores of their own)
         self.builds = cgroups.Group(Path(config.builds_group)) if config.builds_group else None
+        self.builds_late = 0  # times the builds were not all frozen within BUILDS_FREEZE_S (said in verdicts)
         self.tolerances = self.problem.tolerances
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
@@ -323,38 +320,28 @@ class Referee:
         raise ValueError(f"unknown baseline {name!r}")
 
     def time_baseline(self, name: str) -> TimingStats:
-        """As a candidate is timed: warm-up, one call to size the series, then windows of K calls back to back
-        (K chosen as a candidate's is, from the call's time and what a window costs: like with like); fresh
-        inputs drawn for every call before each window, outside the timing."""
+        """As a candidate is timed: warm-up, one call to size the series, the series, a call at a time; fresh
+        inputs drawn for every call outside the timed window."""
         model = self.baseline_callable(name)
         self.baseline_model.train(self.problem.mode == "train")
         distribution = self.problem.distributions[0]
-        current: dict = {"sets": []}
-        calls = 1
+        current: dict = {}
 
         def drawing(seed: int):
             def before(call: Call) -> None:
-                current["sets"] = [self.draw(distribution, draws.call_seed(seed, call.index * calls + k))
-                                   for k in range(calls)]
+                current.pop("inputs", None)
+                current["inputs"] = self.draw(distribution, draws.call_seed(seed, call.index))
             return before
 
         with torch.no_grad():
-            fn = lambda: model(*current["sets"].pop(0))  # noqa: E731
+            fn = lambda: model(*current["inputs"])  # noqa: E731
             warm = drawing(self.keys.next_seed("baseline"))
             self.timer.untimed(fn, self.timer.warmup, warm)
             estimate = self.timer.one(fn, Call(self.timer.warmup), warm)[1]
-            calls = self.baseline_calls(estimate)
             # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
-            events, _ = self.timer.series(fn, self.timer.reps_for(estimate * calls), drawing(self.keys.next_seed("baseline")),
-                                          target_rel=0.005, calls=calls)
+            events, _ = self.timer.series(fn, self.timer.reps_for(estimate), drawing(self.keys.next_seed("baseline")),
+                                          target_rel=0.005)
         return summarize(events, self.timer.warmup + 1)
-
-    def baseline_calls(self, estimate_ms: float) -> int:
-        """K for a baseline whose call takes `estimate_ms`: as a candidate's (time_phase.window_calls), from what
-        a window costs (the last round's calibrator, else ASSUMED_WINDOW_COST_MS)."""
-        cost = self.current_round.window_cost if self.current_round is not None else None
-        cost_ms = cost.cost_ms if cost is not None else ASSUMED_WINDOW_COST_MS[self.device]
-        return max(1, min(self.layout.sets, math.ceil(WINDOW_OVER_COST * cost_ms / max(estimate_ms, 1e-3))))
 
     # -- one candidate -----------------------------------------------------------------------------
 
@@ -403,8 +390,8 @@ class Referee:
         waiting = list(self.waiting.values())
         for process in waiting:
             process.wait_pinned()
-        if self.builds is not None:  # a build in the kernel freezes as it leaves it
-            self.builds.freeze(BUILDS_FREEZE_S)
+        if self.builds is not None and not self.builds.freeze(BUILDS_FREEZE_S):  # each freezes as it leaves the kernel
+            self.builds_late += 1
         pause_all(waiting)
         try:
             yield

@@ -27,11 +27,14 @@ from evaluator.referee.check_phase import compare_output, describe_regression, o
 # copied inside its window, compared as soon as the window is over and then freed): with the fewest windows
 # a series has, it bounds how many calls a series has (at kernelbench, 256 MiB outputs: 23).
 SERIES_BYTES = {"cuda": 6 << 30, "cpu": 512 << 20}
-# A window holds K calls back to back, K chosen so that the window is at least this many times what a window
-# costs beyond its calls (each figure is the window less that cost, over K: the cost's error shrinks with K).
+# A back-to-back window holds K calls, K chosen so that the window is at least this many times what a window
+# costs beyond its calls (as many calls as a loop makes in that time).
 WINDOW_OVER_COST = 20
-# K grows by this much, once, when the calls' figure still lies within what the clock resolves (check_floor).
-GROW = 4
+# Windows of K calls back to back after the ranked series, each call compared as any other, never ranked: a
+# window's later inputs lie in the stage from its start, so a candidate could batch its calls (one kernel
+# reading every input set) or overlap them on streams of its own, and the window would time that, not the
+# calls a loop makes one after another (an attacker's review of issue 33's first windows, which ranked).
+BACK_TO_BACK_WINDOWS = 2
 # The calibrator's calls keep the device busy at most this long each (`pace`): enough to hide the executor's
 # host steps between calls (tens to hundreds of microseconds), without doubling a long call's window.
 PACE_CAP_MS = 1.0
@@ -39,37 +42,37 @@ PACE_CAP_MS = 1.0
 # ------------------------------------------------------------------------------------------ time
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
-    """Warm-up windows of one call, then windows of K calls back to back (K: `window_calls`), every window
-    clocked by the referee (evaluator.referee.clock: its inputs written into the stage and every call's output
-    and buffers copied out inside it), each followed by a window of the calibrator on the same inputs, with
-    the candidate's processes held and the device idle: what a window costs, measured in the same pattern
-    and the same minute. Every clocked call's output and buffers are compared, in every tier, with the
-    float64 reference replaying the same call as soon as its window is over; then the reported times against
-    the referee's, the physical floor (a figure the clock cannot resolve grows K once, then is shaky), the
-    whole state and one more checked call. A tier is claimed only where every one of these passes it
-    (`Timed.later`); one that passes none is `incorrect`."""
+    """Warm-up windows, then the timed series, one call a window, every window clocked by the referee
+    (evaluator.referee.clock: its inputs written into the stage and the call's output and buffers copied out
+    inside it), each followed by a window of the calibrator on the same inputs (paced: `pace`), with the
+    candidate's processes held and the device idle: what a window costs, measured in the same pattern and
+    the same minute. Then BACK_TO_BACK_WINDOWS windows of K calls back to back (K: `window_calls`, at least
+    2), as a training loop makes them: compared, never ranked. Every clocked call's output and buffers are
+    compared, in every tier, with the float64 reference replaying the same call as soon as its window is
+    over; then the reported times against the referee's, the physical floor (a figure the clock cannot
+    resolve is shaky and given as no number), the whole state and one more checked call. A tier is claimed
+    only where every one of these passes it (`Timed.later`); one that passes none is `incorrect`."""
     session.enter(Phase.time)
     referee = session.referee
     series = Series(session, checked)
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
         last, beside = series.windows[-1], series.costs[-1] if series.costs else None
-        calls = window_calls(referee, last, beside)
         series.pace_ms = pace(referee, last, beside)
-        timed = series.timed(calls)
+        timed = series.timed()
         timing, cost = series.figures(timed)
-        if too_short(referee, built, timing, cost, calls) and calls < referee.layout.sets:
-            calls = min(referee.layout.sets, calls * GROW)  # the calls are lost in the cost's error: more a window
-            timed = series.timed(calls)
-            timing, cost = series.figures(timed)
+        together = max(2, window_calls(referee, last, beside))
+        series.run(BACK_TO_BACK_WINDOWS, min(together, referee.layout.sets), beside=False)
     sm_clock = referee.sm_clock()
     check = clock.cross_check(series.windows[timed], cost, referee.device)
     check.hold = getattr(session.link, "hold_mechanism", None)
     check.builds = referee.config.builds
+    if getattr(referee, "builds_late", 0) and check.builds:
+        check.builds += f" (in {referee.builds_late} of this batch's holds, not all frozen within a second)"
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     compare_state_after_timing(session, series.replay, series.count, series.later)
-    floor_ms, resolved = check_floor(session, built, timing, cost, calls)
+    floor_ms, resolved = check_floor(session, built, timing, cost, 1)
     recheck(session, series.replay, series.later)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later,
                  resolved=resolved)
@@ -86,7 +89,8 @@ def warm_cost(referee: RefereeView, beside: clock.Clocked | None) -> float | Non
 
 def window_calls(referee: RefereeView, last: clock.Clocked, beside: clock.Clocked | None) -> int:
     """K: calls a window holds so that it is at least WINDOW_OVER_COST times its cost, from the last warm-up
-    window and the calibrator's beside it (1 for calls that long already; at most the stage's input sets)."""
+    window and the calibrator's beside it (1 for calls that long already; at most the stage's input sets):
+    the calls of a back-to-back window."""
     cost = warm_cost(referee, beside)
     if cost is None or cost <= 0:
         return 1
@@ -123,18 +127,15 @@ class Series:
         self.pace_ms = 0.0                    # the device time each of the calibrator's calls takes (`pace`)
         self.count = 0                        # clocked calls made
 
-    def timed(self, calls: int) -> slice:
-        """One warm-up window of `calls` calls (where that is more than one), then the series: as many windows
-        as the timing budget allows (at least the timer's fewest, and no more calls than SERIES_BYTES); the
-        slice of `windows` it took."""
+    def timed(self) -> slice:
+        """The ranked series, a call a window: as many windows as the timing budget allows (at least the timer's
+        fewest, and no more than SERIES_BYTES); the slice of `windows` it took."""
         referee = self.session.referee
         timer = referee.timer
-        if calls > 1:
-            self.run(1, calls)
         first = len(self.windows)
         estimate = max(self.windows[-1].ms, 1e-3)  # one window's ms, as the last one took
-        fit = max(1, SERIES_BYTES[referee.device] // referee.layout.span // calls)
-        self.run(timer.reps_for(estimate, cap=fit), calls)
+        fit = max(1, SERIES_BYTES[referee.device] // referee.layout.span)
+        self.run(timer.reps_for(estimate, cap=fit), 1)
         return slice(first, len(self.windows))
 
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
@@ -144,8 +145,8 @@ class Series:
         windows = self.windows[timed]
         beside = self.costs[timed] if len(self.costs) == len(self.windows) else []
         cost = clock.window_cost(beside) if beside else None
-        if cost is None and referee.current_round is not None and windows[0].calls == 1:
-            cost = referee.current_round.window_cost  # measured with one call a window
+        if cost is None and referee.current_round is not None:
+            cost = referee.current_round.window_cost
         if cost is None:
             session.add([Flag(name="uncalibrated", reason=(
                 f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
@@ -153,14 +154,14 @@ class Series:
         referee.profile_windows(session.name, windows, beside)
         return summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start), cost
 
-    def run(self, count: int, calls: int) -> None:
+    def run(self, count: int, calls: int, beside: bool = True) -> None:
         """`count` more windows of `calls` calls back to back, each call on fresh inputs drawn here (outside the
         window) from a seed of its own; after each window, the inputs it was given must be as the referee wrote
         them. Each window is followed by one of the calibrator's on the same inputs (the pattern a window's
         cost depends on), run with the candidate's processes held and only once the device has no work of
         theirs left, so that nothing the candidate does can make the calibrator's windows, and so a window's
-        cost, dearer. Then each call's output and buffers, as the window copied them, against the replayed
-        reference."""
+        cost, dearer (`beside` false: windows that are compared only, never timed, have none). Then each
+        call's output and buffers, as the window copied them, against the replayed reference."""
         session = self.session
         referee = session.referee
         stage = session.link.stage
@@ -180,6 +181,9 @@ class Series:
                 raise Judged(Status.incorrect, Phase.time, (
                     f"the candidate modified its input(s) {sorted({p for _, p in changed})} in place "
                     f"(clocked call {first + changed[0][0]})"))
+            if not beside:
+                self.compare(clocked, input_sets)
+                continue
             self.windows.append(clocked)
             with held(session.link):
                 idle(session, f"after {what} had returned")
@@ -343,13 +347,6 @@ def resolution_ms(cost: clock.WindowCost | None, calls: int) -> float:
     if cost is None or not cost.costs:
         return 0.0
     return (quantile(list(cost.costs), 0.75) - quantile(list(cost.costs), 0.25)) / calls
-
-
-def too_short(referee: RefereeView, built: Built, timing: TimingStats, cost: clock.WindowCost | None,
-              calls: int) -> bool:
-    """Whether the figure per call lies within what the clock resolves, or under the physical floor."""
-    floor, _ = floor_of(referee, built)
-    return timing.median_ms <= resolution_ms(cost, calls) or (floor is not None and timing.median_ms < floor)
 
 
 def floor_of(referee: RefereeView, built: Built) -> tuple[float | None, str]:

@@ -88,11 +88,11 @@ class Timer:
 
     def one(self, fn: Callable[[], object], call: Call, before: Hook | None = None,
             after: Hook | None = None, calls: int = 1) -> tuple[float, float]:
-        """(device-event ms, host-clock ms) per call of `calls` calls back to back, as a candidate's window
-        makes them (evaluator.executor.forward.timed_forwards): the L2 flushed before the first, nothing
-        waited for between them, device events around each, one device-wide synchronize after the last;
-        equal on the CPU. Hooks are not timed: `before` once (it stages the calls' inputs), `after` after
-        each call (on CUDA, before the device has finished it)."""
+        """(device-event ms, host-clock ms) per call of `calls` calls back to back (one for every timing made
+        now), as a candidate's window makes them (evaluator.executor.forward.timed_forwards): the L2 flushed
+        before the first, nothing waited for between them, device events around each, one device-wide
+        synchronize after the last; equal on the CPU. Hooks are not timed: `before` once, `after` after each
+        call (on CUDA, before the device has finished it)."""
         if before is not None:
             before(call)
         if self.device != "cuda":

@@ -23,10 +23,9 @@ EVALUATOR_VERSION = "0.1.0"
 # the same text).
 SPEEDUP_RULE = (
     "A speedup divides a baseline's median time by the candidate's, both measured by the referee on the "
-    "same GPU in the same batch, in windows of calls back to back: the baseline's by device events in the "
-    "referee's own process, the candidate's by the referee's clock around each window, less what that "
-    "window costs (measured by the referee's calibrator beside each window), over its calls, never by "
-    "anything the candidate's process reports.")
+    "same GPU in the same batch: the baseline's by device events in the referee's own process, the "
+    "candidate's by the referee's clock around each call, less what that clock's window costs (measured "
+    "by the referee's calibrator beside each call), never by anything the candidate's process reports.")
 
 
 class Hardware(BaseModel):
@@ -225,8 +224,8 @@ class TimingCheck(Record):
     wall_ms: float = Field(description="The referee's clock summed over the clocked calls' windows.")
     calls: int = Field(description="Clocked calls timed (warm-up not included).")
     calls_per_window: int = Field(1, description=(
-        "Calls back to back in each window (K): chosen so that a window is some twenty times what it costs; "
-        "each figure is a window less its cost, over K."))
+        "Calls in each timed window (each figure is a window less its cost, over them): 1. The windows of "
+        "calls back to back that follow the series are compared, never timed."))
     overhead_ms: float = Field(description=(
         "What one window costs beyond its calls' device time: the median over the calibrator's windows (a "
         "trusted executor, the same code and path), one run beside each of the candidate's, on the same inputs, "
