@@ -81,8 +81,9 @@ def assert_expected(verdict, path: Path) -> None:
     for name, policy in flags:
         assert any(n == name and (policy is None or p == policy) for n, p in got), \
             f"{path.name}: no flag {name}({policy}) among {sorted(got)}"
-    if verdict.status == Status.correct:
-        assert verdict.error is None and verdict.runtime_ms > 0
+    if verdict.status == Status.correct:  # a number, or none where the clock cannot resolve a call (a shaky flag says so)
+        assert verdict.error is None and (verdict.runtime_ms > 0 if verdict.runtime_ms is not None else
+                                          "too short a call to time" in dynamic_reason(verdict, path, "shaky_timing"))
     else:
         assert verdict.error, "a failed verdict must say why"
 
@@ -717,8 +718,15 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     batch.append(CandidateFile(name="good", path=GOOD_CUDA))
     verdicts = {v.candidate: v for v in evaluate(batch, EvalOptions(device="cuda", size="small", jobs=2, run_rejected=True,
                                                                      baselines=["eager"], log_root=tmp_path, seed=0))}
+    for name, v in verdicts.items():  # the batch as judged, for the record (pytest -rA shows it)
+        print(f"{name:32} {v.status.value:14} {v.runtime_ms} {sorted(f.name for f in v.flags)} {(v.error or '')[:120]}")
+    wrong = []
     for path in HACKS_CUDA:
-        assert_expected(verdicts[path.stem], path)
+        try:
+            assert_expected(verdicts[path.stem], path)
+        except AssertionError as e:
+            wrong.append(f"{path.name}: {e}")
+    assert not wrong, "\n".join(wrong)
     # issue 32 on the GPU: no input predicted from the pinned seed; strict lost where six calls were fp16; the
     # honest candidate beside a candidate that spins the GPU at import is judged as any other
     seeded = verdicts["pinned_seed_replay"]
@@ -733,7 +741,7 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     # what ranks is the referee's own figure (at `small` a window's cost is known only to about a call's time,
     # so it is not held against another candidate's or a baseline's: on an H100 this one read 0.08-0.15 ms
     # against eager's 0.19-0.32 in two batches)
-    assert reshaped.runtime_ms == pytest.approx(reshaped.timing_check.referee_ms, abs=1e-4)
+    assert reshaped.runtime_ms is None or reshaped.runtime_ms == pytest.approx(reshaped.timing_check.referee_ms, abs=1e-4)
     assert "buffers wrong after clocked call 1:" in verdicts["deferred_buffers"].error
     for name in ("late_stage_write", "deferred_device_work"):
         assert "wrong on clocked call 1:" in verdicts[name].error, verdicts[name].error
