@@ -42,7 +42,12 @@ def usage_error(message: str) -> typer.Exit:
 def eval_command(
     files: list[Path] = typer.Argument(..., help=(
         "Candidate files defining ModelNew, or folders of them (a run's folder: each sample's candidate.py).")),
-    problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name (a folder under reference/), folder, or KernelBench-format .py file."),
+    problem: Optional[list[str]] = typer.Option(None, help=(
+        f"Problem name (a folder under reference/), folder, or KernelBench-format .py file (default: {DEFAULT_PROBLEM}); "
+        "given more than once, a suite of those problems (as --problems).")),
+    problems: Optional[Path] = typer.Option(None, help=(
+        "A suite: a folder of problems (KernelBench's level folders as they are) or a suite file (.toml). Each "
+        "file is judged against the problem named by a folder on its path or by the start of its name.")),
     size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build without running."),
@@ -69,6 +74,8 @@ def eval_command(
     """Judge candidate files: compile, check against the reference, time against baselines."""
     from evaluator.parent.sandbox import EvalOptions
     from harness.commands import candidate_files, eval_command as run_eval
+    from harness.suite import SuiteError
+    from harness.suite_commands import eval_suite, resolve_suite
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
@@ -80,14 +87,21 @@ def eval_command(
         raise usage_error(f"no candidate in folder: {', '.join(empty)} (a run's folder holds candidate.py files, "
                           "any other folder *.py files)")
     try:
+        suite = resolve_suite(problems, problem)
+    except SuiteError as err:
+        raise usage_error(str(err))
+    try:
         options = EvalOptions(
-            problem=problem, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,
+            problem=problem[0] if problem else DEFAULT_PROBLEM, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,
             jobs=jobs, gpus=gpus, ahead=ahead, executor=executor, ray_address=ray_address, lanes=lanes, seed=seed,
             baselines=[b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None,
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
         )
     except ValueError as err:
         raise usage_error(str(err))
+    if suite is not None:
+        raise typer.Exit(eval_suite(suite, files, options, json_lines=json_lines, store=store, record=not no_store,
+                                    console=console))
     raise typer.Exit(run_eval(files, options, json_lines=json_lines, store=store, record=not no_store, console=console))
 
 
@@ -115,7 +129,13 @@ def run_cli(
     model: Optional[str] = typer.Option(None, help="Model name at the endpoint, or replay:DIR (saved replies)."),
     samples: Optional[int] = typer.Option(None, min=1, help="Samples per prompt (default: 4)."),
     variant: Optional[str] = typer.Option(None, help="Prompt variant (default: kernelbench)."),
-    problem: Optional[str] = typer.Option(None, help=f"Problem name, folder, or KernelBench-format .py file (default: {DEFAULT_PROBLEM})."),
+    problem: Optional[list[str]] = typer.Option(None, help=(
+        f"Problem name, folder, or KernelBench-format .py file (default: {DEFAULT_PROBLEM}); given more than once, "
+        "a suite of those problems (as --problems).")),
+    problems: Optional[Path] = typer.Option(None, help=(
+        "A suite: a folder of problems (KernelBench's level folders as they are) or a suite file (.toml); one "
+        "run per problem, then the suite board. With replay:DIR, each problem's replies are read from "
+        "DIR/<problem>/ where it exists.")),
     size: Optional[str] = typer.Option(None, help="Size preset (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (env: OPENAI_BASE_URL)."),
@@ -179,8 +199,15 @@ def run_cli(
             raise usage_error(f"--extra-body is not JSON: {err}")
         if not isinstance(body, dict):
             raise usage_error("--extra-body must be a JSON object")
+    from harness.suite import SuiteError
+    from harness.suite_commands import resolve_suite, run_suite
+
+    try:
+        suite = resolve_suite(problems, problem)
+    except SuiteError as err:
+        raise usage_error(str(err))
     options = dict(
-        model=model, samples=samples, variant=variant, problem=problem, size=size, device=device, base_url=base_url,
+        model=model, samples=samples, variant=variant, problem=problem[0] if problem else None, size=size, device=device, base_url=base_url,
         api_key_env=api_key_env, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
         extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
         retry_failed=retry_failed, salvage=salvage, salvage_requests=salvage_requests, salvage_native=salvage_native,
@@ -190,6 +217,8 @@ def run_cli(
         store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )
+    if suite is not None:
+        raise typer.Exit(run_suite(suite, options, config_file=config, console=console))
     raise typer.Exit(run_command(options, config_file=config, console=console))
 
 
@@ -246,18 +275,25 @@ def leaderboard_cli(
     size: Optional[str] = typer.Option(None, help="Only this size preset."),
     variant: Optional[str] = typer.Option(None, help="Only this prompt variant."),
     gpu: Optional[str] = typer.Option(None, help="Only this GPU (device name as the verdicts give it)."),
-    tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
-    fmt: str = typer.Option("table", "--format", help="table|json|csv|md."),
+    tier: Optional[str] = typer.Option(None, help="Tolerance tier a ranked candidate must pass: strict|loose (default: the suite's, else loose)."),
+    problems: Optional[Path] = typer.Option(None, help=(
+        "Only a suite's problems (a folder of problems or a suite file), with their levels in the suite board.")),
+    fmt: str = typer.Option("table", "--format", help="table|json|csv|md (json: a `suite` object summarizes across problems)."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     config: Optional[Path] = typer.Option(None, help="Config file with token prices (default: ./harness.toml; env HARNESS_CONFIG)."),
 ) -> None:
     """Ranked candidates per GPU with their baselines and golden kernels, then summary metrics."""
     from harness.board import Filters
     from harness.commands import leaderboard_command
+    from harness.suite import SuiteError, load_suite
 
+    try:
+        suite = load_suite(problems) if problems is not None else None
+    except SuiteError as err:
+        raise usage_error(str(err))
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
-    raise typer.Exit(leaderboard_command(store=store, filters=filters, tier=tier, fmt=fmt, console=console,
-                                         config_file=config))
+    raise typer.Exit(leaderboard_command(store=store, filters=filters, tier=tier or (suite.tier if suite else "loose"),
+                                         fmt=fmt, console=console, config_file=config, suite=suite))
 
 
 @app.command("report")

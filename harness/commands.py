@@ -8,6 +8,7 @@ settings, call the module that does the work, print, return the exit code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -31,9 +32,11 @@ from harness.leaderboard import build_boards
 from harness.parsing import parse_source
 from harness.ranking import TIERS
 from harness.records import Candidate, Hardware, ParseResult, Run
-from harness.render import FORMATS, print_tables, to_csv, to_json, to_markdown
+from harness.render import FORMATS, print_tables, suite_markdown, suite_tables, to_csv, to_json, to_markdown
 from harness.staleness import current_rules
 from harness.store import Store, StoreError, open_store
+from harness.suite import Suite
+from harness.suite_board import SuiteBoard, suite_boards
 
 EVAL_RUN, GOLDEN_RUN = "eval", "golden"
 
@@ -84,10 +87,28 @@ def _open_existing(path: Path) -> Store:
 
 # -- reading the store ----------------------------------------------------------------------------
 
+def boards_and_suites(db: Store, filters: Filters, tier: str, suite: Suite | None = None,
+                      prices: dict | None = None, runs: Sequence[str] | None = None) -> tuple[list, list[SuiteBoard]]:
+    """The boards that pass `filters` (those of `suite`'s problems alone, where one is given; of the runs
+    `runs` alone, where given) and the suite boards over them (harness.suite_board: one a GPU)."""
+    if runs is not None:
+        boards = [b for run in dict.fromkeys(runs) for b in build_boards(
+            db, dataclasses.replace(filters, run=run), tier, staleness=current_rules(), prices=prices)]
+    else:
+        boards = build_boards(db, filters, tier, staleness=current_rules(), prices=prices)
+    if suite is None:
+        return boards, suite_boards(boards)
+    names = set(suite.names())
+    boards = [b for b in boards if b.problem in names]
+    return boards, suite_boards(boards, suite.levels(), suite.name)
+
+
 def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "loose", fmt: str = "table",
                         console: Console | None = None, out: io.TextIOBase | None = None,
-                        config_file: Path | None = None) -> int:
-    """`harness leaderboard`. Returns the exit code (0, or 2 for a bad option or store)."""
+                        config_file: Path | None = None, suite: Suite | None = None,
+                        runs: Sequence[str] | None = None) -> int:
+    """`harness leaderboard`. Returns the exit code (0, or 2 for a bad option or store). `suite`: only its
+    problems, its levels in the suite board."""
     console = console or Console()
     if _bad_tier(tier):
         return 2
@@ -97,23 +118,29 @@ def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "lo
     path = store or default_store_path()
     try:
         with _open_existing(path) as db:
-            boards = build_boards(db, filters, tier, staleness=current_rules(), prices=configured_prices(config_file))
+            boards, suites = boards_and_suites(db, filters, tier, suite, prices=configured_prices(config_file),
+                                               runs=runs)
     except StoreError as error:
         _err.print(f"[red]error:[/] {error}")
         return 2
     out = out or sys.stdout
+    shown = suites if suite is not None or sum(len(s.rows) for s in suites) > 1 else []
     if fmt == "table":
         if not boards:
             console.print(f"[yellow]no verdicts in {path}{' matching the filters' if filters.to_dict() else ''}[/]")
             return 0
         print_tables(boards, console)
+        for one in shown:
+            for table in suite_tables(one):
+                console.print(table)
         console.print(f"[dim]store {path}[/]")
     elif fmt == "json":
-        out.write(to_json(boards, filters, tier, str(path)) + "\n")
+        out.write(to_json(boards, filters, tier, str(path), suites) + "\n")
     elif fmt == "csv":
-        out.write(to_csv(boards))
+        out.write(to_csv(boards, shown))
     else:
-        out.write(to_markdown(boards) if boards else "_no verdicts_\n")
+        out.write((to_markdown(boards) + ("\n" + suite_markdown(shown) if shown else "")) if boards
+                  else "_no verdicts_\n")
     out.flush()
     return 0
 
@@ -300,10 +327,19 @@ def verdict_line(verdict: Verdict, *, line: int, index: int, replaces: int | Non
     return json.dumps(record)
 
 
+class EvalLines:
+    """The numbering of `harness eval --json`'s lines across the problems of one command (harness.suite_commands)."""
+
+    def __init__(self) -> None:
+        self.printed = 0  # lines printed so far
+        self.offset = 0   # candidates of earlier problems: the first index of this problem's
+
+
 def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None, record: bool,
-                 console: Console) -> int:
+                 console: Console, lines: EvalLines | None = None) -> int:
     """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
-    record the verdicts. Returns the exit code: 0 when every file was judged, 2 for bad settings."""
+    record the verdicts. Returns the exit code: 0 when every file was judged, 2 for bad settings. `lines`
+    numbers the JSON lines after those of earlier problems of the same command."""
     from evaluator.parent.sandbox import CandidateFile, Evaluator
     from harness.render import verdict_table
 
@@ -320,6 +356,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         if not torch.cuda.is_available():
             _err.print("[red]error:[/] --device cuda, but no CUDA GPU is visible")
             return 2
+    lines = lines or EvalLines()
     candidates = [CandidateFile(name=str(f), path=f) for f in candidate_files(files)]
     if not candidates:
         _err.print(f"[red]error:[/] no candidate in {', '.join(map(str, files))}")
@@ -343,7 +380,9 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
                     recorder.add(candidates[len(verdicts)], verdict)
                 verdicts.append(verdict)
                 if json_lines:
-                    sys.stdout.write(verdict_line(verdict, line=len(verdicts), index=len(verdicts) - 1) + "\n")
+                    lines.printed += 1
+                    sys.stdout.write(verdict_line(verdict, line=lines.printed,
+                                                  index=lines.offset + len(verdicts) - 1) + "\n")
                     sys.stdout.flush()
                 else:
                     console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]")
@@ -359,13 +398,15 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         return code
     late = flag_late_shaky([(evaluator.key(v), v) for v in verdicts], evaluator.rounds,
                            recorder.store if recorder is not None else None)
-    printed = len(verdicts)
+    first_line = lines.printed - len(verdicts) + 1  # this problem's first line (no line is reprinted before the end)
     for position, verdict in late.items():  # the round after them moved: flagged now
         verdicts[position] = verdict
         if json_lines:  # printed again, whole, naming the line it replaces
-            printed += 1
-            sys.stdout.write(verdict_line(verdict, line=printed, index=position, replaces=position + 1) + "\n")
+            lines.printed += 1
+            sys.stdout.write(verdict_line(verdict, line=lines.printed, index=lines.offset + position,
+                                          replaces=first_line + position) + "\n")
             sys.stdout.flush()
+    lines.offset += len(candidates)
     if late:
         status.print(f"{late_line(len(late))}: {', '.join(v.candidate for v in late.values())}",
                      highlight=False, soft_wrap=True)
@@ -406,7 +447,7 @@ def prompt_command(variant: str, problem: str, templates: Path | None = None, co
 
 
 def run_command(options: dict[str, Any], *, config_file: Path | None = None, console: Console | None = None,
-                environ: dict[str, str] | None = None) -> int:
+                environ: dict[str, str] | None = None, run_ids: list[str] | None = None) -> int:
     """`harness run`: resolve the config (defaults < harness.toml < env < these options), detect
     the GPU, run, print the ranked table. Returns the exit code: 0 when the samples were
     judged (whatever they scored), 1 when the run stopped early (auth error, unreachable
@@ -436,6 +477,8 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
         return 2
     except KeyboardInterrupt:
         return interrupted(_err, f"replies and verdicts reached are in {cfg.store}; the same command resumes")
+    if run_ids is not None:
+        run_ids.append(summary.run.id)
     judged = sum(1 for o in summary.outcomes if o.verdict is not None)
     if any(o.status != Outcome.skipped for o in summary.outcomes):
         console.print(f"[bold]Run {summary.run.id}[/] on {summary.run.device_name}")

@@ -119,7 +119,7 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
             console.print(f"[yellow]No model endpoint configured (no model; set --model with --base-url or "
                           f"{cfg.api_key_env}, or harness.toml): evaluating the golden candidates instead.[/]")
             return _golden_run(ctx, golden)
-        held = replay_first_turn_replies(cfg.model) if is_replay(cfg.model) else None
+        held = replay_first_turn_replies(cfg.model, problem.name) if is_replay(cfg.model) else None
         if held and held < cfg.samples:  # asking for replies the folder does not hold only records `no_reply` rows
             console.print(f"[dim]the replay folder holds {held} first-turn repl{'y' if held == 1 else 'ies'}: "
                           f"{held} sample(s), not {cfg.samples}[/]", highlight=False)

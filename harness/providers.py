@@ -19,6 +19,7 @@
   its turn 3 from `DIR/0/2/3.md`; so a run folder is a replay folder for every turn. The extra requests that
   salvage a reply cut off by the token limit (harness.salvage) are read from the sample's folder the way the
   run folder holds them: the 2nd of sample 0 from `DIR/0/salvage/2.md` (metadata `DIR/0/salvage/2.json`).
+  A replay folder for a suite holds a folder a problem: `DIR/<problem>/` serves that problem, as above.
 
 Payload building (`create_payload`) and reply parsing (`parse_response`) are pure functions,
 so tests check them without a network.
@@ -292,8 +293,10 @@ class OpenAIProvider:
 class ReplayProvider:
     """Saved replies from a folder instead of a server (see the module docstring)."""
 
-    def __init__(self, folder: Path | str):
+    def __init__(self, folder: Path | str, problem: str | None = None):
         self.folder = Path(folder)
+        if problem is not None and (self.folder / problem).is_dir():  # a suite's replies, a folder a problem
+            self.folder = self.folder / problem
         self.fatal: ProviderError | None = None
         if not self.folder.is_dir():
             self.fatal = ProviderError(kind=ProviderErrorKind.not_found, fatal=True,
@@ -351,10 +354,10 @@ class ReplayProvider:
         return None
 
 
-def replay_first_turn_replies(model: str) -> int:
-    """How many first-turn samples a `replay:DIR` folder covers: its highest sample index with a reply,
-    plus one (a gap inside stays a missing reply)."""
-    provider = ReplayProvider(model[len(REPLAY_PREFIX):])
+def replay_first_turn_replies(model: str, problem: str | None = None) -> int:
+    """How many first-turn samples a `replay:DIR` folder covers (for `problem`: see ReplayProvider): its
+    highest sample index with a reply, plus one (a gap inside stays a missing reply)."""
+    provider = ReplayProvider(model[len(REPLAY_PREFIX):], problem)
     if provider.fatal is not None:
         return 0
     stems = {entry.name.split(".")[0] for entry in provider.folder.iterdir()}
@@ -367,10 +370,12 @@ def is_replay(model: str | None) -> bool:
 
 
 def make_provider(model: str, *, base_url: str | None, api_key: str | None, concurrency: int = 4,
-                  request_timeout_s: float = 600.0, retry: RetryPolicy | None = None) -> Provider:
-    """`replay:DIR` -> ReplayProvider, anything else -> OpenAIProvider."""
+                  request_timeout_s: float = 600.0, retry: RetryPolicy | None = None,
+                  problem: str | None = None) -> Provider:
+    """`replay:DIR` -> ReplayProvider (of `problem`'s folder in DIR, where it has one), anything else ->
+    OpenAIProvider."""
     if is_replay(model):
-        return ReplayProvider(model[len(REPLAY_PREFIX):])
+        return ReplayProvider(model[len(REPLAY_PREFIX):], problem)
     return OpenAIProvider(base_url=base_url, api_key=api_key, concurrency=concurrency,
                           request_timeout_s=request_timeout_s, retry=retry)
 

@@ -32,6 +32,7 @@ from harness.columns import (
     summary_view,
 )
 from harness.outcomes import Outcome
+from harness.suite_board import SuiteBoard, stats_rows, suite_columns, suite_json
 from harness.text import fmt_cost, fmt_flags, fmt_tokens, short_text
 
 if TYPE_CHECKING:
@@ -166,12 +167,20 @@ def print_tables(boards: Sequence[Board], console: Console) -> None:
         console.print()
 
 
-def to_json(boards: Sequence[Board], filters: Filters, tier: str, store_path: str | None = None) -> str:
-    return json.dumps({"tier": tier, "filters": filters.to_dict(), "store": store_path,
-                       "boards": [b.to_dict() for b in boards]}, indent=2)
+def to_json(boards: Sequence[Board], filters: Filters, tier: str, store_path: str | None = None,
+            suites: Sequence[SuiteBoard] = ()) -> str:
+    """The boards, and `suite`: the summary across problems (harness.suite_board; `suites` too where the
+    problems were judged on several GPUs)."""
+    document = {"tier": tier, "filters": filters.to_dict(), "store": store_path, "suite": suite_json(suites),
+                "boards": [b.to_dict() for b in boards]}
+    if len(suites) > 1:
+        document["suites"] = [s.to_dict() for s in suites]
+    return json.dumps(document, indent=2)
 
 
-def to_csv(boards: Sequence[Board]) -> str:
+def to_csv(boards: Sequence[Board], suites: Sequence[SuiteBoard] = ()) -> str:
+    """The boards' rows; then, where the scope holds several problems, a blank line and each suite's problem
+    rows and summary rows, each block under its own header line."""
     columns = csv_view(boards)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -179,7 +188,42 @@ def to_csv(boards: Sequence[Board]) -> str:
     for board in boards:
         for e in board.rows:
             writer.writerow(["" if (value := c.value(e)) is None else value for c in columns])
+    problem_columns, stats_columns = suite_columns()
+    for suite in suites:
+        for cols, rows in ((problem_columns, suite.rows), (stats_columns, stats_rows(suite))):
+            writer.writerow([])
+            writer.writerow(["gpu"] + [c.key for c in cols])
+            for row in rows:
+                writer.writerow([suite.gpu] + ["" if (value := c.value(row)) is None else value for c in cols])
     return buffer.getvalue()
+
+
+def suite_tables(suite: SuiteBoard) -> list[Table]:
+    """The suite board for the terminal: one row per problem, then fast_p and geomean over them."""
+    problem_columns, stats_columns = suite_columns(suite)
+    name = f"suite {suite.name} " if suite.name else "suite "
+    tables = []
+    for title, cols, rows in (
+            (f"{name}on {suite.gpu}: each problem's best candidate (tier {suite.tier})", problem_columns, suite.rows),
+            (f"{name}on {suite.gpu}: fast_p = share of the problems attempted whose best candidate is correct and "
+             "faster than the baseline by more than p", stats_columns, stats_rows(suite))):
+        table = Table(title=title, title_justify="left")
+        for c in cols:
+            table.add_column(c.header, justify="right" if c.numeric else "left")
+        for row in rows:
+            table.add_row(*[Text(c.text(row)) for c in cols])
+        tables.append(table)
+    return tables
+
+
+def suite_markdown(suites: Sequence[SuiteBoard]) -> str:
+    parts = []
+    for suite in suites:
+        problem_columns, stats_columns = suite_columns(suite)
+        parts.append(f"## Suite {suite.name or ''} on {suite.gpu} (tier {suite.tier})\n")
+        parts.append(md_table(problem_columns, suite.rows) + "\n")
+        parts.append(md_table(stats_columns, stats_rows(suite)) + "\n")
+    return "\n".join(parts)
 
 
 def _md_escape(text: str) -> str:

@@ -118,7 +118,7 @@ def gather_replies(cfg: RunConfig, problem: str, store: Store, console: Console,
         lazy = _TurnProvider(provider, lambda: make_provider(
             cfg.model or "", base_url=cfg.base_url, api_key=cfg.api_key(environ), concurrency=cfg.concurrency,
             request_timeout_s=cfg.request_timeout_s,
-            retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s)))
+            retry=RetryPolicy(max_retries=cfg.max_retries, base_delay_s=cfg.retry_base_delay_s), problem=problem))
         with progress_bar(console) as progress:
             asking = progress.add_task(f"{where}asking {cfg.model}", total=len(todo)) if todo else None
             answered = {"replies": 0, "failed": 0}  # the bar counts requests done; these say what came back

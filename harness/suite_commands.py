@@ -1,0 +1,122 @@
+"""`harness run` and `harness eval` over a suite's problems (`--problems PATH`, or `--problem` given more than
+once): every problem checked before any work, then each judged in turn as the one-problem commands judge it
+(its own run, its own verdicts in the store, resumed alike), then the suite board over them.
+
+What a suite run stores is what its problems' runs store: a second `harness run --problems` with the same
+settings asks for nothing and judges nothing already judged; `harness leaderboard --problems PATH` draws the
+suite board from the store at any time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from evaluator.wire.problem import load_problem
+from harness.board import Filters
+from harness.commands import EVAL_RUN, EvalLines, _err, candidate_files, eval_command, leaderboard_command
+from harness.suite import Suite, SuiteError, assign_candidates, load_suite, suite_of
+
+
+def resolve_suite(problems: Path | None, problem: Sequence[str] | None) -> Suite | None:
+    """The suite `--problems PATH` or several `--problem` name; None for one problem (or none). Raises
+    SuiteError."""
+    if problems is not None and problem:
+        raise SuiteError("--problems and --problem name the problems twice: give one of them")
+    if problems is not None:
+        return load_suite(problems)
+    if problem and len(problem) > 1:
+        return suite_of(problem)
+    return None
+
+
+def check_sizes(suite: Suite, size: str | None, device: str) -> None:
+    """Every problem has the size it will be judged at (its own, `size`, or its default on `device`): said
+    before any work, naming each problem that lacks it."""
+    wrong = []
+    for p in suite.problems:
+        spec = load_problem(p.location)
+        wanted = p.size or size or spec.default_size_for(device)
+        if wanted not in spec.sizes:
+            wrong.append(f"{p.name} has no size {wanted!r} (its sizes: {', '.join(spec.sizes)})")
+    if wrong:
+        raise SuiteError("; ".join(wrong))
+
+
+def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None,
+               record: bool, console: Console) -> int:
+    """`harness eval --problems PATH FILES`: each file judged against its problem (harness.suite.assign_candidates),
+    a problem at a time; then the suite board of the `eval` run's verdicts on these problems."""
+    found = candidate_files(files)
+    by_problem, unassigned = assign_candidates(suite, found)
+    if unassigned:
+        _err.print(f"[red]error:[/] {len(unassigned)} file(s) belong to no problem of suite {suite.name} (a file "
+                   f"is a problem's where a folder on its path, or the start of its name, is the problem's name: "
+                   f"{', '.join(suite.names()[:3])}...): {', '.join(map(str, unassigned[:5]))}", soft_wrap=True)
+        return 2
+    try:
+        check_sizes(suite, options.size, options.device or _default_device())
+    except SuiteError as err:
+        _err.print(f"[red]error:[/] {err}", soft_wrap=True)
+        return 2
+    lines, code = EvalLines(), 0
+    chosen = {p.name: p for p in suite.problems}
+    for name, mine in by_problem.items():
+        entry = chosen[name]
+        one = options.model_copy(update={"problem": entry.location, "size": entry.size or options.size})
+        code = max(code, eval_command(mine, one, json_lines=json_lines, store=store, record=record, console=console,
+                                      lines=lines))
+    if record and not json_lines:
+        leaderboard_command(store=store, filters=Filters(run=EVAL_RUN), tier=suite.tier, console=console, suite=suite,
+                            fmt="table")
+    return code
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None, console: Console,
+              environ: dict[str, str] | None = None) -> int:
+    """`harness run --problems PATH`: one run per problem (its id derived from its settings, so a rerun
+    resumes each), in the suite's order; then the suite board of those runs. A `replay:DIR` model reads each
+    problem's replies from `DIR/<problem>/` where that folder exists (harness.providers.ReplayProvider)."""
+    from harness.commands import run_command
+    from harness.config import ConfigError, resolve_config
+
+    try:
+        cfg = resolve_config(options, environ=environ, config_file=config_file)
+        device = cfg.device or ("cuda" if _gpu_visible() else "cpu")
+        check_sizes(suite, cfg.size, device)
+    except (ConfigError, SuiteError) as err:
+        console.print(f"[red]error:[/] {err}", soft_wrap=True)
+        return 2
+    if not cfg.model:
+        console.print(f"[red]error:[/] a suite needs a model (--model, or replay:DIR): the golden candidates are "
+                      f"{cfg.problem}'s alone", soft_wrap=True)
+        return 2
+    codes, run_ids = [], []
+    for position, entry in enumerate(suite.problems, 1):
+        mine = dict(options, problem=entry.location, size=entry.size or options.get("size"))
+        console.rule(f"[bold]{position}/{len(suite.problems)} {entry.name}[/]")
+        ran: list[str] = []
+        codes.append(run_command(mine, config_file=config_file, console=console, environ=environ, run_ids=ran))
+        run_ids += ran
+        if codes[-1] == 130:
+            return 130
+    console.rule(f"[bold]suite {suite.name}[/]: {len(suite.problems)} problem(s)")
+    leaderboard_command(store=cfg.store, filters=Filters(), tier=suite.tier, console=console,
+                        suite=suite, runs=run_ids, fmt="table")
+    return max(codes)
+
+
+def _gpu_visible() -> bool:
+    from evaluator.wire.identity import gpu_hardware
+
+    return gpu_hardware() is not None
+

@@ -1,0 +1,194 @@
+"""Suites (issue 34): problems read from a folder (KernelBench's level layout) or a suite file, candidates
+assigned to their problems, the suite board's fast_p across problems, and a suite run end to end on the CPU
+(replayed replies, three problems)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.board import Board, Entry, Filters
+from harness.cli import app
+from harness.outcomes import Outcome
+from harness.render import to_csv, to_json, to_markdown
+from harness.suite import SuiteError, assign_candidates, load_suite, suite_of
+from harness.suite_board import suite_boards
+from harness.suite_commands import resolve_suite
+
+ROOT = Path(__file__).resolve().parent.parent
+MINIBENCH = ROOT / "reference" / "minibench"
+QUICK = ROOT / "tests" / "fixtures" / "suites" / "quick.toml"
+REPLIES = ROOT / "tests" / "fixtures" / "replays" / "minibench"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+# -- reading suites ---------------------------------------------------------------------------------
+
+def test_the_repo_suite_is_read_from_its_level_folders_in_kernelbench_order():
+    suite = load_suite(MINIBENCH)
+    assert suite.name == "minibench" and len(suite.problems) == 10
+    names = suite.names()
+    assert names[:2] == ["1_ReLU", "2_Sum_over_a_dimension"] and names[-1] == "10_Swish_Scale"  # 2 before 10
+    assert {p.level for p in suite.problems[:6]} == {"1"} and {p.level for p in suite.problems[6:]} == {"2"}
+    assert all(Path(p.location).is_file() for p in suite.problems)
+
+
+def test_a_suite_file_names_problems_sizes_levels_and_its_tier(tmp_path):
+    suite = load_suite(QUICK)
+    assert suite.name == "quick" and suite.tier == "loose"
+    assert suite.names() == ["1_ReLU", "5_Matmul", "8_Conv2d_ReLU_BiasAdd"]
+    assert [p.size for p in suite.problems] == [None, "default", None]
+    assert [p.level for p in suite.problems] == ["1", "1", "2"]  # from the folders the files sit in
+    given = tmp_path / "s.toml"
+    given.write_text(f'tier = "strict"\n[[problems]]\npath = "{MINIBENCH / "level1" / "3_Softmax.py"}"\nlevel = 7\n'
+                     f'[[problems]]\npath = "gemm_scale_bn"\nsize = "small"\n')
+    suite = load_suite(given)
+    assert suite.tier == "strict" and suite.names() == ["3_Softmax", "gemm_scale_bn"]
+    assert [p.level for p in suite.problems] == ["7", None] and suite.problems[1].size == "small"
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[[problems]]\npath = "gemm_scale_bn"\nsize = "huge"\n', "has no size 'huge'"),
+    ('[[problems]]\npath = "no_such_problem"\n', "no problem 'no_such_problem'"),
+    ('problems = []\n', "problems"),
+    ('[[problems]]\npath = "gemm_scale_bn"\ncolour = "red"\n', "colour"),
+    ('tier = "medium"\n[[problems]]\npath = "gemm_scale_bn"\n', "tier must be one of"),
+    ('[[problems]]\npath = "gemm_scale_bn"\n[[problems]]\npath = "gemm_scale_bn"\n', "two problems are named"),
+    ('[[problems]\n', "is not TOML"),
+])
+def test_a_bad_suite_file_is_a_readable_error_naming_what_is_wrong(tmp_path, text, says):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(SuiteError, match=says.replace("[", r"\[")):
+        load_suite(path)
+
+
+def test_a_folder_without_problems_and_two_problems_of_one_name_are_errors(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.py").write_text("x = 1\n")
+    with pytest.raises(SuiteError, match="no problem in"):
+        load_suite(tmp_path / "empty")
+    for level in ("level1", "level2"):
+        (tmp_path / "twice" / level).mkdir(parents=True)
+        (tmp_path / "twice" / level / "1_Same.py").write_text((MINIBENCH / "level1" / "1_ReLU.py").read_text())
+    with pytest.raises(SuiteError, match="two problems are named '1_Same'"):
+        load_suite(tmp_path / "twice")
+
+
+def test_problem_given_twice_means_both_and_never_silently_the_last():
+    suite = resolve_suite(None, ["gemm_scale_bn", str(MINIBENCH / "level1" / "1_ReLU.py")])
+    assert suite is not None and suite.names() == ["gemm_scale_bn", "1_ReLU"]
+    assert resolve_suite(None, ["gemm_scale_bn"]) is None  # one problem: the one-problem commands
+    with pytest.raises(SuiteError, match="--problems and --problem"):
+        resolve_suite(MINIBENCH, ["gemm_scale_bn"])
+    with pytest.raises(SuiteError, match="two problems are named"):
+        suite_of(["gemm_scale_bn", "gemm_scale_bn"])
+
+
+def test_candidates_go_to_the_problem_their_folder_or_name_starts_with(tmp_path):
+    suite = load_suite(MINIBENCH)
+    files = [tmp_path / "1_ReLU" / "fast.py", tmp_path / "10_Swish_Scale_sample_0.py",
+             tmp_path / "runs" / "1_ReLU-replay-x-kernelbench-1234abcd" / "0" / "candidate.py",
+             tmp_path / "1_ReLUX.py", tmp_path / "other.py"]
+    by_problem, unassigned = assign_candidates(suite, files)
+    assert by_problem == {"1_ReLU": [files[0], files[2]], "10_Swish_Scale": [files[1]]}  # 10_ before 1_
+    assert unassigned == [files[3], files[4]]
+
+
+# -- the suite board --------------------------------------------------------------------------------
+
+def _entry(problem: str, outcome: Outcome, eager: float | None = None, compile_: float | None = None,
+           name: str = "run/0") -> Entry:
+    speedup = {k: v for k, v in (("eager", eager), ("compile", compile_)) if v is not None}
+    return Entry(kind="candidate", name=f"{problem}/{name}", gpu="H100", problem=problem, size="default",
+                 status="correct" if outcome in (Outcome.correct, Outcome.shaky) else outcome.value, outcome=outcome,
+                 speedup=speedup, runtime_ms=1.0)
+
+
+def _boards() -> list[Board]:
+    a = Board(gpu="H100", tier="loose", problem="A", size="default",
+              ranked=[_entry("A", Outcome.correct, 1.2, 0.9, "best"), _entry("A", Outcome.correct, 1.1, 0.8)])
+    b = Board(gpu="H100", tier="loose", problem="B", size="default",
+              unranked=[_entry("B", Outcome.compile_error), _entry("B", Outcome.incorrect)])
+    c = Board(gpu="H100", tier="loose", problem="C", size="default", ranked=[_entry("C", Outcome.correct, 2.5, 1.6)])
+    d = Board(gpu="H100", tier="loose", problem="D", size="default", unranked=[_entry("D", Outcome.shaky, 3.0, 3.0)])
+    golden_only = Board(gpu="H100", tier="loose", problem="E", size="default",
+                        references=[Entry(kind="golden", name="golden/x", gpu="H100", problem="E", size="default",
+                                          status="correct", outcome=Outcome.correct, speedup={"eager": 9.0})])
+    return [a, b, c, d, golden_only]
+
+
+def test_fast_p_counts_each_attempted_problem_once_by_its_best_candidate():
+    [suite] = suite_boards(_boards(), {"A": "1", "B": "1", "C": "2", "D": "2"}, "mini")
+    assert [r.problem for r in suite.rows] == ["A", "B", "C", "D"]  # E: golden kernels alone, not attempted
+    assert [r.status for r in suite.rows] == ["correct", "incorrect", "correct", "shaky"]
+    assert suite.rows[0].best.name == "A/best"
+    stats = suite.stats
+    assert stats.problems == 4 and stats.correct == 2
+    assert stats.fast_p["eager"] == {"0": 0.5, "1": 0.5, "1.5": 0.25, "2": 0.25}
+    assert stats.fast_p["compile"] == {"0": 0.5, "1": 0.25, "1.5": 0.25, "2": 0.0}  # shaky D counts as not faster
+    assert stats.geomean["eager"] == pytest.approx((1.2 * 2.5) ** 0.5)
+    assert stats.counts == {"correct": 2, "shaky": 1, "incorrect": 1}
+    assert suite.levels["1"].fast_p["eager"]["1"] == 0.5 and suite.levels["2"].fast_p["eager"]["2"] == 0.5
+
+
+def test_the_leaderboard_formats_carry_the_suite():
+    boards = _boards()
+    suites = suite_boards(boards, {}, None)
+    document = json.loads(to_json(boards, Filters(), "loose", None, suites))
+    suite = document["suite"]
+    assert [(p["problem"], p["status"]) for p in suite["problems"]] == [
+        ("A", "correct"), ("B", "incorrect"), ("C", "correct"), ("D", "shaky")]
+    assert suite["fast_p"] == {"0": 0.5, "1": 0.5, "1.5": 0.25, "2": 0.25}
+    assert suite["fast_p_compile"]["1"] == 0.25 and suite["problems"][1]["speedup"] == {}
+    csv_text = to_csv(boards, suites)
+    assert "gpu,problem,level,size,candidates,status,best" in csv_text and "gpu,scope,problems,correct" in csv_text
+    assert json.loads(to_json([], Filters(), "loose", None, []))["suite"] is None
+
+
+# -- end to end on the CPU --------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_suite_run_judges_each_problem_and_ranks_them_together_then_resumes(tmp_path):
+    store, runs = tmp_path / "r.sqlite", tmp_path / "runs"
+    args = ["run", "--problems", str(QUICK), "--model", f"replay:{REPLIES}", "--device", "cpu",
+            "--store", str(store), "--runs-dir", str(runs), "--salvage", "off"]
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    assert "suite quick on CPU" in first.output and "fast_p" in first.output
+    board = invoke("leaderboard", "--problems", str(QUICK), "--store", str(store), "--format", "json")
+    suite = json.loads(board.output)["suite"]
+    status = {p["problem"]: p["status"] for p in suite["problems"]}
+    assert status["5_Matmul"] == "incorrect" and status["8_Conv2d_ReLU_BiasAdd"] == "parse_error"
+    assert status["1_ReLU"] in ("correct", "shaky")  # shaky: a 2-core machine's timing beyond the bounds
+    assert suite["fast_p"]["0"] == pytest.approx((status["1_ReLU"] == "correct") / 3)
+    assert [p["level"] for p in suite["problems"]] == ["1", "1", "2"] and set(suite["levels"]) == {"1", "2"}
+    again = invoke(*args)  # every reply and verdict from the store
+    assert again.exit_code == 0 and again.output.count("0 request(s), 0 evaluation(s) this time") == 3, again.output
+    assert json.loads(invoke("leaderboard", "--problems", str(QUICK), "--store", str(store),
+                             "--format", "json").output)["suite"] == suite
+
+
+@pytest.mark.slow
+def test_eval_across_problems_judges_each_file_against_its_own_problem(tmp_path):
+    (tmp_path / "1_ReLU").mkdir()
+    relu = tmp_path / "1_ReLU" / "clamp.py"
+    relu.write_text((REPLIES / "1_ReLU" / "0.md").read_text().split("```python\n")[1].split("```")[0])
+    matmul = tmp_path / "5_Matmul_transposed.py"
+    matmul.write_text((REPLIES / "5_Matmul" / "0.md").read_text().split("```python\n")[1].split("```")[0])
+    stray = tmp_path / "stray.py"
+    stray.write_text("x = 1\n")
+    refused = invoke("eval", "--problems", str(MINIBENCH), "--device", "cpu", "--no-store", str(relu), str(stray))
+    assert refused.exit_code == 2 and "belong to no problem" in refused.output
+    result = invoke("eval", "--problems", str(MINIBENCH), "--device", "cpu", "--no-store", "--json", str(relu),
+                    str(matmul))
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    firsts = [v for v in lines if "replaces" not in v]
+    assert [(v["problem"], v["index"]) for v in firsts] == [("1_ReLU", 0), ("5_Matmul", 1)]
+    assert [v["line"] for v in lines] == list(range(1, len(lines) + 1))
+    assert firsts[1]["status"] == "incorrect" and firsts[0]["status"] == "correct"
