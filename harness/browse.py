@@ -34,7 +34,8 @@ def find_verdict(store: Store, what: str) -> tuple[VerdictRow, Candidate | None]
     """The stored verdict `what` names: a candidate id (`RUN/SAMPLE`, later turns `RUN/0/2`), or the prefix
     of a source's SHA-256 (its newest verdict). Raises LookupError saying what was not found or was ambiguous."""
     rows = store.list_verdicts(run=what.split("/", 1)[0]) if "/" in what else []
-    exact = [r for r in rows if r.candidate_id == what]
+    # the id as stored, or as the boards show it: `harness eval`'s ids end in `@` and their settings' digest
+    exact = [r for r in rows if r.candidate_id == what] or [r for r in rows if r.candidate_id.split("@")[0] == what]
     if not exact:
         if "/" in what or len(what) < HASH_PREFIX_MIN or any(c not in "0123456789abcdef" for c in what.lower()):
             raise LookupError(f"no verdict for {what!r}: give a candidate id (RUN/SAMPLE, as the leaderboard shows "
@@ -91,7 +92,8 @@ def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
         lines.append((f"baseline {name}", f"{stats.median_ms:.4f} ms" + (f" -> {speedup:.3f}x" if speedup else "")))
     if verdict.baseline_source is not None:
         s = verdict.baseline_source
-        lines.append(("baseline round", f"batch {s.batch}, round {s.round}, after {s.after_candidates} candidate(s)"))
+        lines.append(("baseline round", f"batch {s.batch}, round {s.round}, after {s.after_candidates} candidate(s)"
+                      + (f"; {s.cached}" if s.cached else "; every baseline timed in it")))
     if verdict.kernels:
         lines.append(("kernels", f"{verdict.kernel_count} launch(es): " + ", ".join(verdict.kernels)))
     if verdict.environment is not None:

@@ -70,6 +70,9 @@ def eval_command(
     run_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to check and time a candidate."),
     store: Optional[Path] = typer.Option(None, help="Result store the verdicts go to (run `eval`, or `golden` for candidates/golden/; default as `harness run`)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts in the result store."),
+    retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
+        "Time every baseline in this batch instead of reading the figures stored for this problem, size, device "
+        "and judge (each round then spot-checks one); the new figures are stored. --no-store: always timed.")),
 ) -> None:
     """Judge candidate files: compile, check against the reference, time against baselines."""
     from evaluator.parent.sandbox import EvalOptions
@@ -101,8 +104,9 @@ def eval_command(
         raise usage_error(str(err))
     if suite is not None:
         raise typer.Exit(eval_suite(suite, files, options, json_lines=json_lines, store=store, record=not no_store,
-                                    console=console))
-    raise typer.Exit(run_eval(files, options, json_lines=json_lines, store=store, record=not no_store, console=console))
+                                    console=console, retime_baselines=retime_baselines))
+    raise typer.Exit(run_eval(files, options, json_lines=json_lines, store=store, record=not no_store, console=console,
+                              retime_baselines=retime_baselines))
 
 
 def main() -> None:  # pragma: no cover
@@ -170,6 +174,9 @@ def run_cli(
     retime: Optional[bool] = typer.Option(None, "--retime", help=(
         "Measure again the candidates whose stored verdicts are correct instead of reusing them; the replaced "
         "verdicts are kept (harness show).")),
+    retime_baselines: Optional[bool] = typer.Option(None, "--retime-baselines", help=(
+        "Time every baseline instead of reading the figures stored for this problem, size, device and judge; the "
+        "new figures are stored.")),
     jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: one per core on a GPU, half the cores on the CPU)."),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
     executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.\\[ray]')."),
@@ -213,7 +220,7 @@ def run_cli(
         retry_failed=retry_failed, salvage=salvage, salvage_requests=salvage_requests, salvage_native=salvage_native,
         turns=turns, strategy=strategy, keep=keep, max_evaluations=max_evaluations,
         feedback_template=feedback_template, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected,
-        retime=retime, jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
+        retime=retime, retime_baselines=retime_baselines, jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
         store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )

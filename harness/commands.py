@@ -8,7 +8,6 @@ settings, call the module that does the work, print, return the exit code.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import io
 import json
@@ -26,9 +25,10 @@ from rich.console import Console
 from evaluator.parent.lanes import ClusterError
 from evaluator.wire.identity import gpu_hardware
 from evaluator.wire.records import Status, Verdict
+from harness.baseline_cache import for_evaluator, remember_evaluator
 from harness.board import Filters
 from harness.drift import baseline_drift, flag_late_shaky, late_line
-from harness.leaderboard import build_boards
+from harness.leaderboard import boards_and_suites, build_boards
 from harness.parsing import parse_source
 from harness.ranking import TIERS
 from harness.records import Candidate, Hardware, ParseResult, Run
@@ -36,7 +36,6 @@ from harness.render import FORMATS, print_tables, suite_markdown, suite_tables, 
 from harness.staleness import current_rules
 from harness.store import Store, StoreError, open_store
 from harness.suite import Suite
-from harness.suite_board import SuiteBoard, suite_boards
 
 EVAL_RUN, GOLDEN_RUN = "eval", "golden"
 
@@ -87,22 +86,6 @@ def _open_existing(path: Path) -> Store:
 
 # -- reading the store ----------------------------------------------------------------------------
 
-def boards_and_suites(db: Store, filters: Filters, tier: str, suite: Suite | None = None,
-                      prices: dict | None = None, runs: Sequence[str] | None = None) -> tuple[list, list[SuiteBoard]]:
-    """The boards that pass `filters` (those of `suite`'s problems alone, where one is given; of the runs
-    `runs` alone, where given) and the suite boards over them (harness.suite_board: one a GPU)."""
-    if runs is not None:
-        boards = [b for run in dict.fromkeys(runs) for b in build_boards(
-            db, dataclasses.replace(filters, run=run), tier, staleness=current_rules(), prices=prices)]
-    else:
-        boards = build_boards(db, filters, tier, staleness=current_rules(), prices=prices)
-    if suite is None:
-        return boards, suite_boards(boards)
-    names = set(suite.names())
-    boards = [b for b in boards if b.problem in names]
-    return boards, suite_boards(boards, suite.levels(), suite.name)
-
-
 def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "loose", fmt: str = "table",
                         console: Console | None = None, out: io.TextIOBase | None = None,
                         config_file: Path | None = None, suite: Suite | None = None,
@@ -119,7 +102,7 @@ def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "lo
     try:
         with _open_existing(path) as db:
             boards, suites = boards_and_suites(db, filters, tier, suite, prices=configured_prices(config_file),
-                                               runs=runs)
+                                               runs=runs, staleness=current_rules())
     except StoreError as error:
         _err.print(f"[red]error:[/] {error}")
         return 2
@@ -336,7 +319,7 @@ class EvalLines:
 
 
 def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None, record: bool,
-                 console: Console, lines: EvalLines | None = None) -> int:
+                 console: Console, lines: EvalLines | None = None, retime_baselines: bool = False) -> int:
     """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
     record the verdicts. Returns the exit code: 0 when every file was judged, 2 for bad settings. `lines`
     numbers the JSON lines after those of earlier problems of the same command."""
@@ -370,9 +353,11 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         except StoreError as err:
             _err.print(f"[red]error:[/] {err}")
             return 2
+    baselines = for_evaluator(recorder.store, evaluator, retime=retime_baselines) if recorder is not None else ""
     status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}, device {evaluator.device}"
                  f"{', compile only' if options.compile_only else ''}"
-                 f"{', rejected candidates run' if options.run_rejected else ''}: {len(candidates)} candidate(s)[/]")
+                 f"{', rejected candidates run' if options.run_rejected else ''}: {len(candidates)} candidate(s)"
+                 f"{'; ' + baselines if baselines else ''}[/]", highlight=False, soft_wrap=True)
     try:
         with terminate_as_interrupt():
             for verdict in evaluator.evaluate_all(candidates):
@@ -411,6 +396,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         status.print(f"{late_line(len(late))}: {', '.join(v.candidate for v in late.values())}",
                      highlight=False, soft_wrap=True)
     if recorder is not None:
+        remember_evaluator(recorder.store, evaluator)
         recorder.close()
     if not json_lines:
         console.print(verdict_table(verdicts))

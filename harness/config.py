@@ -133,6 +133,9 @@ class RunConfig(BaseModel):
         "Judge again the candidates whose stored verdicts are correct, instead of reusing them (after a `shaky` "
         "number, or on a quieter machine); the verdicts they replace are kept (`harness show`). With refinement turns, a "
         "later turn whose feedback changes is asked again."))
+    retime_baselines: bool = Field(False, description=(
+        "Time every baseline in this run's batches instead of reading the figures stored for this problem, size, "
+        "device and judge (harness.baseline_cache); the new figures are stored."))
     eval_seed: int | None = Field(None, description=(
         "Pins the reference's initial weights; None = fresh for each candidate. Inputs are never pinned: they derive "
         "from a secret drawn per batch (a verdict's correctness.check_key makes its checks again)."))

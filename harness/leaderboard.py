@@ -7,6 +7,9 @@ them). Each row carries its own sample's spend: its requests, salvage included, 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 from harness.board import Board, Entry, Filters
 from harness.board_entries import baseline_entries, entry_from_row, missing_sample_entries, once_per_judge, run_problem
 from harness.outcomes import Outcome
@@ -15,6 +18,8 @@ from harness.sample_paths import generation_path
 from harness.spend import Prices, Spend, run_prices
 from harness.staleness import StalenessCheck
 from harness.store import NO_MODEL, Store
+from harness.suite import Suite
+from harness.suite_board import SuiteBoard, suite_boards
 from harness.summaries import chain_rows, summarize, timed_baselines, turn_rows
 
 
@@ -97,3 +102,20 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
             board.summary.append(summarize(golden, "golden", NO_MODEL, reference=True, timed=timed))
         boards.append(board)
     return boards
+
+
+def boards_and_suites(db: Store, filters: Filters, tier: str, suite: Suite | None = None,
+                      prices: Prices | None = None, runs: Sequence[str] | None = None,
+                      staleness: StalenessCheck | None = None) -> tuple[list[Board], list[SuiteBoard]]:
+    """The boards that pass `filters` (those of `suite`'s problems alone, where one is given; of the runs
+    `runs` alone, where given) and the suite boards over them (harness.suite_board: one a GPU)."""
+    if runs is not None:
+        boards = [b for run in dict.fromkeys(runs) for b in build_boards(
+            db, dataclasses.replace(filters, run=run), tier, staleness=staleness, prices=prices)]
+    else:
+        boards = build_boards(db, filters, tier, staleness=staleness, prices=prices)
+    if suite is None:
+        return boards, suite_boards(boards)
+    names = set(suite.names())
+    boards = [b for b in boards if b.problem in names]
+    return boards, suite_boards(boards, suite.levels(), suite.name)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator.wire.records import Phase, Status, Verdict
+from harness.baseline_cache import cache_key, remember_rounds, stored_options
 from harness.drift import flag_late_shaky, late_line
 from harness.records import Candidate
 from harness.replies import progress_bar
@@ -46,7 +47,7 @@ class _DefaultEvaluate:
 def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summary: RunSummary, *,
                         model: str | None, variant: str | None) -> None:
     """Judge each (outcome, file): reuse stored verdicts, evaluate the rest once per source."""
-    from evaluator.parent.sandbox import CandidateFile, EvalOptions
+    from evaluator.parent.sandbox import CandidateFile, EvalOptions, default_baselines
 
     store = ctx.store
     pending: dict[str, list[tuple[SampleOutcome, Path]]] = {}
@@ -68,10 +69,16 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
         return
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
+    cache = cache_key(ctx.problem.name, ctx.size, ctx.device_name, ctx.judge)
+    stored = {} if ctx.cfg.retime_baselines or ctx.cfg.compile_only else stored_options(
+        store, cache, default_baselines(ctx.problem, ctx.device))
     options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
                           compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
                           jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor,
-                          ray_address=ctx.cfg.ray_address, store=ctx.cfg.store)
+                          ray_address=ctx.cfg.ray_address, store=ctx.cfg.store, **stored)
+    if stored:
+        ctx.console.print(f"[dim]baselines: stored figures ({stored['cached_note']}), one spot-checked each round[/]",
+                          highlight=False)
     evaluate_fn = ctx.evaluate_fn or _DefaultEvaluate()
     warned: set[str] = set()
     judged: list[tuple[str, Verdict]] = []
@@ -100,6 +107,8 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
             summary.evaluated += 1
             progress.advance(task)
         next(verdicts, None)  # the batch's end (its last baseline round)
+    remember_rounds(store, cache, getattr(evaluate_fn, "rounds", []), problem=ctx.problem.name, size=ctx.size,
+                    device_name=ctx.device_name, judge=ctx.judge)
     late = flag_late_shaky(judged, getattr(evaluate_fn, "rounds", []), store)
     for position, verdict in late.items():  # the round after them moved: flagged now
         for outcome, _ in pending[judged[position][0]]:

@@ -48,7 +48,7 @@ from evaluator.wire.records import json_digest
 from evaluator.wire.records import Flag, Status, Verdict, merge_flags
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
-STORE_SCHEMA_VERSION = 4
+STORE_SCHEMA_VERSION = 5
 NO_MODEL = "-"  # the model and variant columns of runs no model answered (`harness eval`)
 
 _SCHEMA = """
@@ -121,6 +121,7 @@ CREATE TABLE IF NOT EXISTS verdict_history (
     record   TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS verdict_history_key ON verdict_history (key);
+CREATE TABLE IF NOT EXISTS baselines (key TEXT PRIMARY KEY, updated TEXT NOT NULL, record TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS verdicts_source ON verdicts (source_sha256);
 CREATE INDEX IF NOT EXISTS verdicts_run ON verdicts (run_id);
 """
@@ -147,6 +148,9 @@ _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         "CREATE TABLE IF NOT EXISTS verdict_history (key TEXT NOT NULL, created TEXT NOT NULL,"
         " replaced TEXT NOT NULL, record TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS verdict_history_key ON verdict_history (key)",
+    )),
+    (5, (  # baselines timed once per problem, size, device model and judge (harness.baseline_cache)
+        "CREATE TABLE IF NOT EXISTS baselines (key TEXT PRIMARY KEY, updated TEXT NOT NULL, record TEXT NOT NULL)",
     )),
 )
 

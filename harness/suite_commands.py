@@ -47,7 +47,7 @@ def check_sizes(suite: Suite, size: str | None, device: str) -> None:
 
 
 def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None,
-               record: bool, console: Console) -> int:
+               record: bool, console: Console, retime_baselines: bool = False) -> int:
     """`harness eval --problems PATH FILES`: each file judged against its problem (harness.suite.assign_candidates),
     a problem at a time; then the suite board of the `eval` run's verdicts on these problems."""
     found = candidate_files(files)
@@ -68,7 +68,7 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         entry = chosen[name]
         one = options.model_copy(update={"problem": entry.location, "size": entry.size or options.size})
         code = max(code, eval_command(mine, one, json_lines=json_lines, store=store, record=record, console=console,
-                                      lines=lines))
+                                      lines=lines, retime_baselines=retime_baselines))
     if record and not json_lines:
         leaderboard_command(store=store, filters=Filters(run=EVAL_RUN), tier=suite.tier, console=console, suite=suite,
                             fmt="table")

@@ -116,6 +116,7 @@ class RefereeClient:
         return RefereeConfig(
             problem=str(ev.problem.location), size=ev.size, device=ev.device, baselines=list(ev.baselines),
             seed=options.seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
+            cached_baselines=options.cached_baselines, cached_note=options.cached_note,
             compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, output_cap_bytes=options.output_cap_bytes,
             compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
             protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early,

@@ -45,7 +45,7 @@ from evaluator.referee.environment import build_arch_list, toolchain_digest
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import import_error_kind, settle
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
-from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict, merge_flags
+from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, TimingStats, Verdict, merge_flags
 
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
 
@@ -73,6 +73,9 @@ class EvalOptions(BaseModel):
     baseline_every: int = Field(8, ge=1, description=(
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
+    cached_baselines: dict[str, TimingStats] | None = Field(None, description=(
+        "Baseline figures stored by the harness from an earlier batch (RefereeConfig.cached_baselines)."))
+    cached_note: str = Field("", description="Where the stored figures come from, for the verdicts.")
     seed: int | None = Field(None, description=(
         "Pins the reference's initial weights (None: fresh for each candidate). Inputs are never pinned: they "
         "derive from a secret drawn for each batch; a verdict's `correctness.check_key` makes its checks again."))

@@ -10,17 +10,17 @@ Started by the parent (evaluator.parent.sandbox) once per batch. It owns everyth
 * the baselines (eager, torch.compile, with and without TF32, the problem's ceilings), timed here
   with the same timing loop as the candidates (evaluator.referee.timing), in rounds: one before the batch's
   first candidate, again after every `baseline_every` candidates and once at the end, always with
-  no executor alive on the device. A verdict divides by the last round before it and names it
-  (`Verdict.baseline_source`); the rounds come back to the parent when the batch closes, so drift
-  over a batch shows;
+  no executor alive on the device (or figures stored from an earlier batch, one baseline spot-checked:
+  evaluator.referee.stored). A verdict divides by the last round before it and names it
+  (`Verdict.baseline_source`); the rounds come back to the parent when the batch closes, so drift shows;
 * its own clock around every clocked call of a candidate (evaluator.referee.clock), and the cost of such a
   window, measured in every baseline round with the calibrator: an executor of the referee's own
   (contained like any other, the same code and path) whose forward does known work and reports its
   device time truthfully (`Calibrator`).
 
-For each candidate it starts one executor (evaluator.referee.process, contained by evaluator.executor.lockdown)
-with an exchange sized for the problem, runs the phases and answers the parent with the verdict
-and the candidate's capped output. Requests and replies are JSON lines (evaluator.wire.protocol).
+For each candidate it starts one executor (evaluator.referee.process, contained by evaluator.executor.lockdown) with
+an exchange sized for the problem, runs the phases and answers the parent with the verdict and the candidate's
+capped output. Requests and replies are JSON lines (evaluator.wire.protocol).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from evaluator.referee import clock, phases
+from evaluator.referee import stored as stored_baselines
 from evaluator.referee.session import Session
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
@@ -111,6 +112,8 @@ class Referee:
         self.compiled: dict[str, torch.nn.Module] = {}
         self.rounds: list[BaselineRound] = []
         self.current_round: Round | None = None
+        self.cache_dropped: str | None = None  # why the stored baselines no longer stand (a spot check moved)
+        self.cached_said = ""  # what the verdicts dividing by stored figures say of them
         self.judged = 0
         self.sessions = 0  # candidates begun: each one's keys derive from its number
         self.timed_since_round = 0
@@ -222,8 +225,8 @@ class Referee:
             self.baseline_round()
 
     def baseline_round(self) -> Round:
-        """Every baseline timed once more, and the loop's own cost per call. No executor runs while
-        they are timed: those started ahead are stopped (torch.compile compiles before that)."""
+        """Every baseline timed once more (or stored figures spot-checked), and the loop's own cost per call. No
+        executor runs meanwhile: those started ahead are stopped (torch.compile compiles before that)."""
         started = time.perf_counter()
         self.calibrator.start_early()
         self.compile_baselines()
@@ -237,7 +240,10 @@ class Referee:
         return round_
 
     def compile_baselines(self) -> None:
-        """torch.compile's compilations (CPU work, tens of seconds the first time) before the round."""
+        """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; none while
+        stored figures stand (a spot check never re-times a compiled baseline)."""
+        if self.config.cached_baselines and not self.cache_dropped:
+            return
         for name in self.config.baselines:
             if name.startswith("compile") and name not in self.compiled:
                 self.run_untimed(name, calls=1)
@@ -279,9 +285,12 @@ class Referee:
 
     def _baseline_round(self, busy: str | None = None) -> Round:
         baselines, failed = {}, {}
-        if not self.rounds:
+        cached = self.stored_figures()
+        if cached is not None:
+            baselines = cached
+        elif not self.rounds or self.rounds[-1].stored:
             self.warm_baselines()
-        for name in self.config.baselines:
+        for name in self.config.baselines if cached is None else []:
             try:
                 baselines[name] = self.time_baseline(name)
             except Exception as err:
@@ -290,9 +299,11 @@ class Referee:
                 torch.set_float32_matmul_precision("highest")
         cost = self.calibrator.measure()
         index = len(self.rounds)
-        source = BaselineSource(batch=self.batch, round=index, measured_at=time.time(), after_candidates=self.judged)
+        source = BaselineSource(batch=self.batch, round=index, measured_at=time.time(), after_candidates=self.judged,
+                                cached=self.cached_said or None)
         self.rounds.append(BaselineRound(index=index, batch=self.batch, measured_at=source.measured_at,
-                                         after_candidates=self.judged, failed=failed,
+                                         after_candidates=self.judged, failed=failed, cached=source.cached,
+                                         stored=cached is not None,
                                          baselines={k: v.model_dump() for k, v in baselines.items()},
                                          window_cost_ms=cost.cost_ms if cost else None,
                                          calibration_error=self.calibrator.error, device_busy=busy))
@@ -303,6 +314,25 @@ class Referee:
                                    calibration_error=self.calibrator.error, moved=moved, device_busy=busy)
         self.timed_since_round = 0
         return self.current_round
+
+    def stored_figures(self) -> dict[str, TimingStats] | None:
+        """The stored figures (RefereeConfig.cached_baselines) where they stand: one baseline re-timed as a spot
+        check within the drift bound (evaluator.referee.stored). None: every baseline is to be timed."""
+        stored = self.config.cached_baselines
+        if not stored or self.cache_dropped or not set(self.config.baselines) <= set(stored):
+            return None
+        name = stored_baselines.spot_checked(self.config.baselines)
+        try:
+            self.run_untimed(name, calls=self.timer.warmup, seconds=FIRST_ROUND_WARM_S if not self.rounds else 0.0)
+            measured = self.time_baseline(name)
+        except Exception as err:
+            self.cache_dropped = self.cached_said = f"stored figures dropped: `{name}` failed ({err})"[:300]
+            return None
+        finally:
+            torch.set_float32_matmul_precision("highest")
+        stands, self.cached_said = stored_baselines.spot_check(name, measured, stored[name], self.config.cached_note)
+        self.cache_dropped = None if stands else self.cached_said
+        return {n: stored[n] for n in self.config.baselines} if stands else None
 
     def baseline_callable(self, name: str) -> torch.nn.Module:
         tf32 = name.endswith("_tf32")

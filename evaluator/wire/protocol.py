@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from evaluator.wire.records import Containment, Flag, Phase, Verdict
+from evaluator.wire.records import Containment, Flag, Phase, TimingStats, Verdict
 
 
 class Message(BaseModel):
@@ -250,6 +250,11 @@ class BaselineRound(Message):
     device_busy: str | None = Field(None, description=(
         "Why the round was timed on a device that was not idle (another process's work on it, for seconds): "
         "the verdicts that divide by it are `shaky_timing`."))
+    cached: str | None = Field(None, description=(
+        "What the verdicts dividing by it say of stored figures (BaselineSource.cached): read from them, one "
+        "baseline re-timed as a spot check; or why they were dropped. None: none were given."))
+    stored: bool = Field(False, description=(
+        "Its figures are the stored ones (not timed in it: the harness never stores them again)."))
 
 
 class JudgeReply(Message):
@@ -285,6 +290,12 @@ class RefereeConfig(BaseModel):
     size: str
     device: str
     baselines: list[str] = Field(description="Baselines timed in every round.")
+    cached_baselines: dict[str, TimingStats] | None = Field(None, description=(
+        "Figures of every baseline stored from an earlier batch on this device model, judge and torch (written by "
+        "the parent from its result store, which no executor can reach): a round then times one baseline as a "
+        "spot check and divides by these, unless the spot check is beyond the drift bound, when every baseline is "
+        "timed again for the rest of the batch. None: every round times every baseline."))
+    cached_note: str = Field("", description="Where the stored figures come from, for the verdicts (BaselineSource.cached).")
     seed: int | None = Field(None, description=(
         "The user's pinned seed: every candidate's reference starts from the weights it gives (None: fresh "
         "weights for each). It never seeds an input: those derive from a secret the referee draws for the "

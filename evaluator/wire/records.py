@@ -291,6 +291,10 @@ class BaselineSource(Record):
     round: int = Field(description="0 before the batch's first candidate, then one more each time they were re-timed.")
     measured_at: float = Field(description="Unix time the round ended.")
     after_candidates: int = Field(description="Candidates the referee had judged before this round.")
+    cached: str | None = Field(None, description=(
+        "Where the figures came from when they were not timed in this round: the stored timing they were read "
+        "from (by problem, size, device, judge and torch) and the baseline re-timed in this round as a spot "
+        "check, with how far it was from the stored figure. None: every baseline timed in this round."))
 
 
 class Verdict(Record):

@@ -1,0 +1,100 @@
+"""Baselines timed once per problem, size, device model and judge, read back by later batches (issue 34, item 3):
+which rounds are stored, when stored figures stand, and on the CPU a batch given stored figures (a poisoned
+figure is dropped by the spot check; `--retime-baselines` times them all)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluator.referee.stored import spot_check, spot_checked
+from evaluator.wire.protocol import BaselineRound
+from evaluator.wire.records import Judge, TimingStats
+from harness.baseline_cache import cache_key, remember_rounds, stored_baselines, stored_options
+from harness.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+JUDGE = Judge(evaluator_sha256="e" * 64, problem_sha256="p" * 64, torch_version="2.14.1", cuda_version=None)
+
+
+def stats(median: float, iqr: float = 0.01) -> dict:
+    return TimingStats(median_ms=median, iqr_ms=iqr, mean_ms=median, min_ms=median, max_ms=median, reps=10,
+                       warmup=3).model_dump()
+
+
+def round_(index: int, baselines: dict, **extra) -> BaselineRound:
+    return BaselineRound(index=index, batch="b1", measured_at=1_800_000_000.0 + index, after_candidates=index,
+                         baselines=baselines, **extra)
+
+
+def test_the_median_round_of_those_timed_in_full_is_stored_and_read_back(tmp_path):
+    key = cache_key("p", "small", "H100", JUDGE)
+    assert key != cache_key("p", "small", "H200", JUDGE) != cache_key("p", "wide", "H100", JUDGE)
+    other_judge = JUDGE.model_copy(update={"torch_version": "2.15.0"})
+    assert key != cache_key("p", "small", "H100", other_judge)
+    rounds = [round_(0, {"eager": stats(3.0), "compile": stats(2.0)}),
+              round_(1, {"eager": stats(1.0), "compile": stats(2.2, iqr=1.0)}),  # compile spread beyond the bound
+              round_(2, {"eager": stats(2.0), "compile": stats(9.0)}),
+              round_(3, {"eager": stats(0.1)}, stored=True),              # the stored figures: never stored again
+              round_(4, {"eager": stats(0.1)}, device_busy="the device ran other work")]
+    with Store(tmp_path / "r.sqlite") as store:
+        assert stored_baselines(store, key) is None
+        stored = remember_rounds(store, key, rounds, problem="p", size="small", device_name="H100", judge=JUDGE)
+        assert stored == ["eager"]  # compile's median round (2.2 ms) spreads by 45%: not stored
+        figures, note = stored_baselines(store, key)
+        assert figures["eager"].median_ms == 2.0 and "timed on H100 by batch(es) b1" in note
+        assert stored_options(store, key, ["eager", "compile"]) == {}  # not every baseline: all are timed
+        assert stored_options(store, key, ["eager"])["cached_baselines"]["eager"].median_ms == 2.0
+        remember_rounds(store, key, [round_(5, {"compile": stats(4.0)})], problem="p", size="small",
+                        device_name="H100", judge=JUDGE)
+        figures, _ = stored_baselines(store, key)
+        assert {n: s.median_ms for n, s in figures.items()} == {"eager": 2.0, "compile": 4.0}  # merged
+
+
+def test_stored_figures_stand_within_the_drift_bound_and_the_spot_check_needs_no_compile():
+    stored = TimingStats.model_validate(stats(10.0))
+    stands, said = spot_check("eager", TimingStats.model_validate(stats(11.0)), stored, "timed on X")
+    assert stands and "+10%" in said and said.startswith("stored figures (timed on X)")
+    stands, said = spot_check("eager", TimingStats.model_validate(stats(5.0)), stored, "timed on X")
+    assert not stands and "-50%" in said and "beyond the bound" in said
+    assert {spot_checked(["eager", "compile", "compile_tf32"]) for _ in range(20)} == {"eager"}
+    assert spot_checked(["compile"]) == "compile"
+
+
+def _eval(store: Path, *extra: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "harness", "eval", "--device", "cpu", "--size", "small", "--json",
+                           "--baselines", "eager", "--store", str(store), *extra,
+                           str(ROOT / "tests" / "fixtures" / "candidates" / "cpu" / "torch_ops_correct.py")],
+                          capture_output=True, text=True, timeout=300, cwd=store.parent)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[0])
+
+
+@pytest.mark.slow
+def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_times_them_all(tmp_path):
+    store = tmp_path / "r.sqlite"
+    first = _eval(store)
+    assert first["baseline_source"]["cached"] is None  # none stored yet: timed, then stored
+    with Store(store) as db:
+        [(key, record)] = db.db.execute("SELECT key, record FROM baselines").fetchall()
+        figure = json.loads(record)["baselines"]["eager"]["stats"]["median_ms"]
+    second = _eval(store)
+    said = second["baseline_source"]["cached"]
+    assert said.startswith("stored figures (timed on CPU")
+    if "beyond the bound" in said:  # a busy machine moved eager by more than 20% since: timed again
+        assert second["baselines"]["eager"]["median_ms"] != figure
+    else:  # divided by the stored figure itself
+        assert second["baselines"]["eager"]["median_ms"] == figure
+        assert second["speedup"]["eager"] == pytest.approx(figure / second["runtime_ms"])
+    with Store(store) as db:  # a figure a hundred times too slow (as a poisoned store would hold) never stands
+        record = json.loads(db.db.execute("SELECT record FROM baselines WHERE key = ?", (key,)).fetchone()[0])
+        record["baselines"]["eager"]["stats"]["median_ms"] = 100 * figure
+        with db.db:
+            db.db.execute("UPDATE baselines SET record = ? WHERE key = ?", (json.dumps(record), key))
+    poisoned = _eval(store)
+    assert "beyond the bound" in poisoned["baseline_source"]["cached"]
+    assert poisoned["baselines"]["eager"]["median_ms"] < 10 * figure and poisoned["speedup"]["eager"] < 20
+    retimed = _eval(store, "--retime-baselines")
+    assert retimed["baseline_source"]["cached"] is None
