@@ -1,14 +1,13 @@
 """The parent side of evaluation: candidates in, verdicts out, nothing of the candidate imported here.
 
-For each batch the parent starts one referee (evaluator.referee, a process that never runs candidate
-code and owns the reference, the inputs, the baselines, the tolerances and every comparison) and
-sends it the candidates one at a time; the referee starts one contained executor per candidate
-(evaluator.executor through evaluator.executor.launcher) and answers with the verdict. The parent reads
-each source first: one that cannot be a candidate is a `parse_error`, and one the static checks
-reject is `rejected` without its code ever running (unless `run_rejected`). Builds (`compile_only`,
-and the parallel builds that fill the extension cache before a batch is judged) need no referee:
-the parent starts those executors itself. A referee that dies or hangs costs the candidate it was
-judging (`crashed`, with the reason) and is started afresh for the next one.
+For each batch the parent starts one referee (evaluator.referee, a process that never runs candidate code and
+owns the reference, the inputs, the baselines, the tolerances and every comparison) and sends it the candidates
+one at a time; the referee starts one contained executor per candidate (evaluator.executor through
+evaluator.executor.launcher) and answers with the verdict. The parent reads each source first: one that cannot be
+a candidate is a `parse_error`, and one the static checks reject is `rejected` without its code ever running
+(unless `run_rejected`). Builds (`compile_only`, and the parallel builds that fill the extension cache before a
+batch is judged) need no referee: the parent starts those executors itself. A referee that dies or hangs costs
+the candidate it was judging (`crashed`, with the reason) and is started afresh for the next one.
 
 The parent stamps every verdict with what judged it (`Verdict.judge`, evaluator.wire.identity), merges
 the static flags into it and writes its logs (the candidate's capped stdout and stderr, the verdict).
@@ -32,7 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from evaluator.wire import identity
 from evaluator.referee import phases
 from evaluator.referee.session import Session
-from evaluator.wire.records import Judge
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
 from evaluator.parent.artifacts import place
@@ -45,7 +43,7 @@ from evaluator.referee.environment import build_arch_list, toolchain_digest
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import import_error_kind, settle
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
-from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, TimingStats, Verdict, merge_flags
+from evaluator.wire.records import Flag, FlagPolicy, Judge, Phase, Status, TimingStats, Verdict, merge_flags
 
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
 
@@ -208,10 +206,9 @@ class Evaluator:
         self.jobserver: JobServer | None = None  # the compilers' shared budget while a batch builds in a pool
         # where a batch's builds run while its lanes time (evaluator.parent.placement); None: no lane times
         self.placement: Placement | None = None
-        # 4 on a GPU: an executor took about 7 s to start, import torch and dynamo and load its extension
-        # (H100 machine, 16 cores, stopped while others are timed), a candidate about 3.3 s of the referee's
-        # at kernelbench; a warm batch of 16 waited 10.7 s in all for executors with 3 ahead, 2.9 s with 4
-        # and executors also started while a round compiles
+        # 4 on a GPU: an executor took about 7 s to start, import torch and dynamo and load its extension (H100,
+        # 16 cores, stopped while others are timed), a candidate about 3.3 s of the referee's at kernelbench; a warm
+        # batch of 16 waited 10.7 s in all for executors with 3 ahead, 2.9 s with 4 (and some while a round compiles)
         self.ahead = options.ahead if options.ahead is not None else (4 if self.device == "cuda" else 0)
 
     # -- one candidate ---------------------------------------------------------------------------

@@ -1,13 +1,12 @@
 """One executor process, seen from the side that starts it (the referee; the parent for builds).
 
-`ExecutorProcess` starts `evaluator.executor` through the containment launcher
-(evaluator.executor.launcher) in a folder of its own, with a scrubbed environment (HOME, TMPDIR and the
-caches inside that folder), its own session, three descriptors (its channel, the referee's
-commands, the exchange) and nothing else. Its stdout and stderr belong to the candidate: two
-threads read them and keep only the last `output_cap` bytes of each. Messages are read with a
-deadline; a phase that overruns it, a compile step over its memory limit, a malformed line or a
-closed channel ends the process (`Ended`, with the reason) and the whole process group and PID
-namespace are killed. Its verdict is completed from what it showed in evaluator.referee.settling.
+`ExecutorProcess` starts `evaluator.executor` through the containment launcher (evaluator.executor.launcher) in a
+folder of its own, with a scrubbed environment (HOME, TMPDIR and the caches inside that folder), its own session,
+three descriptors (its channel, the referee's commands, the exchange) and nothing else. Its stdout and stderr
+belong to the candidate: two threads read them and keep only the last `output_cap` bytes of each. Messages are
+read with a deadline; a phase that overruns it, a compile step over its memory limit, a malformed line or a closed
+channel ends the process (`Ended`, with the reason) and the whole process group and PID namespace are killed. Its
+verdict is completed from what it showed in evaluator.referee.settling.
 """
 
 from __future__ import annotations
@@ -75,9 +74,9 @@ LIVE: set = set()  # this process's executors and referees not yet closed (stop_
 
 
 def stop_everything() -> int:
-    """Every executor and referee this process started and has not closed, stopped now with what they
-    started (an interrupt): referees are asked to end (SIGTERM: each closes its executors and their
-    folders) and killed after a few seconds. Returns how many there were."""
+    """Every executor and referee this process started and has not closed, stopped now with what they started
+    (an interrupt): referees are asked to end (SIGTERM: each closes its executors and their folders) and killed
+    after a few seconds. Returns how many there were."""
     live = list(LIVE)
     for process in live:
         process.interrupt()
@@ -89,9 +88,9 @@ def stop_everything() -> int:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to the executor's process group, then to every process left in its session (ninja
-    puts each compiler in a group of its own; seccomp keeps them all in the session). Whatever
-    runs in the executor's PID namespace dies with its init, which dies with the launcher."""
+    """SIGKILL to the executor's process group, then to every process left in its session (ninja puts each
+    compiler in a group of its own; seccomp keeps them all in the session). Whatever runs in the executor's PID
+    namespace dies with its init, which dies with the launcher."""
     signal_groups([proc], signal.SIGKILL)
 
 
@@ -144,15 +143,13 @@ class ExecutorProcess:
                  stage_bytes: int | None = None, makeflags: str | None = None, jobs_fifo: Path | None = None,
                  nice: int = 0, group: cgroups.Group | None = None, cores: list[int] | None = None,
                  arch_list: str | None = None):
-        # A build's compilers: `makeflags` names a jobserver shared with the other builds in flight
-        # (evaluator.parent.jobserver; its FIFO, `jobs_fifo`, is the one file outside its folders the
-        # executor may write), else `max_jobs` of its own (None: as many as the machine has cores).
+        # A build's compilers: `makeflags` names a jobserver shared with the other builds in flight (evaluator.parent.
+        # jobserver; its FIFO, `jobs_fifo`, the one file outside its folders the executor may write), else `max_jobs`.
         self.max_jobs, self.makeflags, self.jobs_fifo = max_jobs, makeflags, jobs_fifo
         self.nice = nice  # added to its niceness and its children's (a build beside candidates being timed)
         # A build sees no GPU (evaluator.executor.launcher.hide_gpu) and builds for `arch_list`, the lanes' GPUs.
         self.gpu, self.arch_list = device == "cuda" and not compile_only, arch_list
-        # The cgroup it is held with (frozen: evaluator.wire.cgroups; SIGSTOP where there is none), the cores
-        # it runs on (None: any).
+        # The cgroup it is held with (frozen: evaluator.wire.cgroups; else SIGSTOP), the cores it runs on (None: any).
         self.group, self.cores = group, cores
         self.in_group: bool | None = None  # whether its launcher joined `group` (known at its first hold)
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
