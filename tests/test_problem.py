@@ -327,3 +327,19 @@ def test_the_evaluator_applies_the_problems_rules(tmp_path):
     assert verdict.status == Status.correct, verdict.error
     assert [f.reason for f in verdict.flags if f.name == "torch_fallback"] == [
         "line 12: uses torch.relu in ModelNew.forward's path"]
+
+
+def test_a_bad_problem_toml_names_each_missing_or_wrong_field(tmp_path):
+    """Issue 37: a minimal problem.toml gave a raw pydantic error ("3 validation errors")."""
+    (tmp_path / "model.py").write_text("")
+    (tmp_path / "problem.toml").write_text('name = "x"\nmode = 3\ncolour = 1\n[sizes.small]\nn = "big"\n')
+    with pytest.raises(ValueError) as caught:
+        load_problem(tmp_path)
+    said = str(caught.value)
+    assert "is not a valid problem spec (6 error(s))" in said and "validation error" not in said
+    for line in ("`title` is missing (One line for people.)", "`default_size` is missing", "`tolerances` is missing",
+                 "`mode`: Input should be a valid string (given 3)", "`sizes.small.n`:", "`colour` is not a field"):
+        assert line in said, said
+    (tmp_path / "problem.toml").write_text('name = "x\n')
+    with pytest.raises(ValueError, match="is not TOML"):
+        load_problem(tmp_path)

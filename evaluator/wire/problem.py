@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evaluator.wire.assets import asset_dir
 
@@ -251,6 +251,23 @@ class ProblemSpec(BaseModel):
         return float(eval(self.flops, {"__builtins__": {}}, self.size_values(size)))  # spec is trusted
 
 
+def spec_errors(spec_file: Path, err: ValidationError) -> str:
+    """A problem.toml's validation errors, one line each, naming the field (`sizes.small.batch_size`) and, for a
+    missing one, what it is."""
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(part) for part in e["loc"]) or "the file"
+        if e["type"] == "missing":
+            field = ProblemSpec.model_fields.get(str(e["loc"][0])) if len(e["loc"]) == 1 else None
+            what = f" ({field.description})" if field is not None and field.description else ""
+            lines.append(f"- `{where}` is missing{what}")
+        elif e["type"] == "extra_forbidden":
+            lines.append(f"- `{where}` is not a field of problem.toml")
+        else:
+            lines.append(f"- `{where}`: {e['msg']} (given {e.get('input')!r})"[:300])
+    return f"{spec_file} is not a valid problem spec ({len(lines)} error(s)):\n" + "\n".join(lines)
+
+
 def import_file(path: Path, module_name: str):
     """Load a Python file as a module registered under `module_name` (running it): a problem's
     reference in the referee, the candidate in its executor. Never called by the harness itself."""
@@ -295,11 +312,17 @@ def load_problem(name_or_path: str | Path = DEFAULT_PROBLEM) -> ProblemSpec:
     if not spec_file.is_file():
         known = ", ".join(available_problems()) or "none"
         raise FileNotFoundError(f"no problem {str(name_or_path)!r} (no {spec_file}); known problems: {known}")
-    data = tomllib.loads(spec_file.read_text())
+    try:
+        data = tomllib.loads(spec_file.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{spec_file} is not TOML: {err}") from err
     loader_fields = {"folder", "spec_file"} & set(data)
     if loader_fields:
         raise ValueError(f"{spec_file}: {', '.join(sorted(loader_fields))} are filled in by the loader")
-    spec = ProblemSpec(folder=folder.resolve(), spec_file=spec_file.resolve(), **data)
+    try:
+        spec = ProblemSpec(folder=folder.resolve(), spec_file=spec_file.resolve(), **data)
+    except ValidationError as err:
+        raise ValueError(spec_errors(spec_file, err)) from err
     if not spec.reference_path.is_file():
         raise FileNotFoundError(f"problem {spec.name!r}: reference file {spec.reference_path} is missing")
     return spec
