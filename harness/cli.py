@@ -312,17 +312,23 @@ def report_cli(
     size: Optional[str] = typer.Option(None, help="Only this size preset."),
     variant: Optional[str] = typer.Option(None, help="Only this prompt variant."),
     gpu: Optional[str] = typer.Option(None, help="Only this GPU."),
-    tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
+    tier: Optional[str] = typer.Option(None, help="Tolerance tier a ranked candidate must pass: strict|loose (default: the suite's, else loose)."),
+    problems: Optional[Path] = typer.Option(None, help="Only a suite's problems (a folder of problems or a suite file), its board first."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     config: Optional[Path] = typer.Option(None, help="Config file with token prices (default: ./harness.toml; env HARNESS_CONFIG)."),
 ) -> None:
     """Write one self-contained HTML report (summary, leaderboard, charts, every candidate)."""
     from harness.board import Filters
     from harness.commands import report_command
+    from harness.suite import SuiteError, load_suite
 
+    try:
+        suite = load_suite(problems) if problems is not None else None
+    except SuiteError as err:
+        raise usage_error(str(err))
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
-    raise typer.Exit(report_command(store=store, filters=filters, tier=tier, out=out, console=console,
-                                    config_file=config))
+    raise typer.Exit(report_command(store=store, filters=filters, tier=tier or (suite.tier if suite else "loose"),
+                                    out=out, console=console, config_file=config, suite=suite))
 
 
 @app.command("show")

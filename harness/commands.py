@@ -2,7 +2,7 @@
 settings, call the module that does the work, print, return the exit code.
 
 `eval` judges files and records each verdict as it is reached (`EvalRecorder`), `run` is `pipeline.execute_run`,
-`leaderboard` and `report` draw `leaderboard.build_boards`, `prompt` renders a prompt.
+`leaderboard` and `report` draw `leaderboard.boards_and_suites`, `prompt` renders a prompt.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from evaluator.wire.records import Status, Verdict
 from harness.baseline_cache import for_evaluator, remember_evaluator
 from harness.board import Filters
 from harness.drift import baseline_drift, flag_late_shaky, late_line
-from harness.leaderboard import boards_and_suites, build_boards
+from harness.leaderboard import boards_and_suites
 from harness.parsing import parse_source
 from harness.ranking import TIERS
 from harness.records import Candidate, Hardware, ParseResult, Run
@@ -129,7 +129,7 @@ def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "lo
 
 
 def report_command(*, store: Path | None, filters: Filters, tier: str = "loose", out: Path = Path("report.html"),
-                   console: Console | None = None, config_file: Path | None = None) -> int:
+                   console: Console | None = None, config_file: Path | None = None, suite: Suite | None = None) -> int:
     """`harness report`: write the HTML file. Returns the exit code (0, or 2 for a bad option or store)."""
     from harness.report import render_report
 
@@ -139,8 +139,10 @@ def report_command(*, store: Path | None, filters: Filters, tier: str = "loose",
     path = store or default_store_path()
     try:
         with _open_existing(path) as db:
-            boards = build_boards(db, filters, tier, staleness=current_rules(), prices=configured_prices(config_file))
-            document = render_report(boards, db, store_path=str(path), filters=filters, tier=tier)
+            boards, suites = boards_and_suites(db, filters, tier, suite, prices=configured_prices(config_file),
+                                               staleness=current_rules())
+            shown = suites if suite is not None or sum(len(s.rows) for s in suites) > 1 else []
+            document = render_report(boards, db, store_path=str(path), filters=filters, tier=tier, suites=shown)
     except StoreError as error:
         _err.print(f"[red]error:[/] {error}")
         return 2

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from harness.suite_board import SuiteBoard, stats_rows, suite_columns
 from harness.board import Board, ChainRow, Entry, Filters, SummaryRow
 from harness.columns import (
     CHAINS_CAPTION,
@@ -402,13 +403,26 @@ def _environment() -> Environment:
     return env
 
 
+def suite_views(suite: SuiteBoard) -> list[SummaryView]:
+    """A suite board's two tables (harness.suite_board): each problem's best candidate, then fast_p over them."""
+    problem_columns, stats_columns = suite_columns(suite)
+    return [SummaryView(f"Each problem's best candidate (tier {suite.tier})", problem_columns, suite.rows,
+                        lambda r: "summary-row", "summary suite"),
+            SummaryView("fast_p: share of the problems attempted whose best candidate is correct and faster than the "
+                        "baseline by more than p; geomean over the problems with a correct candidate", stats_columns,
+                        stats_rows(suite), lambda s: "summary-row" + (" summary-all" if s[0] == "all" else ""),
+                        "summary suite")]
+
+
 def render_report(boards: Sequence[Board], store: Store | None = None, *, store_path: str = "",
-                  filters: Filters | None = None, tier: str = "loose") -> str:
-    """The whole HTML document. `store` supplies candidate sources (optional)."""
+                  filters: Filters | None = None, tier: str = "loose", suites: Sequence[SuiteBoard] = ()) -> str:
+    """The whole HTML document. `store` supplies candidate sources (optional); `suites`, the summary across
+    problems, comes first where the boards hold several problems."""
     import harness
 
     filters = filters or Filters()
     return _environment().get_template("report.html.j2").render(
         gpus=", ".join(b.gpu for b in boards) or "none", tier=tier, store_path=store_path,
         filters=filters.to_dict() or "none", generated=utc_now(), version=harness.__version__, css=CSS,
-        boards=[board_view(b, i, store) for i, b in enumerate(boards)], speedup_rule=SPEEDUP_RULE)
+        boards=[board_view(b, i, store) for i, b in enumerate(boards)], speedup_rule=SPEEDUP_RULE,
+        suites=[(s, suite_views(s)) for s in suites])

@@ -192,3 +192,14 @@ def test_eval_across_problems_judges_each_file_against_its_own_problem(tmp_path)
     assert [(v["problem"], v["index"]) for v in firsts] == [("1_ReLU", 0), ("5_Matmul", 1)]
     assert [v["line"] for v in lines] == list(range(1, len(lines) + 1))
     assert firsts[1]["status"] == "incorrect" and firsts[0]["status"] == "correct"
+
+
+def test_the_html_report_opens_with_the_suite_board():
+    from harness.report import render_report
+
+    boards = _boards()
+    html = render_report(boards, tier="loose", suites=suite_boards(boards, {"A": "1", "B": "1", "C": "2", "D": "2"},
+                                                                   "mini"))
+    assert "Suite mini on H100: 4 problem(s), 2 with a correct candidate" in html
+    assert html.index("Suite mini") < html.index("<h2 id='gpu-0'>")
+    assert "fast_1.5 eager" in html and "level 2" in html and "A/best" in html
