@@ -2,7 +2,8 @@
 
 The public API, imported on first use so that `import harness` stays cheap:
 `render_prompt`, `parse_reply`, `OpenAIProvider`, `ReplayProvider`, `RunConfig`,
-`resolve_config`, `execute_run`, `Store`, `open_store`, `build_boards`, `run_bench`.
+`resolve_config`, `execute_run`, `Store`, `open_store`, `build_boards`, `run_bench`, `Judge` (the judge as a
+library: harness.judge), `load_suite`.
 """
 
 from importlib import import_module
@@ -13,7 +14,8 @@ _EXPORTS = {
     "render_prompt": "harness.prompts", "parse_reply": "harness.parsing", "OpenAIProvider": "harness.providers",
     "ReplayProvider": "harness.providers", "RunConfig": "harness.config", "resolve_config": "harness.config",
     "execute_run": "harness.pipeline", "Store": "harness.store", "open_store": "harness.store",
-    "build_boards": "harness.leaderboard", "run_bench": "harness.bench",
+    "build_boards": "harness.leaderboard", "run_bench": "harness.bench", "Judge": "harness.judge",
+    "load_suite": "harness.suite",
 }
 __all__ = ["__version__", *_EXPORTS]
 

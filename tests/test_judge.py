@@ -1,0 +1,46 @@
+"""The judge as a library (issue 35, item 1): `harness.Judge`, warm across calls, a verdict that says whether it
+ranks and why not; on the CPU with C++/PyTorch candidates."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import Judge
+from harness.judge import MAX_SOURCE_BYTES, JudgedVerdict
+
+CPU = Path(__file__).parent / "fixtures" / "candidates" / "cpu"
+
+
+def test_a_judge_refuses_what_it_cannot_judge_before_any_work():
+    with pytest.raises(ValueError, match="tier must be one of"):
+        Judge(problem="gemm_scale_bn", tier="medium")
+    judge = Judge(problem="gemm_scale_bn", size="small", device="cpu")
+    with pytest.raises(RuntimeError, match="inside its `with` block"):
+        judge.evaluate("x = 1")
+    judge.warm = object()  # as if entered: the checks on the source come before anything runs
+    with pytest.raises(TypeError, match="source must be text"):
+        judge.evaluate(b"class ModelNew: pass")
+    with pytest.raises(ValueError, match=f"over {MAX_SOURCE_BYTES} bytes"):
+        judge.evaluate("#" * (MAX_SOURCE_BYTES + 1))
+
+
+@pytest.mark.slow
+def test_a_warm_judge_keeps_one_referee_and_says_why_a_verdict_does_not_rank(tmp_path):
+    store = tmp_path / "r.sqlite"
+    sources = [(CPU / "torch_ops_correct.py").read_text(), (CPU / "wrong_values.py").read_text(), "no model here",
+               (CPU / "torch_ops_correct.py").read_text()]
+    with Judge(problem="gemm_scale_bn", size="small", device="cpu", store=store) as judge:
+        verdicts = list(judge.evaluate_many(sources))
+        referee = judge.warm.referee
+        assert referee.batches == 1  # started once, for every call
+    assert all(isinstance(v, JudgedVerdict) for v in verdicts)
+    good, wrong, unparsed, again = verdicts
+    assert good.status.value == "correct" and again.status.value == "correct"
+    for v in (good, again):  # ranked, or shaky on a busy machine: then it says so
+        assert v.ranked == (v.outcome == "correct") and (v.ranked or "spread" in v.why or "moved" in v.why), v.why
+        assert v.ranked is False or v.speedup["eager"] > 0
+    assert not wrong.ranked and wrong.outcome == "incorrect" and "tolerance" in wrong.why
+    assert not unparsed.ranked and unparsed.outcome == "parse_error" and "ModelNew" in unparsed.why
+    assert json.loads(good.model_dump_json())["ranked"] == good.ranked  # as `harness eval --json`, plus these
+    assert judge.warm is None and referee.proc is None  # closed with its block: the referee is gone
