@@ -368,3 +368,35 @@ def problems_cli() -> None:
     from harness.browse import problems_command
 
     raise typer.Exit(problems_command(console=console))
+
+
+@app.command("serve")
+def serve_cli(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    problems: Optional[Path] = typer.Option(None, help=(
+        "The registry clients name problems from: a suite folder or file (default: reference/'s problems and "
+        "reference/minibench).")),
+    store: Optional[Path] = typer.Option(None, help="Result store holding the jobs (default as `harness run`)."),
+    keys_file: Optional[Path] = typer.Option(None, help="A file of API keys, one a line (besides HARNESS_API_KEYS)."),
+) -> None:
+    """An evaluation service: POST /v1/evaluations, GET /v1/evaluations/{id} (harness.service)."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise usage_error("harness serve needs FastAPI and uvicorn: pip install -e '.[serve]'")
+    from harness.commands import default_store_path
+    from harness.service import Service, create_app, key_digests
+    from harness.suite import SuiteError, load_suite
+
+    try:
+        registry = load_suite(problems) if problems is not None else None
+        keys = key_digests(keys_file=keys_file)
+    except (SuiteError, OSError) as err:
+        raise usage_error(str(err))
+    if not keys:
+        raise usage_error("no API key: set HARNESS_API_KEYS (comma-separated) or --keys-file")
+    service = Service(store or default_store_path(), registry=registry, keys=keys)
+    err_console.print(f"[dim]serving {len(service.registry)} problem(s) on http://{host}:{port}, jobs in "
+                      f"{service.store}[/]", highlight=False)
+    uvicorn.run(create_app(service), host=host, port=port, log_level="warning")

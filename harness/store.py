@@ -48,7 +48,7 @@ from evaluator.wire.records import json_digest
 from evaluator.wire.records import Flag, Status, Verdict, merge_flags
 from harness.records import Candidate, Generation, GenerationParams, Message, Run, utc_now
 
-STORE_SCHEMA_VERSION = 5
+STORE_SCHEMA_VERSION = 6
 NO_MODEL = "-"  # the model and variant columns of runs no model answered (`harness eval`)
 
 _SCHEMA = """
@@ -122,6 +122,9 @@ CREATE TABLE IF NOT EXISTS verdict_history (
 );
 CREATE INDEX IF NOT EXISTS verdict_history_key ON verdict_history (key);
 CREATE TABLE IF NOT EXISTS baselines (key TEXT PRIMARY KEY, updated TEXT NOT NULL, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, key TEXT NOT NULL, state TEXT NOT NULL, client TEXT, created TEXT NOT NULL, updated TEXT NOT NULL, request TEXT NOT NULL, verdict TEXT, error TEXT, judged INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS jobs_key ON jobs (key);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created);
 CREATE INDEX IF NOT EXISTS verdicts_source ON verdicts (source_sha256);
 CREATE INDEX IF NOT EXISTS verdicts_run ON verdicts (run_id);
 """
@@ -151,6 +154,10 @@ _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     )),
     (5, (  # baselines timed once per problem, size, device model and judge (harness.baseline_cache)
         "CREATE TABLE IF NOT EXISTS baselines (key TEXT PRIMARY KEY, updated TEXT NOT NULL, record TEXT NOT NULL)",
+    )),
+    (6, (  # the jobs of `harness serve` (harness.service)
+        "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, key TEXT NOT NULL, state TEXT NOT NULL, client TEXT, created TEXT NOT NULL, updated TEXT NOT NULL, request TEXT NOT NULL, verdict TEXT, error TEXT, judged INTEGER NOT NULL DEFAULT 0)",
+        "CREATE INDEX IF NOT EXISTS jobs_key ON jobs (key)", "CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created)",
     )),
 )
 

@@ -311,7 +311,7 @@ def test_an_older_store_gains_the_salvage_column_and_keeps_its_generations(tmp_p
                    (old.created, json.dumps(record)))
     db.close()
     with Store(path) as store:
-        assert store.schema_version == STORE_SCHEMA_VERSION == 5
+        assert store.schema_version == STORE_SCHEMA_VERSION == 6
         assert store.get_generation("old") == old and store.list_salvage("old") == []
         assert store.history("any") == []  # version 4's verdict history is there too
         assert store.db.execute("SELECT COUNT(*) FROM baselines").fetchone() == (0,)  # and version 5's baselines

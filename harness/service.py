@@ -1,0 +1,275 @@
+"""`harness serve`: an evaluation service many trainers share, on FastAPI and uvicorn.
+
+    POST /v1/evaluations      {"problem": NAME, "size": SIZE, "device": "cpu"|"cuda", "source": TEXT} -> 202 {"id"}
+    GET  /v1/evaluations/{id} -> {"id", "state": "queued"|"running"|"done", "verdict": {...} | null, "error"}
+
+- Keys: every request carries `Authorization: Bearer KEY`, a key of `HARNESS_API_KEYS` (comma-separated) or of
+  the keys file (one a line). Only their SHA-256 digests are held, in memory; a job records the first 12 hex
+  digits of its client's. Without a valid key: 401.
+- Problems are named from the server's registry (a suite: harness.suite), never by a path. Bad input gets a
+  4xx naming the reason: an unknown problem or size, a device this server lacks, a source over the limit, a body
+  that is not JSON text.
+- Jobs live in the result store (table `jobs`). A job is `running` while judged; a server killed and started
+  again puts its `running` jobs back in the queue (their judgement never finished, so none has two verdicts)
+  and finishes every job it had accepted.
+- The same source, problem, size, device and judge is one job: a second request gets the first one's id.
+- One worker judges the queue in order, with a warm `harness.Judge` per problem, size and device.
+
+The verdict is what `harness eval --json` prints, plus `ranked`, `outcome` and `why` (harness.judge).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.judge import MAX_SOURCE_BYTES
+from harness.records import utc_now
+from harness.store import Store
+from harness.suite import Suite, load_suite, suite_of
+
+JOB_STATES = ("queued", "running", "done")
+
+
+class EvaluationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    problem: str = Field(description="A problem of the server's registry, by name.")
+    size: str | None = Field(None, description="One of the problem's sizes (default: its own, by device).")
+    device: Literal["cpu", "cuda"] | None = Field(None, description="Default: cuda where the server has a GPU.")
+    source: str = Field(description="The candidate: a module defining ModelNew.")
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def key_digests(environ: dict[str, str] | None = None, keys_file: Path | None = None) -> set[str]:
+    """The SHA-256 digests of the accepted keys (HARNESS_API_KEYS, and a keys file's lines)."""
+    environ = os.environ if environ is None else environ
+    keys = [k.strip() for k in environ.get("HARNESS_API_KEYS", "").split(",")]
+    if keys_file is not None:
+        keys += [line.strip() for line in Path(keys_file).read_text().splitlines()]
+    return {hashlib.sha256(k.encode()).hexdigest() for k in keys if k}
+
+
+def default_registry() -> Suite:
+    """The problems under reference/ and the repo's own suite (reference/minibench)."""
+    from evaluator.wire.problem import available_problems, problems_root
+
+    problems = suite_of(available_problems()).problems if available_problems() else []
+    minibench = problems_root() / "minibench"
+    if minibench.is_dir():
+        problems += load_suite(minibench).problems
+    return Suite(name="registry", source=str(problems_root()), problems=problems)
+
+
+class Jobs:
+    """The jobs table of a result store; every method one short transaction (a thread of its own each call)."""
+
+    def __init__(self, store_path: Path):
+        self.store_path = store_path
+        with self.open() as store:  # creates or migrates the store
+            del store
+
+    def open(self) -> Store:
+        return Store(self.store_path)
+
+    def submit(self, key: str, request: dict[str, Any], client: str) -> str:
+        """The job of `key`: an existing one (any state), or a new queued one."""
+        with self.open() as store, store.db:
+            row = store.db.execute("SELECT id, state, verdict FROM jobs WHERE key = ? ORDER BY created LIMIT 1",
+                                   (key,)).fetchone()
+            if row is not None:
+                if row[1] == "done" and row[2] is None:  # the harness failed around it: asked again, judged again
+                    store.db.execute("UPDATE jobs SET state = 'queued', error = NULL, updated = ? WHERE id = ?",
+                                     (utc_now(), row[0]))
+                return row[0]
+            job_id = secrets.token_hex(12)
+            now = utc_now()
+            store.db.execute("INSERT INTO jobs (id, key, state, client, created, updated, request) VALUES "
+                             "(?, ?, 'queued', ?, ?, ?, ?)", (job_id, key, client, now, now, json.dumps(request)))
+            return job_id
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        with self.open() as store:
+            row = store.db.execute("SELECT id, state, verdict, error FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        return {"id": row[0], "state": row[1], "verdict": json.loads(row[2]) if row[2] else None, "error": row[3]}
+
+    def claim(self) -> tuple[str, dict[str, Any]] | None:
+        """The oldest queued job, now running."""
+        with self.open() as store, store.db:
+            row = store.db.execute("SELECT id, request FROM jobs WHERE state = 'queued' ORDER BY created, rowid "
+                                   "LIMIT 1").fetchone()
+            if row is None:
+                return None
+            store.db.execute("UPDATE jobs SET state = 'running', updated = ? WHERE id = ?", (utc_now(), row[0]))
+            return row[0], json.loads(row[1])
+
+    def finish(self, job_id: str, verdict: dict[str, Any] | None, error: str | None = None) -> None:
+        with self.open() as store, store.db:
+            store.db.execute("UPDATE jobs SET state = 'done', updated = ?, verdict = ?, error = ?, judged = judged + 1 "
+                             "WHERE id = ? AND state = 'running'",
+                             (utc_now(), json.dumps(verdict) if verdict is not None else None, error, job_id))
+
+    def requeue_running(self) -> int:
+        """Jobs a killed server was judging: queued again (no verdict of theirs was written)."""
+        with self.open() as store, store.db:
+            return store.db.execute("UPDATE jobs SET state = 'queued', updated = ? WHERE state = 'running'",
+                                    (utc_now(),)).rowcount
+
+
+JudgeFactory = Callable[[str, str | None, str], Any]  # (problem location, size, device) -> an entered Judge
+
+
+def real_judge(location: str, size: str | None, device: str, store: Path) -> Any:
+    from harness.judge import Judge
+
+    return Judge(problem=location, size=size, device=device, store=store).__enter__()
+
+
+class Service:
+    """The registry, the keys, the jobs and the worker behind the HTTP routes."""
+
+    def __init__(self, store: Path, *, registry: Suite | None = None, keys: set[str] | None = None,
+                 judge_factory: JudgeFactory | None = None, gpu: bool | None = None):
+        from evaluator.wire.identity import gpu_hardware
+
+        self.store = Path(store)
+        self.registry = {p.name: p for p in (registry or default_registry()).problems}
+        self.keys = keys if keys is not None else key_digests()
+        self.jobs = Jobs(self.store)
+        self.gpu = gpu_hardware() is not None if gpu is None else gpu
+        self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(loc, size, device, self.store))
+        self.judges: dict[tuple[str, str | None, str], Any] = {}
+        self.stopping = threading.Event()
+        self.wake = threading.Event()
+        self.worker: threading.Thread | None = None
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def client(self, authorization: str | None) -> str:
+        """The client's key digest prefix; ServiceError 401 without a valid key."""
+        scheme, _, token = (authorization or "").partition(" ")
+        digest = hashlib.sha256(token.strip().encode()).hexdigest()
+        if scheme != "Bearer" or not token.strip() or not any(hmac.compare_digest(digest, k) for k in self.keys):
+            raise ServiceError(401, "a valid `Authorization: Bearer KEY` is required")
+        return digest[:12]
+
+    def submit(self, request: EvaluationRequest, client: str) -> str:
+        from evaluator.wire import identity
+        from evaluator.wire.problem import load_problem
+
+        entry = self.registry.get(request.problem)
+        if entry is None:
+            known = ", ".join(sorted(self.registry)[:20])
+            raise ServiceError(404, f"unknown problem {request.problem!r}; this server's problems: {known}")
+        device = request.device or ("cuda" if self.gpu else "cpu")
+        if device == "cuda" and not self.gpu:
+            raise ServiceError(422, "device cuda: this server has no CUDA GPU")
+        if len(request.source.encode("utf-8", errors="replace")) > MAX_SOURCE_BYTES:
+            raise ServiceError(413, f"source is over the limit of {MAX_SOURCE_BYTES} bytes")
+        spec = load_problem(entry.location)
+        size = request.size or entry.size or spec.default_size_for(device)
+        if size not in spec.sizes:
+            raise ServiceError(422, f"problem {spec.name!r} has no size {size!r}; its sizes: {', '.join(spec.sizes)}")
+        source_sha = hashlib.sha256(request.source.encode()).hexdigest()
+        key = identity.verdict_key(source_sha, spec.name, size, identity.device_name(device),
+                                   identity.judge_identity(spec))
+        job = self.jobs.submit(key, {"problem": spec.name, "location": entry.location, "size": size,
+                                     "device": device, "source": request.source}, client)
+        self.wake.set()
+        return job
+
+    # -- the worker ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.jobs.requeue_running()
+        self.worker = threading.Thread(target=self.work, name="harness-serve-worker", daemon=True)
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+        if self.worker is not None:
+            self.worker.join(timeout=600)
+        for judge in self.judges.values():
+            judge.close()
+        self.judges.clear()
+
+    def work(self) -> None:
+        while not self.stopping.is_set():
+            claimed = self.jobs.claim()
+            if claimed is None:
+                self.wake.wait(timeout=1.0)
+                self.wake.clear()
+                continue
+            job_id, request = claimed
+            try:
+                where = (request["location"], request["size"], request["device"])
+                if where not in self.judges:
+                    self.judges[where] = self.judge_factory(*where)
+                verdict = self.judges[where].evaluate(request["source"], name=f"job/{job_id}")
+                self.jobs.finish(job_id, verdict.model_dump(mode="json"))
+            except Exception as err:  # the harness's own failure around this job: said, and the queue goes on
+                self.jobs.finish(job_id, None, f"{type(err).__name__}: {err}"[:2000])
+
+
+def create_app(service: Service):
+    """The FastAPI application over `service` (started and stopped with the app)."""
+    import contextlib
+
+    from fastapi import FastAPI, Header, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        service.start()
+        yield
+        service.stop()
+
+    app = FastAPI(title="kernelharness", lifespan=lifespan)
+
+    @app.exception_handler(ServiceError)
+    async def refused(request: Request, err: ServiceError):
+        return JSONResponse(status_code=err.status, content={"error": err.reason})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException):
+        reason = str(err.detail)
+        if err.status_code == 400 and "parsing the body" in reason:  # FastAPI's words for a body it cannot decode
+            reason = "bad request: the body is not JSON text (UTF-8)"
+        return JSONResponse(status_code=err.status_code, content={"error": reason})
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, err: RequestValidationError):
+        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        return JSONResponse(status_code=422, content={"error": f"bad request: {reasons}"[:2000]})
+
+    @app.post("/v1/evaluations", status_code=202)
+    def submit(body: EvaluationRequest, authorization: str | None = Header(None)) -> dict[str, str]:
+        return {"id": service.submit(body, service.client(authorization))}
+
+    @app.get("/v1/evaluations/{job_id}")
+    def status(job_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:
+        service.client(authorization)
+        job = service.jobs.get(job_id)
+        if job is None:
+            raise ServiceError(404, f"no evaluation {job_id!r}")
+        return job
+
+    return app

@@ -1,0 +1,222 @@
+"""`harness serve` (issue 35, item 2 and 3): keys, bad input as a 4xx that names it, jobs in the store that a
+restarted server finishes, one job for the same source, and load from about 20 clients with a restart in the
+middle. A stand-in judge (instant, counting) serves the load and restart tests; one test judges real CPU
+candidates through a real `harness serve` process killed with SIGKILL and started again."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+fastapi = pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from harness.judge import MAX_SOURCE_BYTES  # noqa: E402
+from harness.service import Service, create_app, key_digests  # noqa: E402
+from harness.store import Store  # noqa: E402
+
+KEY = "test-key-0123"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CPU = Path(__file__).parent / "fixtures" / "candidates" / "cpu"
+
+
+class FakeVerdict:
+    def __init__(self, source: str, name: str):
+        self.source, self.name = source, name
+
+    def model_dump(self, mode: str = "json") -> dict:
+        return {"candidate": self.name, "status": "correct", "ranked": True, "source_len": len(self.source)}
+
+
+class CountingJudge:
+    """Judges instantly; counts what it judged, by source."""
+
+    calls: list[str] = []
+    delay_s = 0.0
+
+    def evaluate(self, source: str, name: str | None = None) -> FakeVerdict:
+        time.sleep(self.delay_s)
+        CountingJudge.calls.append(source)
+        return FakeVerdict(source, name or "-")
+
+    def close(self) -> None:
+        pass
+
+
+def service(store: Path, **kwargs) -> Service:
+    return Service(store, keys=key_digests({"HARNESS_API_KEYS": f"{KEY}, other"}),
+                   judge_factory=lambda *where: CountingJudge(), gpu=False, **kwargs)
+
+
+def wait_done(client: TestClient, job: str, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = client.get(f"/v1/evaluations/{job}", headers=AUTH).json()
+        if body["state"] == "done":
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"job {job} not done: {body}")
+
+
+def request(source: str, problem: str = "gemm_scale_bn", **extra) -> dict:
+    return {"problem": problem, "size": "small", "device": "cpu", "source": source, **extra}
+
+
+def test_keys_are_required_and_held_as_digests_only(tmp_path):
+    svc = service(tmp_path / "r.sqlite")
+    assert KEY not in repr(svc.keys) and all(len(k) == 64 for k in svc.keys)
+    with TestClient(create_app(svc)) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": "Basic x"}):
+            answer = client.post("/v1/evaluations", json=request("x"), headers=headers)
+            assert answer.status_code == 401 and "Bearer" in answer.json()["error"]
+        assert client.get("/v1/evaluations/abc").status_code == 401
+        assert client.post("/v1/evaluations", json=request("x"), headers=AUTH).status_code == 202
+    with Store(tmp_path / "r.sqlite") as db:  # the store holds no key, only a digest prefix a job
+        dump = "\n".join(db.db.iterdump())
+        assert KEY not in dump and db.db.execute("SELECT client FROM jobs").fetchone()[0] == key_digests(
+            {"HARNESS_API_KEYS": KEY}).pop()[:12]
+
+
+@pytest.mark.parametrize("body, status, says", [
+    (request("x", problem="no_such"), 404, "unknown problem 'no_such'"),
+    (request("x", problem="../reference/gemm_scale_bn"), 404, "unknown problem"),  # never a path
+    (request("x", size="huge"), 422, "has no size 'huge'"),
+    (request("x", device="cuda"), 422, "no CUDA GPU"),
+    (request("#" * (MAX_SOURCE_BYTES + 1)), 413, f"over the limit of {MAX_SOURCE_BYTES} bytes"),
+    ({"problem": "gemm_scale_bn"}, 422, "source"),
+    (request("x", colour="red"), 422, "colour"),
+    (request("x", device="tpu"), 422, "device"),
+])
+def test_bad_input_is_a_4xx_that_names_the_reason(tmp_path, body, status, says):
+    with TestClient(create_app(service(tmp_path / "r.sqlite"))) as client:
+        answer = client.post("/v1/evaluations", json=body, headers=AUTH)
+        assert answer.status_code == status and says in answer.json()["error"], answer.json()
+
+
+def test_a_body_that_is_not_utf8_json_is_a_400_and_an_unknown_job_a_404(tmp_path):
+    with TestClient(create_app(service(tmp_path / "r.sqlite"))) as client:
+        answer = client.post("/v1/evaluations", content=b'{"problem": "\xff\xfe"}',
+                             headers={**AUTH, "Content-Type": "application/json"})
+        assert answer.status_code == 400 and "not JSON text" in answer.json()["error"]
+        assert client.get("/v1/evaluations/nope", headers=AUTH).status_code == 404
+
+
+def test_a_job_is_judged_once_and_the_same_source_is_answered_from_the_store(tmp_path):
+    CountingJudge.calls = []
+    with TestClient(create_app(service(tmp_path / "r.sqlite"))) as client:
+        first = client.post("/v1/evaluations", json=request("A"), headers=AUTH).json()["id"]
+        done = wait_done(client, first)
+        assert done["verdict"]["candidate"] == f"job/{first}" and done["error"] is None
+        again = client.post("/v1/evaluations", json=request("A"), headers=AUTH).json()["id"]
+        assert again == first and wait_done(client, again) == done
+        other = client.post("/v1/evaluations", json=request("A", size="kernelbench"), headers=AUTH).json()["id"]
+        assert other != first  # another size is another judgement
+        wait_done(client, other)
+    assert CountingJudge.calls == ["A", "A"]
+
+
+def test_a_restarted_server_finishes_the_jobs_it_had_accepted(tmp_path):
+    store = tmp_path / "r.sqlite"
+    CountingJudge.calls = []
+    svc = service(store)
+    svc.start = lambda: None  # accepts, judges nothing (as a server killed before its worker got to them)
+    with TestClient(create_app(svc)) as client:
+        ids = [client.post("/v1/evaluations", json=request(f"S{i}"), headers=AUTH).json()["id"] for i in range(5)]
+    with Store(store) as db, db.db:  # one was being judged when it died
+        db.db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (ids[0],))
+    with TestClient(create_app(service(store))) as client:
+        assert all(wait_done(client, i)["verdict"] is not None for i in ids)
+    with Store(store) as db:
+        assert db.db.execute("SELECT COUNT(*), SUM(judged) FROM jobs").fetchone() == (5, 5)
+    assert sorted(CountingJudge.calls) == [f"S{i}" for i in range(5)]
+
+
+def test_twenty_clients_hundreds_of_jobs_and_a_restart_lose_nothing_and_judge_nothing_twice(tmp_path):
+    store = tmp_path / "r.sqlite"
+    CountingJudge.calls, CountingJudge.delay_s = [], 0.002
+    accepted: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def client_thread(client: TestClient, number: int, sources: range) -> None:
+        for i in sources:
+            source = f"client {number} source {i % 12}"  # each client repeats itself: duplicates are one job
+            answer = client.post("/v1/evaluations", json=request(source), headers=AUTH)
+            assert answer.status_code == 202, answer.text
+            with lock:
+                assert accepted.setdefault(source, answer.json()["id"]) == answer.json()["id"]
+
+    try:
+        for half in (range(0, 10), range(10, 20)):  # a server, stopped in the middle of its queue, then another
+            with TestClient(create_app(service(store))) as client:
+                threads = [threading.Thread(target=client_thread, args=(client, n, half)) for n in range(20)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+    finally:
+        CountingJudge.delay_s = 0.0
+    with TestClient(create_app(service(store))) as client:
+        for source, job in accepted.items():
+            assert wait_done(client, job)["verdict"]["source_len"] == len(source)
+    assert len(accepted) == 240 and sorted(CountingJudge.calls) == sorted(accepted)  # none lost, none twice
+    with Store(store) as db:
+        assert db.db.execute("SELECT COUNT(*), SUM(judged), COUNT(DISTINCT key) FROM jobs").fetchone() == (240, 240, 240)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_real_server_killed_with_sigkill_finishes_its_cpu_jobs_when_started_again(tmp_path):
+    import httpx
+
+    store, port = tmp_path / "r.sqlite", _free_port()
+    env = {**os.environ, "HARNESS_API_KEYS": KEY}
+    cmd = [sys.executable, "-m", "harness", "serve", "--port", str(port), "--store", str(store)]
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        for _ in range(200):
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/v1/evaluations/x", headers=AUTH, timeout=1)
+                return proc
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise AssertionError(proc.stderr.read().decode() if proc.poll() is not None else "server did not start")
+
+    sources = [(CPU / "torch_ops_correct.py").read_text(), (CPU / "wrong_values.py").read_text(), "no model"]
+    proc = start()
+    try:
+        ids = [httpx.post(f"http://127.0.0.1:{port}/v1/evaluations", json=request(s), headers=AUTH).json()["id"]
+               for s in sources]
+        time.sleep(3)  # judging the first
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc = start()
+        states = {}
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and len(states) < len(ids):
+            for job in ids:
+                body = httpx.get(f"http://127.0.0.1:{port}/v1/evaluations/{job}", headers=AUTH).json()
+                if body["state"] == "done":
+                    states[job] = body
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    verdicts = [states[job]["verdict"] for job in ids]
+    assert [v["status"] for v in verdicts] == ["correct", "incorrect", "parse_error"], json.dumps(verdicts)[:2000]
+    assert verdicts[1]["ranked"] is False and "tolerance" in verdicts[1]["why"]
+    with Store(store) as db:
+        assert db.db.execute("SELECT SUM(judged) FROM jobs").fetchone()[0] == 3  # each judged to its end once
