@@ -32,6 +32,7 @@ from harness.columns import (
     summary_view,
 )
 from harness.outcomes import Outcome
+from harness.ranking import classify
 from harness.suite_board import SuiteBoard, stats_rows, suite_columns, suite_json
 from harness.text import fmt_cost, fmt_flags, fmt_tokens, short_text
 
@@ -255,6 +256,15 @@ def to_markdown(boards: Sequence[Board]) -> str:
 
 # -- verdicts and runs ----------------------------------------------------------------------------
 
+def status_text(verdict: Verdict, tier: str = "loose") -> str:
+    """A verdict's status as every table shows it: with what the leaderboard makes of a correct one where that
+    differs (`correct, shaky`: not ranked), in the outcome's style."""
+    outcome, _ = classify(verdict, tier)
+    if outcome == Outcome.of(verdict.status):
+        return outcome.styled()
+    return outcome.styled(f"{verdict.status.value}, {outcome.value}")
+
+
 def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Table:
     """`harness eval`'s table: one row per verdict."""
     baselines = sorted({name for v in verdicts for name in v.speedup})
@@ -270,7 +280,7 @@ def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Tabl
         tiers = ",".join(t for t, ok in (v.correctness.tiers.items() if v.correctness else []) if ok)
         err = v.correctness.max_abs_err if v.correctness else None
         row = [
-            v.candidate, Outcome.of(v.status).styled(), tiers or "-",
+            v.candidate, status_text(v), tiers or "-",
             f"{err:.2e}" if err is not None else "-", f"{v.runtime_ms:.4f}" if v.runtime_ms else "-",
         ]
         row += [f"{v.speedup[b]:.2f}" if b in v.speedup else "-" for b in baselines]
@@ -298,8 +308,8 @@ def run_table(summary: RunSummary, title: str | None = None) -> Table:
         table.add_column(f"× {name}", justify="right")
     table.add_column("tokens", justify="right")
     for rank, o in enumerate(outcomes, 1):
-        status = o.status.styled()
-        if o.reused_verdict or o.reused_generation:
+        status = status_text(o.verdict) if o.verdict is not None else o.status.styled()
+        if o.reused_verdict:  # judged by an earlier command (a reply read from the store is not said here)
             status += " [dim](stored)[/]"
         ms = f"{o.verdict.runtime_ms:.4f}" if o.verdict is not None and o.verdict.runtime_ms is not None else "-"
         row = [str(rank), o.sample, status]

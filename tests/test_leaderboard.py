@@ -277,3 +277,26 @@ def test_gpus_are_never_mixed(built, tmp_path):
         assert [b.gpu for b in build_boards(store, Filters(gpu=other))] == [other]
     text = CliRunner().invoke(app, ["leaderboard", "--store", str(path)]).output
     assert f"Leaderboard on {other}" in text and text.count("Leaderboard on ") == 2
+
+
+def test_every_table_that_shows_a_status_shows_shaky_and_rejected():
+    """Issue 37: the run's table said `correct` while its summary said 0 of 4 ranked (all were shaky)."""
+    from rich.console import Console
+
+    from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Status, Verdict
+    from harness.render import status_text, verdict_table
+
+    def verdict(*flags: Flag) -> Verdict:
+        check = ModeCheck(mode="train", trials=6, tiers={"strict": True, "loose": True})
+        return Verdict(candidate="c.py", source_sha256="0" * 64, problem="p", size="small", device="cpu",
+                       status=Status.correct, runtime_ms=1.0, flags=list(flags),
+                       correctness=Correctness(tiers=check.tiers, main=check, distributions=["randn"], seeds=[1],
+                                               buffers_checked=[]))
+
+    shaky = verdict(Flag(name="shaky_timing", reason="its times spread by 40%"))
+    assert "correct, shaky" in status_text(shaky) and status_text(verdict()) == "[green]correct[/]"
+    assert "correct, rejected" in status_text(verdict(Flag(name="timing_mismatch", policy=FlagPolicy.reject,
+                                                            reason="x")))
+    console = Console(width=200, record=True)
+    console.print(verdict_table([shaky]))
+    assert "correct, shaky" in console.export_text()
