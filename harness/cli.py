@@ -12,7 +12,8 @@ from rich.console import Console
 
 from evaluator.wire.problem import DEFAULT_PROBLEM
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+# Plain help (no rich markup): flags show as flags, not `--json <bool>` (issue 37).
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None)
 # A terminal's width, or COLUMNS where it is set (rich reads both); piped with neither, wide enough that a
 # board's rows stay one line each.
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
@@ -61,7 +62,7 @@ def eval_command(
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
     ahead: Optional[int] = typer.Option(None, min=0, help=(
         "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU).")),
-    executor: str = typer.Option("local", help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.\\[ray]')."),
+    executor: str = typer.Option("local", help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
     lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
     seed: Optional[int] = typer.Option(None, help="Pins the reference's initial weights (default: fresh for each candidate); inputs are never pinned."),
@@ -179,7 +180,7 @@ def run_cli(
         "new figures are stored.")),
     jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: one per core on a GPU, half the cores on the CPU)."),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
-    executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.\\[ray]')."),
+    executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     runs_dir: Optional[Path] = typer.Option(None, help="Root of run folders (default: candidates)."),

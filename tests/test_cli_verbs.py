@@ -197,3 +197,11 @@ def test_eval_flags_and_stores_again_the_verdicts_a_later_round_shows_were_timed
     with Store(store) as db:
         [row] = db.list_verdicts()
         assert [f.name for f in db.get_verdict(row.verdict_key).flags] == ["shaky_timing"]
+
+
+def test_boolean_flags_read_as_flags_in_the_help():
+    """Issue 37: `--json <bool>` in the help of every command."""
+    for command in ("eval", "run", "leaderboard"):
+        text = invoke(command, "--help").output
+        assert "<bool>" not in text and "--help" in text, text
+    assert "--json " in invoke("eval", "--help").output
