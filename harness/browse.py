@@ -22,10 +22,12 @@ from rich.table import Table
 from evaluator.wire.problem import available_problems, load_problem
 from evaluator.wire.records import Verdict
 from harness.board import Filters
-from harness.leaderboard import build_boards
+from harness.leaderboard import boards_and_suites, build_boards
 from harness.prompts import available_variants
 from harness.records import Candidate
 from harness.store import Store, StoreError, VerdictRow, open_store
+from harness.suite import Suite
+from harness.suite_board import threshold_key
 
 HASH_PREFIX_MIN = 6  # a source hash prefix shorter than this is too likely to name several sources
 
@@ -189,6 +191,44 @@ def compare_command(runs: Sequence[str], *, store: Path, tier: str, console: Con
         lines.append((f"best vs {baseline}", [number(s.best.get(baseline)) for _, _, s in columns]))
     lines.append(("requests", [str(s.requests) for _, _, s in columns]))
     lines.append(("tokens per sample", [number(s.tokens_per_sample, "{:.0f}") for _, _, s in columns]))
+    for label, values in lines:
+        table.add_row(label, *values)
+    console.print(table)
+    return 0
+
+
+def compare_suite_command(models: Sequence[str], suite: Suite, *, store: Path, tier: str, console: Console) -> int:
+    """`harness compare --problems SUITE MODEL MODEL...`: each model's suite board (harness.suite_board) over the
+    suite's problems, one column a model and GPU."""
+    columns = []
+    try:
+        with open_store(store, read_only=True) as db:
+            for model in models:
+                _, suites = boards_and_suites(db, Filters(model=model), tier, suite)
+                if not suites:
+                    console.print(f"[red]error:[/] no verdicts of model {model!r} on suite {suite.name}'s problems in "
+                                  f"{store}", highlight=False)
+                    return 2
+                columns += [(model, one) for one in suites]
+    except StoreError as err:
+        console.print(f"[red]error:[/] {err}", highlight=False)
+        return 2
+    table = Table(title=f"suite {suite.name} compared (tier {tier}, {len(suite.problems)} problem(s) in the suite)")
+    table.add_column("")
+    for model, one in columns:
+        table.add_column(f"{model}\non {one.gpu}")
+    stats = [one.stats for _, one in columns]
+    lines = [("problems attempted", [str(s.problems) for s in stats]),
+             ("with a correct candidate", [str(s.correct) for s in stats])]
+    for baseline in ("eager", "compile"):
+        for p in (0.0, 1.0, 1.5, 2.0):
+            key = threshold_key(p)
+            lines.append((f"fast_{key} vs {baseline}", ["-" if s.fast_p[baseline][key] is None else
+                                                        f"{s.fast_p[baseline][key]:.2f}" for s in stats]))
+        lines.append((f"geomean vs {baseline}", ["-" if s.geomean[baseline] is None else f"{s.geomean[baseline]:.3f}"
+                                                 for s in stats]))
+    for outcome in sorted({k for s in stats for k in s.counts}):
+        lines.append((f"best {outcome}", [str(s.counts.get(outcome, 0)) for s in stats]))
     for label, values in lines:
         table.add_row(label, *values)
     console.print(table)

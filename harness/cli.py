@@ -350,16 +350,28 @@ def show_cli(
 
 @app.command("compare")
 def compare_cli(
-    runs: list[str] = typer.Argument(..., help="Run ids (two or more), as `harness run` and the leaderboard name them."),
+    runs: list[str] = typer.Argument(..., help=(
+        "Run ids (two or more), as `harness run` and the leaderboard name them; with --problems, models (a suite "
+        "run is one model's runs of its problems; `-` for `harness eval` verdicts).")),
+    problems: Optional[Path] = typer.Option(None, help="A suite: compare the models' suite boards over its problems."),
     tier: str = typer.Option("loose", help="Tolerance tier a ranked candidate must pass: strict|loose."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
 ) -> None:
-    """Runs side by side: outcomes, fast_p, geometric mean and best speedup, requests and tokens."""
-    from harness.browse import compare_command
+    """Runs side by side: outcomes, fast_p, geometric mean and best speedup, requests and tokens; or, with
+    --problems, models' runs of a suite: problems correct, fast_p and geomean across the suite."""
+    from harness.browse import compare_command, compare_suite_command
     from harness.commands import default_store_path
+    from harness.suite import SuiteError, load_suite
 
     if len(runs) < 2:
         raise usage_error("compare needs two runs or more")
+    if problems is not None:
+        try:
+            suite = load_suite(problems)
+        except SuiteError as err:
+            raise usage_error(str(err))
+        raise typer.Exit(compare_suite_command(runs, suite, store=store or default_store_path(), tier=tier,
+                                               console=console))
     raise typer.Exit(compare_command(runs, store=store or default_store_path(), tier=tier, console=console))
 
 

@@ -171,6 +171,10 @@ def test_a_suite_run_judges_each_problem_and_ranks_them_together_then_resumes(tm
     assert again.exit_code == 0 and again.output.count("0 request(s), 0 evaluation(s) this time") == 3, again.output
     assert json.loads(invoke("leaderboard", "--problems", str(QUICK), "--store", str(store),
                              "--format", "json").output)["suite"] == suite
+    model = f"replay:{REPLIES}"  # a suite run is one model's runs: compared by model across the suite
+    compared = invoke("compare", "--problems", str(QUICK), model, model, "--store", str(store))
+    assert compared.exit_code == 0 and "suite quick compared" in compared.output, compared.output
+    assert "problems attempted" in compared.output and "best parse_error" in compared.output
 
 
 @pytest.mark.slow
