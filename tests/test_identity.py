@@ -143,7 +143,7 @@ def test_an_old_store_is_migrated_and_its_verdicts_rejudged(tmp_path):
     cfg = cfg.model_copy(update={"compile_only": False})
     _write_v1_store(cfg.store, cfg, golden)
     with Store(cfg.store) as store:
-        assert store.schema_version == STORE_SCHEMA_VERSION == 4
+        assert store.schema_version == STORE_SCHEMA_VERSION == 6
         assert store.get_run("eval").mode == "eval"  # written as `golden` by the old harness
         (board,) = build_boards(store, staleness=current_rules())
         (old,) = [e for e in board.rows if e.kind == "golden"]
