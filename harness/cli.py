@@ -409,7 +409,8 @@ def serve_cli(
         raise usage_error(str(err))
     if not keys:
         raise usage_error("no API key: set HARNESS_API_KEYS (comma-separated) or --keys-file")
-    service = Service(store or default_store_path(), registry=registry, keys=keys)
+    service = Service(store or default_store_path(), registry=registry, keys=keys,
+                      protect=[keys_file.resolve()] if keys_file is not None else [])
     err_console.print(f"[dim]serving {len(service.registry)} problem(s) on http://{host}:{port}, jobs in "
                       f"{service.store}[/]", highlight=False)
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning")

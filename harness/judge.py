@@ -46,14 +46,14 @@ class Judge:
 
     def __init__(self, problem: str = "gemm_scale_bn", size: str | None = None, device: str | None = None, *,
                  tier: str = "loose", store: Path | str | None = None, seed: int | None = None,
-                 run_timeout_s: float | None = None, baselines: list[str] | None = None):
+                 run_timeout_s: float | None = None, baselines: list[str] | None = None, protect: list[Path] = ()):
         from evaluator.parent.sandbox import EvalOptions
 
         if tier not in TIERS:
             raise ValueError(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
         self.tier, self.store_path = tier, Path(store) if store is not None else None
         self.options = EvalOptions(problem=problem, size=size, device=device, seed=seed, run_timeout_s=run_timeout_s,
-                                   baselines=baselines, store=self.store_path)
+                                   baselines=baselines, store=self.store_path, protect=list(protect))
         self.warm = None
         self.folder: tempfile.TemporaryDirectory | None = None
         self.lock = threading.Lock()

@@ -8,7 +8,7 @@ them). Each row carries its own sample's spend: its requests, salvage included, 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from harness.board import Board, Entry, Filters
 from harness.board_entries import baseline_entries, entry_from_row, missing_sample_entries, once_per_judge, run_problem
@@ -106,9 +106,12 @@ def build_boards(store: Store, filters: Filters | None = None, tier: str = "loos
 
 def boards_and_suites(db: Store, filters: Filters, tier: str, suite: Suite | None = None,
                       prices: Prices | None = None, runs: Sequence[str] | None = None,
-                      staleness: StalenessCheck | None = None) -> tuple[list[Board], list[SuiteBoard]]:
-    """The boards that pass `filters` (those of `suite`'s problems alone, where one is given; of the runs
-    `runs` alone, where given) and the suite boards over them (harness.suite_board: one a GPU)."""
+                      staleness: StalenessCheck | None = None,
+                      keep: Callable[[Entry], bool] | None = None) -> tuple[list[Board], list[SuiteBoard]]:
+    """The boards that pass `filters` (of the runs `runs` alone, where given; with `suite`, those of its problems
+    at the size it names, where it names one) and the suite boards over them (harness.suite_board: one a GPU; with
+    `suite`, every problem of it counted, those without a candidate as not correct). `keep`: the candidates the
+    suite boards are over (those of one command), where not every one."""
     if runs is not None:
         boards = [b for run in dict.fromkeys(runs) for b in build_boards(
             db, dataclasses.replace(filters, run=run), tier, staleness=staleness, prices=prices)]
@@ -116,6 +119,10 @@ def boards_and_suites(db: Store, filters: Filters, tier: str, suite: Suite | Non
         boards = build_boards(db, filters, tier, staleness=staleness, prices=prices)
     if suite is None:
         return boards, suite_boards(boards)
-    names = set(suite.names())
-    boards = [b for b in boards if b.problem in names]
-    return boards, suite_boards(boards, suite.levels(), suite.name)
+    sizes = {p.name: p.size for p in suite.problems}
+    boards = [b for b in boards if b.problem in sizes and sizes[b.problem] in (None, b.size)]
+    judged = boards
+    if keep is not None:
+        judged = [dataclasses.replace(b, ranked=[e for e in b.ranked if keep(e)],
+                                      unranked=[e for e in b.unranked if keep(e)]) for b in boards]
+    return boards, suite_boards(judged, suite.levels(), suite.name, expected=suite.names())

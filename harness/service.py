@@ -4,16 +4,18 @@
     GET  /v1/evaluations/{id} -> {"id", "state": "queued"|"running"|"done", "verdict": {...} | null, "error"}
 
 - Keys: every request carries `Authorization: Bearer KEY`, a key of `HARNESS_API_KEYS` (comma-separated) or of
-  the keys file (one a line). Only their SHA-256 digests are held, in memory; a job records the first 12 hex
-  digits of its client's. Without a valid key: 401.
+  the keys file (one a line, which no executor may read). Only their SHA-256 digests are held, in memory; a job
+  records the first 12 hex digits of its client's, and a client sees its own jobs only. Without a valid key: 401.
 - Problems are named from the server's registry (a suite: harness.suite), never by a path. Bad input gets a
   4xx naming the reason: an unknown problem or size, a device this server lacks, a source over the limit, a body
   that is not JSON text.
 - Jobs live in the result store (table `jobs`). A job is `running` while judged; a server killed and started
   again puts its `running` jobs back in the queue (their judgement never finished, so none has two verdicts)
   and finishes every job it had accepted.
-- The same source, problem, size, device and judge is one job: a second request gets the first one's id.
-- One worker judges the queue in order, with a warm `harness.Judge` per problem, size and device.
+- The same source, problem, size, device and judge is judged once: a client asking again gets its job's id, and
+  another client's job of it is answered with that verdict. A finished job keeps its verdict, not its source.
+- One worker judges the queue in order, with a warm `harness.Judge` per problem, size and device (at most
+  MAX_JUDGES held, the least recently used closed).
 
 The verdict is what `harness eval --json` prints, plus `ranked`, `outcome` and `why` (harness.judge).
 """
@@ -38,6 +40,7 @@ from harness.store import Store
 from harness.suite import Suite, load_suite, suite_of
 
 JOB_STATES = ("queued", "running", "done")
+MAX_JUDGES = 4  # warm judges held at once (problem, size, device): the least recently used is closed past it
 
 
 class EvaluationRequest(BaseModel):
@@ -86,10 +89,11 @@ class Jobs:
         return Store(self.store_path)
 
     def submit(self, key: str, request: dict[str, Any], client: str) -> str:
-        """The job of `key`: an existing one (any state), or a new queued one."""
+        """This client's job of `key`: an existing one (any state), or a new queued one (answered from another
+        client's verdict of the same key, where there is one, when the worker reaches it)."""
         with self.open() as store, store.db:
-            row = store.db.execute("SELECT id, state, verdict FROM jobs WHERE key = ? ORDER BY created LIMIT 1",
-                                   (key,)).fetchone()
+            row = store.db.execute("SELECT id, state, verdict FROM jobs WHERE key = ? AND client = ? ORDER BY created "
+                                   "LIMIT 1", (key, client)).fetchone()
             if row is not None:
                 if row[1] == "done" and row[2] is None:  # the harness failed around it: asked again, judged again
                     store.db.execute("UPDATE jobs SET state = 'queued', error = NULL, updated = ? WHERE id = ?",
@@ -101,28 +105,38 @@ class Jobs:
                              "(?, ?, 'queued', ?, ?, ?, ?)", (job_id, key, client, now, now, json.dumps(request)))
             return job_id
 
-    def get(self, job_id: str) -> dict[str, Any] | None:
+    def get(self, job_id: str, client: str) -> dict[str, Any] | None:
+        """The job, for the client that asked for it (another client's is as unknown as one never made)."""
         with self.open() as store:
-            row = store.db.execute("SELECT id, state, verdict, error FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = store.db.execute("SELECT id, state, verdict, error FROM jobs WHERE id = ? AND client = ?",
+                                   (job_id, client)).fetchone()
         if row is None:
             return None
         return {"id": row[0], "state": row[1], "verdict": json.loads(row[2]) if row[2] else None, "error": row[3]}
 
-    def claim(self) -> tuple[str, dict[str, Any]] | None:
-        """The oldest queued job, now running."""
+    def claim(self) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
+        """The oldest queued job, now running, with the verdict of a finished job of the same key where there is
+        one (another client's: the same judgement, never made twice)."""
         with self.open() as store, store.db:
-            row = store.db.execute("SELECT id, request FROM jobs WHERE state = 'queued' ORDER BY created, rowid "
+            row = store.db.execute("SELECT id, request, key FROM jobs WHERE state = 'queued' ORDER BY created, rowid "
                                    "LIMIT 1").fetchone()
             if row is None:
                 return None
-            store.db.execute("UPDATE jobs SET state = 'running', updated = ? WHERE id = ?", (utc_now(), row[0]))
-            return row[0], json.loads(row[1])
+            taken = store.db.execute("UPDATE jobs SET state = 'running', updated = ? WHERE id = ? AND state = 'queued'",
+                                     (utc_now(), row[0])).rowcount
+            if not taken:
+                return None
+            done = store.db.execute("SELECT verdict FROM jobs WHERE key = ? AND state = 'done' AND verdict IS NOT NULL "
+                                    "LIMIT 1", (row[2],)).fetchone()
+            return row[0], json.loads(row[1]), json.loads(done[0]) if done else None
 
-    def finish(self, job_id: str, verdict: dict[str, Any] | None, error: str | None = None) -> None:
+    def finish(self, job_id: str, verdict: dict[str, Any] | None, error: str | None = None, judged: bool = True) -> None:
+        """Done: its verdict (`judged`: made for it, not another job's), its source no longer kept."""
         with self.open() as store, store.db:
-            store.db.execute("UPDATE jobs SET state = 'done', updated = ?, verdict = ?, error = ?, judged = judged + 1 "
-                             "WHERE id = ? AND state = 'running'",
-                             (utc_now(), json.dumps(verdict) if verdict is not None else None, error, job_id))
+            store.db.execute("UPDATE jobs SET state = 'done', updated = ?, verdict = ?, error = ?, judged = judged + ?, "
+                             "request = json_remove(request, '$.source') WHERE id = ? AND state = 'running'",
+                             (utc_now(), json.dumps(verdict) if verdict is not None else None, error, int(judged),
+                              job_id))
 
     def requeue_running(self) -> int:
         """Jobs a killed server was judging: queued again (no verdict of theirs was written)."""
@@ -134,17 +148,17 @@ class Jobs:
 JudgeFactory = Callable[[str, str | None, str], Any]  # (problem location, size, device) -> an entered Judge
 
 
-def real_judge(location: str, size: str | None, device: str, store: Path) -> Any:
+def real_judge(location: str, size: str | None, device: str, store: Path, protect: list[Path]) -> Any:
     from harness.judge import Judge
 
-    return Judge(problem=location, size=size, device=device, store=store).__enter__()
+    return Judge(problem=location, size=size, device=device, store=store, protect=protect).__enter__()
 
 
 class Service:
     """The registry, the keys, the jobs and the worker behind the HTTP routes."""
 
     def __init__(self, store: Path, *, registry: Suite | None = None, keys: set[str] | None = None,
-                 judge_factory: JudgeFactory | None = None, gpu: bool | None = None):
+                 judge_factory: JudgeFactory | None = None, gpu: bool | None = None, protect: list[Path] = ()):
         from evaluator.wire.identity import gpu_hardware
 
         self.store = Path(store)
@@ -152,7 +166,9 @@ class Service:
         self.keys = keys if keys is not None else key_digests()
         self.jobs = Jobs(self.store)
         self.gpu = gpu_hardware() is not None if gpu is None else gpu
-        self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(loc, size, device, self.store))
+        # the keys file among what no executor may read (a candidate could print it into its verdict's output)
+        self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(loc, size, device, self.store,
+                                                                                     list(protect)))
         self.judges: dict[tuple[str, str | None, str], Any] = {}
         self.stopping = threading.Event()
         self.wake = threading.Event()
@@ -179,13 +195,17 @@ class Service:
         device = request.device or ("cuda" if self.gpu else "cpu")
         if device == "cuda" and not self.gpu:
             raise ServiceError(422, "device cuda: this server has no CUDA GPU")
-        if len(request.source.encode("utf-8", errors="replace")) > MAX_SOURCE_BYTES:
+        try:
+            encoded = request.source.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate that JSON let through
+            raise ServiceError(422, f"source is not valid Unicode text ({err.reason} at {err.start})") from None
+        if len(encoded) > MAX_SOURCE_BYTES:
             raise ServiceError(413, f"source is over the limit of {MAX_SOURCE_BYTES} bytes")
         spec = load_problem(entry.location)
         size = request.size or entry.size or spec.default_size_for(device)
         if size not in spec.sizes:
             raise ServiceError(422, f"problem {spec.name!r} has no size {size!r}; its sizes: {', '.join(spec.sizes)}")
-        source_sha = hashlib.sha256(request.source.encode()).hexdigest()
+        source_sha = hashlib.sha256(encoded).hexdigest()
         key = identity.verdict_key(source_sha, spec.name, size, identity.device_name(device),
                                    identity.judge_identity(spec))
         job = self.jobs.submit(key, {"problem": spec.name, "location": entry.location, "size": size,
@@ -209,6 +229,16 @@ class Service:
             judge.close()
         self.judges.clear()
 
+    def judge_for(self, location: str, size: str, device: str) -> Any:
+        """The warm judge of a problem, size and device; the least recently used one closed past MAX_JUDGES (each
+        holds a referee, and on a GPU a CUDA context)."""
+        where = (location, size, device)
+        judge = self.judges.pop(where, None) or self.judge_factory(*where)
+        self.judges[where] = judge  # the most recent last
+        while len(self.judges) > MAX_JUDGES:
+            self.judges.pop(next(iter(self.judges))).close()
+        return judge
+
     def work(self) -> None:
         while not self.stopping.is_set():
             claimed = self.jobs.claim()
@@ -216,12 +246,13 @@ class Service:
                 self.wake.wait(timeout=1.0)
                 self.wake.clear()
                 continue
-            job_id, request = claimed
+            job_id, request, known = claimed
+            if known is not None:  # the same source, problem, size, device and judge: answered from the store
+                self.jobs.finish(job_id, known, judged=False)
+                continue
             try:
-                where = (request["location"], request["size"], request["device"])
-                if where not in self.judges:
-                    self.judges[where] = self.judge_factory(*where)
-                verdict = self.judges[where].evaluate(request["source"], name=f"job/{job_id}")
+                verdict = self.judge_for(request["location"], request["size"], request["device"]).evaluate(
+                    request["source"], name=f"job/{job_id}")
                 self.jobs.finish(job_id, verdict.model_dump(mode="json"))
             except Exception as err:  # the harness's own failure around this job: said, and the queue goes on
                 self.jobs.finish(job_id, None, f"{type(err).__name__}: {err}"[:2000])
@@ -266,8 +297,7 @@ def create_app(service: Service):
 
     @app.get("/v1/evaluations/{job_id}")
     def status(job_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:
-        service.client(authorization)
-        job = service.jobs.get(job_id)
+        job = service.jobs.get(job_id, service.client(authorization))
         if job is None:
             raise ServiceError(404, f"no evaluation {job_id!r}")
         return job

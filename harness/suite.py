@@ -106,9 +106,13 @@ def _folder_entries(folder: Path, level: str | None) -> list[tuple[Path, str | N
     return found
 
 
-def _natural(path: Path) -> tuple:
+def natural_name(name: str) -> tuple:
     """`2_X` before `10_Y`, as KernelBench numbers its problems."""
-    return tuple(int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", path.name))
+    return tuple(int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name))
+
+
+def _natural(path: Path) -> tuple:
+    return natural_name(path.name)
 
 
 def _spec(location: Path | str) -> ProblemSpec:

@@ -16,13 +16,13 @@ of different GPUs are never mixed: one summary a GPU.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.board import FAST_P, FAST_P_BASELINES, Board, Entry
 from harness.outcomes import Outcome
+from harness.suite import natural_name
 from harness.summaries import geomean, timed_baselines
 
 
@@ -44,6 +44,8 @@ class ProblemRow:
 
     @property
     def status(self) -> str:
+        if self.candidates == 0:
+            return "no_candidate"
         return self.best.shown_status if self.best is not None else self.outcome.value
 
     @property
@@ -122,19 +124,24 @@ def problem_row(board: Board, level: str | None) -> ProblemRow | None:
 
 
 def suite_boards(boards: Sequence[Board], levels: Mapping[str, str | None] | None = None,
-                 name: str | None = None) -> list[SuiteBoard]:
+                 name: str | None = None, expected: Sequence[str] = ()) -> list[SuiteBoard]:
     """One suite board a GPU, over the boards that hold a candidate; `levels` by problem name, in the suite's
     order (harness.suite.Suite.levels); other problems in natural order (`2_X` before `10_Y`). Boards with
-    several GPUs give several; the one with the most problems first."""
+    several GPUs give several; the one with the most problems first. `expected`: every problem of the suite,
+    each one without a candidate on a GPU given a row there (no candidate: not correct, in the denominator)."""
     levels = levels or {}
     by_gpu: dict[str, list[ProblemRow]] = {}
     tiers = {b.tier for b in boards}
     order = {name: i for i, name in enumerate(levels)}  # the suite's order, where one is given
-    natural = lambda b: tuple(int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", b.problem))  # noqa: E731
-    for board in sorted(boards, key=lambda b: (order.get(b.problem, len(order)), natural(b), b.size)):
+    for board in sorted(boards, key=lambda b: (order.get(b.problem, len(order)), natural_name(b.problem), b.size)):
         row = problem_row(board, levels.get(board.problem))
         if row is not None:
             by_gpu.setdefault(board.gpu, []).append(row)
+    for gpu, rows in by_gpu.items():
+        present = {r.problem for r in rows}
+        rows += [ProblemRow(problem=p, size="-", level=levels.get(p), candidates=0, best=None,
+                            outcome=Outcome.not_evaluated) for p in expected if p not in present]
+        rows.sort(key=lambda r: (order.get(r.problem, len(order)), natural_name(r.problem)))
     out = []
     for gpu, rows in by_gpu.items():
         mine = [e for b in boards if b.gpu == gpu for e in b.candidates]

@@ -64,15 +64,36 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         return 2
     lines, code = EvalLines(), 0
     chosen = {p.name: p for p in suite.problems}
+    device = options.device or _default_device()
+    sizes = {p.name: p.size or options.size or load_problem(p.location).default_size_for(device)
+             for p in suite.problems}
     for name, mine in by_problem.items():
         entry = chosen[name]
-        one = options.model_copy(update={"problem": entry.location, "size": entry.size or options.size})
+        one = options.model_copy(update={"problem": entry.location, "size": sizes[name]})
         code = max(code, eval_command(mine, one, json_lines=json_lines, store=store, record=record, console=console,
                                       lines=lines, retime_baselines=retime_baselines))
     if record and not json_lines:
-        leaderboard_command(store=store, filters=Filters(run=EVAL_RUN), tier=suite.tier, console=console, suite=suite,
-                            fmt="table")
+        print_suite_board(suite, store, [f for fs in by_problem.values() for f in fs], sizes, console)
     return code
+
+
+def print_suite_board(suite: Suite, store: Path | None, files: Sequence[Path], sizes: dict[str, str],
+                      console: Console) -> None:
+    """The suite board of the files this command judged (not every `harness eval` verdict of the store), every
+    problem of the suite in its denominator."""
+    from harness.commands import default_store_path, eval_sample_name, is_golden_path
+    from harness.leaderboard import boards_and_suites
+    from harness.render import suite_tables
+    from harness.staleness import current_rules
+    from harness.store import open_store
+
+    judged = {eval_sample_name(f, is_golden_path(f)) for f in files}
+    with open_store(store or default_store_path()) as db:
+        _, suites = boards_and_suites(db, Filters(run=EVAL_RUN), suite.tier, suite, staleness=current_rules(),
+                                      keep=lambda e: e.sample in judged and sizes.get(e.problem) == e.size)
+    for one in suites:
+        for table in suite_tables(one):
+            console.print(table)
 
 
 def _default_device() -> str:

@@ -55,15 +55,20 @@ def test_the_median_round_of_those_timed_in_full_is_stored_and_read_back(tmp_pat
         assert {n: s.median_ms for n, s in figures.items()} == {"eager": 2.0, "compile": 4.0}  # merged
 
 
-def test_stored_figures_stand_within_the_drift_bound_and_the_spot_check_needs_no_compile():
+def test_stored_figures_stand_within_the_bounds_and_a_first_round_checks_a_compiled_baseline():
     stored = TimingStats.model_validate(stats(10.0))
     stands, said = spot_check("eager", TimingStats.model_validate(stats(10.8)), stored, "timed on X")
     assert stands and "+8%" in said and said.startswith("stored figures (timed on X)") and "bound 10%" in said
     assert not spot_check("eager", TimingStats.model_validate(stats(11.2)), stored, "timed on X")[0]
     stands, said = spot_check("eager", TimingStats.model_validate(stats(5.0)), stored, "timed on X")
     assert not stands and "-50%" in said and "beyond the bound" in said
-    assert {spot_checked(["eager", "compile", "compile_tf32"]) for _ in range(20)} == {"eager"}
-    assert spot_checked(["compile"]) == "compile"
+    assert {tuple(spot_checked(["eager", "compile", "compile_tf32"])) for _ in range(20)} == {("eager",)}
+    firsts = {tuple(spot_checked(["eager", "compile", "compile_tf32"], first_round=True)) for _ in range(40)}
+    assert firsts == {("eager", "compile"), ("eager", "compile_tf32")}  # a batch's first round checks a compile too
+    assert spot_checked(["compile"]) == ["compile"]
+    noisy = TimingStats.model_validate(stats(10.0, iqr=5.0))  # the spot check itself spread by 50%
+    stands, said = spot_check("eager", noisy, stored, "timed on X")
+    assert not stands and "spread 50%" in said
 
 
 def _eval(store: Path, *extra: str) -> dict:

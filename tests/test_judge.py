@@ -44,3 +44,14 @@ def test_a_warm_judge_keeps_one_referee_and_says_why_a_verdict_does_not_rank(tmp
     assert not unparsed.ranked and unparsed.outcome == "parse_error" and "ModelNew" in unparsed.why
     assert json.loads(good.model_dump_json())["ranked"] == good.ranked  # as `harness eval --json`, plus these
     assert judge.warm is None and referee.proc is None  # closed with its block: the referee is gone
+
+
+def test_what_a_judge_protects_no_executor_may_read(tmp_path):
+    """A service's keys file (an attacker's review: a candidate could print it into its verdict's output)."""
+    from evaluator.parent.referee_client import protected_paths
+    from evaluator.parent.sandbox import Evaluator
+
+    keys = tmp_path / "keys"
+    keys.write_text("k\n")
+    judge = Judge(problem="gemm_scale_bn", size="small", device="cpu", protect=[keys])
+    assert keys.absolute() in protected_paths(Evaluator(judge.options))

@@ -220,3 +220,45 @@ def test_a_real_server_killed_with_sigkill_finishes_its_cpu_jobs_when_started_ag
     assert verdicts[1]["ranked"] is False and "tolerance" in verdicts[1]["why"]
     with Store(store) as db:
         assert db.db.execute("SELECT SUM(judged) FROM jobs").fetchone()[0] == 3  # each judged to its end once
+
+
+def test_clients_see_their_own_jobs_and_one_judgement_answers_both(tmp_path):
+    """An attacker's review: any key could read any job, and the same source from another client handed back the
+    first client's id (whether a source was ever submitted)."""
+    CountingJudge.calls = []
+    other = {"Authorization": "Bearer other"}
+    with TestClient(create_app(service(tmp_path / "r.sqlite"))) as client:
+        mine = client.post("/v1/evaluations", json=request("same"), headers=AUTH).json()["id"]
+        done = wait_done(client, mine)
+        theirs = client.post("/v1/evaluations", json=request("same"), headers=other).json()["id"]
+        assert theirs != mine
+        assert client.get(f"/v1/evaluations/{mine}", headers=other).status_code == 404  # not theirs
+        deadline = time.monotonic() + 30
+        while (body := client.get(f"/v1/evaluations/{theirs}", headers=other).json())["state"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert body["verdict"] == done["verdict"]  # answered from the store
+    assert CountingJudge.calls == ["same"]
+    with Store(tmp_path / "r.sqlite") as db:
+        assert db.db.execute("SELECT SUM(judged) FROM jobs").fetchone()[0] == 1
+        assert "same" not in "".join(r[0] for r in db.db.execute("SELECT request FROM jobs"))  # sources not kept
+
+
+def test_a_lone_surrogate_is_a_422_and_warm_judges_are_bounded(tmp_path):
+    from harness import service as service_module
+
+    with TestClient(create_app(service(tmp_path / "r.sqlite"))) as client:
+        answer = client.post("/v1/evaluations", content=b'{"problem": "gemm_scale_bn", "source": "\\ud800"}',
+                             headers={**AUTH, "Content-Type": "application/json"})
+        assert answer.status_code == 422 and "not valid Unicode" in answer.json()["error"]
+    closed = []
+
+    class Closing(CountingJudge):
+        def close(self) -> None:
+            closed.append(self)
+
+    svc = Service(tmp_path / "r.sqlite", keys=set(), judge_factory=lambda *where: Closing(), gpu=False)
+    for i in range(service_module.MAX_JUDGES + 2):
+        svc.judge_for(f"problem{i}", "small", "cpu")
+    svc.judge_for("problem5", "small", "cpu")  # held: no new one
+    assert len(svc.judges) == service_module.MAX_JUDGES and len(closed) == 2

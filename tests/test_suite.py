@@ -207,3 +207,14 @@ def test_the_html_report_opens_with_the_suite_board():
     assert "Suite mini on H100: 4 problem(s), 2 with a correct candidate" in html
     assert html.index("Suite mini") < html.index("<h2 id='gpu-0'>")
     assert "fast_1.5 eager" in html and "level 2" in html and "A/best" in html
+
+
+def test_a_suite_counts_every_problem_of_it_those_without_a_candidate_as_not_correct():
+    """KernelBench's fast_p is over the level's problems: a submission of the easy ones alone is not fast_p over
+    them (an attacker's review)."""
+    [suite] = suite_boards(_boards(), {"A": "1", "B": "1", "C": "2", "D": "2", "F": "2"}, "mini",
+                           expected=["A", "B", "C", "D", "F"])
+    assert [r.problem for r in suite.rows] == ["A", "B", "C", "D", "F"]
+    assert suite.rows[-1].status == "no_candidate" and suite.rows[-1].candidates == 0
+    assert suite.stats.problems == 5 and suite.stats.fast_p["eager"]["0"] == 2 / 5
+    assert suite.levels["2"].problems == 3

@@ -54,7 +54,7 @@ def protected_paths(evaluator: Batch) -> list[Path]:
     the folder that holds them, see `store_paths`), the logs, the build cache (other candidates' builds;
     its own folder is granted by name) and, run from a checkout, the checkout (of which the executor
     reads only the evaluator package and the problem)."""
-    paths = [Path.cwd() / ".harness", evaluator.log_root, evaluator.cache_dir]
+    paths = [Path.cwd() / ".harness", evaluator.log_root, evaluator.cache_dir, *evaluator.options.protect]
     if (PROJECT_ROOT / "pyproject.toml").is_file():
         paths.append(PROJECT_ROOT)
     paths = [p.absolute() for p in paths]

@@ -71,9 +71,9 @@ class EvalOptions(BaseModel):
     baseline_every: int = Field(8, ge=1, description=(
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
-    cached_baselines: dict[str, TimingStats] | None = Field(None, description=(
-        "Baseline figures stored by the harness from an earlier batch (RefereeConfig.cached_baselines)."))
+    cached_baselines: dict[str, TimingStats] | None = Field(None, description="Stored figures (RefereeConfig).")
     cached_note: str = Field("", description="Where the stored figures come from, for the verdicts.")
+    protect: list[Path] = Field([], description="More paths no executor may read (a service's keys file).")
     seed: int | None = Field(None, description=(
         "Pins the reference's initial weights (None: fresh for each candidate). Inputs are never pinned: they "
         "derive from a secret drawn for each batch; a verdict's `correctness.check_key` makes its checks again."))

@@ -58,6 +58,7 @@ from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
 from evaluator.wire.stage import Layout
 
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
+ROUND_MAX_AGE_S = 600.0  # a candidate never divides by a round older than this (ensure_round)
 BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be frozen
 # A stage holds input sets for windows of up to MOST_CALLS calls back to back, within these bytes (each
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
@@ -220,8 +221,10 @@ class Referee:
     # -- baselines ---------------------------------------------------------------------------------
 
     def ensure_round(self) -> None:
-        """A baseline round before the first candidate, and after every `baseline_every` timed ones."""
-        if self.current_round is None or self.timed_since_round >= self.config.baseline_every:
+        """A baseline round before the first candidate, after every `baseline_every` timed ones, and before one timed
+        more than ROUND_MAX_AGE_S after the last (a warm judge of a training loop or a service idles between calls)."""
+        if (self.current_round is None or self.timed_since_round >= self.config.baseline_every
+                or time.time() - self.current_round.source.measured_at > ROUND_MAX_AGE_S):
             self.baseline_round()
 
     def baseline_round(self) -> Round:
@@ -316,23 +319,8 @@ class Referee:
         return self.current_round
 
     def stored_figures(self) -> dict[str, TimingStats] | None:
-        """The stored figures (RefereeConfig.cached_baselines) where they stand: one baseline re-timed as a spot
-        check within the drift bound (evaluator.referee.stored). None: every baseline is to be timed."""
-        stored = self.config.cached_baselines
-        if not stored or self.cache_dropped or not set(self.config.baselines) <= set(stored):
-            return None
-        name = stored_baselines.spot_checked(self.config.baselines)
-        try:
-            self.run_untimed(name, calls=self.timer.warmup, seconds=FIRST_ROUND_WARM_S if not self.rounds else 0.0)
-            measured = self.time_baseline(name)
-        except Exception as err:
-            self.cache_dropped = self.cached_said = f"stored figures dropped: `{name}` failed ({err})"[:300]
-            return None
-        finally:
-            torch.set_float32_matmul_precision("highest")
-        stands, self.cached_said = stored_baselines.spot_check(name, measured, stored[name], self.config.cached_note)
-        self.cache_dropped = None if stands else self.cached_said
-        return {n: stored[n] for n in self.config.baselines} if stands else None
+        """The stored figures where they stand (evaluator.referee.stored); None: every baseline is to be timed."""
+        return stored_baselines.stored_figures(self, FIRST_ROUND_WARM_S)
 
     def baseline_callable(self, name: str) -> torch.nn.Module:
         tf32 = name.endswith("_tf32")

@@ -9,22 +9,58 @@ from __future__ import annotations
 
 import secrets
 
-from evaluator.wire.records import SHAKY_DRIFT, TimingStats
+from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD, TimingStats
 
 STORED_DRIFT = SHAKY_DRIFT / 2  # 10%: how far a spot check may be from the stored figure
 
 
-def spot_checked(names: list[str]) -> str:
-    """The baseline a round re-times: one of those without torch.compile, else any."""
+def spot_checked(names: list[str], first_round: bool = False) -> list[str]:
+    """The baselines a round re-times: one of those without torch.compile (else any); on a batch's first round
+    one compiled baseline too, so that no stored compile figure stands unchecked (it costs that one compile)."""
     cheap = [n for n in names if not n.startswith("compile")] or list(names)
-    return cheap[secrets.randbelow(len(cheap))]
+    chosen = [cheap[secrets.randbelow(len(cheap))]]
+    compiled = [n for n in names if n.startswith("compile") and n not in chosen]
+    if first_round and compiled:
+        chosen.append(compiled[secrets.randbelow(len(compiled))])
+    return chosen
 
 
 def spot_check(name: str, measured: TimingStats, stored: TimingStats, note: str) -> tuple[bool, str]:
-    """(whether the stored figures stand, what the verdicts say of them)."""
+    """(whether the stored figures stand, what the verdicts say of them): within the drift bound, and the spot
+    check itself within the spread bound (a noisy re-timing proves nothing either way)."""
     moved = measured.median_ms / stored.median_ms - 1 if stored.median_ms > 0 else float("inf")
+    spread = measured.iqr_ms / measured.median_ms if measured.median_ms > 0 else float("inf")
     said = (f"stored figures ({note}); `{name}` re-timed in this round at {measured.median_ms:.4g} ms against "
             f"{stored.median_ms:.4g} stored ({moved:+.0%}, bound {STORED_DRIFT:.0%})")
-    if abs(moved) <= STORED_DRIFT:
+    if abs(moved) <= STORED_DRIFT and spread <= SHAKY_SPREAD:
         return True, said
-    return False, f"{said}: beyond the bound, so every baseline is timed in this batch from this round on"
+    why = "beyond the bound" if abs(moved) > STORED_DRIFT else f"its spread {spread:.0%} beyond {SHAKY_SPREAD:.0%}"
+    return False, f"{said}: {why}, so every baseline is timed in this batch from this round on"
+
+
+def stored_figures(referee, warm_s: float) -> dict[str, TimingStats] | None:
+    """The stored figures (RefereeConfig.cached_baselines) where they stand for `referee` (evaluator.referee.referee
+    .Referee): its spot checks each within the bounds. None: every baseline is to be timed (and, once a spot check
+    failed, for the rest of the batch: `referee.cache_dropped` says why)."""
+    import torch
+
+    stored, config = referee.config.cached_baselines, referee.config
+    if not stored or referee.cache_dropped or not set(config.baselines) <= set(stored):
+        return None
+    said: list[str] = []
+    for name in spot_checked(config.baselines, first_round=not referee.rounds):
+        try:
+            referee.run_untimed(name, calls=referee.timer.warmup, seconds=warm_s if not referee.rounds else 0.0)
+            measured = referee.time_baseline(name)
+        except Exception as err:
+            referee.cache_dropped = referee.cached_said = f"stored figures dropped: `{name}` failed ({err})"[:300]
+            return None
+        finally:
+            torch.set_float32_matmul_precision("highest")
+        stands, line = spot_check(name, measured, stored[name], config.cached_note)
+        said.append(line if not said else line.split("; ", 1)[1])
+        if not stands:
+            referee.cache_dropped = referee.cached_said = "; ".join(said)
+            return None
+    referee.cached_said = "; ".join(said)
+    return {n: stored[n] for n in config.baselines}
