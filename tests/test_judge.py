@@ -28,7 +28,7 @@ def test_a_judge_refuses_what_it_cannot_judge_before_any_work():
 @pytest.mark.slow
 def test_a_warm_judge_keeps_one_referee_and_says_why_a_verdict_does_not_rank(tmp_path):
     store = tmp_path / "r.sqlite"
-    sources = [(CPU / "torch_ops_correct.py").read_text(), (CPU / "wrong_values.py").read_text(), "no model here",
+    sources = [(CPU / "torch_ops_correct.py").read_text(), (CPU / "wrong_values.py").read_text(), "x = 1\n",
                (CPU / "torch_ops_correct.py").read_text()]
     with Judge(problem="gemm_scale_bn", size="small", device="cpu", store=store) as judge:
         verdicts = list(judge.evaluate_many(sources))
