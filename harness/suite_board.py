@@ -84,7 +84,8 @@ class SuiteStats:
                                        if rows and b in timed else None) for p in FAST_P} for b in FAST_P_BASELINES}
         counts: dict[str, int] = {}
         for r in sorted(rows, key=lambda r: r.outcome.order):
-            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+            label = r.status if r.candidates == 0 else r.outcome.value  # `no_candidate`: none was judged
+            counts[label] = counts.get(label, 0) + 1
         return cls(problems=len(rows), correct=sum(r.correct for r in rows), fast_p=fast,
                    geomean={b: geomean(r.speedup(b) for r in rows if r.correct) if b in timed else None
                             for b in FAST_P_BASELINES},

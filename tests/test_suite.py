@@ -217,4 +217,4 @@ def test_a_suite_counts_every_problem_of_it_those_without_a_candidate_as_not_cor
     assert [r.problem for r in suite.rows] == ["A", "B", "C", "D", "F"]
     assert suite.rows[-1].status == "no_candidate" and suite.rows[-1].candidates == 0
     assert suite.stats.problems == 5 and suite.stats.fast_p["eager"]["0"] == 2 / 5
-    assert suite.levels["2"].problems == 3
+    assert suite.levels["2"].problems == 3 and suite.stats.counts["no_candidate"] == 1
