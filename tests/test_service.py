@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 fastapi = pytest.importorskip("fastapi")
+pytest.importorskip("httpx")  # the test client's
 from fastapi.testclient import TestClient  # noqa: E402
 
 from harness.judge import MAX_SOURCE_BYTES  # noqa: E402
@@ -179,6 +180,8 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_a_real_server_killed_with_sigkill_finishes_its_cpu_jobs_when_started_again(tmp_path):
     import httpx
+
+    pytest.importorskip("uvicorn")
 
     store, port = tmp_path / "r.sqlite", _free_port()
     env = {**os.environ, "HARNESS_API_KEYS": KEY}
