@@ -86,17 +86,27 @@ def stored_options(store: Store, key: str, baselines: Sequence[str]) -> dict[str
     return {"cached_baselines": {name: figures[name] for name in baselines}, "cached_note": note}
 
 
+def options_for(store: Store, key: str, baselines: Sequence[str], *, retime: bool,
+                compile_only: bool) -> tuple[dict[str, Any], str]:
+    """(EvalOptions' stored-figure fields, a line for people on where the baselines come from) of a batch: none
+    when `retime` or compile-only (nothing is timed)."""
+    if compile_only:
+        return {}, ""
+    update = {} if retime else stored_options(store, key, baselines)
+    if not update:
+        return {}, "baselines: timed in this batch" + (" (--retime-baselines)" if retime else " (none stored yet)")
+    return update, f"baselines: stored figures ({update['cached_note']}), one spot-checked each round"
+
+
 def for_evaluator(store: Store, evaluator: Any, *, retime: bool) -> str:
     """Hand `evaluator` (evaluator.parent.sandbox.Evaluator) the stored figures of its problem, size, device
-    and judge, unless `retime` or compile-only; a line for people on where its baselines come from."""
-    if evaluator.options.compile_only:
-        return ""
+    and judge (options_for); the line for people."""
     key = cache_key(evaluator.problem.name, evaluator.size, evaluator.device_name, evaluator.judge)
-    update = {} if retime else stored_options(store, key, evaluator.baselines)
-    if not update:
-        return "baselines: timed in this batch" + (" (--retime-baselines)" if retime else " (none stored yet)")
-    evaluator.options = evaluator.options.model_copy(update=update)
-    return f"baselines: stored figures ({update['cached_note']}), one spot-checked each round"
+    update, line = options_for(store, key, evaluator.baselines, retime=retime,
+                               compile_only=evaluator.options.compile_only)
+    if update:
+        evaluator.options = evaluator.options.model_copy(update=update)
+    return line
 
 
 def remember_evaluator(store: Store, evaluator: Any) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator.wire.records import Phase, Status, Verdict
-from harness.baseline_cache import cache_key, remember_rounds, stored_options
+from harness.baseline_cache import cache_key, options_for, remember_rounds
 from harness.drift import flag_late_shaky, late_line
 from harness.records import Candidate
 from harness.replies import progress_bar
@@ -70,15 +70,14 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
     cache = cache_key(ctx.problem.name, ctx.size, ctx.device_name, ctx.judge)
-    stored = {} if ctx.cfg.retime_baselines or ctx.cfg.compile_only else stored_options(
-        store, cache, default_baselines(ctx.problem, ctx.device))
+    stored, line = options_for(store, cache, default_baselines(ctx.problem, ctx.device), retime=ctx.cfg.retime_baselines,
+                               compile_only=ctx.cfg.compile_only)
     options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
                           compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
                           jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor,
                           ray_address=ctx.cfg.ray_address, store=ctx.cfg.store, **stored)
     if stored:
-        ctx.console.print(f"[dim]baselines: stored figures ({stored['cached_note']}), one spot-checked each round[/]",
-                          highlight=False)
+        ctx.console.print(f"[dim]{line}[/]", highlight=False)
     evaluate_fn = ctx.evaluate_fn or _DefaultEvaluate()
     warned: set[str] = set()
     judged: list[tuple[str, Verdict]] = []

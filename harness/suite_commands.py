@@ -33,23 +33,26 @@ def resolve_suite(problems: Path | None, problem: Sequence[str] | None) -> Suite
     return None
 
 
-def check_sizes(suite: Suite, size: str | None, device: str) -> None:
-    """Every problem has the size it will be judged at (its own, `size`, or its default on `device`): said
-    before any work, naming each problem that lacks it."""
-    wrong = []
+def check_sizes(suite: Suite, size: str | None, device: str) -> dict[str, str]:
+    """The size each problem will be judged at (its own, `size`, or its default on `device`), by name; every
+    problem that lacks its size said before any work (SuiteError)."""
+    wrong, sizes = [], {}
     for p in suite.problems:
         spec = load_problem(p.location)
-        wanted = p.size or size or spec.default_size_for(device)
-        if wanted not in spec.sizes:
-            wrong.append(f"{p.name} has no size {wanted!r} (its sizes: {', '.join(spec.sizes)})")
+        sizes[p.name] = p.size or size or spec.default_size_for(device)
+        if sizes[p.name] not in spec.sizes:
+            wrong.append(f"{p.name} has no size {sizes[p.name]!r} (its sizes: {', '.join(spec.sizes)})")
     if wrong:
         raise SuiteError("; ".join(wrong))
+    return sizes
 
 
 def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None,
                record: bool, console: Console, retime_baselines: bool = False) -> int:
     """`harness eval --problems PATH FILES`: each file judged against its problem (harness.suite.assign_candidates),
     a problem at a time; then the suite board of the `eval` run's verdicts on these problems."""
+    from evaluator.parent.sandbox import resolve_device
+
     found = candidate_files(files)
     by_problem, unassigned = assign_candidates(suite, found)
     if unassigned:
@@ -58,15 +61,12 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
                    f"{', '.join(suite.names()[:3])}...): {', '.join(map(str, unassigned[:5]))}", soft_wrap=True)
         return 2
     try:
-        check_sizes(suite, options.size, options.device or _default_device())
+        sizes = check_sizes(suite, options.size, resolve_device(options.device))
     except SuiteError as err:
         _err.print(f"[red]error:[/] {err}", soft_wrap=True)
         return 2
     lines, code = EvalLines(), 0
     chosen = {p.name: p for p in suite.problems}
-    device = options.device or _default_device()
-    sizes = {p.name: p.size or options.size or load_problem(p.location).default_size_for(device)
-             for p in suite.problems}
     for name, mine in by_problem.items():
         entry = chosen[name]
         one = options.model_copy(update={"problem": entry.location, "size": sizes[name]})
@@ -96,23 +96,18 @@ def print_suite_board(suite: Suite, store: Path | None, files: Sequence[Path], s
             console.print(table)
 
 
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None, console: Console,
               environ: dict[str, str] | None = None) -> int:
     """`harness run --problems PATH`: one run per problem (its id derived from its settings, so a rerun
     resumes each), in the suite's order; then the suite board of those runs. A `replay:DIR` model reads each
     problem's replies from `DIR/<problem>/` where that folder exists (harness.providers.ReplayProvider)."""
+    from evaluator.wire.identity import gpu_hardware
     from harness.commands import run_command
     from harness.config import ConfigError, resolve_config
 
     try:
         cfg = resolve_config(options, environ=environ, config_file=config_file)
-        device = cfg.device or ("cuda" if _gpu_visible() else "cpu")
+        device = cfg.device or ("cuda" if gpu_hardware() is not None else "cpu")  # as execute_run chooses
         check_sizes(suite, cfg.size, device)
     except (ConfigError, SuiteError) as err:
         console.print(f"[red]error:[/] {err}", soft_wrap=True)
@@ -134,10 +129,3 @@ def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None
     leaderboard_command(store=cfg.store, filters=Filters(), tier=suite.tier, console=console,
                         suite=suite, runs=run_ids, fmt="table")
     return max(codes)
-
-
-def _gpu_visible() -> bool:
-    from evaluator.wire.identity import gpu_hardware
-
-    return gpu_hardware() is not None
-

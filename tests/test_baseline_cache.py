@@ -101,7 +101,8 @@ def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_tim
     second = _eval(store)
     said = second["baseline_source"]["cached"]
     assert said.startswith("stored figures (timed on CPU")
-    if "beyond the bound" in said:  # a busy machine moved eager by more than 10% since: timed again
+    if "every baseline is timed in this batch" in said:  # a busy machine moved eager beyond 10%, or its spot check
+        # spread beyond 20%: the stored figures were dropped and every baseline timed again
         assert second["baselines"]["eager"]["median_ms"] != figure
     else:  # divided by the stored figure itself
         assert second["baselines"]["eager"]["median_ms"] == figure

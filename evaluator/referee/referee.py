@@ -244,7 +244,7 @@ class Referee:
 
     def compile_baselines(self) -> None:
         """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; none while
-        stored figures stand (a spot check never re-times a compiled baseline)."""
+        stored figures stand (the one compiled baseline a batch's first round spot-checks compiles as it runs)."""
         if self.config.cached_baselines and not self.cache_dropped:
             return
         for name in self.config.baselines:
