@@ -3,7 +3,7 @@
 The public API, imported on first use so that `import harness` stays cheap:
 `render_prompt`, `parse_reply`, `OpenAIProvider`, `ReplayProvider`, `RunConfig`,
 `resolve_config`, `execute_run`, `Store`, `open_store`, `build_boards`, `run_bench`, `Judge` (the judge as a
-library: harness.judge), `load_suite`.
+library: harness.judge), `Client` (the service's client: harness.client), `load_suite`.
 """
 
 from importlib import import_module
@@ -15,7 +15,7 @@ _EXPORTS = {
     "ReplayProvider": "harness.providers", "RunConfig": "harness.config", "resolve_config": "harness.config",
     "execute_run": "harness.pipeline", "Store": "harness.store", "open_store": "harness.store",
     "build_boards": "harness.leaderboard", "run_bench": "harness.bench", "Judge": "harness.judge",
-    "load_suite": "harness.suite",
+    "load_suite": "harness.suite", "Client": "harness.client",
 }
 __all__ = ["__version__", *_EXPORTS]
 

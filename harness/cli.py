@@ -122,11 +122,12 @@ def prompt_cli(
     variant: str = typer.Option("kernelbench", help="Prompt variant: kernelbench|fusion|strict-interface|<your template>."),
     problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name (a folder under reference/), folder, or KernelBench-format .py file."),
     templates: Optional[Path] = typer.Option(None, help="Folder of your own templates, searched before prompts/."),
+    device: str = typer.Option("cuda", help="cuda|cpu: the device the candidates will run on (cpu asks for C++ kernels)."),
 ) -> None:
     """Print the rendered prompt messages (system, user) of a variant."""
     from harness.commands import prompt_command
 
-    raise typer.Exit(prompt_command(variant, problem, templates, console=console))
+    raise typer.Exit(prompt_command(variant, problem, templates, console=console, device=device))
 
 
 @app.command("run")

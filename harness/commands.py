@@ -417,8 +417,8 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
 # -- `harness run` and `harness prompt` -----------------------------------------------------------
 
 def prompt_command(variant: str, problem: str, templates: Path | None = None, console: Console | None = None,
-                   hardware: Hardware | None | bool = True) -> int:
-    """`harness prompt`: print the rendered messages. `hardware=True` detects the GPU."""
+                   hardware: Hardware | None | bool = True, device: str = "cuda") -> int:
+    """`harness prompt`: print the rendered messages for candidates `device` runs. `hardware=True` detects the GPU."""
     from evaluator.wire.problem import load_problem
     from harness.prompts import PromptError, format_messages, render_prompt
 
@@ -426,7 +426,8 @@ def prompt_command(variant: str, problem: str, templates: Path | None = None, co
     if hardware is True:
         hardware = gpu_hardware()
     try:
-        messages = render_prompt(load_problem(problem), variant, hardware=hardware or None, templates=templates)
+        messages = render_prompt(load_problem(problem), variant, hardware=(hardware or None) if device == "cuda" else None,
+                                 templates=templates, device=device)
     except (PromptError, FileNotFoundError, ValueError) as err:
         _err.print(f"[red]error:[/] {err}")
         return 2

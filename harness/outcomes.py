@@ -25,6 +25,7 @@ class Outcome(str, Enum):
                                                                    # check's), or run and correct (any check's)
     stale = ("stale", "dim", "#8d6e63", False)                     # judged by other rules than this harness's
     compiled = ("compiled", "cyan", "#00838f", False)              # --compile-only: built, not run
+    not_built = ("not_built", "dim", "#9e9e9e", False)             # CUDA source, and a torch without CUDA
     incorrect = ("incorrect", "yellow", "#ef6c00", True)
     runtime_error = ("runtime_error", "red", "#d32f2f", True)
     compile_error = ("compile_error", "red", "#ad1457", True)

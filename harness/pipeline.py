@@ -72,10 +72,14 @@ def versions() -> dict[str, str]:
     return out
 
 
-# What a run on a machine without a GPU does, said once the settings are known to be usable (README).
-NO_GPU_LINE = ("CUDA candidates are built, not run: neither checked nor timed, so none is ranked. A candidate "
-               "in plain PyTorch or C++ is judged in full on the CPU, e.g. `harness eval --device cpu "
-               "--size small tests/fixtures/candidates/cpu/cpp_correct.py`.")
+def no_gpu_line() -> str:
+    """What a run on a machine without a GPU does, said once the settings are known to be usable (README)."""
+    from evaluator.referee.headers import torch_builds_cuda
+
+    cuda = ("CUDA candidates are built, not run: neither checked nor timed, so none is ranked." if torch_builds_cuda()
+            else "this torch has no CUDA, so CUDA candidates are not built (`not_built`, off the board).")
+    return (cuda + " A run on the CPU asks the model for C++ kernels, which are judged in full here, as is any "
+            "candidate in plain PyTorch or C++ (`harness eval --device cpu FILE.py`).")
 
 
 def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Hardware | None = None,
@@ -114,7 +118,7 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
                            f"${cfg.api_key_env}: nothing to ask (leave the model out to judge the golden "
                            "candidates instead)")
         if hardware is None:  # said before the builds take minutes, not only in a table cell at the end
-            console.print(f"[yellow]no CUDA GPU here:[/] {NO_GPU_LINE}", highlight=False)
+            console.print(f"[yellow]no CUDA GPU here:[/] {no_gpu_line()}", highlight=False)
         if not use_model:
             console.print(f"[yellow]No model endpoint configured (no model; set --model with --base-url or "
                           f"{cfg.api_key_env}, or harness.toml): evaluating the golden candidates instead.[/]")
@@ -137,7 +141,8 @@ def _new_run(ctx: RunContext, run_id: str, mode: str, messages: Sequence[Message
 def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str, str]) -> RunSummary:
     cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
     try:
-        messages = render_prompt(problem, cfg.variant, hardware=ctx.hardware, templates=cfg.templates)
+        messages = render_prompt(problem, cfg.variant, hardware=ctx.hardware, templates=cfg.templates,
+                                 device=ctx.device)
     except PromptError as err:
         raise RunError(str(err)) from err
     prompts = None

@@ -17,7 +17,10 @@ The context every variant template gets:
 - `reference_source`: the reference `model.py`
 - `hardware`: None, or `name`, `sm_count`, `capability`, `memory_gib` (pass it in; the CLI
   detects it with `evaluator.wire.identity.gpu_hardware()`, rendering never touches torch)
-- `example`: `reference` and `solution` sources of the worked example pair
+- `target`: `device` ("cuda" or "cpu") and `language` ("CUDA" or "C++"): what the candidates
+  will run on, so what the model is asked to write
+- `example`: `reference` and `solution` sources of the worked example pair (the solution in
+  the target's language)
 """
 
 from __future__ import annotations
@@ -33,8 +36,11 @@ from evaluator.wire.assets import asset_dir
 from evaluator.wire.problem import ProblemSpec
 from harness.records import Hardware, Message
 
-EXAMPLE_REFERENCE = "examples/elementwise_add.py"
-EXAMPLE_SOLUTION = "examples/elementwise_add_new.py"
+# The worked example pair (reference, solution) the kernelbench variant shows, by device
+EXAMPLES = {"cuda": ("examples/elementwise_add.py", "examples/elementwise_add_new.py"),
+            "cpu": ("examples/elementwise_add_cpu.py", "examples/elementwise_add_cpu_new.py")}
+# What the model is asked to write, by the device its candidates will run on
+TARGETS = {"cuda": {"device": "cuda", "language": "CUDA"}, "cpu": {"device": "cpu", "language": "C++"}}
 NOT_VARIANTS = {"system", "feedback", "continue", "conclude"}  # rendered with contexts of their own
 DEFAULT_VARIANT = "kernelbench"
 
@@ -97,8 +103,10 @@ def _read_asset(name: str, dirs: Sequence[Path]) -> str:
 
 
 def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None,
-                   templates: Path | str | None = None) -> dict[str, Any]:
+                   templates: Path | str | None = None, device: str = "cuda") -> dict[str, Any]:
     """The variables every template may use (see the module docstring)."""
+    if device not in TARGETS:
+        raise PromptError(f"no prompt for device {device!r}; devices: {', '.join(TARGETS)}")
     dirs = template_dirs(templates)
     if isinstance(hardware, dict):
         hardware = Hardware(**hardware)
@@ -112,9 +120,10 @@ def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None
         },
         "reference_source": problem.reference_source(),
         "hardware": hardware.model_dump() if hardware is not None else None,
+        "target": TARGETS[device],
         "example": {
-            "reference": _read_asset(EXAMPLE_REFERENCE, dirs),
-            "solution": _read_asset(EXAMPLE_SOLUTION, dirs),
+            "reference": _read_asset(EXAMPLES[device][0], dirs),
+            "solution": _read_asset(EXAMPLES[device][1], dirs),
         },
     }
 
@@ -153,8 +162,10 @@ def render_messages(template: str, context: dict[str, Any], templates: Path | st
 
 
 def render_prompt(problem: ProblemSpec, variant: str = DEFAULT_VARIANT, *, hardware: Hardware | dict | None = None,
-                  templates: Path | str | None = None, extra: dict[str, Any] | None = None) -> list[Message]:
-    """The system and user messages of `variant` for `problem`.
+                  templates: Path | str | None = None, extra: dict[str, Any] | None = None,
+                  device: str = "cuda") -> list[Message]:
+    """The system and user messages of `variant` for `problem`, asking for kernels `device` runs
+    (CUDA for "cuda", C++ for "cpu").
 
     Raises PromptError for an unknown variant or a template that uses a variable not given
     (templates are rendered with StrictUndefined: nothing silently renders as empty).
@@ -162,7 +173,7 @@ def render_prompt(problem: ProblemSpec, variant: str = DEFAULT_VARIANT, *, hardw
     variants = available_variants(templates)
     if variant not in variants:
         raise PromptError(f"unknown prompt variant {variant!r}; variants: {', '.join(variants)}")
-    context = prompt_context(problem, hardware, templates)
+    context = prompt_context(problem, hardware, templates, device)
     context.update(extra or {})
     return render_messages(variant, context, templates)
 

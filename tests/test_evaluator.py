@@ -269,3 +269,18 @@ def test_a_failure_of_the_harness_itself_is_recorded_and_the_batch_goes_on(tmp_p
     first, second = evaluator.evaluate_all([CandidateFile(name="a", path=GOOD), CandidateFile(name="b", path=GOOD)])
     assert first.status == Status.crashed and "fork failed" in first.error
     assert second.status == Status.correct, second.error
+
+
+def test_a_cuda_candidate_with_a_torch_without_cuda_is_not_built_and_says_why(tmp_path, monkeypatch):
+    """A CPU build of torch cannot build a CUDA extension: the verdict says so, and nothing is built or run."""
+    from evaluator.referee import headers
+
+    monkeypatch.setattr(headers, "torch_builds_cuda", lambda: False)
+    golden = Path(__file__).parent.parent / "candidates" / "golden" / "fused_strict.py"
+    started = time.monotonic()
+    (verdict,) = Evaluator(cpu_options(tmp_path)).evaluate_all([CandidateFile(name="golden", path=golden)])
+    assert verdict.status == Status.not_built and "this torch has no CUDA" in verdict.error
+    assert time.monotonic() - started < 5  # decided from the source: no build was attempted
+    from harness.outcomes import Outcome
+
+    assert not Outcome.of(verdict.status).counted  # off the board's counts, as a build-only verdict is

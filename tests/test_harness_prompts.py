@@ -122,3 +122,18 @@ def test_the_feedback_template_is_searched_like_the_others(problem, tmp_path):
 def test_format_messages(problem):
     text = format_messages(render_prompt(problem, "kernelbench"))
     assert text.startswith("<!-- system -->") and "<!-- user -->" in text
+
+
+def test_a_cpu_target_asks_for_cpu_kernels_in_every_variant(problem):
+    """`run --device cpu` asks for kernels the CPU can run (C++ through load_inline), never CUDA."""
+    for variant in ("kernelbench", "fusion", "strict-interface"):
+        system, user = render_prompt(problem, variant, device="cpu")
+        assert "C++" in system.content and "CUDA" not in system.content
+        assert "kernels in C++ for the CPU" in user.content and "cuda_sources` the kernels" not in user.content
+        assert "C10_CUDA_KERNEL_LAUNCH_CHECK" not in user.content
+    example = render_prompt(problem, "kernelbench", device="cpu")[1].content
+    assert "at::parallel_for" in example and "__global__" not in example and 'device="cuda"' not in example
+    cuda = render_prompt(problem, "kernelbench")[1].content
+    assert "__global__" in cuda and "kernels in CUDA C++" in cuda
+    with pytest.raises(PromptError, match="no prompt for device 'tpu'"):
+        render_prompt(problem, "kernelbench", device="tpu")

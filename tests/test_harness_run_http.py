@@ -76,6 +76,8 @@ def test_run_records_every_outcome_then_resumes(workdir):
         # each answered with the same cut-off reply again
         assert requests == {0: 2, 1: 3, 2: 2, 3: 1, 4: 1}
         assert all(body["model"] == "test-model" for _, body in server.requests)
+        # --device cpu: the model is asked for kernels the CPU runs, not CUDA
+        assert all("kernels in C++ for the CPU" in body["messages"][1]["content"] for _, body in server.requests[:5])
 
         with Store(workdir / ".harness" / "results.sqlite") as store:
             (run,) = store.list_runs()

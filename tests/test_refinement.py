@@ -99,7 +99,7 @@ def test_each_turn_answers_feedback_on_the_last_verdict_and_records_its_parent(t
         "0": "incorrect", "1": "parse_error", "0/2": "correct", "1/2": "correct", "0/2/3": "correct", "1/2/3": "correct"}
     assert [outcomes[s].turn for s in outcomes] == [1, 1, 2, 2, 3, 3]
 
-    base = render_prompt(load_problem(cfg.problem), cfg.variant)
+    base = render_prompt(load_problem(cfg.problem), cfg.variant, device=cfg.device)  # a run on the CPU asks for C++
     second = outcomes["0/2"].messages
     assert second[:2] == base and [m.role for m in second] == ["system", "user", "assistant", "user"]
     assert second[2].content == outcomes["0"].generation.completion.text  # its own reply, then the feedback
@@ -144,7 +144,7 @@ def test_one_turn_is_the_run_it_always_was(tmp_path):
     cfg = config(tmp_path, folder, samples=1, turns=1)
     summary = execute_run(cfg, console=quiet(), evaluate_fn=MarkerEvaluator(), environ={})
     [outcome] = summary.outcomes
-    messages = render_prompt(load_problem(cfg.problem), cfg.variant)
+    messages = render_prompt(load_problem(cfg.problem), cfg.variant, device=cfg.device)
     params = sample_params(cfg, 0)
     # (`salvage` came later than this key: like `lineage`, it is part of a key only when set)
     old_key = json_digest({"problem": "gemm_scale_bn", "messages": [m.model_dump() for m in messages],

@@ -19,6 +19,7 @@ fastapi = pytest.importorskip("fastapi")
 pytest.importorskip("httpx")  # the test client's
 from fastapi.testclient import TestClient  # noqa: E402
 
+from harness.client import Client, ServiceRefused  # noqa: E402
 from harness.judge import MAX_SOURCE_BYTES  # noqa: E402
 from harness.service import Service, create_app, key_digests  # noqa: E402
 from harness.store import Store  # noqa: E402
@@ -123,6 +124,20 @@ def test_a_job_is_judged_once_and_the_same_source_is_answered_from_the_store(tmp
     assert CountingJudge.calls == ["A", "A"]
 
 
+def test_the_client_submits_waits_and_raises_the_servers_reason(tmp_path):
+    CountingJudge.calls = []
+    with TestClient(create_app(service(tmp_path / "r.sqlite"))) as http:
+        with Client("", KEY, http=http, poll_s=0.02) as client:
+            verdict = client.evaluate("B", problem="gemm_scale_bn", size="small", device="cpu", timeout_s=30)
+            assert verdict["status"] == "correct" and verdict["source_len"] == 1
+            with pytest.raises(ServiceRefused, match="413: source is over the limit"):
+                client.submit("x" * (MAX_SOURCE_BYTES + 1), problem="gemm_scale_bn")
+        with Client("", "not-a-key", http=http) as stranger, pytest.raises(ServiceRefused) as refused:
+            stranger.submit("B", problem="gemm_scale_bn")
+        assert refused.value.status == 401 and "Bearer" in refused.value.reason
+    assert CountingJudge.calls == ["B"]
+
+
 def test_a_restarted_server_finishes_the_jobs_it_had_accepted(tmp_path):
     store = tmp_path / "r.sqlite"
     CountingJudge.calls = []
@@ -207,18 +222,13 @@ def test_a_real_server_killed_with_sigkill_finishes_its_cpu_jobs_when_started_ag
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         proc = start()
-        states = {}
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and len(states) < len(ids):
-            for job in ids:
-                body = httpx.get(f"http://127.0.0.1:{port}/v1/evaluations/{job}", headers=AUTH).json()
-                if body["state"] == "done":
-                    states[job] = body
-            time.sleep(0.5)
+        with Client(f"http://127.0.0.1:{port}", KEY) as client:  # the package's own client, against the real server
+            verdicts = [client.result(job, timeout_s=240) for job in ids]
+            with pytest.raises(ServiceRefused, match="404: unknown problem"):
+                client.submit("x", problem="no_such_problem")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
-    verdicts = [states[job]["verdict"] for job in ids]
     assert [v["status"] for v in verdicts] == ["correct", "incorrect", "parse_error"], json.dumps(verdicts)[:2000]
     assert verdicts[1]["ranked"] is False and "tolerance" in verdicts[1]["why"]
     with Store(store) as db:

@@ -29,7 +29,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evaluator.wire import identity
-from evaluator.referee import phases
 from evaluator.referee.session import Session
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
@@ -38,7 +37,7 @@ from evaluator.parent.jobserver import JobServer, ninja_takes_jobserver
 from evaluator.parent.placement import Placement, plan as plan_placement
 from evaluator.parent.lanes import Job, Judged, Scheduler
 from evaluator.parent.referee_client import RefereeClient, protected_paths
-from evaluator.referee import headers
+from evaluator.referee import headers, phases
 from evaluator.referee.environment import build_arch_list, toolchain_digest
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import import_error_kind, settle
@@ -244,9 +243,9 @@ class Evaluator:
             self.rounds = referee.close()
 
     def _prepare(self, candidate: CandidateFile, compile_only: bool) -> tuple[dict, bytes, str, list[Flag], bool] | Verdict:
-        """Read and gate a candidate: its final verdict when it cannot run (unreadable, not a candidate,
-        rejected by the static checks), else what running it needs (base fields, source, digest,
-        static flags, whether it is only built)."""
+        """Read and gate a candidate: its final verdict when it cannot run (unreadable, not a candidate, rejected by
+        the static checks, unbuildable), else what running it needs (base fields, source, digest, static flags,
+        whether it is only built)."""
         base = dict(candidate=candidate.name, problem=self.problem.name, size=self.size, device=self.device)
         try:
             source_bytes = candidate.path.read_bytes()
@@ -265,6 +264,9 @@ class Evaluator:
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,
                                        flags=flags, error=rejected_error(flags)))
         if self.device == "cpu" and headers.uses_cuda(source):
+            if not headers.torch_builds_cuda():  # a CPU build of torch has no CUDA headers or libraries to link
+                return self._stamp(Verdict(**base, source_sha256=digest, status=Status.not_built, phase=Phase.compile,
+                                           flags=flags, error=headers.NOT_BUILT))
             compile_only = True  # running it would only fail; build it and say plainly it was not run
         return base, source_bytes, digest, flags, compile_only
 
@@ -357,11 +359,8 @@ class Evaluator:
                 "built; its import failed without a GPU, so its lane imports it again: " + (verdict.error or ""))[:2000]})
         if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
                 and headers.uses_cuda(source.decode(errors="replace"))):  # built only because it cannot run here
-            import torch
-
-            verdict.error += "; this is a CUDA candidate and " + (
-                "it was not run on the GPU" if torch.cuda.is_available() else
-                "there is no CUDA GPU on this machine to run it")
+            verdict.error += "; this is a CUDA candidate and " + ("it was not run on the GPU" if identity.gpu_hardware()
+                                                                    else "there is no CUDA GPU on this machine to run it")
         verdict.environment = self.environment
         verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
         return verdict, process.stdout.tail(), process.stderr.tail()

@@ -88,6 +88,17 @@ def link_header(root: Path) -> None:
     os.replace(partial, link)
 
 
+NOT_BUILT = ("not built: this torch has no CUDA (a CPU build of torch cannot build CUDA extensions); a CUDA "
+             "build of torch builds it, and a GPU runs it")
+
+
+def torch_builds_cuda() -> bool:
+    """Whether this torch can build a CUDA extension at all: a CPU build has no CUDA libraries to link."""
+    import torch
+
+    return torch.version.cuda is not None
+
+
 def uses_cuda(source: str) -> bool:
     """Whether a candidate carries CUDA code (which cannot run without a GPU, and whose binding sees CUDA's
     headers)."""

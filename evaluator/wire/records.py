@@ -79,6 +79,7 @@ class Status(str, Enum):
     incorrect = "incorrect"            # ran, but outputs, buffers or inputs were wrong
     correct = "correct"                # passed the loosest tier in the problem's mode
     compiled = "compiled"              # --compile-only: built, not run
+    not_built = "not_built"            # CUDA source for the CPU with a torch that has no CUDA: cannot even be built
     rejected = "rejected"              # a static check's reject flag: never run (unless --run-rejected)
 
 
