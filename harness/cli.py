@@ -34,6 +34,19 @@ def _commands(version: bool = typer.Option(False, "--version", callback=_print_v
     """kernelharness: ask a model for faster CUDA kernels, then judge them honestly."""
 
 
+# The judging options `eval` and `run` share, said once
+WEIGHTS_SEED_HELP = ("Pins the reference's initial weights (default: fresh for each candidate); inputs are never "
+                     "pinned (run's --seed is the model's sampling seed).")
+BASELINES_HELP = "Comma list of eager,eager_tf32,compile,compile_tf32 (default: all four on a GPU, eager on the CPU)."
+COMPILE_TIMEOUT_HELP = "Seconds allowed to build a candidate (default: the problem's)."
+RUN_TIMEOUT_HELP = ("Seconds allowed to check and time a candidate (default: scaled to the reference's time, at least "
+                    "30 s, at most the problem's limit).")
+
+
+def split_baselines(baselines: str | None) -> list[str] | None:
+    return [b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None
+
+
 def usage_error(message: str) -> typer.Exit:
     err_console.print(f"[red]error:[/] {message}")
     return typer.Exit(2)
@@ -65,10 +78,10 @@ def eval_command(
     executor: str = typer.Option("local", help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
     lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
-    seed: Optional[int] = typer.Option(None, help="Pins the reference's initial weights (default: fresh for each candidate); inputs are never pinned."),
-    baselines: Optional[str] = typer.Option(None, help="Comma list of eager,eager_tf32,compile,compile_tf32."),
-    compile_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to build a candidate."),
-    run_timeout: Optional[float] = typer.Option(None, help="Seconds allowed to check and time a candidate."),
+    seed: Optional[int] = typer.Option(None, "--weights-seed", help=WEIGHTS_SEED_HELP),
+    baselines: Optional[str] = typer.Option(None, help=BASELINES_HELP),
+    compile_timeout: Optional[float] = typer.Option(None, help=COMPILE_TIMEOUT_HELP),
+    run_timeout: Optional[float] = typer.Option(None, help=RUN_TIMEOUT_HELP),
     store: Optional[Path] = typer.Option(None, help="Result store the verdicts go to (run `eval`, or `golden` for candidates/golden/; default as `harness run`)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts in the result store."),
     retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
@@ -98,7 +111,7 @@ def eval_command(
         options = EvalOptions(
             problem=problem[0] if problem else DEFAULT_PROBLEM, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,
             jobs=jobs, gpus=gpus, ahead=ahead, executor=executor, ray_address=ray_address, lanes=lanes, seed=seed,
-            baselines=[b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None,
+            baselines=split_baselines(baselines),
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
         )
     except ValueError as err:
@@ -149,7 +162,7 @@ def run_cli(
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: the server's)."),
     top_p: Optional[float] = typer.Option(None, help="Nucleus sampling (default: the server's)."),
     max_tokens: Optional[int] = typer.Option(None, help="Most tokens per reply (default: the server's)."),
-    seed: Optional[int] = typer.Option(None, help="Sampling seed; sample i sends seed + i."),
+    seed: Optional[int] = typer.Option(None, help="Sampling seed sent to the model; sample i sends seed + i (the reference's weights: --weights-seed)."),
     extra_body: Optional[str] = typer.Option(None, help='Extra request fields as JSON, e.g. \'{"reasoning_effort": "high"}\'.'),
     concurrency: Optional[int] = typer.Option(None, min=1, help="Requests in flight (default: 4)."),
     timeout: Optional[float] = typer.Option(None, help="Seconds per request (default: 600)."),
@@ -181,8 +194,15 @@ def run_cli(
         "new figures are stored.")),
     jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: one per core on a GPU, half the cores on the CPU)."),
     gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
+    ahead: Optional[int] = typer.Option(None, min=0, help=(
+        "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU).")),
     executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
+    lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
+    weights_seed: Optional[int] = typer.Option(None, "--weights-seed", help=WEIGHTS_SEED_HELP),
+    baselines: Optional[str] = typer.Option(None, help=BASELINES_HELP),
+    compile_timeout: Optional[float] = typer.Option(None, help=COMPILE_TIMEOUT_HELP),
+    run_timeout: Optional[float] = typer.Option(None, help=RUN_TIMEOUT_HELP),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     runs_dir: Optional[Path] = typer.Option(None, help="Root of run folders (default: candidates)."),
     run_id: Optional[str] = typer.Option(None, help="Run id (default: derived from the settings, so reruns resume)."),
@@ -223,7 +243,8 @@ def run_cli(
         turns=turns, strategy=strategy, keep=keep, max_evaluations=max_evaluations,
         feedback_template=feedback_template, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected,
         retime=retime, retime_baselines=retime_baselines, jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
-        store=store, runs_dir=runs_dir,
+        ahead=ahead, lanes=lanes, eval_seed=weights_seed, baselines=split_baselines(baselines),
+        compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )
     if suite is not None:

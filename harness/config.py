@@ -54,7 +54,8 @@ ENV_VARS = {
 
 # A flag's own name, where it differs from its RunConfig field: harness.toml accepts either spelling
 # (and `-` for `_`), so a setting is written as the flag that sets it.
-FLAG_NAMES = {"timeout": "request_timeout_s", "retries": "max_retries", "eval": "evaluate"}
+FLAG_NAMES = {"timeout": "request_timeout_s", "retries": "max_retries", "eval": "evaluate", "weights_seed": "eval_seed",
+              "compile_timeout": "compile_timeout_s", "run_timeout": "run_timeout_s"}
 
 
 class ConfigError(ValueError):
@@ -139,8 +140,17 @@ class RunConfig(BaseModel):
     eval_seed: int | None = Field(None, description=(
         "Pins the reference's initial weights; None = fresh for each candidate. Inputs are never pinned: they derive "
         "from a secret drawn per batch (a verdict's correctness.check_key makes its checks again)."))
+    baselines: list[str] | None = Field(None, description=(
+        "Baselines every speedup is measured against (eager, eager_tf32, compile, compile_tf32); None = the "
+        "device's defaults."))
+    compile_timeout_s: float | None = Field(None, gt=0, description="Seconds allowed to build a candidate; None = the problem's.")
+    run_timeout_s: float | None = Field(None, gt=0, description=(
+        "Seconds allowed to check and time a candidate; None = scaled to the reference's time (at least 30 s, at "
+        "most the problem's limit)."))
     jobs: int | None = Field(None, ge=1, description=(
         "Candidates built at once while earlier ones are judged; None = one per core on a GPU, half the cores on the CPU."))
+    ahead: int | None = Field(None, ge=0, description="Candidates a lane starts ahead; None = 4 on a GPU, 0 on the CPU.")
+    lanes: int | None = Field(None, ge=1, description="Executor `ray`: actors; None = the cluster's GPUs.")
     gpus: str | None = Field(None, description="GPUs to judge on, one lane each: None/`all` or positions (`0,2`).")
     executor: Literal["local", "ray"] = Field("local", description="`ray`: each lane a Ray actor (`pip install -e '.[ray]'`).")
     ray_address: str | None = Field(None, description="Ray cluster to join with executor `ray` (None: a local instance).")

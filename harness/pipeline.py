@@ -47,7 +47,7 @@ from harness.replies import gather_replies
 from harness.run_context import EvaluateFn, RunContext
 from harness.run_folder import write_sample_folder
 from harness.run_results import Ask, RunSummary, SampleOutcome
-from harness.run_settings import derive_run_id, golden_run_id, sample_params
+from harness.run_settings import derive_run_id, earlier_run_id, golden_run_id, sample_params
 from harness.run_verdicts import evaluate_candidates, parse_error_verdict
 from harness.salvage import SalvagePrompts
 from harness.store import Store, StoreError, source_sha256
@@ -154,6 +154,8 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
         except PromptError as err:
             raise RunError(str(err)) from err
     run_id = cfg.run_id or derive_run_id(cfg, messages, ctx.size, ctx.device, problem.name)
+    if not cfg.run_id and store.get_run(run_id) is None and store.get_run(earlier := earlier_run_id(run_id, cfg, problem.name)):
+        run_id = earlier  # started before ids named size and device: resumed where it is
     run = store.put_run(_new_run(ctx, run_id, "generate", messages))
     summary = RunSummary(run=run)
     run_dir = cfg.runs_dir / run_id

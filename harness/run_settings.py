@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.prompts import DEFAULT_VARIANT
 from harness.providers import is_replay
 from harness.records import GenerationParams, Message
 
@@ -35,8 +36,20 @@ def derive_run_id(cfg: RunConfig, messages: Sequence[Message], size: str, device
         settings.update(strategy=cfg.strategy, keep=cfg.keep if cfg.strategy == "best" else None,
                         feedback=cfg.feedback_template)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
-    model = "replay-" + slug(Path(cfg.model[len("replay:"):]).name) if is_replay(cfg.model) else slug(cfg.model or "model")
-    return f"{problem}-{model}-{cfg.variant}-{digest}"
+    # the size and device as they are named; a prompt variant other than the default as `prompt-V` (the default
+    # variant, `kernelbench`, read as the size of that name where the id named it)
+    prompt = "" if cfg.variant == DEFAULT_VARIANT else f"-prompt-{cfg.variant}"
+    return f"{problem}-{model_slug(cfg)}-{size}-{device}{prompt}-{digest}"
+
+
+def model_slug(cfg: RunConfig) -> str:
+    return "replay-" + slug(Path(cfg.model[len("replay:"):]).name) if is_replay(cfg.model) else slug(cfg.model or "model")
+
+
+def earlier_run_id(run_id: str, cfg: RunConfig, problem: str) -> str:
+    """The id the same settings had before ids named their size and device (problem-model-variant-digest): a
+    run stored under it is resumed under it."""
+    return f"{problem}-{model_slug(cfg)}-{cfg.variant}-{run_id.rsplit('-', 1)[1]}"
 
 
 def golden_run_id(problem: str, size: str, device: str) -> str:

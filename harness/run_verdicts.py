@@ -70,12 +70,14 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
     cache = cache_key(ctx.problem.name, ctx.size, ctx.device_name, ctx.judge)
-    stored, line = options_for(store, cache, default_baselines(ctx.problem, ctx.device), retime=ctx.cfg.retime_baselines,
+    stored, line = options_for(store, cache, ctx.cfg.baselines or default_baselines(ctx.problem, ctx.device), retime=ctx.cfg.retime_baselines,
                                compile_only=ctx.cfg.compile_only)
     options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
                           compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
-                          jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor,
-                          ray_address=ctx.cfg.ray_address, store=ctx.cfg.store, **stored)
+                          jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor, ray_address=ctx.cfg.ray_address,
+                          ahead=ctx.cfg.ahead, lanes=ctx.cfg.lanes, baselines=ctx.cfg.baselines,
+                          compile_timeout_s=ctx.cfg.compile_timeout_s, run_timeout_s=ctx.cfg.run_timeout_s,
+                          store=ctx.cfg.store, **stored)
     if stored:
         ctx.console.print(f"[dim]{line}[/]", highlight=False)
     evaluate_fn = ctx.evaluate_fn or _DefaultEvaluate()

@@ -13,6 +13,7 @@ import pytest
 from conftest import FIXTURES, expectation
 from evaluator.wire.records import Status
 from evaluator.referee.headers import share_headers
+from evaluator.referee.session import RUN_FLOOR_S, scaled_run_limit
 from evaluator.parent.sandbox import (CandidateFile, EvalOptions, Evaluator, RefereeClient, default_cache_dir, evaluate,
                                       parse_problem)
 
@@ -36,10 +37,11 @@ def bad_input_verdicts(tmp_path_factory):
     --run-rejected: the os._exit fixtures, which the static checks reject, are here to crash the worker."""
     tmp = tmp_path_factory.mktemp("bad")
     judged = {}
-    # a candidate that never returns runs to its limit: it gets a batch of its own with a short one (the
-    # others' limit is long enough for a loaded machine), so the suite does not wait a minute on it
+    # a candidate that never returns runs to its limit: it gets a batch of its own with the default limit, scaled
+    # to the reference's time (its floor, 30 s, at `small`: not the problem's 300 s), so the suite does not wait
+    # five minutes on it; the others' limit is long enough for a loaded machine
     for inputs, run_timeout_s in (([p for p in BAD_INPUTS if p.stem != "infinite_loop"], 60),
-                                  ([p for p in BAD_INPUTS if p.stem == "infinite_loop"], 20)):
+                                  ([p for p in BAD_INPUTS if p.stem == "infinite_loop"], None)):
         batch = []
         for path in inputs:
             batch += [CandidateFile(name=path.stem, path=path), CandidateFile(name=f"after-{path.stem}", path=GOOD)]
@@ -70,6 +72,7 @@ def test_crash_and_timeout_reasons_name_the_phase(bad_input_verdicts):
     assert bad_input_verdicts["os_exit_at_import"].phase.value == "compile"
     timeout = bad_input_verdicts["infinite_loop"]
     assert timeout.phase.value in ("check", "init") and "limit" in timeout.error
+    assert f"its {RUN_FLOOR_S:g} s limit (scaled to the reference's time" in timeout.error
     assert "cannot convert" in bad_input_verdicts["cpp_compile_error"].error  # the compiler's own words
 
 
@@ -284,3 +287,9 @@ def test_a_cuda_candidate_with_a_torch_without_cuda_is_not_built_and_says_why(tm
     from harness.outcomes import Outcome
 
     assert not Outcome.of(verdict.status).counted  # off the board's counts, as a build-only verdict is
+
+
+def test_a_run_limit_nobody_set_is_scaled_to_the_reference_within_its_floor_and_cap():
+    assert scaled_run_limit(300, 2.0, 2.0) == RUN_FLOOR_S  # a small CPU problem: the floor, not 300 s
+    assert 60 < scaled_run_limit(300, 15.0, 2.0) < 120  # a 15 ms reference: room for a call 50 times as long
+    assert scaled_run_limit(300, 5000.0, 2.0) == 300 and scaled_run_limit(300, None, 2.0) == 300  # the cap

@@ -15,7 +15,7 @@ from harness.pipeline import RunError, execute_run
 from harness.prompts import render_prompt
 from harness.records import Completion, ProviderError, ProviderErrorKind
 from harness.render import run_table
-from harness.run_settings import derive_run_id
+from harness.run_settings import derive_run_id, earlier_run_id
 from harness.store import Store
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"
@@ -133,6 +133,16 @@ def test_more_samples_extend_the_same_run(cfg):
     assert small.run.id == big.run.id and big.requests == 4
 
 
+def test_a_run_stored_under_its_earlier_id_resumes_under_it(cfg):
+    messages = render_prompt(load_problem("gemm_scale_bn"), "kernelbench", device=cfg.device)
+    earlier = earlier_run_id(derive_run_id(cfg, messages, "small", "cpu", "gemm_scale_bn"), cfg, "gemm_scale_bn")
+    assert earlier.startswith("gemm_scale_bn-replay-replay-kernelbench-")  # as ids were: problem-model-variant-digest
+    first = execute_run(cfg.model_copy(update={"samples": 2, "run_id": earlier}), console=quiet(),
+                        evaluate_fn=FakeEvaluator(), environ={})
+    again = execute_run(cfg, console=quiet(), evaluate_fn=FakeEvaluator(), environ={})
+    assert first.run.id == again.run.id == earlier  # resumed: the same run, not a new one beside it
+
+
 def test_run_id_follows_settings(cfg):
     problem = load_problem("gemm_scale_bn")
     messages = render_prompt(problem, "kernelbench")
@@ -140,7 +150,9 @@ def test_run_id_follows_settings(cfg):
     assert one == derive_run_id(cfg.model_copy(update={"samples": 99}), messages, "small", "cpu", "gemm_scale_bn")
     assert one != derive_run_id(cfg.model_copy(update={"temperature": 0.1}), messages, "small", "cpu", "gemm_scale_bn")
     assert one != derive_run_id(cfg, messages, "wide", "cpu", "gemm_scale_bn")
-    assert one.startswith("gemm_scale_bn-replay-replay-kernelbench-")
+    assert one.startswith("gemm_scale_bn-replay-replay-small-cpu-")  # the size as named, never the variant's name
+    fusion = derive_run_id(cfg.model_copy(update={"variant": "fusion"}), messages, "small", "cpu", "gemm_scale_bn")
+    assert fusion.startswith("gemm_scale_bn-replay-replay-small-cpu-prompt-fusion-")
     named = execute_run(cfg.model_copy(update={"run_id": "mine", "samples": 1}), console=quiet(),
                         evaluate_fn=FakeEvaluator(), environ={})
     assert named.run.id == "mine" and (cfg.runs_dir / "mine" / "0" / "candidate.py").is_file()
@@ -295,3 +307,13 @@ def test_a_move_flags_only_the_verdicts_timed_between_the_two_rounds():
 
     late = late_shaky([verdict(0), verdict(1), verdict(2), verdict(1, Status.incorrect)], rounds)
     assert list(late) == [1] and "moved +43%" in late[1].reason  # round 2 has no round after it in this batch
+
+
+def test_run_takes_evals_judging_options(cfg):
+    """`run --baselines --weights-seed --compile-timeout --run-timeout --ahead` reach the evaluator as `eval`'s do."""
+    judging = dict(baselines=["eager"], eval_seed=7, compile_timeout_s=120.0, run_timeout_s=45.0, ahead=1)
+    evaluator = FakeEvaluator()
+    execute_run(cfg.model_copy(update={**judging, "samples": 1}), console=quiet(), evaluate_fn=evaluator, environ={})
+    options = evaluator.options
+    assert (options.baselines, options.seed, options.compile_timeout_s, options.run_timeout_s, options.ahead) == \
+        (["eager"], 7, 120.0, 45.0, 1)

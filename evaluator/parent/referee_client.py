@@ -42,6 +42,7 @@ class Batch(Protocol):
     options: object  # EvalOptions: seed, timing_budget_s, baseline_every, output_cap_bytes, store, ...
     compile_timeout: float
     run_timeout: float
+    run_timeout_scaled: bool
     cache_dir: Path
     log_root: Path
     ahead: int
@@ -117,7 +118,8 @@ class RefereeClient:
             problem=str(ev.problem.location), size=ev.size, device=ev.device, baselines=list(ev.baselines),
             seed=options.seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
             cached_baselines=options.cached_baselines, cached_note=options.cached_note,
-            compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, output_cap_bytes=options.output_cap_bytes,
+            compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, run_timeout_scaled=ev.run_timeout_scaled,
+            output_cap_bytes=options.output_cap_bytes,
             compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
             protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early,
             **self.placed())

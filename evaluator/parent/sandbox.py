@@ -157,9 +157,8 @@ def resolve_device(device: str | None) -> str:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    if env:
-        return Path(env)
+    if os.environ.get("HARNESS_CACHE_DIR"):
+        return Path(os.environ["HARNESS_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelharness"
 
 
@@ -198,8 +197,10 @@ class Evaluator:
                                                                                                     self.device)
         self.cache_dir = options.cache_dir or default_cache_dir()
         self.log_root = options.log_root or Path(".harness") / "logs"
-        self.compile_timeout = options.compile_timeout_s or self.problem.timeouts.compile_s
-        self.run_timeout = options.run_timeout_s or self.problem.timeouts.run_s
+        self.compile_timeout, self.run_timeout = (options.compile_timeout_s or self.problem.timeouts.compile_s,
+                                                  options.run_timeout_s or self.problem.timeouts.run_s)
+        # nobody set it: a cap, each candidate's limit scaled to the reference's time (a loop at `small` cost 300 s)
+        self.run_timeout_scaled = not options.run_timeout_s and "run_s" not in self.problem.timeouts.model_fields_set
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
         self.jobs = options.jobs or default_build_jobs(self.device)
         self.jobserver: JobServer | None = None  # the compilers' shared budget while a batch builds in a pool

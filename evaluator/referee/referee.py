@@ -40,7 +40,7 @@ import torch
 
 from evaluator.referee import clock, phases
 from evaluator.referee import stored as stored_baselines
-from evaluator.referee.session import Session
+from evaluator.referee.session import Session, scaled_run_limit
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
@@ -219,6 +219,17 @@ class Referee:
         profile_log(record)
 
     # -- baselines ---------------------------------------------------------------------------------
+
+    def run_limit(self) -> float:
+        """The run limit of the next candidate: the configured one, or scaled to the reference's time (eager's median
+        in the current round; else the slowest baseline's)."""
+        config, current = self.config, self.current_round
+        if not config.run_timeout_scaled or current is None:
+            return config.run_timeout_s
+        eager = current.baselines.get("eager")
+        medians = [stats.median_ms for stats in current.baselines.values()]
+        reference_ms = eager.median_ms if eager is not None else max(medians, default=None)
+        return scaled_run_limit(config.run_timeout_s, reference_ms, config.timing_budget_s)
 
     def ensure_round(self) -> None:
         """A baseline round before the first candidate, after every `baseline_every` timed ones, and before one timed
@@ -438,7 +449,8 @@ class Referee:
         session = Session(
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
-            run_timeout_s=config.run_timeout_s, memory_limit_gb=config.compile_memory_limit_gb,
+            run_timeout_s=self.run_limit(), run_limit_scaled=config.run_timeout_scaled,
+            memory_limit_gb=config.compile_memory_limit_gb,
             keys=self.keys.derive("candidate", self.sessions, request.digest), exclusive=self.exclusive)
         try:
             verdict = phases.judge(session, request.compile_only)

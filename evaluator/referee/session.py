@@ -22,6 +22,24 @@ from evaluator.wire.protocol import Reply
 from evaluator.wire.records import Correctness, Flag, Phase, Status, TimingCheck, TimingStats
 
 
+# A run limit scaled to the reference (RefereeConfig.run_timeout_scaled): never under RUN_FLOOR_S (an honest
+# candidate's init, check and time took 3.5 s at `small` on a loaded 2-core CPU), and long enough for
+# SLOWER_ALLOWED times the reference's time over CALLS_ALLOWED calls (checks, warm-up, the fewest timed) beyond
+# the timing budget, so a slow candidate gets its slow verdict, not a timeout.
+RUN_FLOOR_S = 30.0
+SLOWER_ALLOWED = 50
+CALLS_ALLOWED = 60
+
+
+def scaled_run_limit(cap_s: float, reference_ms: float | None, budget_s: float) -> float:
+    """The run phases' limit of one candidate whose reference takes `reference_ms` a call; `cap_s` when that is
+    unknown (a failed baseline), and never over it."""
+    if reference_ms is None or reference_ms <= 0:
+        return cap_s
+    scaled = 10 + 4 * budget_s + CALLS_ALLOWED * SLOWER_ALLOWED * reference_ms / 1000
+    return round(min(cap_s, max(RUN_FLOOR_S, scaled)), 1)
+
+
 class Judged(Exception):
     """Ends the judgement with a status and a reason."""
 
@@ -53,6 +71,7 @@ class Session:
     compile_timeout_s: float
     run_timeout_s: float
     memory_limit_gb: float | None = None
+    run_limit_scaled: bool = False  # run_timeout_s was scaled to the reference (scaled_run_limit)
     keys: Keys = field(default_factory=Keys)  # its own: every seed it draws (evaluator.referee.keys)
     flags: list[Flag] = field(default_factory=list)
     phase: Phase = Phase.compile
@@ -102,7 +121,9 @@ class Session:
         phase = self.phase
         if ended.reason == "timeout":
             limit = self.compile_timeout_s if phase == Phase.compile else self.run_timeout_s
-            return Judged(Status.timeout, phase, f"phase `{phase.value}` ran past its {limit:g} s limit; "
+            scaled = " (scaled to the reference's time: a call at most %d times the reference's)" % SLOWER_ALLOWED \
+                if self.run_limit_scaled and phase != Phase.compile else ""
+            return Judged(Status.timeout, phase, f"phase `{phase.value}` ran past its {limit:g} s limit{scaled}; "
                                                  "the process group was killed")
         if ended.reason == "memory":
             return Judged(Status.compile_error, Phase.compile, (

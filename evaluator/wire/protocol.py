@@ -307,6 +307,9 @@ class RefereeConfig(BaseModel):
     baseline_every: int = Field(8, ge=1, description="Candidates timed between two baseline rounds.")
     compile_timeout_s: float
     run_timeout_s: float
+    run_timeout_scaled: bool = Field(False, description=(
+        "run_timeout_s is a cap, not the limit: each candidate's limit is scaled to the reference's own time "
+        "(evaluator.referee.session.scaled_run_limit). False: a limit the user or the problem set."))
     output_cap_bytes: int
     compile_memory_limit_gb: float | None
     cache_dir: str
