@@ -16,7 +16,7 @@ from evaluator.wire.problem import DEFAULT_PROBLEM
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None)
 # A terminal's width, or COLUMNS where it is set (rich reads both); piped with neither, wide enough that a
 # board's rows stay one line each.
-console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
 err_console = Console(stderr=True)
 
 
@@ -41,6 +41,12 @@ BASELINES_HELP = "Comma list of eager,eager_tf32,compile,compile_tf32 (default: 
 COMPILE_TIMEOUT_HELP = "Seconds allowed to build a candidate (default: the problem's)."
 RUN_TIMEOUT_HELP = ("Seconds allowed to check and time a candidate (default: scaled to the reference's time, at least "
                     "30 s, at most the problem's limit).")
+
+
+SPREAD_HELP = ("A timed series or baseline whose IQR is over this fraction of its median is shaky_timing, not ranked "
+               "(default: the published 0.2; another value is a verdict of its own, flagged own_bounds).")
+DRIFT_HELP = ("A baseline moving by more than this fraction between two rounds makes the verdicts it divides "
+              "shaky_timing (default: the published 0.2; another value is flagged own_bounds).")
 
 
 def split_baselines(baselines: str | None) -> list[str] | None:
@@ -82,6 +88,8 @@ def eval_command(
     baselines: Optional[str] = typer.Option(None, help=BASELINES_HELP),
     compile_timeout: Optional[float] = typer.Option(None, help=COMPILE_TIMEOUT_HELP),
     run_timeout: Optional[float] = typer.Option(None, help=RUN_TIMEOUT_HELP),
+    shaky_spread: Optional[float] = typer.Option(None, min=0.01, help=SPREAD_HELP),
+    shaky_drift: Optional[float] = typer.Option(None, min=0.01, help=DRIFT_HELP),
     store: Optional[Path] = typer.Option(None, help="Result store the verdicts go to (run `eval`, or `golden` for candidates/golden/; default as `harness run`)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts in the result store."),
     retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
@@ -113,6 +121,7 @@ def eval_command(
             jobs=jobs, gpus=gpus, ahead=ahead, executor=executor, ray_address=ray_address, lanes=lanes, seed=seed,
             baselines=split_baselines(baselines),
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
+            **{k: v for k, v in (("shaky_spread", shaky_spread), ("shaky_drift", shaky_drift)) if v is not None},
         )
     except ValueError as err:
         raise usage_error(str(err))
@@ -203,6 +212,8 @@ def run_cli(
     baselines: Optional[str] = typer.Option(None, help=BASELINES_HELP),
     compile_timeout: Optional[float] = typer.Option(None, help=COMPILE_TIMEOUT_HELP),
     run_timeout: Optional[float] = typer.Option(None, help=RUN_TIMEOUT_HELP),
+    shaky_spread: Optional[float] = typer.Option(None, min=0.01, help=SPREAD_HELP),
+    shaky_drift: Optional[float] = typer.Option(None, min=0.01, help=DRIFT_HELP),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     runs_dir: Optional[Path] = typer.Option(None, help="Root of run folders (default: candidates)."),
     run_id: Optional[str] = typer.Option(None, help="Run id (default: derived from the settings, so reruns resume)."),
@@ -244,7 +255,8 @@ def run_cli(
         feedback_template=feedback_template, evaluate=evaluate, compile_only=compile_only, run_rejected=run_rejected,
         retime=retime, retime_baselines=retime_baselines, jobs=jobs, gpus=gpus, executor=executor, ray_address=ray_address,
         ahead=ahead, lanes=lanes, eval_seed=weights_seed, baselines=split_baselines(baselines),
-        compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, store=store, runs_dir=runs_dir,
+        compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, shaky_spread=shaky_spread, shaky_drift=shaky_drift,
+        store=store, runs_dir=runs_dir,
         run_id=run_id, templates=templates,
     )
     if suite is not None:

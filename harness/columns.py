@@ -46,6 +46,11 @@ def _rank(e: Entry) -> str:
     return str(e.rank) if e.rank is not None else ("ref" if e.section == "reference" else "-")
 
 
+def _eager_ms(e: Entry) -> float | None:
+    stats = e.verdict.baselines.get("eager") if e.verdict is not None else None
+    return stats.median_ms if stats is not None else None
+
+
 def _speedup_column(baseline: str) -> Column:
     return Column(f"speedup_{baseline}", f"× {baseline}", lambda e: fmt_speedup(e.speedup.get(baseline)),
                   raw=lambda e: e.speedup.get(baseline), numeric=True)
@@ -70,6 +75,9 @@ _ENTRY_COLUMNS = [
            numeric=True, short_header="max err"),
     Column("max_rel_err", "max rel err", lambda e: fmt_err(e.max_rel_err), raw=lambda e: e.max_rel_err, numeric=True),
     Column("runtime_ms", "ms", lambda e: fmt_ms(e.runtime_ms), raw=lambda e: e.runtime_ms, numeric=True),
+    # the eager time this row's speedups divide by: its own batch's, not the baseline row's median of every batch
+    Column("eager_ms", "its eager ms", lambda e: fmt_ms(_eager_ms(e)), raw=_eager_ms, numeric=True,
+           short_header="eager ms"),
     *[_speedup_column(b) for b in SPEEDUP_BASELINES],
     Column("flags", "flags", lambda e: fmt_flags(e.flags)),
     Column("reason", "reason", lambda e: e.reason or ""),
@@ -106,11 +114,11 @@ ENTRY_COLUMNS: dict[str, Column] = {c.key: c for c in _ENTRY_COLUMNS}
 
 SPEEDUP_KEYS = tuple(f"speedup_{b}" for b in SPEEDUP_BASELINES)
 FULL_VIEW = ("rank", "candidate", "model", "variant", "problem_size", "status", "tiers", "max_abs_err", "runtime_ms",
-             *SPEEDUP_KEYS, "flags", "reason", "tokens")
+             "eager_ms", *SPEEDUP_KEYS, "flags", "reason", "tokens")
 CSV_VIEW = ("gpu", "section", "rank", "kind", "candidate", "model", "variant", "problem", "size", "status", "outcome",
             "tiers", "max_abs_err", "max_rel_err", "runtime_ms", *SPEEDUP_KEYS, "flags", "reason", "run_id", "sample",
             "evaluations", "requests", "salvage_requests", "prompt_tokens", "completion_tokens", "reasoning_tokens",
-            "tokens", "cost")
+            "tokens", "cost", "eager_ms")
 
 
 TURN_KEYS = ("turn", "parent")   # after the candidate, on boards with refinement turns
@@ -137,7 +145,7 @@ def compact_view(board: Board) -> list[Column]:
     timed = {b for e in board.rows for b in e.speedup}
     keys = _with_turns(["rank", "candidate", "model_variant"], board)
     keys += ["problem_size"] if len(board.groups) > 1 else []
-    keys += ["status", "tiers", "max_abs_err", "runtime_ms"]
+    keys += ["status", "tiers", "max_abs_err", "runtime_ms", "eager_ms"]
     keys += [f"speedup_{b}" for b in SPEEDUP_BASELINES if b == "eager" or b in timed]
     keys += ["tokens"] if board.spent else []
     return [ENTRY_COLUMNS[k] for k in _with_salvage(keys + ["flags", "reason"], board, "salvage_short")]

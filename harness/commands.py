@@ -330,6 +330,10 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
 
     if options.store is None:  # the store is unreadable from every executor, --no-store or not
         options = options.model_copy(update={"store": store or default_store_path()})
+    if not record and options.log_root is None:  # --no-store leaves nothing in the working folder
+        import tempfile
+
+        options = options.model_copy(update={"log_root": Path(tempfile.mkdtemp(prefix="kh-eval-logs-"))})
     try:
         evaluator = Evaluator(options)
     except (FileNotFoundError, KeyError, ValueError) as err:
@@ -384,7 +388,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
             recorder.store.close()
         return code
     late = flag_late_shaky([(evaluator.key(v), v) for v in verdicts], evaluator.rounds,
-                           recorder.store if recorder is not None else None)
+                           recorder.store if recorder is not None else None, options.shaky_drift)
     first_line = lines.printed - len(verdicts) + 1  # this problem's first line (no line is reprinted before the end)
     for position, verdict in late.items():  # the round after them moved: flagged now
         verdicts[position] = verdict
@@ -402,7 +406,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         recorder.close()
     if not json_lines:
         console.print(verdict_table(verdicts))
-    drift = baseline_drift(evaluator.rounds)
+    drift = baseline_drift(evaluator.rounds, options.shaky_drift)
     if drift:
         status.print(f"[dim]{drift}[/]", highlight=False)
     unsandboxed = [f for v in verdicts for f in v.flags if f.name == "unsandboxed"]

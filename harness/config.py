@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evaluator.wire.problem import DEFAULT_PROBLEM
+from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -140,6 +141,11 @@ class RunConfig(BaseModel):
     eval_seed: int | None = Field(None, description=(
         "Pins the reference's initial weights; None = fresh for each candidate. Inputs are never pinned: they derive "
         "from a secret drawn per batch (a verdict's correctness.check_key makes its checks again)."))
+    shaky_spread: float = Field(SHAKY_SPREAD, gt=0, description=(
+        "A timed series (or baseline) whose IQR is over this fraction of its median is `shaky_timing`, not ranked; "
+        "another value than the published one is part of the verdict key and flagged `own_bounds`."))
+    shaky_drift: float = Field(SHAKY_DRIFT, gt=0, description=(
+        "A baseline that moves by more than this between two rounds makes the verdicts it divides `shaky_timing`."))
     baselines: list[str] | None = Field(None, description=(
         "Baselines every speedup is measured against (eager, eager_tf32, compile, compile_tf32); None = the "
         "device's defaults."))

@@ -21,7 +21,7 @@ def _medians(round_: Any) -> dict[str, float]:
     return {name: stats["median_ms"] for name, stats in round_.baselines.items() if stats.get("median_ms")}
 
 
-def baseline_drift(rounds: Sequence[Any]) -> str | None:
+def baseline_drift(rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> str | None:
     """One line: each baseline's median in the batch's first and last rounds (the referee times them
     before the first candidate and after the last), so drift over the batch shows."""
     timed = [r for r in rounds if r.baselines]
@@ -33,15 +33,15 @@ def baseline_drift(rounds: Sequence[Any]) -> str | None:
     if not parts:
         return None
     line = f"baselines over {len(timed)} rounds: " + ", ".join(parts)
-    if any(abs(move) > SHAKY_DRIFT for move in moved.values()):
-        line += (f"; beyond the {SHAKY_DRIFT:.0%} bound between two rounds, the verdicts timed between them are "
+    if any(abs(move) > bound for move in moved.values()):
+        line += (f"; beyond the {bound:.0%} bound between two rounds, the verdicts timed between them are "
                  "flagged shaky (`harness run --retime`, or judging them again, measures them again)")
     return line
 
 
-def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any]) -> dict[int, Flag]:
+def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> dict[int, Flag]:
     """Positions of the verdicts (with their flag) whose speedups divide by a round that the batch's next
-    round (same referee) differs from by more than SHAKY_DRIFT for some baseline: the baselines moved
+    round (same referee) differs from by more than `bound` (the drift bound) for some baseline: the baselines moved
     while they were timed."""
     by_round = {(r.batch, r.index): r for r in rounds if r.baselines}
     flagged = {}
@@ -55,18 +55,19 @@ def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any]) -> dict[int, 
         was, now = _medians(before), _medians(after)
         moves = {name: now[name] / was[name] - 1 for name in was if name in now}
         beyond = [f"baseline `{name}` moved {move:+.0%} by the round after it ({was[name]:.4g} -> {now[name]:.4g} ms)"
-                  for name, move in moves.items() if abs(move) > SHAKY_DRIFT]
+                  for name, move in moves.items() if abs(move) > bound]
         if beyond:
-            flagged[position] = Flag(name=SHAKY_FLAG, reason=("; ".join(beyond) + f" (bound: {SHAKY_DRIFT:.0%} drift; "
+            flagged[position] = Flag(name=SHAKY_FLAG, reason=("; ".join(beyond) + f" (bound: {bound:.0%} drift; "
                                                               "flagged after the batch): not ranked")[:500])
     return flagged
 
 
-def flag_late_shaky(keyed: Sequence[tuple[str, Verdict]], rounds: Sequence[Any], store: Any | None) -> dict[int, Verdict]:
+def flag_late_shaky(keyed: Sequence[tuple[str, Verdict]], rounds: Sequence[Any], store: Any | None,
+                    bound: float = SHAKY_DRIFT) -> dict[int, Verdict]:
     """late_shaky for a batch's (store key, verdict) pairs: the flagged verdicts by position, their flag
     merged into the stored copies too (`store`, a harness.store.Store, when the verdicts were stored)."""
     amended = {}
-    for position, flag in late_shaky([verdict for _, verdict in keyed], rounds).items():
+    for position, flag in late_shaky([verdict for _, verdict in keyed], rounds, bound).items():
         key, verdict = keyed[position]
         if store is not None:
             store.add_flags(key, [flag])

@@ -76,6 +76,7 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
                           compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
                           jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor, ray_address=ctx.cfg.ray_address,
                           ahead=ctx.cfg.ahead, lanes=ctx.cfg.lanes, baselines=ctx.cfg.baselines,
+                          shaky_spread=ctx.cfg.shaky_spread, shaky_drift=ctx.cfg.shaky_drift,
                           compile_timeout_s=ctx.cfg.compile_timeout_s, run_timeout_s=ctx.cfg.run_timeout_s,
                           store=ctx.cfg.store, **stored)
     if stored:
@@ -110,7 +111,7 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
         next(verdicts, None)  # the batch's end (its last baseline round)
     remember_rounds(store, cache, getattr(evaluate_fn, "rounds", []), problem=ctx.problem.name, size=ctx.size,
                     device_name=ctx.device_name, judge=ctx.judge)
-    late = flag_late_shaky(judged, getattr(evaluate_fn, "rounds", []), store)
+    late = flag_late_shaky(judged, getattr(evaluate_fn, "rounds", []), store, ctx.cfg.shaky_drift)
     for position, verdict in late.items():  # the round after them moved: flagged now
         for outcome, _ in pending[judged[position][0]]:
             outcome.verdict = verdict

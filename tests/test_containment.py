@@ -553,6 +553,8 @@ def test_harness_eval_says_once_that_candidates_ran_unsandboxed(tmp_path):
         states = {m["name"]: m["state"] for m in verdict["containment"]["mechanisms"]}
         assert states["landlock"] == "missing" and states["seccomp"] == "verified"
     assert result.stderr.count("ran unsandboxed") == 1, result.stderr
+    assert not (tmp_path / ".harness").exists()  # --no-store: no store, and no logs in the working folder either
+    assert all(Path(v["log_dir"]).is_dir() for v in verdicts)  # they went to a temporary folder
 
 
 # --------------------------------------------------------------------------- the hold around the calibrator

@@ -224,6 +224,9 @@ def test_json_csv_md_formats(built):
     assert by_name[f"{built.run_id}/1"]["salvage"].startswith("truncated → still truncated after 2 extra requests")
     assert by_name[f"{built.run_id}/1"]["requests"] == "3" and int(by_name[f"{built.run_id}/1"]["tokens"]) > 0
     assert by_name["eval/noisy_loose.py"]["section"] == "ranked" and by_name["eval/noisy_loose.py"]["gpu"] == board["gpu"]
+    # each row's own batch's eager time, which its speedup divides by (not the baseline row's median)
+    noisy = by_name["eval/noisy_loose.py"]
+    assert float(noisy["eager_ms"]) / float(noisy["runtime_ms"]) == pytest.approx(float(noisy["speedup_eager"]), rel=1e-6)
     md = lb(built, "--format", "md")
     assert f"## Leaderboard on {board['gpu']}" in md
     assert "| rank | candidate | model |" in md and "|---|---|" in md

@@ -481,3 +481,26 @@ def test_an_executors_output_is_not_read_while_it_is_held_or_paused():
     drain.join(timeout=5)
     assert not drain.is_alive()
     stream.close()
+
+
+def test_a_users_own_timing_bounds_reach_the_referee_are_flagged_and_keyed_apart(tmp_path):
+    """A shared machine's looser bounds: the referee judges by them, the verdict says so (`own_bounds`), and its
+    key differs from the published bounds' verdict of the same source, so neither stands for the other."""
+    from evaluator.parent.referee_client import RefereeClient
+    from evaluator.parent.sandbox import EvalOptions, Evaluator
+    from evaluator.referee.view import Round
+    from evaluator.wire.records import BaselineSource, Verdict, bounds_flag
+
+    source = BaselineSource(batch="b", round=1, measured_at=0.0, after_candidates=0)
+    rounds = Round(baselines={"eager": _stats(4.0, 0.2)}, failed={}, source=source, window_cost=None,
+                   moved={"eager": 0.3})
+    assert phases.shaky_timing(_stats(1.0, 0.3), rounds)  # 30% spread, 30% drift: beyond the published bounds
+    assert phases.shaky_timing(_stats(1.0, 0.3), rounds, spread=0.5, drift=0.5) == []
+    assert bounds_flag(0.2, 0.2) == [] and "published: 20% and 20%" in bounds_flag(0.5, 0.5)[0].reason
+    loose = Evaluator(EvalOptions(device="cpu", size="small", shaky_spread=0.5, shaky_drift=0.5, cache_dir=tmp_path))
+    published = Evaluator(EvalOptions(device="cpu", size="small", cache_dir=tmp_path))
+    config = RefereeClient(loose).config()
+    assert (config.shaky_spread, config.shaky_drift) == (0.5, 0.5)
+    verdict = Verdict(candidate="c", source_sha256="ab" * 32, problem="gemm_scale_bn", size="small", device="cpu",
+                      status="correct")
+    assert loose.key(verdict) != published.key(verdict)

@@ -42,7 +42,8 @@ from evaluator.referee.environment import build_arch_list, toolchain_digest
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import import_error_kind, settle
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
-from evaluator.wire.records import Flag, FlagPolicy, Judge, Phase, Status, TimingStats, Verdict, merge_flags
+from evaluator.wire.records import (SHAKY_DRIFT, SHAKY_SPREAD, Flag, FlagPolicy, Judge, Phase, Status, TimingStats, Verdict,
+                                    merge_flags)
 
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
 
@@ -78,24 +79,22 @@ class EvalOptions(BaseModel):
         "derive from a secret drawn for each batch; a verdict's `correctness.check_key` makes its checks again."))
     jobs: int | None = Field(None, ge=1, description=(
         "Candidates built at once, while earlier ones are judged; None: see `default_build_jobs` (on a GPU one per "
-        "core, their compilers sharing one budget of jobs). 1: no builds of their own; each executor builds as it "
-        "imports."))
-    gpus: str | None = Field(None, description=(
-        "GPUs to judge on, one lane each: None or `all`, every visible GPU; else positions among them (`0,2`)."))
+        "core, their compilers sharing one budget of jobs). 1: each executor builds as it imports."))
+    gpus: str | None = Field(None, description="GPUs to judge on, one lane each: None/`all`, or positions (`0,2`).")
     ahead: int | None = Field(None, ge=0, description=(
         "Candidates a lane queues at its referee behind the one judged, their executors started and importing "
-        "meanwhile (stopped while anything is timed); None: 4 on a GPU, 0 on the CPU (where the device judged is "
-        "the cores those imports run on)."))
+        "meanwhile (stopped while anything is timed); None: 4 on a GPU, 0 on the CPU (whose cores they would use)."))
     executor: Literal["local", "ray"] = Field("local", description=(
         "`local`: lanes in this process, one per GPU; `ray`: each lane a Ray actor (one GPU each, or one CPU) on "
         "the cluster at `ray_address`."))
     ray_address: str | None = Field(None, description="Ray cluster to join (None: a local Ray instance).")
     lanes: int | None = Field(None, ge=1, description=(
-        "Ray only: how many actors; None: the cluster's GPUs for a CUDA problem, its CPUs' worth for a CPU one "
-        "(at most 4)."))
+        "Ray only: actors; None: the cluster's GPUs for a CUDA problem, its CPUs' worth for a CPU one (at most 4)."))
     compile_timeout_s: float | None = Field(None, description="Override of the problem's compile timeout.")
     run_timeout_s: float | None = Field(None, description="Override of the problem's run timeout.")
     timing_budget_s: float = Field(2.0, description="Target seconds of timed calls per callable.")
+    shaky_spread: float = Field(SHAKY_SPREAD, gt=0, description="Spread bound (IQR over median) of shaky_timing.")
+    shaky_drift: float = Field(SHAKY_DRIFT, gt=0, description="Drift bound (between rounds) of shaky_timing.")
     compile_memory_limit_gb: float | None = Field(16.0, gt=0, description=(
         "Most resident memory (GiB, private pages summed over the executor's process group: the executor, "
         "the compilers it starts) while the candidate is imported and built; over it the group is killed and "
@@ -233,7 +232,8 @@ class Evaluator:
         """The store key of a verdict made by this evaluator."""
         compile_only = self.options.compile_only if compile_only is None else compile_only
         return identity.verdict_key(verdict.source_sha256, self.problem.name, self.size, self.device_name, self.judge,
-                                    compile_only=compile_only, run_rejected=self.options.run_rejected)
+                                    compile_only=compile_only, run_rejected=self.options.run_rejected,
+                                    bounds=(self.options.shaky_spread, self.options.shaky_drift))
 
     def evaluate(self, candidate: CandidateFile, compile_only: bool | None = None) -> Verdict:
         """One candidate, with a referee of its own when it runs."""

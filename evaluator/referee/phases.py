@@ -35,7 +35,7 @@ from evaluator.referee.view import RefereeView, Round
 from evaluator.wire.kernels import kernel_base_name, own_kernels
 from evaluator.wire.protocol import Finish, LoadState, Profile
 from evaluator.wire.records import (
-    SHAKY_DRIFT, SHAKY_SPREAD, Correctness, Flag, Phase, Roofline, Status, TimingStats, Verdict, merge_flags)
+    SHAKY_DRIFT, SHAKY_SPREAD, Correctness, Flag, Phase, Roofline, Status, TimingStats, Verdict, bounds_flag, merge_flags)
 from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop, Timed
 from evaluator.referee.check_phase import check_phase
 from evaluator.referee.time_phase import spot, time_phase
@@ -186,7 +186,8 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         environment.sm_clock_mhz = timed.sm_clock_mhz
     flags = list(session.flags)
     if timing is not None:
-        flags += shaky_timing(timing, rounds)
+        flags += shaky_timing(timing, rounds, referee.config.shaky_spread, referee.config.shaky_drift)
+        flags += bounds_flag(referee.config.shaky_spread, referee.config.shaky_drift)
     if rounds is not None and rounds.failed:  # a baseline failing is not the candidate's fault
         flags += [Flag(name="baseline_failed", reason=f"baseline `{name}` failed: {why}"[:500])
                   for name, why in rounds.failed.items()]
@@ -222,24 +223,25 @@ def claimed(referee: RefereeView, correctness: Correctness, timed: Timed | None,
     return correctness.model_copy(update={"tiers": tiers, "later": record})
 
 
-def shaky_timing(timing: TimingStats, rounds: Round | None) -> list[Flag]:
+def shaky_timing(timing: TimingStats, rounds: Round | None, spread: float = SHAKY_SPREAD,
+                 drift: float = SHAKY_DRIFT) -> list[Flag]:
     """`shaky_timing`, with every reason, when the candidate's series or a baseline it is divided by is
-    beyond the bounds above; else nothing."""
+    beyond the bounds (the published ones, or the user's); else nothing."""
     reasons = []
     if rounds is not None and rounds.device_busy:
         reasons.append(f"its baselines were timed while {rounds.device_busy.removeprefix('the ')}")
-    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > SHAKY_SPREAD:
+    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > spread:
         reasons.append(f"its times spread by {timing.iqr_ms / timing.median_ms:.0%} of their median (IQR)")
     for name, stats in (rounds.baselines if rounds is not None else {}).items():
-        if stats.median_ms > 0 and stats.iqr_ms / stats.median_ms > SHAKY_SPREAD:
+        if stats.median_ms > 0 and stats.iqr_ms / stats.median_ms > spread:
             reasons.append(f"baseline `{name}` spread by {stats.iqr_ms / stats.median_ms:.0%} of its median")
         moved = rounds.moved.get(name)
-        if moved is not None and abs(moved) > SHAKY_DRIFT:
+        if moved is not None and abs(moved) > drift:
             reasons.append(f"baseline `{name}` moved {moved:+.0%} since the previous round")
     if not reasons:
         return []
-    return [Flag(name="shaky_timing", reason=("; ".join(reasons) + f" (bounds: {SHAKY_SPREAD:.0%} spread, "
-                                               f"{SHAKY_DRIFT:.0%} drift): not ranked")[:500])]
+    return [Flag(name="shaky_timing", reason=("; ".join(reasons) + f" (bounds: {spread:.0%} spread, "
+                                               f"{drift:.0%} drift): not ranked")[:500])]
 
 
 def forward_roofline(referee: RefereeView, median_ms: float) -> Roofline:

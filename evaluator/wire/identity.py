@@ -23,7 +23,7 @@ from pathlib import Path
 
 
 from evaluator.wire.problem import ProblemSpec
-from evaluator.wire.records import Environment, Hardware, Judge, json_digest
+from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD, Environment, Hardware, Judge, json_digest
 
 EVALUATOR_DIR = Path(__file__).resolve().parents[1]
 
@@ -88,16 +88,20 @@ def device_name(device: str, hardware: Hardware | None = None) -> str:
 
 
 def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, judge: Judge | str,
-                compile_only: bool = False, run_rejected: bool = False) -> str:
+                compile_only: bool = False, run_rejected: bool = False,
+                bounds: tuple[float, float] = (SHAKY_SPREAD, SHAKY_DRIFT)) -> str:
     """SHA-256 of (source hash, problem, size, device name, judge fingerprint): the resume key of
     a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation), and
-    so has one judged with `run_rejected` (statically rejected candidates were run, not just rejected)."""
+    so has one judged with `run_rejected` (statically rejected candidates were run, not just rejected), and one
+    judged with timing bounds other than the published ones."""
     fingerprint = judge if isinstance(judge, str) else judge.fingerprint
     parts = {"source": source_sha256, "problem": problem, "size": size, "device": device_name, "judge": fingerprint}
     if compile_only:
         parts["compile_only"] = True
     if run_rejected:
         parts["run_rejected"] = True
+    if tuple(bounds) != (SHAKY_SPREAD, SHAKY_DRIFT):  # the user's own timing bounds: another verdict
+        parts["bounds"] = list(bounds)
     return json_digest(parts)
 
 

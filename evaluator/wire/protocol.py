@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from evaluator.wire.records import Containment, Flag, Phase, TimingStats, Verdict
+from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD, Containment, Flag, Phase, TimingStats, Verdict
 
 
 class Message(BaseModel):
@@ -301,6 +301,8 @@ class RefereeConfig(BaseModel):
         "weights for each). It never seeds an input: those derive from a secret the referee draws for the "
         "batch (evaluator.referee.keys)."))
     timing_budget_s: float = 2.0
+    shaky_spread: float = Field(SHAKY_SPREAD, gt=0, description="A series' IQR over its median past which it is shaky.")
+    shaky_drift: float = Field(SHAKY_DRIFT, gt=0, description="A baseline's move between rounds past which it is shaky.")
     min_reps: int = 10
     max_reps: int = 200
     warmup: int = 3

@@ -284,6 +284,16 @@ SHAKY_SPREAD = 0.2
 SHAKY_DRIFT = 0.2
 
 
+def bounds_flag(spread: float, drift: float) -> list[Flag]:
+    """A verdict judged with bounds other than the published ones says so (`own_bounds`), so a ranking on a
+    shared machine's looser bounds never reads as one on the published bounds."""
+    if (spread, drift) == (SHAKY_SPREAD, SHAKY_DRIFT):
+        return []
+    return [Flag(name="own_bounds", reason=(
+        f"judged with timing bounds of {spread:.0%} spread and {drift:.0%} drift (published: {SHAKY_SPREAD:.0%} and "
+        f"{SHAKY_DRIFT:.0%}): its speedup ranks against those"))]
+
+
 class BaselineSource(Record):
     """Which timing of the baselines a verdict's speedups divide by: taken by the referee, in its own
     process (which never runs candidate code), with no candidate process alive on the device."""
