@@ -22,14 +22,18 @@ from rich.table import Table
 from evaluator.wire.assets import golden_files
 from evaluator.wire.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem
 from evaluator.wire.records import Status, Verdict
-from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines, resolve_device
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
-def bench_baselines(spec: ProblemSpec) -> list[str]:
-    """The usual CUDA baselines, then the problem's ceilings (what every CUDA evaluation times)."""
-    return default_baselines(spec, "cuda")
+def bench_baselines(spec: ProblemSpec, device: str = "cuda") -> list[str]:
+    """The device's usual baselines, then (CUDA) the problem's ceilings (what every evaluation there times)."""
+    return default_baselines(spec, device)
+
+
+class BenchError(ValueError):
+    """A bench that would measure nothing (the golden kernels, CUDA, on the CPU)."""
 
 
 def golden_candidates() -> list[CandidateFile]:
@@ -120,6 +124,10 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
               device: str | None = None, out: Path | None = None, console: Console | None = None,
               store: Path | None = None, record: bool = True) -> dict:
     console = console or Console()
+    device = resolve_device(device)
+    if device == "cpu" and not candidates:  # CUDA kernels, never run here: a table of blanks
+        raise BenchError("bench on the CPU: the golden kernels are CUDA and are not run here; give CPU candidates "
+                         "(plain PyTorch or C++ ModelNew files) as FILES, with --sizes small")
     candidates = candidates or golden_candidates()
     spec = load_problem(problem)
     target_size = spec.bench.size or spec.default_size
@@ -129,7 +137,7 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
 
         store = default_store_path()  # where the verdicts go, and unreadable from every executor either way
     for size in sizes:
-        options = EvalOptions(problem=str(spec.location), size=size, device=device, baselines=bench_baselines(spec),
+        options = EvalOptions(problem=str(spec.location), size=size, device=device, baselines=bench_baselines(spec, device),
                               jobs=len(candidates), store=store)
         evaluator = Evaluator(options)
         # said before the builds and baseline rounds (minutes), and as each verdict comes

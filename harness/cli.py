@@ -287,7 +287,7 @@ def bench_command(
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.parent.sandbox import CandidateFile
-    from harness.bench import run_bench
+    from harness.bench import BenchError, run_bench
 
     if build_cost:
         from harness.build_cost import run_build_cost
@@ -302,8 +302,11 @@ def bench_command(
         return
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
-    run_bench([s.strip() for s in sizes.split(",") if s.strip()], problem, candidates, device, out, console,
-              store=store, record=not no_store)
+    try:
+        run_bench([s.strip() for s in sizes.split(",") if s.strip()], problem, candidates, device, out, console,
+                  store=store, record=not no_store)
+    except BenchError as err:
+        raise usage_error(str(err))
 
 
 # -- reading the store (harness/commands.py holds the implementations) -----------------------------

@@ -32,6 +32,49 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# -- the CPU fixtures judged once for the session ---------------------------------------------------------------
+
+CPU = FIXTURES / "candidates" / "cpu"
+GOOD = CPU / "torch_ops_correct.py"
+BAD_INPUTS = sorted(p for p in CPU.glob("*.py") if p != GOOD)
+
+
+def cpu_options(tmp_path: Path, **overrides):
+    from evaluator.parent.sandbox import EvalOptions
+
+    # 60 s: print_100mb's timed calls (plus the unwritten-output call and the buffer replay) ran past 30 s on a
+    # loaded 2-core machine
+    settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"],
+                    log_root=tmp_path / "logs")
+    settings.update(overrides)
+    return EvalOptions(**settings)
+
+
+@pytest.fixture(scope="session")
+def bad_input_verdicts(tmp_path_factory):
+    """Every CPU fixture followed by the good candidate, in ONE evaluation batch (builds in parallel, executors
+    started two ahead). With --run-rejected: the os._exit fixtures, which the static checks reject, are here to
+    crash the worker. Session-wide: test_evaluator reads each verdict, test_ray_lanes compares a Ray cluster's
+    verdicts of the same files with them."""
+    from evaluator.parent.sandbox import CandidateFile, evaluate
+
+    tmp = tmp_path_factory.mktemp("bad")
+    judged = {}
+    # a candidate that never returns runs to its limit: it gets a batch of its own with the default limit, scaled
+    # to the reference's time (its floor, 20 s, at `small`: not the problem's 300 s), so the suite does not wait
+    # five minutes on it; the others' limit is long enough for a loaded machine
+    for inputs, run_timeout_s in (([p for p in BAD_INPUTS if p.stem != "infinite_loop"], 60),
+                                  ([p for p in BAD_INPUTS if p.stem == "infinite_loop"], None)):
+        batch = []
+        for path in inputs:
+            batch += [CandidateFile(name=path.stem, path=path), CandidateFile(name=f"after-{path.stem}", path=GOOD)]
+        verdicts = list(evaluate(batch, cpu_options(tmp, jobs=2, ahead=2, run_rejected=True, run_timeout_s=run_timeout_s)))
+        assert [v.candidate for v in verdicts] == [c.name for c in batch]
+        judged.update({v.candidate: v for v in verdicts})
+    return judged
+
+
+
 # Environment settings that would send the tests to a developer's own files or model endpoint.
 USER_SETTINGS = ("HARNESS_STORE", "HARNESS_CONFIG", "HARNESS_RUNS_DIR", "HARNESS_MODEL", "OPENAI_BASE_URL",
                  "OPENAI_API_KEY")

@@ -82,7 +82,8 @@ def build_store(tmp_path_factory: pytest.TempPathFactory) -> BuiltStore:
     runner = CliRunner()
     with pytest.MonkeyPatch.context() as mp:
         enter_clean_workdir(mp, workdir)
-        evaluated = runner.invoke(app, ["eval", "--device", "cpu", "--size", "small", "--store", str(store), *files])
+        evaluated = runner.invoke(app, ["eval", "--device", "cpu", "--size", "small", "--ahead", "2", "--store", str(store),
+                                        *files])
         assert evaluated.exit_code == 0, evaluated.output
         with FakeOpenAIServer(script) as server:
             ran = runner.invoke(app, run_args(server.url, "--store", str(store)))

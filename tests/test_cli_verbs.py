@@ -205,3 +205,8 @@ def test_boolean_flags_read_as_flags_in_the_help():
         text = invoke(command, "--help").output
         assert "<bool>" not in text and "--help" in text, text
     assert "--json " in invoke("eval", "--help").output
+
+
+def test_bench_on_the_cpu_without_cpu_candidates_says_it_would_measure_nothing():
+    result = invoke("bench", "--device", "cpu", "--no-store")
+    assert result.exit_code == 2 and "golden kernels are CUDA and are not run here" in result.output

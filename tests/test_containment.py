@@ -450,7 +450,7 @@ def escapes(tmp_path_factory):
         for name, value in settings.items():
             mp.setenv(name, value)
         settings = dict(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2, baselines=["eager"],
-                        log_root=tmp / "logs", jobs=2)
+                        log_root=tmp / "logs", jobs=2, ahead=2)  # as on a GPU: executors started while others run
         if "run_rejected" in EvalOptions.model_fields:  # statically rejected: run them anyway, contained
             settings["run_rejected"] = True
         options = EvalOptions(**settings)
@@ -609,6 +609,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
+@pytest.mark.slow  # over 0.8 s: out of the fast subset
 @pytest.mark.parametrize("by_tree", [True, False], ids=["process-tree", "session-scan"])
 def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group_after_the_first(tmp_path, by_tree):
     """What the attacker did (issue 21's review): processes forked after the first hold that setpgid out of
@@ -636,6 +637,7 @@ def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # over 0.8 s: out of the fast subset
 def test_executors_paused_for_another_candidate_are_stopped_whole_and_continued_whole(tmp_path):
     """pause_all (executors started ahead, while another candidate or the baselines are timed) finds them as
     a hold does, processes out of the group included, and resume_all continues every one."""

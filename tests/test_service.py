@@ -154,6 +154,7 @@ def test_a_restarted_server_finishes_the_jobs_it_had_accepted(tmp_path):
     assert sorted(CountingJudge.calls) == [f"S{i}" for i in range(5)]
 
 
+@pytest.mark.slow  # over 0.8 s: out of the fast subset
 def test_twenty_clients_hundreds_of_jobs_and_a_restart_lose_nothing_and_judge_nothing_twice(tmp_path):
     store = tmp_path / "r.sqlite"
     CountingJudge.calls, CountingJudge.delay_s = [], 0.002
