@@ -22,6 +22,7 @@ from rich.table import Table
 from evaluator.wire.problem import available_problems, load_problem
 from evaluator.wire.records import Verdict
 from harness.board import Filters
+from harness.feedback_compile_error import at_candidate_lines
 from harness.leaderboard import boards_and_suites, build_boards
 from harness.prompts import available_variants
 from harness.records import Candidate
@@ -141,6 +142,10 @@ def show_command(what: str, *, store: Path, json_out: bool, source: bool, consol
                           + (f", {speedup:.2f}x eager" if speedup else "")
                           + (f" [{', '.join(f.name for f in old.flags)}]" if old.flags else ""),
                           markup=False, highlight=False, soft_wrap=True)
+    located = at_candidate_lines(row.verdict.error, text) if row.verdict.status.value == "compile_error" else None
+    if located:  # the compiler's lines are main.cpp's or cuda.cu's, which load_inline made of the candidate
+        console.print(f"[bold]compile errors at the candidate's lines:[/] {escape(located)}", highlight=False,
+                      soft_wrap=True)
     if feedback:
         console.print("[bold]feedback the model got on it:[/]")
         console.print(feedback, markup=False, highlight=False, soft_wrap=True)

@@ -40,7 +40,7 @@ WEIGHTS_SEED_HELP = ("Pins the reference's initial weights (default: fresh for e
 BASELINES_HELP = "Comma list of eager,eager_tf32,compile,compile_tf32 (default: all four on a GPU, eager on the CPU)."
 COMPILE_TIMEOUT_HELP = "Seconds allowed to build a candidate (default: the problem's)."
 RUN_TIMEOUT_HELP = ("Seconds allowed to check and time a candidate (default: scaled to the reference's time, at least "
-                    "30 s, at most the problem's limit).")
+                    "60 s, at most the problem's limit).")
 
 
 SPREAD_HELP = ("A timed series or baseline whose IQR is over this fraction of its median is shaky_timing, not ranked "

@@ -151,7 +151,7 @@ class RunConfig(BaseModel):
         "device's defaults."))
     compile_timeout_s: float | None = Field(None, gt=0, description="Seconds allowed to build a candidate; None = the problem's.")
     run_timeout_s: float | None = Field(None, gt=0, description=(
-        "Seconds allowed to check and time a candidate; None = scaled to the reference's time (at least 20 s, at "
+        "Seconds allowed to check and time a candidate; None = scaled to the reference's time (at least 60 s, at "
         "most the problem's limit)."))
     jobs: int | None = Field(None, ge=1, description=(
         "Candidates built at once while earlier ones are judged; None = one per core on a GPU, half the cores on the CPU."))

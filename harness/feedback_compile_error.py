@@ -40,6 +40,15 @@ _CARET = re.compile(r"^[\s|~^]*$")
 _QUOTED = re.compile(r"[‘'\"`]([A-Za-z_]\w*)[’'\"`]")
 
 
+def at_candidate_lines(text: str | None, source: str | None) -> str | None:
+    """The compiler's errors said at the candidate's own lines (`line 23 (`code`): error: ...`), for a person
+    reading a table or `harness show`; None when none points at a line of `source`."""
+    located = [e for e in compiler_errors(text, source)[0] if e.line is not None]
+    if not located:
+        return None
+    return "; ".join(f"line {e.line} (`{e.code}`): {e.message}" for e in located)
+
+
 def compiler_errors(text: str | None, source: str | None) -> tuple[list[CompilerError], int]:
     """(the distinct errors in a build failure's text, in order and within COMPILER_BUDGET_CHARS; how
     many more there were). Each points at a line of `source` when its echoed source text (or, failing

@@ -10,13 +10,14 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evaluator.wire.records import FlagPolicy, Verdict
+from evaluator.wire.records import FlagPolicy, Status, Verdict
 from harness.board import Board, Filters
 from harness.columns import (
     CHAINS_CAPTION,
@@ -285,9 +286,18 @@ def verdict_table(verdicts: Sequence[Verdict], title: str | None = None) -> Tabl
         ]
         row += [f"{v.speedup[b]:.2f}" if b in v.speedup else "-" for b in baselines]
         row.append(fmt_flags(v.flags))
-        row.append(short_text(v.error, 90))
+        row.append(short_text(_error_at_candidate(v) or v.error, 90))
         table.add_row(*row)
     return table
+
+
+def _error_at_candidate(v: Verdict) -> str | None:
+    """A build's errors at the candidate file's own lines (not the main.cpp or cuda.cu load_inline made of it)."""
+    if v.status != Status.compile_error or not Path(v.candidate).is_file():
+        return None
+    from harness.feedback_compile_error import at_candidate_lines
+
+    return at_candidate_lines(v.error, Path(v.candidate).read_text(errors="replace"))
 
 
 def run_table(summary: RunSummary, title: str | None = None) -> Table:
