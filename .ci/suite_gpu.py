@@ -82,6 +82,7 @@ def suite_twice(out: Path, rows: list[str]) -> None:
         cached = sum(1 for v in verdicts if (v.get("baseline_source") or {}).get("cached"))
         statuses = ",".join(sorted({v["status"] for v in verdicts}))
         rows.append(f"suite {attempt}: rc={rc} {wall:.0f} s, {len(verdicts)} verdicts ({statuses}), {cached} on stored baselines")
+        print(rows[-1], flush=True)
     board = out / "suite-board.log"
     sh([sys.executable, "-m", "harness", "leaderboard", "--problems", str(ROOT / "reference/minibench"),
         "--store", str(store)], board, 60)
@@ -104,8 +105,19 @@ def kernelbench_sizes(out: Path, rows: list[str], budget_s: float) -> None:
         problem.write_text(text)
         log = out / f"kb-{theirs}.log"
         env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        peak, stop = [0], threading.Event()
+
+        def watch() -> None:  # the GPU's memory in use, every half second: its peak over the judgement
+            while not stop.wait(0.5):
+                read = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                      capture_output=True, text=True).stdout.split()
+                peak[0] = max(peak[0], int(read[0]) if read else 0)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         rc, wall = sh([sys.executable, "-m", "harness", "eval", "--problem", str(problem), "--no-store", "--json",
-                       "--baselines", "eager,compile", str(files[ours])], log, min(left, 300), env)
+                       "--baselines", "eager,compile", str(files[ours])], log, min(left, float(os.environ.get("KB_EACH_S", "300"))), env)
+        stop.set()
         verdicts = verdict_lines(log)
         if verdicts:
             v = verdicts[-1]
@@ -113,7 +125,29 @@ def kernelbench_sizes(out: Path, rows: list[str], budget_s: float) -> None:
                    f"{(v.get('error') or '')[:160]}"
         else:
             what = "no verdict: " + log.read_text(errors="replace")[-300:].replace("\n", " | ")
-        rows.append(f"{theirs} {sizes}: rc={rc} {wall:.0f} s: {what}")
+        rows.append(f"{theirs} {sizes}: rc={rc} {wall:.0f} s, GPU memory peak {peak[0] / 1024:.1f} GiB: {what}")
+        print(rows[-1], flush=True)
+
+
+def service_sources(out: Path, count: int) -> tuple[list[str], Path]:
+    """`count` distinct sources (plain PyTorch: no build) of gemm_scale_bn, and the folder holding them as files."""
+    base = (ROOT / "tests/fixtures/candidates/cpu/torch_ops_correct.py").read_text()
+    sources = [base + f"\n# variant {i}: a source of its own, so that no two are one judgement\n" for i in range(count)]
+    folder = out / "service-sources"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, source in enumerate(sources):
+        (folder / f"v{i:02d}.py").write_text(source)
+    return sources, folder
+
+
+def eval_same_sources(out: Path, rows: list[str], count: int = 32, timeout: float = 250) -> None:
+    sources, folder = service_sources(out, count)
+    log = out / "service-eval.log"
+    rc, wall = sh([sys.executable, "-m", "harness", "eval", "--size", "kernelbench", "--no-store", "--json",
+                   *map(str, sorted(folder.glob("*.py")))], log, timeout)
+    done = verdict_lines(log)
+    rows.append(f"harness eval, the service's {len(sources)} sources: rc={rc} {len(done)} verdicts in {wall:.0f} s: "
+                f"{60 * len(done) / wall:.1f}/min")
 
 
 def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int = 4) -> None:
@@ -121,13 +155,7 @@ def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int =
 
     from harness.client import Client
 
-    base = (ROOT / "tests/fixtures/candidates/cpu/torch_ops_correct.py").read_text()
-    sources = [base + f"\n# variant {i}: a source of its own, so that no two are one judgement\n"
-               for i in range(clients * per_client)]
-    folder = out / "service-sources"
-    folder.mkdir(parents=True, exist_ok=True)
-    for i, source in enumerate(sources):
-        (folder / f"v{i:02d}.py").write_text(source)
+    sources, folder = service_sources(out, clients * per_client)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -173,29 +201,29 @@ def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int =
     rows.append(f"service: {len(verdicts)} verdicts ({ranked} ranked) from {clients} clients in {wall:.0f} s: "
                 f"{60 * len(verdicts) / wall:.1f}/min; API answers p50 {1000 * statistics.median(latencies):.0f} ms, "
                 f"p99 {1000 * latencies[int(0.99 * (len(latencies) - 1))]:.0f} ms")
-    log = out / "service-eval.log"
-    rc, wall = sh([sys.executable, "-m", "harness", "eval", "--size", "kernelbench", "--no-store", "--json",
-                   *map(str, sorted(folder.glob("*.py")))], log, 400)
-    done = verdict_lines(log)
-    rows.append(f"harness eval, same {len(sources)} sources: rc={rc} {len(done)} verdicts in {wall:.0f} s: "
-                f"{60 * len(done) / wall:.1f}/min")
+    print(rows[-1], flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("gpu-out"))
-    parser.add_argument("--parts", default="suite,kernelbench,service")
+    parser.add_argument("--parts", default="suite,service,kernelbench", help="in this order; `eval`: harness eval on "
+                        "the service's sources alone")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[str] = []
     parts = args.parts.split(",")
     try:
-        if "suite" in parts:
-            suite_twice(args.out, rows)
-        if "service" in parts:
-            service_load(args.out, rows)
-        if "kernelbench" in parts:
-            kernelbench_sizes(args.out, rows, budget_s=float(os.environ.get("KB_BUDGET_S", "420")))
+        for part in parts:
+            if part == "suite":
+                suite_twice(args.out, rows)
+            elif part == "service":
+                service_load(args.out, rows)
+                eval_same_sources(args.out, rows)
+            elif part == "eval":
+                eval_same_sources(args.out, rows)
+            elif part == "kernelbench":
+                kernelbench_sizes(args.out, rows, budget_s=float(os.environ.get("KB_BUDGET_S", "420")))
     finally:
         print("\n".join(rows))
 
