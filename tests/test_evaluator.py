@@ -288,3 +288,14 @@ def test_a_timeout_under_a_scaled_limit_says_so():
     assert ended(True, Phase.check) == ("phase `check` ran past its 60 s limit (scaled to the reference's time: a call "
                                         "at most 50 times the reference's); the process group was killed")
     assert "scaled" not in ended(False, Phase.check) and "900 s limit;" in ended(True, Phase.compile)
+
+
+def test_the_problems_run_limit_is_a_cap_and_the_users_a_limit(tmp_path):
+    """gemm_scale_bn's problem.toml names run_s = 300: a cap, each candidate's limit scaled within it (a looping
+    candidate at `small` cost its 300 s); --run-timeout is the limit itself."""
+    from evaluator.parent.referee_client import RefereeClient
+
+    scaled = RefereeClient(Evaluator(cpu_options(tmp_path, run_timeout_s=None))).config()
+    assert scaled.run_timeout_scaled and scaled.run_timeout_s == 300
+    fixed = RefereeClient(Evaluator(cpu_options(tmp_path, run_timeout_s=45))).config()
+    assert not fixed.run_timeout_scaled and fixed.run_timeout_s == 45

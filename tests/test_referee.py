@@ -505,3 +505,22 @@ def test_a_users_own_timing_bounds_reach_the_referee_are_flagged_and_keyed_apart
     verdict = Verdict(candidate="c", source_sha256="ab" * 32, problem="gemm_scale_bn", size="small", device="cpu",
                       status="correct")
     assert loose.key(verdict) != published.key(verdict)
+
+
+def test_a_comparison_in_chunks_gives_what_one_whole_gives(monkeypatch):
+    """The float64 comparison runs in chunks (a KernelBench-size output took the GPU's memory whole): the same
+    maxima, tiers and NaN count, whatever the chunk."""
+    from evaluator.referee import compare
+    from evaluator.wire.problem import Tolerance
+
+    tolerances = {"strict": Tolerance(atol=1e-6, rtol=1e-6), "loose": Tolerance(atol=1e-2, rtol=1e-2)}
+    expected = torch.randn(37, 11, dtype=torch.float64)
+    near = (expected + 1e-4 * torch.randn_like(expected)).float()
+    broken = near.clone()
+    broken[20, 3], broken[36, 10] = float("nan"), float("inf")
+    whole = {name: compare.compare_tensor("out", t, expected, tolerances, 1e-3) for name, t in
+             (("near", near), ("broken", broken), ("exact", expected.float()))}
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", 7)  # 407 elements: 59 chunks, the last a short one
+    for name, t in (("near", near), ("broken", broken), ("exact", expected.float())):
+        assert compare.compare_tensor("out", t, expected, tolerances, 1e-3) == whole[name]
+    assert whole["near"].tiers == {"strict": False, "loose": True} and whole["broken"].failure == "out: 2 NaN/Inf values"

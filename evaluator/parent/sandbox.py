@@ -198,8 +198,8 @@ class Evaluator:
         self.log_root = options.log_root or Path(".harness") / "logs"
         self.compile_timeout, self.run_timeout = (options.compile_timeout_s or self.problem.timeouts.compile_s,
                                                   options.run_timeout_s or self.problem.timeouts.run_s)
-        # nobody set it: a cap, each candidate's limit scaled to the reference's time (a loop at `small` cost 300 s)
-        self.run_timeout_scaled = not options.run_timeout_s and "run_s" not in self.problem.timeouts.model_fields_set
+        # not set by the user: the problem's is a cap, each candidate's limit scaled to the reference's time within it
+        self.run_timeout_scaled = not options.run_timeout_s  # (a looping candidate at `small` cost 300 s)
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
         self.jobs = options.jobs or default_build_jobs(self.device)
         self.jobserver: JobServer | None = None  # the compilers' shared budget while a batch builds in a pool

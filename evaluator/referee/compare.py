@@ -14,7 +14,9 @@ import torch
 from evaluator.wire.records import ModeCheck, TensorError
 from evaluator.wire.tensors import (
     _abs, _add, _all, _amax, _clamp_min, _detach, _div, _equal, _float64, _is_floating_point, _isfinite, _item,
-    _le, _logical_not, _mul, _numel, _sub, _sum, _Tensor, _to, _tolist, guarded, is_plain_tensor)
+    _le, _logical_not, _mul, _narrow, _numel, _reshape, _sub, _sum, _Tensor, _to, _tolist, guarded, is_plain_tensor)
+
+COMPARE_CHUNK = 1 << 25  # elements compared at once: 256 MiB of float64 a temporary
 
 
 @dataclass
@@ -49,19 +51,28 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
             return TensorCompare(0.0 if same else float("inf"), 0.0 if same else float("inf"),
                                  {tier: same for tier in tolerances},
                                  None if same else _int_mismatch(name, actual, expected))
-        got = _to(_detach(actual), expected.device, _float64)
-        finite = _isfinite(got)
-        if not bool(_item(_all(finite))):
-            bad = int(_item(_sum(_logical_not(finite))))
+        # in chunks: a whole float64 copy and its temporaries were five times the expected output (a 6.4 GB fp32
+        # output took over 60 GB of the GPU), the same maxima and tiers chunk by chunk
+        flat_actual, flat_expected = _reshape(_detach(actual), (-1,)), _reshape(expected, (-1,))
+        count, bad = _numel(flat_expected), 0
+        max_abs = max_rel = 0.0
+        tiers = {tier: True for tier in tolerances}
+        for start in range(0, count, COMPARE_CHUNK):
+            length = min(COMPARE_CHUNK, count - start)
+            got = _to(_narrow(flat_actual, 0, start, length), expected.device, _float64)
+            want = _narrow(flat_expected, 0, start, length)
+            finite = _isfinite(got)
+            if not bool(_item(_all(finite))):
+                bad += int(_item(_sum(_logical_not(finite))))
+                continue
+            diff = _abs(_sub(got, want))
+            ref_abs = _abs(want)
+            max_abs = max(max_abs, float(_item(_amax(diff))))
+            max_rel = max(max_rel, float(_item(_amax(_div(diff, _clamp_min(ref_abs, rel_floor))))))
+            for tier, tol in tolerances.items():
+                tiers[tier] = tiers[tier] and bool(_item(_all(_le(diff, _add(_mul(ref_abs, tol.rtol), tol.atol)))))
+        if bad:
             return TensorCompare(float("inf"), float("inf"), failed, f"{name}: {bad} NaN/Inf values")
-        diff = _abs(_sub(got, expected))
-        ref_abs = _abs(expected)
-        empty = _numel(diff) == 0
-        max_abs = 0.0 if empty else float(_item(_amax(diff)))
-        max_rel = 0.0 if empty else float(_item(_amax(_div(diff, _clamp_min(ref_abs, rel_floor)))))
-        tiers = {}
-        for tier, tol in tolerances.items():
-            tiers[tier] = bool(_item(_all(_le(diff, _add(_mul(ref_abs, tol.rtol), tol.atol)))))
     return TensorCompare(max_abs, max_rel, tiers)
 
 

@@ -40,7 +40,7 @@ import torch
 
 from evaluator.referee import clock, phases
 from evaluator.referee import stored as stored_baselines
-from evaluator.referee.session import Session, scaled_run_limit
+from evaluator.referee.session import Session, release_cached, run_limit
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
@@ -220,17 +220,6 @@ class Referee:
 
     # -- baselines ---------------------------------------------------------------------------------
 
-    def run_limit(self) -> float:
-        """The run limit of the next candidate: the configured one, or scaled to the reference's time (eager's median
-        in the current round; else the slowest baseline's)."""
-        config, current = self.config, self.current_round
-        if not config.run_timeout_scaled or current is None:
-            return config.run_timeout_s
-        eager = current.baselines.get("eager")
-        medians = [stats.median_ms for stats in current.baselines.values()]
-        reference_ms = eager.median_ms if eager is not None else max(medians, default=None)
-        return scaled_run_limit(config.run_timeout_s, reference_ms, config.timing_budget_s)
-
     def ensure_round(self) -> None:
         """A baseline round before the first candidate, after every `baseline_every` timed ones, and before one timed
         more than ROUND_MAX_AGE_S after the last (a warm judge of a training loop or a service idles between calls)."""
@@ -327,6 +316,7 @@ class Referee:
         self.current_round = Round(baselines=baselines, failed=failed, source=source, window_cost=cost,
                                    calibration_error=self.calibrator.error, moved=moved, device_busy=busy)
         self.timed_since_round = 0
+        release_cached(self.device)  # what the round's baselines (torch.compile's too) held, free for the executors
         return self.current_round
 
     def stored_figures(self) -> dict[str, TimingStats] | None:
@@ -449,7 +439,7 @@ class Referee:
         session = Session(
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
-            run_timeout_s=self.run_limit(), run_limit_scaled=config.run_timeout_scaled,
+            run_timeout_s=run_limit(config, self.current_round), run_limit_scaled=config.run_timeout_scaled,
             memory_limit_gb=config.compile_memory_limit_gb,
             keys=self.keys.derive("candidate", self.sessions, request.digest), exclusive=self.exclusive)
         try:
@@ -458,6 +448,7 @@ class Referee:
             process.close(wait_s=1)
             raise
         steps["phases"] = time.perf_counter()
+        release_cached(self.device)  # the checks' float64 copies: the next executor's memory, not the referee's cache
         self.judged += 1
         if verdict.timing is not None:
             self.timed_since_round += 1

@@ -41,6 +41,24 @@ def scaled_run_limit(cap_s: float, reference_ms: float | None, budget_s: float) 
     return round(min(cap_s, max(RUN_FLOOR_S, scaled)), 1)
 
 
+def run_limit(config, current) -> float:
+    """The run limit of the next candidate under `config` (a RefereeConfig): the configured one, or scaled to the
+    reference's time in the `current` round (eager's median; else the slowest baseline's)."""
+    if not config.run_timeout_scaled or current is None:
+        return config.run_timeout_s
+    eager = current.baselines.get("eager")
+    reference_ms = eager.median_ms if eager is not None else max((s.median_ms for s in current.baselines.values()),
+                                                                   default=None)
+    return scaled_run_limit(config.run_timeout_s, reference_ms, config.timing_budget_s)
+
+
+def release_cached(device: str) -> None:
+    """Return the memory PyTorch's caching allocator keeps after a float64 check or a baseline round to the device:
+    cached in the referee, it is out of an executor's reach (a KernelBench-size problem ran its executor out of it)."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 class Judged(Exception):
     """Ends the judgement with a status and a reason."""
 

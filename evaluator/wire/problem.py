@@ -51,7 +51,9 @@ class Timeouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     compile_s: float = Field(900, description="Importing the candidate, which builds its extensions.")
-    run_s: float = Field(300, description="Checking and timing a built candidate.")
+    run_s: float = Field(300, description=(
+        "Checking and timing a built candidate, at most: each candidate's limit is scaled to the reference's time "
+        "within it (evaluator.referee.session.scaled_run_limit), unless the user sets one."))
 
 
 class HeavyOps(BaseModel):

@@ -46,6 +46,7 @@ _item = torch.Tensor.item
 _numel = torch.Tensor.numel
 _size = torch.Tensor.size
 _view = torch.Tensor.view
+_reshape = torch.Tensor.reshape
 _narrow = torch.narrow
 _is_floating_point = torch.Tensor.is_floating_point
 _untyped_storage = torch.Tensor.untyped_storage
