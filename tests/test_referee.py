@@ -524,3 +524,25 @@ def test_a_comparison_in_chunks_gives_what_one_whole_gives(monkeypatch):
     for name, t in (("near", near), ("broken", broken), ("exact", expected.float())):
         assert compare.compare_tensor("out", t, expected, tolerances, 1e-3) == whole[name]
     assert whole["near"].tiers == {"strict": False, "loose": True} and whole["broken"].failure == "out: 2 NaN/Inf values"
+
+
+def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_error():
+    """At KernelBench's own sizes an executor ran out of GPU memory staging its inputs (the referee's float64 copies
+    beside it), and the verdict read `runtime_error`, as if the candidate had failed: it is `crashed`, saying why."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import check_phase
+    from evaluator.referee.compare import ModeAccumulator
+    from evaluator.referee.session import Judged
+    from evaluator.wire.protocol import Reply
+    from evaluator.wire.records import Phase, Status
+
+    reply = Reply(id=0, error="out of GPU memory staging the call's inputs: torch.OutOfMemoryError ...",
+                  error_kind="staging_memory")
+    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)]),
+                              link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: [])),
+                              request=lambda command: reply, phase=Phase.check)
+    with pytest.raises(Judged) as judged:
+        check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {}))
+    assert judged.value.status == Status.crashed and "before the candidate was called" in judged.value.error
+    assert judged.value.error.endswith(reply.error)

@@ -1,7 +1,7 @@
-"""The executor's commands: the contained process (evaluator.executor, its `__main__`) imports ONE candidate
-and serves the referee's commands (evaluator.wire.protocol) here, one at a time: build ModelNew, load the weights it is handed, run checked forwards on inputs it is
-handed, draw inputs from seeds and time calls, ship outputs and state through the exchange
-(evaluator.wire.exchange). Channel `N` carries its messages to the referee, `M` the referee's commands.
+"""The executor's commands: the contained process (evaluator.executor, its `__main__`) imports ONE candidate and
+serves the referee's commands (evaluator.wire.protocol) here, one at a time: build ModelNew, load the weights it is
+handed, run checked forwards on inputs it is handed, draw inputs from seeds and time calls, ship outputs and state
+through the exchange (evaluator.wire.exchange). Channel `N` carries its messages to the referee, `M` the referee's commands.
 
 Nothing here judges. The reference is not in this process, nor are the tolerances, the baselines
 or any comparison with the reference: the candidate can change anything in this process, so what
@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import time
 
-# Unix times of the start-up steps (Reply.startup). `python`: this module starts, after the interpreter;
-# `torch`: its own imports done.
+# Unix times of the start-up steps (Reply.startup): `python`, this module starts; `torch`, its imports done
 STARTUP = {"python": time.time()}
 
 import gc  # noqa: E402
@@ -26,8 +25,7 @@ import sys  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path
 
-# Import torch and bind what the executor uses before the candidate exists.
-import torch  # noqa: E402
+import torch  # noqa: E402  (imported, and what the executor uses bound, before the candidate exists)
 
 STARTUP["torch"] = time.time()
 
@@ -36,10 +34,8 @@ from evaluator.executor import guard as guards
 from evaluator.wire import kernels
 from evaluator.wire.exchange import Exchange, ExchangeError
 from evaluator.wire.problem import import_file
-from evaluator.wire.protocol import (
-    Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, LoadState, Profile, Put, Reply, SendState,
-    ValueInfo, unpack,
-)
+from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, LoadState, Profile,
+                                     Put, Reply, SendState, ValueInfo, unpack)
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
 from evaluator.wire.stage import Stage
 from evaluator.executor.forward import timed_forwards
@@ -72,6 +68,10 @@ def value_info(value) -> ValueInfo:
 
 # The device time each call of the current window is to take, for the referee's calibrator (protocol.Go.pace_ms).
 PACE_MS = 0.0
+
+class StagingOutOfMemory(RuntimeError):
+    """The device's memory ran out as a call's inputs were staged, before the candidate was called."""
+
 
 class Channel:
     """The pipe to the referee: one JSON line per message."""
@@ -153,6 +153,9 @@ class Executor:
         }[type(command)]
         try:
             reply = handler(command)
+        except StagingOutOfMemory:  # the judge's copies and the candidate's together are over the device
+            reply = Reply(id=command.id, error=describe_exception("out of GPU memory staging the call's inputs"),
+                          error_kind="staging_memory")
         except BaseException:  # the executor's own failure (or something the candidate broke)
             reply = Reply(id=command.id, error=describe_exception("the executor failed"), error_kind="internal")
         reply.flags = pending + reply.flags
@@ -426,17 +429,17 @@ class Executor:
         return int(delay_ms * 1_000_000 / max(begin.elapsed_time(end), 1e-3))
 
     def stage_inputs(self, inputs: list) -> None:
-        """CUDA: fill the candidate's inputs with NaN, then, on the current stream, hold it busy and
-        only then copy the real values in. Work that honours stream order (the current stream, or a
-        side stream that waits on it) reads the real values; a side stream that does not wait reads
-        NaN. CPU: nothing to do."""
+        """CUDA: fill the candidate's inputs with NaN, then, on the current stream, hold it busy and only then copy
+        the real values in. Work that honours stream order (the current stream, or a side stream that waits on it)
+        reads the real values; a side stream that does not wait reads NaN. CPU: nothing to do."""
         if self.device != "cuda":
             return
-        staged = []
-        for x in inputs:
-            if isinstance(x, torch.Tensor) and x.is_floating_point():
-                staged.append((x, x.clone()))
-                x.fill_(float("nan"))
+        try:
+            staged = [(x, x.clone()) for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        except torch.OutOfMemoryError as err:
+            raise StagingOutOfMemory(str(err)) from None
+        for x, _ in staged:
+            x.fill_(float("nan"))
         torch.cuda.synchronize()
         if self.delay_cycles:
             torch.cuda._sleep(self.delay_cycles)

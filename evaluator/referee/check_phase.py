@@ -18,6 +18,10 @@ from evaluator.referee.session import Built, Checked, Judged, Session, Stop
 
 # ------------------------------------------------------------------------------------------ check
 
+STAGING_MEMORY = ("the GPU's memory ran out as the judge staged the call's inputs, before the candidate was called: "
+                  "at this problem's size the referee's float64 checks and the executor's copies do not fit this GPU "
+                  "(docs/problems.md, the memory bound); a smaller size, or a GPU with more memory, judges it. ")
+
 def output_problem(info: ValueInfo | None, actual: torch.Tensor | None, shape: list[int], referee: RefereeView) -> str | None:
     """Why what forward returned (as the executor describes it, and its values as shipped) is not a plain
     tensor of the reference output's shape, dtype and device type; None when it is."""
@@ -54,6 +58,8 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     inputs = referee.draw(distribution, seed)
     slots = session.link.exchange.write([(f"input.{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
     reply = session.request(Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True))
+    if reply.error_kind == "staging_memory":  # the judge's own copies did not fit: not the candidate's error
+        raise Judged(Status.crashed, session.phase, STAGING_MEMORY + reply.error)
     if reply.error:
         raise Judged(Status.runtime_error, session.phase, reply.error)
     shipped, unreadable = session.shipment(reply)

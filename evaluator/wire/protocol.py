@@ -184,11 +184,12 @@ class Reply(Message):
     error: str | None = Field(None, description=(
         "Why the command could not be done: the candidate raised (traceback), ModelNew is missing, ... "
         "The referee decides what status that is."))
-    error_kind: Literal["build", "import", "no_model_new", "raised", "not_module", "internal"] | None = Field(None, description=(
-        "`build`: building its extensions failed; `import`: importing the candidate failed otherwise (or it called "
-        "exit); `no_model_new`: it defines no class "
-        "ModelNew; `raised`: the candidate's code raised; `not_module`: ModelNew is no nn.Module; `internal`: the "
-        "executor itself failed."))
+    error_kind: Literal["build", "import", "no_model_new", "raised", "not_module", "internal", "staging_memory"] | None = Field(
+        None, description=(
+            "`build`: building its extensions failed; `import`: importing the candidate failed otherwise (or it called "
+            "exit); `no_model_new`: it defines no class ModelNew; `raised`: the candidate's code raised; `not_module`: "
+            "ModelNew is no nn.Module; `internal`: the executor itself failed; `staging_memory`: the device ran out of "
+            "memory as the executor staged a call's inputs, before the candidate was called."))
     flags: list[Flag] = Field(default_factory=list, description="What the executor's own guard saw during it.")
     problems: list[str] = Field(default_factory=list, description=(
         "Integrity problems seen in the executor (output aliasing an input, output changed after forward "
