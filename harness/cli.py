@@ -68,7 +68,7 @@ def eval_command(
     problems: Optional[Path] = typer.Option(None, help=(
         "A suite: a folder of problems (KernelBench's level folders as they are) or a suite file (.toml). Each "
         "file is judged against the problem named by a folder on its path or by the start of its name.")),
-    size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide (default: the problem's, by device)."),
+    size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide, or one scaled down, default/64 (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build without running."),
     run_rejected: bool = typer.Option(False, "--run-rejected", help=(
@@ -164,7 +164,7 @@ def run_cli(
         "A suite: a folder of problems (KernelBench's level folders as they are) or a suite file (.toml); one "
         "run per problem, then the suite board. With replay:DIR, each problem's replies are read from "
         "DIR/<problem>/ where it exists.")),
-    size: Optional[str] = typer.Option(None, help="Size preset (default: the problem's, by device)."),
+    size: Optional[str] = typer.Option(None, help="Size preset, or one scaled down, default/64 (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (env: OPENAI_BASE_URL)."),
     api_key_env: Optional[str] = typer.Option(None, help="Variable holding the API key (default: OPENAI_API_KEY)."),

@@ -39,7 +39,7 @@ def derive_run_id(cfg: RunConfig, messages: Sequence[Message], size: str, device
     # the size and device as they are named; a prompt variant other than the default as `prompt-V` (the default
     # variant, `kernelbench`, read as the size of that name where the id named it)
     prompt = "" if cfg.variant == DEFAULT_VARIANT else f"-prompt-{cfg.variant}"
-    return f"{problem}-{model_slug(cfg)}-{size}-{device}{prompt}-{digest}"
+    return f"{problem}-{model_slug(cfg)}-{size.replace('/', '_div')}-{device}{prompt}-{digest}"  # default/64: one folder
 
 
 def model_slug(cfg: RunConfig) -> str:
@@ -53,7 +53,7 @@ def earlier_run_id(run_id: str, cfg: RunConfig, problem: str) -> str:
 
 
 def golden_run_id(problem: str, size: str, device: str) -> str:
-    return f"golden-{problem}-{size}-{device}"
+    return f"golden-{problem}-{size.replace('/', '_div')}-{device}"
 
 
 def base_params(cfg: RunConfig) -> GenerationParams:

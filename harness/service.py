@@ -203,7 +203,7 @@ class Service:
             raise ServiceError(413, f"source is over the limit of {MAX_SOURCE_BYTES} bytes")
         spec = load_problem(entry.location)
         size = request.size or entry.size or spec.default_size_for(device)
-        if size not in spec.sizes:
+        if not spec.has_size(size):
             raise ServiceError(422, f"problem {spec.name!r} has no size {size!r}; its sizes: {', '.join(spec.sizes)}")
         source_sha = hashlib.sha256(encoded).hexdigest()
         key = identity.verdict_key(source_sha, spec.name, size, identity.device_name(device),

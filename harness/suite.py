@@ -154,7 +154,7 @@ def _suite_file(path: Path) -> Suite:
         location = where if where.exists() else Path(entry.path)  # else a name under reference/
         spec = _spec(location)
         size = entry.size or data.size
-        if size is not None and size not in spec.sizes:
+        if size is not None and not spec.has_size(size):
             raise SuiteError(f"suite file {path}: problem {spec.name!r} has no size {size!r} "
                              f"(its sizes: {', '.join(spec.sizes)})")
         level = str(entry.level) if entry.level is not None else level_of(spec.location.parent if spec.spec_file is None

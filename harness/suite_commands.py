@@ -40,7 +40,7 @@ def check_sizes(suite: Suite, size: str | None, device: str) -> dict[str, str]:
     for p in suite.problems:
         spec = load_problem(p.location)
         sizes[p.name] = p.size or size or spec.default_size_for(device)
-        if sizes[p.name] not in spec.sizes:
+        if not spec.has_size(sizes[p.name]):
             wrong.append(f"{p.name} has no size {sizes[p.name]!r} (its sizes: {', '.join(spec.sizes)})")
     if wrong:
         raise SuiteError("; ".join(wrong))

@@ -153,6 +153,7 @@ def test_run_id_follows_settings(cfg):
     assert one.startswith("gemm_scale_bn-replay-replay-small-cpu-")  # the size as named, never the variant's name
     fusion = derive_run_id(cfg.model_copy(update={"variant": "fusion"}), messages, "small", "cpu", "gemm_scale_bn")
     assert fusion.startswith("gemm_scale_bn-replay-replay-small-cpu-prompt-fusion-")
+    assert "/" not in derive_run_id(cfg, messages, "small/4", "cpu", "gemm_scale_bn")  # a size scaled down: one folder
     named = execute_run(cfg.model_copy(update={"run_id": "mine", "samples": 1}), console=quiet(),
                         evaluate_fn=FakeEvaluator(), environ={})
     assert named.run.id == "mine" and (cfg.runs_dir / "mine" / "0" / "candidate.py").is_file()

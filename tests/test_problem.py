@@ -315,6 +315,9 @@ def test_a_bare_file_problem_is_evaluated(tmp_path):
     assert ok.custom_kernels and not [f for f in ok.flags if f.name == "torch_fallback"]
     assert (bad.problem, bad.status) == ("kb_leaky_relu_scale", Status.incorrect), bad.error
     assert bad.correctness.tiers == {"strict": False, "loose": False}
+    # its sizes scaled down (dim 256 -> 64; batch_size 16 < 64 kept): the same candidate, judged at them
+    [scaled] = evaluate([CandidateFile(name="good", path=good)], options.model_copy(update={"size": "default/4"}))
+    assert (scaled.size, scaled.status) == ("default/4", Status.correct), scaled.error
 
 
 @pytest.mark.slow
@@ -343,3 +346,15 @@ def test_a_bad_problem_toml_names_each_missing_or_wrong_field(tmp_path):
     (tmp_path / "problem.toml").write_text('name = "x\n')
     with pytest.raises(ValueError, match="is not TOML"):
         load_problem(tmp_path)
+
+
+def test_a_size_scaled_down_divides_the_sizes_and_keeps_the_small_ints():
+    """`NAME/K`: KernelBench's own sizes on a CPU (`default/64`): sizes of 64 and more divided by K, at least 1;
+    a reduced dimension, a kernel size or a head count (under 64) as they are."""
+    spec = load_problem(BARE)
+    assert spec.size_values("default") == {"batch_size": 16, "dim": 256}
+    assert spec.size_values("default/4") == {"batch_size": 16, "dim": 64}
+    assert spec.size_values("default/1000") == {"batch_size": 16, "dim": 1}
+    assert spec.has_size("default/64") and not spec.has_size("small/64") and not spec.has_size("default/0")
+    with pytest.raises(KeyError, match="scaled down"):
+        spec.size_values("default/x")

@@ -32,6 +32,15 @@ else:  # pragma: no cover
 
 DEFAULT_PROBLEM = "gemm_scale_bn"
 BARE_SIZE = "default"  # the one size preset of a bare .py problem: its own module-level ints
+# A preset scaled down, `NAME/K` (`default/64`: KernelBench's sizes on a CPU): every size of at least SCALE_FROM
+# divided by K (at least 1); smaller ints (a reduced dimension, a kernel size, a head count, a stride) kept as
+# they are. A heuristic: a size a problem needs divisible by another may not stay so.
+SCALED_SIZE = re.compile(r"^(?P<base>[^/]+)/(?P<k>[1-9][0-9]*)$")
+SCALE_FROM = 64
+
+
+def scaled_size(value: int, k: int) -> int:
+    return value if abs(value) < SCALE_FROM else max(1, value // k)
 
 
 class Tolerance(BaseModel):
@@ -237,10 +246,19 @@ class ProblemSpec(BaseModel):
     def reference_source(self) -> str:
         return self.reference_path.read_text()
 
+    def has_size(self, size: str) -> bool:
+        """A preset of its own, or one scaled down (`default/64`: see scaled_size)."""
+        match = SCALED_SIZE.match(size)
+        return (match["base"] if match else size) in self.sizes
+
     def size_values(self, size: str) -> dict[str, int]:
-        if size not in self.sizes:
-            raise KeyError(f"problem {self.name!r} has no size {size!r}; sizes: {', '.join(self.sizes)}")
-        return dict(self.sizes[size])
+        match = SCALED_SIZE.match(size)
+        base = match["base"] if match else size
+        if base not in self.sizes:
+            raise KeyError(f"problem {self.name!r} has no size {size!r}; sizes: {', '.join(self.sizes)} (or one of them "
+                           "scaled down, `NAME/K`)")
+        values = dict(self.sizes[base])
+        return {name: scaled_size(v, int(match["k"])) for name, v in values.items()} if match else values
 
     def default_size_for(self, device: str) -> str:
         if device == "cpu" and self.default_size_cpu:
