@@ -48,7 +48,7 @@ FORMATS = ("table", "json", "csv", "md")
 
 # Left out, in this order, while a board is wider than the terminal (it would be cropped on the right): the
 # details first, then what only some boards have, then every speedup but the one it is ranked by.
-NARROW_DROPS = ("max_abs_err", "eager_ms", "tiers", "model_variant", "reason", "flags", "salvage_short", "tokens", "parent",
+NARROW_DROPS = ("max_abs_err", "tiers", "model_variant", "eager_ms", "reason", "flags", "salvage_short", "tokens", "parent",
                 "turn", "problem_size", "speedup_compile", "speedup_eager_tf32", "speedup_compile_tf32")
 DETAILS = 6      # the first NARROW_DROPS go before a name is folded; the others only when folding is not enough
 NAME_WIDTH = 24  # the candidate's name is folded at this width, at least, where the board is still too wide
