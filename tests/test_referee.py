@@ -542,7 +542,13 @@ def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_erro
     session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)]),
                               link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: [])),
                               request=lambda command: reply, phase=Phase.check)
-    with pytest.raises(Judged) as judged:
-        check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {}))
-    assert judged.value.status == Status.crashed and "before the candidate was called" in judged.value.error
-    assert judged.value.error.endswith(reply.error)
+    session.referee.device = "cuda"
+    for free, status in ((0, Status.crashed), (80 << 30, Status.runtime_error)):
+        # the device nearly full: the judge's failure; 80 GiB free: the candidate's own words (it shares the
+        # executor's interpreter and could raise the executor's error itself), so its runtime_error
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(check_phase, "device_free_bytes", lambda device: free)
+            with pytest.raises(Judged) as judged:
+                check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {}))
+        assert judged.value.status == status and judged.value.error.endswith(reply.error)
+        assert ("before the candidate was called" in judged.value.error) == (status == Status.crashed)

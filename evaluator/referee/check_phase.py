@@ -18,6 +18,11 @@ from evaluator.referee.session import Built, Checked, Judged, Session, Stop
 
 # ------------------------------------------------------------------------------------------ check
 
+def device_free_bytes(device: str) -> int | None:
+    """The device's free memory now (every process's use counted), or None off a GPU."""
+    return torch.cuda.mem_get_info()[0] if device == "cuda" and torch.cuda.is_available() else None
+
+
 STAGING_MEMORY = ("the GPU's memory ran out as the judge staged the call's inputs, before the candidate was called: "
                   "at this problem's size the referee's float64 checks and the executor's copies do not fit this GPU "
                   "(docs/problems.md, the memory bound); a smaller size, or a GPU with more memory, judges it. ")
@@ -58,7 +63,13 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     inputs = referee.draw(distribution, seed)
     slots = session.link.exchange.write([(f"input.{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
     reply = session.request(Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True))
-    if reply.error_kind == "staging_memory":  # the judge's own copies did not fit: not the candidate's error
+    if reply.error_kind == "staging_memory":  # the judge's own copies did not fit: not the candidate's error...
+        free = device_free_bytes(referee.device)
+        needed = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+        if free is not None and free >= 2 * needed:  # ...unless the device had room: the candidate's own words
+            raise Judged(Status.runtime_error, session.phase, f"the executor said the GPU's memory ran out staging "
+                         f"the call, yet {free / 2**30:.1f} GiB were free for {needed / 2**30:.2f} GiB of inputs: "
+                         + reply.error)
         raise Judged(Status.crashed, session.phase, STAGING_MEMORY + reply.error)
     if reply.error:
         raise Judged(Status.runtime_error, session.phase, reply.error)
