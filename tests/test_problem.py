@@ -355,6 +355,9 @@ def test_a_size_scaled_down_divides_the_sizes_and_keeps_the_small_ints():
     assert spec.size_values("default") == {"batch_size": 16, "dim": 256}
     assert spec.size_values("default/4") == {"batch_size": 16, "dim": 64}
     assert spec.size_values("default/1000") == {"batch_size": 16, "dim": 1}
+    assert spec.size_values("default/4096") == {"batch_size": 16, "dim": 1}
     assert spec.has_size("default/64") and not spec.has_size("small/64") and not spec.has_size("default/0")
+    for odd in ("default/1", "default/64\n", "default/4097", "default/" + "9" * 5000, " default/4"):
+        assert not spec.has_size(odd), odd  # the preset itself under another key, or not a size at all
     with pytest.raises(KeyError, match="scaled down"):
         spec.size_values("default/x")

@@ -528,7 +528,9 @@ def test_a_comparison_in_chunks_gives_what_one_whole_gives(monkeypatch):
 
 def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_error():
     """At KernelBench's own sizes an executor ran out of GPU memory staging its inputs (the referee's float64 copies
-    beside it), and the verdict read `runtime_error`, as if the candidate had failed: it is `crashed`, saying why."""
+    beside it), and the verdict read `runtime_error`, as if the candidate had failed: it is `crashed`, saying why.
+    Unless the candidate made it so: it shares the executor's interpreter (it can raise that error) and can hold
+    the device's memory so that staging really fails (hiding an earlier wrong trial)."""
     from types import SimpleNamespace
 
     from evaluator.referee import check_phase
@@ -539,16 +541,23 @@ def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_erro
 
     reply = Reply(id=0, error="out of GPU memory staging the call's inputs: torch.OutOfMemoryError ...",
                   error_kind="staging_memory")
-    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)]),
-                              link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: [])),
+    closed = []
+    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda"),
+                              link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: []),
+                                                   close=lambda wait_s: closed.append(True)),
                               request=lambda command: reply, phase=Phase.check)
-    session.referee.device = "cuda"
-    for free, status in ((0, Status.crashed), (80 << 30, Status.runtime_error)):
-        # the device nearly full: the judge's failure; 80 GiB free: the candidate's own words (it shares the
-        # executor's interpreter and could raise the executor's error itself), so its runtime_error
+    wrong_before = ModeAccumulator("train", {"loose": None})
+    wrong_before.fail("output: 3 values outside")
+    for free, acc, status in ((0, ModeAccumulator("train", {}), Status.crashed),
+                              (80 << 30, ModeAccumulator("train", {}), Status.runtime_error),
+                              (0, wrong_before, Status.incorrect)):
+        # nearly full with the executor gone: the judge's failure; 80 GiB free once the executor is gone: the
+        # candidate's own memory; a trial wrong before it: incorrect, whatever the memory
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(check_phase, "device_free_bytes", lambda device: free)
+            patch.setattr(check_phase, "release_cached", lambda device: None)
             with pytest.raises(Judged) as judged:
-                check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {}))
+                check_phase.trial(session, None, "randn", 0, train=True, acc=acc)
         assert judged.value.status == status and judged.value.error.endswith(reply.error)
         assert ("before the candidate was called" in judged.value.error) == (status == Status.crashed)
+    assert closed == [True, True]  # measured with the executor gone

@@ -13,7 +13,7 @@ from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
 from evaluator.wire.protocol import Call, Reply, ValueInfo
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status
-from evaluator.referee.session import Built, Checked, Judged, Session, Stop
+from evaluator.referee.session import Built, Checked, Judged, Session, Stop, release_cached
 
 
 # ------------------------------------------------------------------------------------------ check
@@ -21,6 +21,27 @@ from evaluator.referee.session import Built, Checked, Judged, Session, Stop
 def device_free_bytes(device: str) -> int | None:
     """The device's free memory now (every process's use counted), or None off a GPU."""
     return torch.cuda.mem_get_info()[0] if device == "cuda" and torch.cuda.is_available() else None
+
+
+def staging_out_of_memory(session: Session, inputs: list, reply: Reply, acc: compare.ModeAccumulator) -> None:
+    """The executor says the device's memory ran out as it staged a call's inputs: the judge's copies did not fit
+    (`crashed`, not the candidate's error), unless the candidate made it so. It shares the executor's interpreter
+    (it could raise that error itself) and may hold the device's memory (so that staging really fails and hides an
+    earlier wrong trial): an earlier failed trial is its `incorrect`, and the device is measured with the executor
+    gone and the referee's cache given back; with room for the call's inputs twice it is the candidate's
+    `runtime_error`."""
+    if acc.failure is not None or not all(acc.tiers.values()):
+        raise Judged(Status.incorrect, session.phase, "wrong in an earlier trial (" + (acc.failure or "outside every "
+                     "tolerance tier") + "), then the GPU's memory ran out staging the next: " + reply.error)
+    session.link.close(wait_s=30)
+    release_cached(session.referee.device)
+    free = device_free_bytes(session.referee.device)
+    needed = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    if free is not None and free >= 2 * needed:
+        raise Judged(Status.runtime_error, session.phase, f"the GPU's memory ran out staging the call, yet with the "
+                     f"executor gone {free / 2**30:.1f} GiB are free for {needed / 2**30:.2f} GiB of inputs: the "
+                     "candidate's own memory: " + reply.error)
+    raise Judged(Status.crashed, session.phase, STAGING_MEMORY + reply.error)
 
 
 STAGING_MEMORY = ("the GPU's memory ran out as the judge staged the call's inputs, before the candidate was called: "
@@ -63,14 +84,8 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     inputs = referee.draw(distribution, seed)
     slots = session.link.exchange.write([(f"input.{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
     reply = session.request(Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True))
-    if reply.error_kind == "staging_memory":  # the judge's own copies did not fit: not the candidate's error...
-        free = device_free_bytes(referee.device)
-        needed = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-        if free is not None and free >= 2 * needed:  # ...unless the device had room: the candidate's own words
-            raise Judged(Status.runtime_error, session.phase, f"the executor said the GPU's memory ran out staging "
-                         f"the call, yet {free / 2**30:.1f} GiB were free for {needed / 2**30:.2f} GiB of inputs: "
-                         + reply.error)
-        raise Judged(Status.crashed, session.phase, STAGING_MEMORY + reply.error)
+    if reply.error_kind == "staging_memory":
+        staging_out_of_memory(session, inputs, reply, acc)
     if reply.error:
         raise Judged(Status.runtime_error, session.phase, reply.error)
     shipped, unreadable = session.shipment(reply)

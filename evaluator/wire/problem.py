@@ -35,12 +35,19 @@ BARE_SIZE = "default"  # the one size preset of a bare .py problem: its own modu
 # A preset scaled down, `NAME/K` (`default/64`: KernelBench's sizes on a CPU): every size of at least SCALE_FROM
 # divided by K (at least 1); smaller ints (a reduced dimension, a kernel size, a head count, a stride) kept as
 # they are. A heuristic: a size a problem needs divisible by another may not stay so.
-SCALED_SIZE = re.compile(r"^(?P<base>[^/]+)/(?P<k>[1-9][0-9]*)$")
-SCALE_FROM = 64
+SCALED_SIZE = re.compile(r"(?P<base>[^/\s]+)/(?P<k>[1-9][0-9]{0,3})")  # whole (fullmatch); K from 2 to 4096
+SCALE_FROM, SCALE_MAX = 64, 4096
+
+
+def scaled_match(size: str) -> re.Match | None:
+    """`NAME/K` as a whole (no trailing newline), with 2 <= K <= SCALE_MAX (`/1` would be NAME itself under
+    another key); None otherwise."""
+    match = SCALED_SIZE.fullmatch(size)
+    return match if match is not None and 2 <= int(match["k"]) <= SCALE_MAX else None
 
 
 def scaled_size(value: int, k: int) -> int:
-    return value if abs(value) < SCALE_FROM else max(1, value // k)
+    return value if value < SCALE_FROM else max(1, value // k)  # (a negative int is no size: kept)
 
 
 class Tolerance(BaseModel):
@@ -248,11 +255,11 @@ class ProblemSpec(BaseModel):
 
     def has_size(self, size: str) -> bool:
         """A preset of its own, or one scaled down (`default/64`: see scaled_size)."""
-        match = SCALED_SIZE.match(size)
+        match = scaled_match(size)
         return (match["base"] if match else size) in self.sizes
 
     def size_values(self, size: str) -> dict[str, int]:
-        match = SCALED_SIZE.match(size)
+        match = scaled_match(size)
         base = match["base"] if match else size
         if base not in self.sizes:
             raise KeyError(f"problem {self.name!r} has no size {size!r}; sizes: {', '.join(self.sizes)} (or one of them "
