@@ -265,6 +265,11 @@ def test_a_cuda_candidate_with_a_torch_without_cuda_is_not_built_and_says_why(tm
     from harness.outcomes import Outcome
 
     assert not Outcome.of(verdict.status).counted  # off the board's counts, as a build-only verdict is
+    # a CPU candidate naming them only in a comment is judged as any other, not left out as not_built
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("# cuda_sources=... __global__\n" + (CPU / "wrong_values.py").read_text())
+    (judged,) = Evaluator(cpu_options(tmp_path)).evaluate_all([CandidateFile(name="sneaky", path=sneaky)])
+    assert judged.status == Status.incorrect, judged.error  # not `compiled` (built only), nor `not_built`
 
 
 def test_a_run_limit_nobody_set_is_scaled_to_the_reference_within_its_floor_and_cap():

@@ -264,7 +264,7 @@ class Evaluator:
             # the static gate: a candidate the checks reject never runs (importing it would run it)
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,
                                        flags=flags, error=rejected_error(flags)))
-        if self.device == "cpu" and headers.uses_cuda(source):
+        if self.device == "cpu" and headers.builds_cuda(source):  # (by its syntax: a comment does not count)
             if not headers.torch_builds_cuda():  # a CPU build of torch has no CUDA headers or libraries to link
                 return self._stamp(Verdict(**base, source_sha256=digest, status=Status.not_built, phase=Phase.compile,
                                            flags=flags, error=headers.NOT_BUILT))

@@ -99,6 +99,29 @@ def torch_builds_cuda() -> bool:
     return torch.version.cuda is not None
 
 
+def builds_cuda(source: str) -> bool:
+    """Whether a candidate passes non-empty `cuda_sources` to a call (load_inline's): it cannot be built without
+    CUDA. Read from the syntax tree, not the text: a comment naming them makes no CPU candidate `not_built` (which
+    the boards leave out of the failures)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+
+    def given(value: ast.AST) -> bool:  # anything but None, "", [] or ()
+        return not ((isinstance(value, ast.Constant) and not value.value)
+                    or (isinstance(value, (ast.List, ast.Tuple)) and not value.elts))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if any(k.arg == "cuda_sources" and given(k.value) for k in node.keywords):
+                return True
+            if name == "load_inline" and len(node.args) >= 3 and given(node.args[2]):  # (name, cpp, cuda, ...)
+                return True
+    return False
+
+
 def uses_cuda(source: str) -> bool:
     """Whether a candidate carries CUDA code (which cannot run without a GPU, and whose binding sees CUDA's
     headers)."""
