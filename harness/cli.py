@@ -39,6 +39,10 @@ WEIGHTS_SEED_HELP = ("Pins the reference's initial weights (default: fresh for e
                      "pinned (run's --seed is the model's sampling seed).")
 BASELINES_HELP = "Comma list of eager,eager_tf32,compile,compile_tf32 (default: all four on a GPU, eager on the CPU)."
 COMPILE_TIMEOUT_HELP = "Seconds allowed to build a candidate (default: the problem's)."
+GPUS_HELP = "GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."
+AHEAD_HELP = "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU)."
+RAY_ADDRESS_HELP = "Ray cluster to join with --executor ray (default: a local Ray instance)."
+LANES_HELP = "--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."
 RUN_TIMEOUT_HELP = ("Seconds allowed to check and time a candidate (default: scaled to the reference's time, at least "
                     "60 s, at most the problem's limit).")
 
@@ -78,12 +82,11 @@ def eval_command(
     jobs: Optional[int] = typer.Option(None, min=1, help=(
         "Candidates built at once while earlier ones are judged (default: one per core on a GPU, sharing one "
         "budget of compiler jobs; half the cores on the CPU; 1: each executor builds its candidate as it imports it).")),
-    gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
-    ahead: Optional[int] = typer.Option(None, min=0, help=(
-        "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU).")),
+    gpus: Optional[str] = typer.Option(None, help=GPUS_HELP),
+    ahead: Optional[int] = typer.Option(None, min=0, help=AHEAD_HELP),
     executor: str = typer.Option("local", help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
-    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
-    lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
+    ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
+    lanes: Optional[int] = typer.Option(None, min=1, help=LANES_HELP),
     seed: Optional[int] = typer.Option(None, "--weights-seed", help=WEIGHTS_SEED_HELP),
     baselines: Optional[str] = typer.Option(None, help=BASELINES_HELP),
     compile_timeout: Optional[float] = typer.Option(None, help=COMPILE_TIMEOUT_HELP),
@@ -202,12 +205,11 @@ def run_cli(
         "Time every baseline instead of reading the figures stored for this problem, size, device and judge; the "
         "new figures are stored.")),
     jobs: Optional[int] = typer.Option(None, min=1, help="Candidates built at once while earlier ones are judged (default: one per core on a GPU, half the cores on the CPU)."),
-    gpus: Optional[str] = typer.Option(None, help="GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."),
-    ahead: Optional[int] = typer.Option(None, min=0, help=(
-        "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU).")),
+    gpus: Optional[str] = typer.Option(None, help=GPUS_HELP),
+    ahead: Optional[int] = typer.Option(None, min=0, help=AHEAD_HELP),
     executor: Optional[str] = typer.Option(None, help="local (lanes here) or ray (each lane a Ray actor; pip install -e '.[ray]')."),
-    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join with --executor ray (default: a local Ray instance)."),
-    lanes: Optional[int] = typer.Option(None, min=1, help="--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."),
+    ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
+    lanes: Optional[int] = typer.Option(None, min=1, help=LANES_HELP),
     weights_seed: Optional[int] = typer.Option(None, "--weights-seed", help=WEIGHTS_SEED_HELP),
     baselines: Optional[str] = typer.Option(None, help=BASELINES_HELP),
     compile_timeout: Optional[float] = typer.Option(None, help=COMPILE_TIMEOUT_HELP),

@@ -39,7 +39,12 @@ def derive_run_id(cfg: RunConfig, messages: Sequence[Message], size: str, device
     # the size and device as they are named; a prompt variant other than the default as `prompt-V` (the default
     # variant, `kernelbench`, read as the size of that name where the id named it)
     prompt = "" if cfg.variant == DEFAULT_VARIANT else f"-prompt-{cfg.variant}"
-    return f"{problem}-{model_slug(cfg)}-{size.replace('/', '_div')}-{device}{prompt}-{digest}"  # default/64: one folder
+    return f"{problem}-{model_slug(cfg)}-{size_slug(size)}-{device}{prompt}-{digest}"
+
+
+def size_slug(size: str) -> str:
+    """A size as part of one folder's name (a scaled size, `default/64`, is `default_div64`)."""
+    return size.replace("/", "_div")
 
 
 def model_slug(cfg: RunConfig) -> str:
@@ -53,7 +58,7 @@ def earlier_run_id(run_id: str, cfg: RunConfig, problem: str) -> str:
 
 
 def golden_run_id(problem: str, size: str, device: str) -> str:
-    return f"golden-{problem}-{size.replace('/', '_div')}-{device}"
+    return f"golden-{problem}-{size_slug(size)}-{device}"
 
 
 def base_params(cfg: RunConfig) -> GenerationParams:

@@ -359,8 +359,8 @@ class Evaluator:
             verdict = verdict.model_copy(update={"status": Status.compiled, "error": (
                 "built; its import failed without a GPU, so its lane imports it again: " + (verdict.error or ""))[:2000]})
         if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
-                and headers.uses_cuda(source.decode(errors="replace"))):  # built only because it cannot run here
-            verdict.error += "; this is a CUDA candidate and " + ("it was not run on the GPU" if identity.gpu_hardware()
+                and headers.builds_cuda(source.decode(errors="replace"))):  # built only because it cannot run here
+            verdict.error += "; this is a CUDA candidate and " + ("it was not run on the GPU" if resolve_device(None) == "cuda"
                                                                     else "there is no CUDA GPU on this machine to run it")
         verdict.environment = self.environment
         verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
