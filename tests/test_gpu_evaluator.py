@@ -40,15 +40,11 @@ def test_illegal_address_is_judged_and_the_next_cuda_candidate_is_still_correct(
     assert good.kernels and len(good.kernel_times_us) == len(good.kernels) and all(t > 0 for t in good.kernel_times_us)
     assert sum(good.kernel_times_us) < good.runtime_ms * 1e3 * 1.5
     assert good.roofline.tflops > 0 and 0 < good.roofline.fraction_bandwidth < 1 and good.roofline.fraction_tensor < 1
-
-
-@pytest.mark.gpu
-def test_the_feedback_on_a_correct_cuda_candidate_lists_its_kernels_with_times_and_the_roofline(tmp_path):
+    # the feedback a later turn gets on it lists those kernels with their times, and the roofline (judged at
+    # `kernelbench`, where the timing is steady: a shaky figure at `small` has no accepted median, so no roofline)
     from evaluator.wire.problem import load_problem
     from harness.feedback import render_feedback
 
-    [good] = evaluate([candidate("bn_after_addmm_correct")], EvalOptions(device="cuda", size="small", log_root=tmp_path))
-    assert good.status == Status.correct, good.error
     text = render_feedback(load_problem("gemm_scale_bn"), source=(CUDA / "bn_after_addmm_correct.py").read_text(),
                            parse=None, verdict=good, hardware=None).content
     assert "| # | kernel | µs | share | yours |" in text and "TFLOP/s achieved" in text
