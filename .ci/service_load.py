@@ -32,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     import httpx
 
-    from harness.client import Client
+    from harness.service.client import Client
 
     folder = Path(tempfile.mkdtemp(prefix="kh-load-"))
     store = folder / "jobs.sqlite"

@@ -47,7 +47,7 @@ def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tu
 
 
 def replayed_sources(folder: Path) -> dict[str, Path]:
-    from harness.parsing import parse_reply
+    from harness.generation.parsing import parse_reply
 
     files = {}
     for problem in sorted(p for p in (ROOT / "tests/fixtures/replays/minibench").iterdir() if p.is_dir()):
@@ -153,7 +153,7 @@ def eval_same_sources(out: Path, rows: list[str], count: int = 32, timeout: floa
 def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int = 4) -> None:
     import httpx
 
-    from harness.client import Client
+    from harness.service.client import Client
 
     sources, folder = service_sources(out, clients * per_client)
     with socket.socket() as s:

@@ -3,7 +3,7 @@
 The public API, imported on first use so that `import harness` stays cheap:
 `render_prompt`, `parse_reply`, `OpenAIProvider`, `ReplayProvider`, `RunConfig`,
 `resolve_config`, `execute_run`, `Store`, `open_store`, `build_boards`, `run_bench`, `Judge` (the judge as a
-library: harness.judge), `Client` (the service's client: harness.client), `load_suite`.
+library: harness.service.judge), `Client` (the service's client: harness.service.client), `load_suite`.
 """
 
 from importlib import import_module
@@ -11,11 +11,11 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "render_prompt": "harness.prompts", "parse_reply": "harness.parsing", "OpenAIProvider": "harness.providers",
-    "ReplayProvider": "harness.providers", "RunConfig": "harness.config", "resolve_config": "harness.config",
-    "execute_run": "harness.pipeline", "Store": "harness.store", "open_store": "harness.store",
-    "build_boards": "harness.leaderboard", "run_bench": "harness.bench", "Judge": "harness.judge",
-    "load_suite": "harness.suite", "Client": "harness.client",
+    "render_prompt": "harness.generation.prompts", "parse_reply": "harness.generation.parsing", "OpenAIProvider": "harness.generation.providers",
+    "ReplayProvider": "harness.generation.providers", "RunConfig": "harness.core.config", "resolve_config": "harness.core.config",
+    "execute_run": "harness.runs.pipeline", "Store": "harness.core.store", "open_store": "harness.core.store",
+    "build_boards": "harness.results.leaderboard", "run_bench": "harness.bench.golden", "Judge": "harness.service.judge",
+    "load_suite": "harness.problems.suite", "Client": "harness.service.client",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -1,3 +1,3 @@
-from harness.cli import app
+from harness.cli.app import app
 
 app(prog_name="harness")

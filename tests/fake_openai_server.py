@@ -46,7 +46,7 @@ Script = Callable[[int, int, dict], Reply]
 
 class CuttingModel:
     """A model that writes at most `limit` characters a request, and continues from whatever prefix it is
-    sent (a script for the salvage tests; harness.salvage). Per sample one whole answer (`answers`, by
+    sent (a script for the salvage tests; harness.generation.salvage). Per sample one whole answer (`answers`, by
     sample; a str for every sample):
 
     - asked afresh (the last message is the prompt, or feedback): the answer from its beginning (or

@@ -25,7 +25,7 @@ sys.path.insert(0, str(TESTS))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
 from test_harness_run_http import enter_clean_workdir, run_args, script  # noqa: E402
 
-from harness.cli import app  # noqa: E402
+from harness.cli.app import app  # noqa: E402
 
 CPU = TESTS / "fixtures" / "candidates" / "cpu"
 HACKS = TESTS / "fixtures" / "hacks" / "cpu"
@@ -89,7 +89,7 @@ def build_store(tmp_path_factory: pytest.TempPathFactory) -> BuiltStore:
             ran = runner.invoke(app, run_args(server.url, "--store", str(store)))
         assert ran.exit_code == 0, ran.output
     from evaluator.wire.records import Verdict
-    from harness.store import Store
+    from harness.core.store import Store
 
     with Store(store) as db:
         (run,) = [r for r in db.list_runs() if r.mode == "generate"]

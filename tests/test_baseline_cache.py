@@ -14,8 +14,8 @@ from evaluator.wire import identity
 from evaluator.wire.problem import load_problem
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Judge, TimingStats
-from harness.baseline_cache import cache_key, remember_rounds, stored_baselines, stored_options
-from harness.store import Store
+from harness.core.store import Store
+from harness.results.baseline_cache import cache_key, remember_rounds, stored_baselines, stored_options
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGE = Judge(evaluator_sha256="e" * 64, problem_sha256="p" * 64, torch_version="2.14.1", cuda_version=None)

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from test_turns_board import BEST_RUN, CHAIN_RUN, SINGLE_RUN, build  # noqa: E402
 
-from harness.cli import app  # noqa: E402
-from harness.commands import candidate_files  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.cli.app import app  # noqa: E402
+from harness.cli.commands import candidate_files  # noqa: E402
+from harness.core.store import Store  # noqa: E402
 
 
 def invoke(*args: str):
@@ -97,7 +97,7 @@ def test_reasons_travel_whole_in_json_and_csv_and_are_cut_only_in_the_terminal(t
     from test_turns_board import make_verdict
 
     from evaluator.wire.records import Flag, FlagPolicy
-    from harness.ranking import classify
+    from harness.core.ranking import classify
 
     long_reason = "the reported times " + "were far too fast " * 20 + "END"
     verdict = make_verdict("r/0", "src", "correct", 2.0)
@@ -116,8 +116,8 @@ def test_a_board_on_a_narrow_terminal_leaves_columns_out_rather_than_crop_them(t
 
     from rich.console import Console
 
-    from harness.leaderboard import build_boards
-    from harness.render import print_tables
+    from harness.results.leaderboard import build_boards
+    from harness.results.render import print_tables
 
     with Store(build(tmp_path / "s.sqlite")) as db:
         boards = build_boards(db)
@@ -139,8 +139,8 @@ def test_on_an_80_column_terminal_numbers_stay_whole_and_long_names_fold(tmp_pat
 
     from rich.console import Console
 
-    from harness.leaderboard import build_boards
-    from harness.render import print_tables
+    from harness.results.leaderboard import build_boards
+    from harness.results.render import print_tables
 
     with Store(build(tmp_path / "s.sqlite")) as db:
         boards = build_boards(db)
@@ -156,7 +156,7 @@ def test_on_an_80_column_terminal_numbers_stay_whole_and_long_names_fold(tmp_pat
 
 
 def test_the_drift_line_says_when_a_baseline_moved_beyond_the_bound():
-    from harness.drift import baseline_drift
+    from harness.results.drift import baseline_drift
     from evaluator.wire.protocol import BaselineRound
 
     def round_(index, median):

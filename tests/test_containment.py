@@ -341,9 +341,9 @@ def test_harness_eval_and_run_hand_the_store_they_write_to_the_evaluator(tmp_pat
     from rich.console import Console
     from typer.testing import CliRunner
 
-    from harness.cli import app
-    from harness.config import resolve_config
-    from harness.pipeline import execute_run
+    from harness.cli.app import app
+    from harness.core.config import resolve_config
+    from harness.runs.pipeline import execute_run
 
     monkeypatch.delenv("HARNESS_STORE", raising=False)
     seen = []

@@ -42,7 +42,7 @@ def test_crash_and_timeout_reasons_name_the_phase(bad_input_verdicts):
 
 
 def test_the_real_cpp_compile_error_points_the_feedback_at_its_line(bad_input_verdicts):
-    """The feedback on the batch's real compiler error (harness.feedback) quotes the candidate's own line
+    """The feedback on the batch's real compiler error (harness.feedback.compose) quotes the candidate's own line
     (judged once, with the batch: a failed build is built again every time it is judged)."""
     from test_feedback import line_of, tell
 
@@ -59,7 +59,7 @@ def test_the_real_cpp_compile_error_points_the_feedback_at_its_line(bad_input_ve
 
     from rich.console import Console
 
-    from harness.render import verdict_table
+    from harness.results.render import verdict_table
 
     console = Console(file=io.StringIO(), width=400)
     console.print(verdict_table([judged.model_copy(update={"candidate": str(path)})]))
@@ -214,7 +214,7 @@ def test_cli_table_and_usage_errors():
     assert table.returncode == 0 and "incorrect" in table.stdout and "NaN" in table.stdout
     from typer.testing import CliRunner
 
-    from harness.cli import app
+    from harness.cli.app import app
 
     for usage in (["missing.py"], [str(GOOD), "--size", "enormous"], [str(GOOD), "--problem", "no_such_problem"],
                   [str(GOOD), "--device", "tpu"]):  # refused before anything starts: in this process
@@ -262,7 +262,7 @@ def test_a_cuda_candidate_with_a_torch_without_cuda_is_not_built_and_says_why(tm
     (verdict,) = Evaluator(cpu_options(tmp_path)).evaluate_all([CandidateFile(name="golden", path=golden)])
     assert verdict.status == Status.not_built and "this torch has no CUDA" in verdict.error
     assert time.monotonic() - started < 5  # decided from the source: no build was attempted
-    from harness.outcomes import Outcome
+    from harness.core.outcomes import Outcome
 
     assert not Outcome.of(verdict.status).counted  # off the board's counts, as a build-only verdict is
     # a CPU candidate naming them only in a comment is judged as any other, not left out as not_built

@@ -13,11 +13,11 @@ from evaluator.wire.records import (
     Correctness, Environment, Flag, FlagPolicy, ModeCheck, Phase, Status, TensorError, TimingStats, Verdict,
 )
 from evaluator.referee.timing import roofline
-from harness.feedback import feedback_context, render_feedback
-from harness.feedback_compile_error import compiler_errors
-from harness.feedback_errors import summarize_error
-from harness.feedback_public import public_text
-from harness.records import Hardware, ParseReason, ParseResult
+from harness.core.records import Hardware, ParseReason, ParseResult
+from harness.feedback.compile_error import compiler_errors
+from harness.feedback.compose import feedback_context, render_feedback
+from harness.feedback.errors import summarize_error
+from harness.feedback.public import public_text
 
 H100 = Hardware(name="NVIDIA H100 80GB HBM3", sm_count=132, capability="9.0")
 SEEDS = [918273645, 192837465, 564738291]

@@ -43,7 +43,7 @@ def test_illegal_address_is_judged_and_the_next_cuda_candidate_is_still_correct(
     # the feedback a later turn gets on it lists those kernels with their times, and the roofline (judged at
     # `kernelbench`, where the timing is steady: a shaky figure at `small` has no accepted median, so no roofline)
     from evaluator.wire.problem import load_problem
-    from harness.feedback import render_feedback
+    from harness.feedback.compose import render_feedback
 
     text = render_feedback(load_problem("gemm_scale_bn"), source=(CUDA / "bn_after_addmm_correct.py").read_text(),
                            parse=None, verdict=good, hardware=None).content

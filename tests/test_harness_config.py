@@ -6,7 +6,7 @@ import pytest
 
 from evaluator.parent.sandbox import EvalOptions, Evaluator
 
-from harness.config import ConfigError, RunConfig, endpoint_configured, resolve_config
+from harness.core.config import ConfigError, RunConfig, endpoint_configured, resolve_config
 
 
 def test_defaults(tmp_path):
@@ -93,7 +93,7 @@ def test_the_command_line_says_its_version():
     from typer.testing import CliRunner
 
     import harness
-    from harness.cli import app
+    from harness.cli.app import app
 
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"kernelharness {harness.__version__}"
@@ -104,7 +104,7 @@ def test_the_example_config_lists_every_setting_and_uncommented_is_valid(tmp_pat
     uncommented it resolves; a key spelled as its flag sets the field."""
     import re
 
-    from harness.config import FLAG_NAMES
+    from harness.core.config import FLAG_NAMES
 
     example = (Path(__file__).resolve().parent.parent / "harness.example.toml").read_text()
     live = re.sub(r"[ \t]+# .*$", "", example, flags=re.M)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.parsing import code_blocks, parse_reply, strip_reasoning
-from harness.records import ParseReason
+from harness.core.records import ParseReason
+from harness.generation.parsing import code_blocks, parse_reply, strip_reasoning
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"
 

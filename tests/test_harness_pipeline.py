@@ -10,13 +10,13 @@ from rich.console import Console
 from evaluator.wire.identity import judge_identity
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Correctness, Status, Verdict
-from harness.config import RunConfig
-from harness.pipeline import RunError, execute_run
-from harness.prompts import render_prompt
-from harness.records import Completion, ProviderError, ProviderErrorKind
-from harness.render import run_table
-from harness.run_settings import derive_run_id, earlier_run_id
-from harness.store import Store
+from harness.core.config import RunConfig
+from harness.core.records import Completion, ProviderError, ProviderErrorKind
+from harness.core.store import Store
+from harness.generation.prompts import render_prompt
+from harness.results.render import run_table
+from harness.runs.pipeline import RunError, execute_run
+from harness.runs.settings import derive_run_id, earlier_run_id
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"
 
@@ -241,7 +241,7 @@ def test_candidates_are_built_with_the_configured_number_of_jobs_on_the_configur
 
 
 def test_retime_judges_stored_correct_candidates_again_and_keeps_what_it_replaced(cfg):
-    from harness.browse import show_command
+    from harness.results.browse import show_command
 
     evaluator = FakeEvaluator()
     first = execute_run(cfg, console=quiet(), evaluate_fn=evaluator, environ={})
@@ -280,7 +280,7 @@ def test_verdicts_the_round_after_them_shows_a_move_beyond_the_bound_are_flagged
     assert "baseline `eager` moved -87% by the round after it (8.916 -> 1.163 ms)" in flag.reason
     assert outcomes["5"].verdict.flags == outcomes["0"].verdict.flags  # same source, one verdict
     assert not any(f.name == "shaky_timing" for f in outcomes["4"].verdict.flags)  # incorrect: no speedup to doubt
-    from harness.ranking import Outcome, classify
+    from harness.core.ranking import Outcome, classify
 
     passing = outcomes["0"].verdict.model_construct(**{**dict(outcomes["0"].verdict), "correctness": Correctness.model_construct(tiers={"loose": True})})
     assert classify(passing, "loose")[0] == Outcome.shaky  # not ranked (the fake has no checks: said to pass loose)
@@ -296,7 +296,7 @@ def test_verdicts_the_round_after_them_shows_a_move_beyond_the_bound_are_flagged
 def test_a_move_flags_only_the_verdicts_timed_between_the_two_rounds():
     from evaluator.wire.protocol import BaselineRound
     from evaluator.wire.records import BaselineSource
-    from harness.drift import late_shaky
+    from harness.results.drift import late_shaky
 
     rounds = [BaselineRound(index=i, batch="b", measured_at=0.0, after_candidates=i, baselines={"eager": {"median_ms": ms}})
               for i, ms in enumerate((2.0, 2.1, 3.0))]  # +5%, then +43%

@@ -3,13 +3,13 @@
 import pytest
 
 from evaluator.wire.problem import load_problem
-from harness.prompts import (
+from harness.core.records import Hardware
+from harness.generation.prompts import (
     PromptError,
     available_variants,
     format_messages,
     render_prompt,
 )
-from harness.records import Hardware
 
 H100 = Hardware(name="NVIDIA H100 80GB HBM3", sm_count=132, capability="9.0")
 
@@ -95,10 +95,10 @@ def test_missing_template_folder(problem, tmp_path):
 
 
 def test_the_feedback_template_is_searched_like_the_others(problem, tmp_path):
-    """harness.feedback renders `feedback.j2` (or a named one) through the same folders, user's first,
+    """harness.feedback.compose renders `feedback.j2` (or a named one) through the same folders, user's first,
     with StrictUndefined; its own content is tested in tests/test_feedback.py."""
     from evaluator.wire.records import Status, Verdict
-    from harness.feedback import render_feedback
+    from harness.feedback.compose import render_feedback
 
     verdict = Verdict(candidate="r/0", source_sha256="0" * 64, problem=problem.name, size="small", device="cuda",
                       status=Status.timeout, phase="check", error="phase `check` ran past its 300 s limit")

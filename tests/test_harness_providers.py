@@ -9,7 +9,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_openai_server import FakeOpenAIServer, Reply, chat_completion, error_body  # noqa: E402
 
-from harness.providers import (  # noqa: E402
+from harness.core.records import Completion, GenerationParams, Message, ProviderErrorKind  # noqa: E402
+from harness.generation.providers import (  # noqa: E402
     OpenAIProvider,
     Provider,
     ReplayProvider,
@@ -18,7 +19,6 @@ from harness.providers import (  # noqa: E402
     make_provider,
     parse_response,
 )
-from harness.records import Completion, GenerationParams, Message, ProviderErrorKind  # noqa: E402
 
 MESSAGES = [Message(role="system", content="be fast"), Message(role="user", content="write ModelNew")]
 FAST = RetryPolicy(max_retries=2, base_delay_s=0.01, max_delay_s=0.05)

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_openai_server import FakeOpenAIServer, Reply, chat_completion, error_body  # noqa: E402
 
-from harness.cli import app  # noqa: E402
-from harness.records import ProviderErrorKind  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.cli.app import app  # noqa: E402
+from harness.core.records import ProviderErrorKind  # noqa: E402
+from harness.core.store import Store  # noqa: E402
 from evaluator.wire.identity import gpu_hardware  # noqa: E402
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"

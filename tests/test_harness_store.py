@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from evaluator.wire.records import Status, Verdict
-from harness.records import (
+from harness.core.records import (
     Candidate,
     Completion,
     Generation,
@@ -16,7 +16,7 @@ from harness.records import (
     Usage,
 )
 from evaluator.wire.identity import verdict_key
-from harness.store import (
+from harness.core.store import (
     STORE_SCHEMA_VERSION,
     Store,
     StoreError,

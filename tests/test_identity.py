@@ -13,13 +13,13 @@ from rich.console import Console
 from evaluator.wire import identity
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Status, Verdict
-from harness.config import RunConfig
-from harness.leaderboard import build_boards
-from harness.outcomes import Outcome
-from harness.pipeline import execute_run
-from harness.run_settings import golden_run_id
-from harness.staleness import current_rules
-from harness.store import STORE_SCHEMA_VERSION, Store
+from harness.core.config import RunConfig
+from harness.core.outcomes import Outcome
+from harness.core.staleness import current_rules
+from harness.core.store import STORE_SCHEMA_VERSION, Store
+from harness.results.leaderboard import build_boards
+from harness.runs.pipeline import execute_run
+from harness.runs.settings import golden_run_id
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORRECT = FIXTURES / "candidates" / "cpu" / "torch_ops_correct.py"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness import Judge
-from harness.judge import MAX_SOURCE_BYTES, JudgedVerdict
+from harness.service.judge import MAX_SOURCE_BYTES, JudgedVerdict
 
 CPU = Path(__file__).parent / "fixtures" / "candidates" / "cpu"
 

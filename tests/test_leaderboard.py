@@ -16,15 +16,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from leaderboard_store import EXPECTED_EVAL_STATUS, GOLDEN_NAME, build_store  # noqa: E402
 
 from evaluator.wire.records import FlagPolicy, Status  # noqa: E402
-from harness.cli import app  # noqa: E402
+from harness.cli.app import app  # noqa: E402
 from evaluator.wire.identity import verdict_key  # noqa: E402
-from harness.board import Entry, Filters  # noqa: E402
-from harness.leaderboard import build_boards  # noqa: E402
-from harness.summaries import fast_p, geomean, summarize  # noqa: E402
-from harness.columns import CSV_VIEW  # noqa: E402
-from harness.outcomes import Outcome  # noqa: E402
-from harness.records import Candidate, ParseResult, Run  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.core.outcomes import Outcome  # noqa: E402
+from harness.core.records import Candidate, ParseResult, Run  # noqa: E402
+from harness.core.store import Store  # noqa: E402
+from harness.results.board import Entry, Filters  # noqa: E402
+from harness.results.columns import CSV_VIEW  # noqa: E402
+from harness.results.leaderboard import build_boards  # noqa: E402
+from harness.results.summaries import fast_p, geomean, summarize  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def lb_json(built, *args):
 
 
 def rankable(row, tier):
-    """Written apart from harness.ranking: correct, passing `tier`, no reject/implausible flag."""
+    """Written apart from harness.core.ranking: correct, passing `tier`, no reject/implausible flag."""
     v = row.verdict
     return (v.status == Status.correct and v.correctness.tiers.get(tier, False)
             and not any(f.policy == FlagPolicy.reject or f.name.startswith("implausible") for f in v.flags))
@@ -287,7 +287,7 @@ def test_every_table_that_shows_a_status_shows_shaky_and_rejected():
     from rich.console import Console
 
     from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Status, Verdict
-    from harness.render import status_text, verdict_table
+    from harness.results.render import status_text, verdict_table
 
     def verdict(*flags: Flag) -> Verdict:
         check = ModeCheck(mode="train", trials=6, tiers={"strict": True, "loose": True})

@@ -14,7 +14,7 @@ PROBE = """
 import os
 from evaluator.wire.assets import asset_dir, golden_files
 from evaluator.wire.problem import load_problem
-from harness.prompts import render_prompt
+from harness.generation.prompts import render_prompt
 problem = load_problem("gemm_scale_bn")
 assert str(problem.folder).startswith(os.environ["PROBE_SITE"]), problem.folder  # not the checkout
 assert [p.stem for p in golden_files()] == ["fused_strict", "fused_tf32"]

@@ -202,7 +202,7 @@ def bench_row(**changes) -> dict:
 
 
 def test_bench_baselines_and_target_lines(gemm):
-    from harness.bench import bench_baselines, target_lines
+    from harness.bench.golden import bench_baselines, target_lines
 
     assert bench_baselines(gemm) == ["eager", "eager_tf32", "compile", "compile_tf32", "part:gemm_tf32"]
     rows = {"golden/fused_tf32": bench_row(baselines_ms={"eager": 6.0, "compile_tf32": 1.5, "part:gemm_tf32": 0.8}),

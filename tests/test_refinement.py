@@ -17,11 +17,11 @@ from evaluator.wire.identity import judge_identity
 from evaluator.wire.records import json_digest
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Correctness, ModeCheck, Status, Verdict
-from harness.config import RunConfig
-from harness.pipeline import execute_run
-from harness.prompts import render_prompt
-from harness.run_settings import derive_run_id, sample_params
-from harness.store import Store, generation_key
+from harness.core.config import RunConfig
+from harness.core.store import Store, generation_key
+from harness.generation.prompts import render_prompt
+from harness.runs.pipeline import execute_run
+from harness.runs.settings import derive_run_id, sample_params
 
 REPLIES = Path(__file__).parent / "fixtures" / "replies"
 CORRECT = (REPLIES / "cpu_correct.md").read_text()

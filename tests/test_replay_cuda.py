@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from evaluator.wire.records import Status
-from harness.config import RunConfig
-from harness.parsing import parse_reply
-from harness.pipeline import execute_run
+from harness.core.config import RunConfig
+from harness.generation.parsing import parse_reply
+from harness.runs.pipeline import execute_run
 from evaluator.wire.identity import gpu_hardware
 
 REPLAYS = Path(__file__).parent / "fixtures" / "replays" / "cuda"

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from evaluator.wire.identity import gpu_hardware
 from evaluator.wire.records import Status
-from harness.config import RunConfig
-from harness.parsing import parse_reply
-from harness.pipeline import execute_run
-from harness.providers import ReplayProvider
+from harness.core.config import RunConfig
+from harness.generation.parsing import parse_reply
+from harness.generation.providers import ReplayProvider
+from harness.runs.pipeline import execute_run
 
 REPLAYS = Path(__file__).parent / "fixtures" / "replays" / "cuda_turns"
 LINEAGE = ["0", "0/2", "0/2/3"]

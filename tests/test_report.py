@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from leaderboard_store import GOLDEN_NAME, build_store, chromium  # noqa: E402
 
-from harness.cli import app  # noqa: E402
-from harness.board import Entry  # noqa: E402
-from harness.leaderboard import build_boards  # noqa: E402
-from harness.report import candidate_source  # noqa: E402
-from harness.store import Store, open_store  # noqa: E402
+from harness.cli.app import app  # noqa: E402
+from harness.core.store import Store, open_store  # noqa: E402
+from harness.results.board import Entry  # noqa: E402
+from harness.results.leaderboard import build_boards  # noqa: E402
+from harness.results.report import candidate_source  # noqa: E402
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -13,10 +13,8 @@ import pytest
 
 from conftest import FIXTURES
 from evaluator.wire.problem import load_problem
-from harness.config import ConfigError, RunConfig, TokenPrices, resolve_config
-from harness.parsing import parse_reply
-from harness.providers import ReplayProvider
-from harness.records import (
+from harness.core.config import ConfigError, RunConfig, TokenPrices, resolve_config
+from harness.core.records import (
     Completion,
     Generation,
     GenerationParams,
@@ -27,7 +25,10 @@ from harness.records import (
     Seam,
     Usage,
 )
-from harness.salvage import (
+from harness.core.store import STORE_SCHEMA_VERSION, Store, generation_key
+from harness.generation.parsing import parse_reply
+from harness.generation.providers import ReplayProvider
+from harness.generation.salvage import (
     NATIVE_CONTINUE,
     SalvagePrompts,
     SalvageState,
@@ -37,8 +38,7 @@ from harness.salvage import (
     overlap,
     restarts,
 )
-from harness.spend import Spend
-from harness.store import STORE_SCHEMA_VERSION, Store, generation_key
+from harness.generation.spend import Spend
 
 CODE = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
         "    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):\n"
@@ -251,9 +251,9 @@ def test_the_prompts_are_templates_a_user_can_replace(tmp_path):
 def test_salvage_settings_do_not_change_the_run_id_and_bad_ones_are_refused(tmp_path):
     from typer.testing import CliRunner
 
-    from harness.cli import app
-    from harness.run_settings import derive_run_id
-    from harness.prompts import render_prompt
+    from harness.cli.app import app
+    from harness.runs.settings import derive_run_id
+    from harness.generation.prompts import render_prompt
 
     cfg = RunConfig(model="m", base_url="http://unused/v1")
     messages = render_prompt(load_problem("gemm_scale_bn"), "kernelbench")

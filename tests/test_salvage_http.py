@@ -23,14 +23,14 @@ from fake_openai_server import CuttingModel, FakeOpenAIServer  # noqa: E402
 from test_refinement import MarkerEvaluator  # noqa: E402
 
 from evaluator.wire.problem import load_problem  # noqa: E402
-from harness.config import RunConfig, TokenPrices  # noqa: E402
-from harness.leaderboard import build_boards  # noqa: E402
-from harness.pipeline import execute_run  # noqa: E402
-from harness.records import SalvageOutcome, Seam  # noqa: E402
-from harness.render import print_tables, spend_line, to_csv, to_json, to_markdown  # noqa: E402
-from harness.report import render_report  # noqa: E402
-from harness.salvage import NATIVE_CONTINUE, SalvagePrompts, open_block_start  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.core.config import RunConfig, TokenPrices  # noqa: E402
+from harness.core.records import SalvageOutcome, Seam  # noqa: E402
+from harness.core.store import Store  # noqa: E402
+from harness.generation.salvage import NATIVE_CONTINUE, SalvagePrompts, open_block_start  # noqa: E402
+from harness.results.leaderboard import build_boards  # noqa: E402
+from harness.results.render import print_tables, spend_line, to_csv, to_json, to_markdown  # noqa: E402
+from harness.results.report import render_report  # noqa: E402
+from harness.runs.pipeline import execute_run  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CODE = re.search(r"```python\n(.*?)```", (FIXTURES / "replies" / "cpu_correct.md").read_text(), re.DOTALL).group(1)
@@ -274,7 +274,7 @@ def test_the_board_shows_tokens_per_sample_and_per_correct_candidate_and_the_cos
 def test_prices_given_later_in_the_config_price_the_stored_runs(tmp_path):
     from typer.testing import CliRunner
 
-    from harness.cli import app
+    from harness.cli.app import app
 
     with FakeOpenAIServer(model(answers=LONG)) as server:
         cfg = config(tmp_path, server.url, samples=1)   # no prices when it ran

@@ -19,10 +19,10 @@ fastapi = pytest.importorskip("fastapi")
 pytest.importorskip("httpx")  # the test client's
 from fastapi.testclient import TestClient  # noqa: E402
 
-from harness.client import Client, ServiceRefused  # noqa: E402
-from harness.judge import MAX_SOURCE_BYTES  # noqa: E402
-from harness.service import Service, create_app, key_digests  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.core.store import Store  # noqa: E402
+from harness.service.client import Client, ServiceRefused  # noqa: E402
+from harness.service.judge import MAX_SOURCE_BYTES  # noqa: E402
+from harness.service.server import Service, create_app, key_digests  # noqa: E402
 
 KEY = "test-key-0123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -259,7 +259,7 @@ def test_clients_see_their_own_jobs_and_one_judgement_answers_both(tmp_path):
 
 
 def test_a_lone_surrogate_is_a_422_and_warm_judges_are_bounded(tmp_path):
-    from harness import service as service_module
+    from harness.service import server as service_module
 
     with TestClient(create_app(service(tmp_path / "r.sqlite"))) as client:
         answer = client.post("/v1/evaluations", content=b'{"problem": "gemm_scale_bn", "source": "\\ud800"}',

@@ -19,13 +19,13 @@ from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, Verdict
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 from evaluator.wire.records import merge_flags
-from harness.board import Entry
-from harness.cli import app
-from harness.config import RunConfig, resolve_config
-from harness.outcomes import COUNTED, Outcome
-from harness.pipeline import execute_run
-from harness.ranking import classify
-from harness.summaries import summarize
+from harness.cli.app import app
+from harness.core.config import RunConfig, resolve_config
+from harness.core.outcomes import COUNTED, Outcome
+from harness.core.ranking import classify
+from harness.results.board import Entry
+from harness.results.summaries import summarize
+from harness.runs.pipeline import execute_run
 
 HACKS = FIXTURES / "hacks" / "cpu"
 REPLIES = FIXTURES / "replies"
@@ -136,7 +136,7 @@ def test_harness_eval_rejects_without_running_and_run_rejected_reaches_the_optio
     assert verdict["status"] == "rejected" and [f["name"] for f in verdict["flags"]] == ["monkeypatch"]
 
     seen = {}
-    monkeypatch.setattr("harness.commands.eval_command", lambda files, options, **kw: seen.setdefault("o", options) and 0)
+    monkeypatch.setattr("harness.cli.commands.eval_command", lambda files, options, **kw: seen.setdefault("o", options) and 0)
     assert runner.invoke(app, [*args, "--run-rejected", str(HACKS / "dispatch_mode.py")]).exit_code == 0
     assert seen["o"].run_rejected is True
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.board import Board, Entry, Filters
-from harness.cli import app
-from harness.outcomes import Outcome
-from harness.render import to_csv, to_json, to_markdown
-from harness.suite import SuiteError, assign_candidates, load_suite, suite_of
-from harness.suite_board import suite_boards
-from harness.suite_commands import resolve_suite
+from harness.cli.app import app
+from harness.cli.suites import resolve_suite
+from harness.core.outcomes import Outcome
+from harness.problems.suite import SuiteError, assign_candidates, load_suite, suite_of
+from harness.results.board import Board, Entry, Filters
+from harness.results.render import to_csv, to_json, to_markdown
+from harness.results.suite_board import suite_boards
 
 ROOT = Path(__file__).resolve().parent.parent
 MINIBENCH = ROOT / "reference" / "minibench"
@@ -199,7 +199,7 @@ def test_eval_across_problems_judges_each_file_against_its_own_problem(tmp_path)
 
 
 def test_the_html_report_opens_with_the_suite_board():
-    from harness.report import render_report
+    from harness.results.report import render_report
 
     boards = _boards()
     html = render_report(boards, tier="loose", suites=suite_boards(boards, {"A": "1", "B": "1", "C": "2", "D": "2"},

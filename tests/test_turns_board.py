@@ -20,12 +20,9 @@ from evaluator.wire.identity import judge_identity, verdict_key
 from evaluator.wire.records import Judge
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status, TimingStats, Verdict
-from harness.board import Filters
-from harness.cli import app
-from harness.columns import CSV_VIEW
-from harness.leaderboard import build_boards
-from harness.ranking import rank_key, ranked, ranked_outcomes
-from harness.records import (
+from harness.cli.app import app
+from harness.core.ranking import rank_key, ranked, ranked_outcomes
+from harness.core.records import (
     Candidate,
     Completion,
     Generation,
@@ -38,9 +35,12 @@ from harness.records import (
     Run,
     Usage,
 )
-from harness.render import to_markdown
-from harness.report import render_report
-from harness.store import Store, source_sha256
+from harness.core.store import Store, source_sha256
+from harness.results.board import Filters
+from harness.results.columns import CSV_VIEW
+from harness.results.leaderboard import build_boards
+from harness.results.render import to_markdown
+from harness.results.report import render_report
 
 GPU = "NVIDIA H100 80GB HBM3"
 PROBLEM, SIZE = "gemm_scale_bn", "small"
@@ -391,7 +391,7 @@ def test_turn_chart_draws_each_chain(turns_store, monkeypatch):
     """One line per parent -> child edge, a dot per ranked candidate, a cross per other one."""
     from matplotlib.axes import Axes
 
-    from harness import report
+    from harness.results import report
 
     plotted, scattered = [], []
     real_plot, real_scatter = Axes.plot, Axes.scatter
@@ -453,8 +453,8 @@ def test_boards_never_mix_problems_or_sizes_and_show_each_golden_kernel_once(sin
 
 
 def test_a_stricter_tier_passed_counts_where_the_problem_has_no_looser_one():
-    from harness.outcomes import Outcome
-    from harness.ranking import classify
+    from harness.core.outcomes import Outcome
+    from harness.core.ranking import classify
 
     verdict = make_verdict("x/0", "# x\nclass ModelNew: pass\n", "correct", 2.0)
     strict_only = verdict.model_copy(update={"correctness": verdict.correctness.model_copy(
@@ -470,8 +470,8 @@ def test_a_stricter_tier_passed_counts_where_the_problem_has_no_looser_one():
 
 
 def test_a_shaky_speedup_is_listed_with_its_reason_and_never_ranked():
-    from harness.outcomes import Outcome
-    from harness.ranking import classify
+    from harness.core.outcomes import Outcome
+    from harness.core.ranking import classify
 
     solid = make_verdict("x/0", "# x\nclass ModelNew: pass\n", "correct", 6.0)
     shaky = make_verdict("x/1", "# y\nclass ModelNew: pass\n", "correct", 5.9).model_copy(update={"flags": [

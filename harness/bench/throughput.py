@@ -1,0 +1,168 @@
+"""`harness bench --throughput N`: how many candidates the evaluator judges a minute.
+
+N distinct copies of one correct candidate (default: the CUDA reply of
+tests/fixtures/replays/cuda/0.md, cuBLAS GEMM then custom scale/BatchNorm kernels; each copy differs
+by a comment in its kernel source, so each is a build of its own) are evaluated twice by the
+ordinary evaluator: cold (an empty build cache: every copy is built; torch's precompiled headers,
+a toolchain's and not a candidate's, are the user's, evaluator.referee.headers) and warm (the same copies, their
+builds cached), the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two). Printed per pass: candidates per minute over the whole batch (the referee's start and
+baseline rounds included), the median seconds of each phase, and per GPU the fraction of the pass
+it was busy (nvidia-smi's utilization, sampled every 200 ms). Nothing is recorded in the store: the
+copies are not candidates anyone wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from evaluator.wire.problem import DEFAULT_PROBLEM
+from evaluator.wire.records import Verdict
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_cache_dir
+from evaluator.parent.referee_side import share_headers
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_REPLY = PROJECT_ROOT / "tests" / "fixtures" / "replays" / "cuda" / "0.md"
+
+
+def default_source() -> str:
+    from harness.generation.parsing import parse_reply
+
+    parse = parse_reply(DEFAULT_REPLY.read_text(), "stop")
+    if parse.source is None:
+        raise RuntimeError(f"{DEFAULT_REPLY} does not parse: {parse.reason}")
+    return parse.source
+
+
+def distinct_copies(source: str, count: int, folder: Path) -> list[CandidateFile]:
+    """`count` copies of `source`, each with a comment of its own in front of its first `#include`
+    (inside the C++/CUDA text, so no two copies share a build) or, without one, at the top."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for index in range(count):
+        mark = f"// throughput copy {index}\n"
+        text = re.sub(r"^(\s*)#include", lambda m: m.group(1) + mark + m.group(1) + "#include", source, count=1,
+                      flags=re.M) if "#include" in source else f"# throughput copy {index}\n{source}"
+        path = folder / f"copy_{index:03d}.py"
+        path.write_text(text)
+        files.append(CandidateFile(name=f"throughput/{index:03d}", path=path))
+    return files
+
+
+class GpuSampler:
+    """nvidia-smi's utilization per GPU, sampled in the background (nothing when there is none)."""
+
+    def __init__(self, period_ms: int = 200):
+        self.samples: dict[int, list[float]] = {}
+        self.proc = None
+        self.period_ms = period_ms
+
+    def __enter__(self) -> GpuSampler:
+        if shutil.which("nvidia-smi") is None:
+            return self
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits", f"-lms={self.period_ms}"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                self.samples.setdefault(int(parts[0]), []).append(float(parts[1]) / 100)
+            except (IndexError, ValueError):
+                continue
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+            self.reader.join(timeout=5)
+
+    def busy(self) -> dict[int, float]:
+        return {gpu: statistics.fmean(values) for gpu, values in sorted(self.samples.items()) if values}
+
+
+def run_pass(files: list[CandidateFile], options: EvalOptions) -> dict:
+    """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions."""
+    evaluator = Evaluator(options)
+    started = time.perf_counter()
+    with GpuSampler() as sampler:
+        verdicts: list[Verdict] = list(evaluator.evaluate_all(files))
+    wall_s = time.perf_counter() - started
+    phases: dict[str, list[float]] = {}
+    for verdict in verdicts:
+        for phase, seconds in verdict.phase_seconds.items():
+            phases.setdefault(phase, []).append(seconds)
+    return {
+        "candidates": len(files), "wall_s": wall_s, "per_minute": 60 * len(files) / wall_s,
+        "statuses": dict(Counter(v.status.value for v in verdicts)),
+        "errors": sorted({(v.error or "")[:200] for v in verdicts if v.status.value != "correct"}),
+        "phase_median_s": {k: statistics.median(v) for k, v in phases.items()},
+        "gpu_busy": sampler.busy(),
+        "lanes": dict(Counter(str(v.environment.gpu) if v.environment else "-" for v in verdicts)),
+        "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
+        "baseline_rounds": len(evaluator.rounds),
+    }
+
+
+def throughput_table(passes: dict[str, dict]) -> Table:
+    table = Table(title="evaluator throughput")
+    order = ["compile", "init", "check", "time", "profile", "total"]
+    phase_names = sorted({p for r in passes.values() for p in r["phase_median_s"]},
+                         key=lambda p: (order.index(p) if p in order else len(order), p))
+    for column in ["pass", "candidates", "wall s", "per min", "statuses", *(f"{p} s" for p in phase_names),
+                   "GPU busy", "candidate ms"]:
+        table.add_column(column, justify="left" if column in ("pass", "statuses", "GPU busy") else "right")
+    for name, r in passes.items():
+        busy = " ".join(f"{gpu}:{fraction:.0%}" for gpu, fraction in r["gpu_busy"].items()) or "-"
+        table.add_row(name, str(r["candidates"]), f"{r['wall_s']:.1f}", f"{r['per_minute']:.2f}",
+                      ", ".join(f"{k} {v}" for k, v in r["statuses"].items()),
+                      *(f"{r['phase_median_s'].get(p, float('nan')):.2f}" for p in phase_names), busy,
+                      f"{r['median_ms']:.3f}")
+    return table
+
+
+def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | None = None, device: str | None = None,
+                   source: Path | None = None, jobs: int | None = None, gpus: str | None = None,
+                   out: Path | None = None, console: Console | None = None) -> dict:
+    """A cold pass, then a warm pass per GPU set (see the module docstring). `gpus` may name several
+    sets separated by `/` (`0/0,1`): the cold pass runs on the first, then one warm pass on each, so
+    one run compares one GPU with two on the same built copies."""
+    console = console or Console()
+    text = source.read_text() if source else default_source()
+    work = Path(tempfile.mkdtemp(prefix="kh-throughput-"))
+    report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
+    sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
+    plan = [("cold", sets[0])] + [(f"warm gpus {g}" if g is not None else "warm", g) for g in sets]
+    try:
+        files = distinct_copies(text, count, work / "copies")
+        share_headers(work / "cache", default_cache_dir())  # torch's precompiled headers: the user's
+        for name, gpu_set in plan:
+            extra = {"jobs": jobs} if jobs else {}
+            options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
+                                  log_root=work / "logs", gpus=gpu_set, **extra)
+            report["passes"][name] = result = run_pass(files, options)
+            console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
+                          f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}")
+            for error in result["errors"]:
+                console.print(f"[dim]  {error}[/]")
+            if out:
+                out.write_text(json.dumps(report, indent=2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    console.print(throughput_table(report["passes"]))
+    return report

@@ -1,0 +1,132 @@
+"""`harness run` and `harness eval` over a suite's problems (`--problems PATH`, or `--problem` given more than
+once): every problem checked before any work, then each judged in turn as the one-problem commands judge it
+(its own run, its own verdicts in the store, resumed alike), then the suite board over them.
+
+What a suite run stores is what its problems' runs store: a second `harness run --problems` with the same
+settings asks for nothing and judges nothing already judged; `harness leaderboard --problems PATH` draws the
+suite board from the store at any time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from evaluator.wire.problem import load_problem
+from harness.cli.commands import EvalLines, _err, candidate_files, eval_command, leaderboard_command
+from harness.problems.suite import Suite, SuiteError, assign_candidates, load_suite, suite_of
+from harness.results.board import Filters
+from harness.runs.eval_records import EVAL_RUN, eval_sample_name, is_golden_path
+
+
+def resolve_suite(problems: Path | None, problem: Sequence[str] | None) -> Suite | None:
+    """The suite `--problems PATH` or several `--problem` name; None for one problem (or none). Raises
+    SuiteError."""
+    if problems is not None and problem:
+        raise SuiteError("--problems and --problem name the problems twice: give one of them")
+    if problems is not None:
+        return load_suite(problems)
+    if problem and len(problem) > 1:
+        return suite_of(problem)
+    return None
+
+
+def check_sizes(suite: Suite, size: str | None, device: str) -> dict[str, str]:
+    """The size each problem will be judged at (its own, `size`, or its default on `device`), by name; every
+    problem that lacks its size said before any work (SuiteError)."""
+    wrong, sizes = [], {}
+    for p in suite.problems:
+        spec = load_problem(p.location)
+        sizes[p.name] = p.size or size or spec.default_size_for(device)
+        if not spec.has_size(sizes[p.name]):
+            wrong.append(f"{p.name} has no size {sizes[p.name]!r} (its sizes: {', '.join(spec.sizes)})")
+    if wrong:
+        raise SuiteError("; ".join(wrong))
+    return sizes
+
+
+def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None,
+               record: bool, console: Console, retime_baselines: bool = False) -> int:
+    """`harness eval --problems PATH FILES`: each file judged against its problem (harness.problems.suite.assign_candidates),
+    a problem at a time; then the suite board of the `eval` run's verdicts on these problems."""
+    from evaluator.parent.sandbox import resolve_device
+
+    found = candidate_files(files)
+    by_problem, unassigned = assign_candidates(suite, found)
+    if unassigned:
+        _err.print(f"[red]error:[/] {len(unassigned)} file(s) belong to no problem of suite {suite.name} (a file "
+                   f"is a problem's where a folder on its path, or the start of its name, is the problem's name: "
+                   f"{', '.join(suite.names()[:3])}...): {', '.join(map(str, unassigned[:5]))}", soft_wrap=True)
+        return 2
+    try:
+        sizes = check_sizes(suite, options.size, resolve_device(options.device))
+    except SuiteError as err:
+        _err.print(f"[red]error:[/] {err}", soft_wrap=True)
+        return 2
+    lines, code = EvalLines(), 0
+    chosen = {p.name: p for p in suite.problems}
+    for name, mine in by_problem.items():
+        entry = chosen[name]
+        one = options.model_copy(update={"problem": entry.location, "size": sizes[name]})
+        code = max(code, eval_command(mine, one, json_lines=json_lines, store=store, record=record, console=console,
+                                      lines=lines, retime_baselines=retime_baselines))
+    if record and not json_lines:
+        print_suite_board(suite, store, [f for fs in by_problem.values() for f in fs], sizes, console)
+    return code
+
+
+def print_suite_board(suite: Suite, store: Path | None, files: Sequence[Path], sizes: dict[str, str],
+                      console: Console) -> None:
+    """The suite board of the files this command judged (not every `harness eval` verdict of the store), every
+    problem of the suite in its denominator."""
+    from harness.core.config import default_store_path
+    from harness.results.leaderboard import boards_and_suites
+    from harness.results.render import suite_tables
+    from harness.core.staleness import current_rules
+    from harness.core.store import open_store
+
+    judged = {eval_sample_name(f, is_golden_path(f)) for f in files}
+    with open_store(store or default_store_path()) as db:
+        _, suites = boards_and_suites(db, Filters(run=EVAL_RUN), suite.tier, suite, staleness=current_rules(),
+                                      keep=lambda e: e.sample in judged and sizes.get(e.problem) == e.size)
+    for one in suites:
+        for table in suite_tables(one):
+            console.print(table)
+
+
+def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None, console: Console,
+              environ: dict[str, str] | None = None) -> int:
+    """`harness run --problems PATH`: one run per problem (its id derived from its settings, so a rerun
+    resumes each), in the suite's order; then the suite board of those runs. A `replay:DIR` model reads each
+    problem's replies from `DIR/<problem>/` where that folder exists (harness.generation.providers.ReplayProvider)."""
+    from evaluator.wire.identity import gpu_hardware
+    from harness.cli.commands import run_command
+    from harness.core.config import ConfigError, resolve_config
+
+    try:
+        cfg = resolve_config(options, environ=environ, config_file=config_file)
+        device = cfg.device or ("cuda" if gpu_hardware() is not None else "cpu")  # as execute_run chooses
+        check_sizes(suite, cfg.size, device)
+    except (ConfigError, SuiteError) as err:
+        console.print(f"[red]error:[/] {err}", soft_wrap=True)
+        return 2
+    if not cfg.model:
+        console.print(f"[red]error:[/] a suite needs a model (--model, or replay:DIR): the golden candidates are "
+                      f"{cfg.problem}'s alone", soft_wrap=True)
+        return 2
+    codes, run_ids = [], []
+    for position, entry in enumerate(suite.problems, 1):
+        mine = dict(options, problem=entry.location, size=entry.size or options.get("size"))
+        console.rule(f"[bold]{position}/{len(suite.problems)} {entry.name}[/]")
+        ran: list[str] = []
+        codes.append(run_command(mine, config_file=config_file, console=console, environ=environ, run_ids=ran))
+        run_ids += ran
+        if codes[-1] == 130:
+            return 130
+    console.rule(f"[bold]suite {suite.name}[/]: {len(suite.problems)} problem(s)")
+    leaderboard_command(store=cfg.store, filters=Filters(), tier=suite.tier, console=console,
+                        suite=suite, runs=run_ids, fmt="table")
+    return max(codes)

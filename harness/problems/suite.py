@@ -1,0 +1,202 @@
+"""A suite: many problems judged and ranked as one job (`harness run --problems PATH`, `harness eval --problems
+PATH`, `harness leaderboard --problems PATH`), and the registry of problems a service names them from.
+
+PATH is one of:
+- a folder, KernelBench's own layout: its problem folders (`*/problem.toml`) and bare KernelBench-format files
+  (`*.py` defining `Model`, `get_inputs`, `get_init_inputs`), and one level down the same in each subfolder
+  (`level1/`, `level2/`: the subfolder's name is the problems' level);
+- a suite file (TOML) naming problems, their sizes and levels, and the tier a suite's correct means:
+
+      name = "quick"                 # default: the file's stem
+      tier = "loose"                 # the tolerance tier fast_p counts as correct (default loose)
+      [[problems]]
+      path = "level1/1_ReLU.py"      # relative to the file; a folder, a bare .py, or a name under reference/
+      size = "default"               # default: the problem's own, by device
+      level = "1"                    # default: the folder it sits in, when that is named level*
+
+Each problem is named once: two problems of one name in a suite are an error, never one silently judged
+for the other. Nothing here imports torch or a reference (evaluator.wire.problem reads them with `ast`).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evaluator.wire.problem import ProblemSpec, load_problem
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be read: one line for people."""
+
+
+class SuiteProblem(BaseModel):
+    """One problem of a suite."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="The problem's name (its folder's, or the bare file's stem).")
+    location: str = Field(description="What `load_problem` reads it from: a folder or a bare .py file.")
+    size: str | None = Field(None, description="Its size preset (None: the problem's own, by device).")
+    level: str | None = Field(None, description="Its level (KernelBench's `level1` gives `1`), where it has one.")
+
+
+class Suite(BaseModel):
+    """Problems judged and ranked together."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    source: str = Field(description="The folder or suite file it was read from.")
+    tier: str = Field("loose", description="The tolerance tier its fast_p counts as correct.")
+    problems: list[SuiteProblem]
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.problems]
+
+    def levels(self) -> dict[str, str | None]:
+        return {p.name: p.level for p in self.problems}
+
+
+class _FileEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    size: str | None = None
+    level: str | int | None = None
+
+
+class _SuiteFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    tier: str = "loose"
+    size: str | None = None
+    problems: list[_FileEntry | str] = Field(min_length=1)
+
+
+def level_of(folder: Path) -> str | None:
+    """`level1` -> `1`, `level_2` -> `2`; another folder name gives no level."""
+    match = re.fullmatch(r"level[_-]?(\w+)", folder.name, flags=re.IGNORECASE)
+    return match.group(1) if match else None
+
+
+def _is_bare_problem(path: Path) -> bool:
+    """A `.py` file that defines a top-level Model, get_inputs and get_init_inputs (read as text: a helper
+    module or a candidate beside the problems is not one)."""
+    if path.name.startswith("_") or path.suffix != ".py":
+        return False
+    text = path.read_text(errors="replace")
+    return all(re.search(rf"^(class|def) {name}\b", text, flags=re.MULTILINE)
+               for name in ("Model", "get_inputs", "get_init_inputs"))
+
+
+def _folder_entries(folder: Path, level: str | None) -> list[tuple[Path, str | None]]:
+    found = []
+    for path in sorted(folder.iterdir(), key=_natural):
+        if path.is_dir() and (path / "problem.toml").is_file():
+            found.append((path, level))
+        elif path.is_file() and _is_bare_problem(path):
+            found.append((path, level))
+    return found
+
+
+def natural_name(name: str) -> tuple:
+    """`2_X` before `10_Y`, as KernelBench numbers its problems."""
+    return tuple(int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name))
+
+
+def _natural(path: Path) -> tuple:
+    return natural_name(path.name)
+
+
+def _spec(location: Path | str) -> ProblemSpec:
+    try:
+        return load_problem(location)
+    except (FileNotFoundError, ValueError) as err:
+        raise SuiteError(str(err).strip("'\"")) from err
+
+
+def load_suite(path: Path | str) -> Suite:
+    """The suite at `path` (a folder or a suite TOML file). Raises SuiteError, naming what is wrong."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".toml":
+        return _suite_file(path)
+    if not path.is_dir():
+        raise SuiteError(f"no suite at {path}: expected a folder of problems or a suite file (.toml)")
+    entries = _folder_entries(path, level_of(path))
+    for sub in sorted((p for p in path.iterdir() if p.is_dir() and not (p / "problem.toml").is_file()), key=_natural):
+        entries += _folder_entries(sub, level_of(sub))
+    if not entries:
+        raise SuiteError(f"no problem in {path}: a suite folder holds problem folders (with problem.toml) or "
+                         "KernelBench-format .py files (Model, get_inputs, get_init_inputs), or folders of them")
+    problems = [SuiteProblem(name=_spec(p).name, location=str(p.resolve()), level=level) for p, level in entries]
+    return _checked(Suite(name=path.resolve().name, source=str(path), problems=problems))
+
+
+def _suite_file(path: Path) -> Suite:
+    try:
+        data = _SuiteFile(**tomllib.loads(path.read_text()))
+    except tomllib.TOMLDecodeError as err:
+        raise SuiteError(f"suite file {path} is not TOML: {err}") from err
+    except ValidationError as err:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in err.errors())
+        raise SuiteError(f"suite file {path}: {wrong}") from err
+    problems = []
+    for entry in data.problems:
+        entry = _FileEntry(path=entry) if isinstance(entry, str) else entry
+        where = path.parent / entry.path
+        location = where if where.exists() else Path(entry.path)  # else a name under reference/
+        spec = _spec(location)
+        size = entry.size or data.size
+        if size is not None and not spec.has_size(size):
+            raise SuiteError(f"suite file {path}: problem {spec.name!r} has no size {size!r} "
+                             f"(its sizes: {', '.join(spec.sizes)})")
+        level = str(entry.level) if entry.level is not None else level_of(spec.location.parent if spec.spec_file is None
+                                                                           else spec.folder.parent)
+        problems.append(SuiteProblem(name=spec.name, location=str(spec.location), size=size, level=level))
+    return _checked(Suite(name=data.name or path.stem, source=str(path), tier=data.tier, problems=problems))
+
+
+def _checked(suite: Suite) -> Suite:
+    seen: dict[str, str] = {}
+    for p in suite.problems:
+        if p.name in seen:
+            raise SuiteError(f"suite {suite.name}: two problems are named {p.name!r} ({seen[p.name]} and "
+                             f"{p.location}); a suite names each problem once")
+        seen[p.name] = p.location
+    from harness.core.ranking import TIERS
+
+    if suite.tier not in TIERS:
+        raise SuiteError(f"suite {suite.name}: tier must be one of {', '.join(TIERS)}, not {suite.tier!r}")
+    return suite
+
+
+def suite_of(locations: Sequence[str]) -> Suite:
+    """A suite of the problems given one by one (`--problem A --problem B`)."""
+    problems = [SuiteProblem(name=spec.name, location=str(spec.location)) for spec in map(_spec, locations)]
+    return _checked(Suite(name="+".join(p.name for p in problems), source="--problem", problems=problems))
+
+
+def assign_candidates(suite: Suite, files: Sequence[Path]) -> tuple[dict[str, list[Path]], list[Path]]:
+    """Each candidate file's problem: the one whose name is a folder on its path (`out/1_ReLU/a.py`, a suite
+    run's folder `candidates/1_ReLU-.../0/candidate.py`) or starts its file name (`1_ReLU_sample_0.py`,
+    KernelBench's generations named by problem). The longest name wins (`10_X` over `1_X`). Returns the files
+    by problem name, in the suite's order, and those that belong to none."""
+    names = sorted(suite.names(), key=len, reverse=True)
+    by_problem: dict[str, list[Path]] = {name: [] for name in suite.names()}
+    unassigned = []
+    for file in files:
+        parts = file.resolve().parts
+        match = next((n for n in names if any(part == n or part.startswith(n + "-") for part in parts[:-1])
+                      or re.match(rf"{re.escape(n)}(\b|_|-|\.)", file.name)), None)
+        if match is None:
+            unassigned.append(file)
+        else:
+            by_problem[match].append(file)
+    return {n: fs for n, fs in by_problem.items() if fs}, unassigned

@@ -1,0 +1,80 @@
+"""How far the baselines moved over a batch: the line printed after it, and the verdicts flagged
+`shaky_timing` once the batch is over because the round after them shows a move beyond the bound.
+
+The referee flags a verdict whose own series spread too far, or whose round moved too far since the
+round before it (evaluator.referee.phases.shaky_timing). A move that shows only in the round after a
+verdict (the next round is timed after a few more candidates, the last after the batch's last one) is
+seen only once that round is measured, when the verdict has been sent and stored: the harness then
+adds the flag to it, in the store too (Store.add_flags), and the verdict is no longer ranked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evaluator.wire.records import SHAKY_DRIFT, Flag, Status, Verdict, merge_flags
+from harness.core.ranking import SHAKY_FLAG
+
+
+def _medians(round_: Any) -> dict[str, float]:
+    return {name: stats["median_ms"] for name, stats in round_.baselines.items() if stats.get("median_ms")}
+
+
+def baseline_drift(rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> str | None:
+    """One line: each baseline's median in the batch's first and last rounds (the referee times them
+    before the first candidate and after the last), so drift over the batch shows."""
+    timed = [r for r in rounds if r.baselines]
+    if len(timed) < 2:
+        return None
+    first, last = _medians(timed[0]), _medians(timed[-1])
+    moved = {name: last[name] / first[name] - 1 for name in first if name in last}
+    parts = [f"{name} {first[name]:.4g} -> {last[name]:.4g} ms ({move * 100:+.1f}%)" for name, move in moved.items()]
+    if not parts:
+        return None
+    line = f"baselines over {len(timed)} rounds: " + ", ".join(parts)
+    if any(abs(move) > bound for move in moved.values()):
+        line += (f"; beyond the {bound:.0%} bound between two rounds, the verdicts timed between them are "
+                 "flagged shaky (`harness run --retime`, or judging them again, measures them again)")
+    return line
+
+
+def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> dict[int, Flag]:
+    """Positions of the verdicts (with their flag) whose speedups divide by a round that the batch's next
+    round (same referee) differs from by more than `bound` (the drift bound) for some baseline: the baselines moved
+    while they were timed."""
+    by_round = {(r.batch, r.index): r for r in rounds if r.baselines}
+    flagged = {}
+    for position, verdict in enumerate(verdicts):
+        source = verdict.baseline_source
+        if source is None or verdict.status != Status.correct or not verdict.speedup:
+            continue
+        before, after = by_round.get((source.batch, source.round)), by_round.get((source.batch, source.round + 1))
+        if before is None or after is None:
+            continue
+        was, now = _medians(before), _medians(after)
+        moves = {name: now[name] / was[name] - 1 for name in was if name in now}
+        beyond = [f"baseline `{name}` moved {move:+.0%} by the round after it ({was[name]:.4g} -> {now[name]:.4g} ms)"
+                  for name, move in moves.items() if abs(move) > bound]
+        if beyond:
+            flagged[position] = Flag(name=SHAKY_FLAG, reason=("; ".join(beyond) + f" (bound: {bound:.0%} drift; "
+                                                              "flagged after the batch): not ranked")[:500])
+    return flagged
+
+
+def flag_late_shaky(keyed: Sequence[tuple[str, Verdict]], rounds: Sequence[Any], store: Any | None,
+                    bound: float = SHAKY_DRIFT) -> dict[int, Verdict]:
+    """late_shaky for a batch's (store key, verdict) pairs: the flagged verdicts by position, their flag
+    merged into the stored copies too (`store`, a harness.core.store.Store, when the verdicts were stored)."""
+    amended = {}
+    for position, flag in late_shaky([verdict for _, verdict in keyed], rounds, bound).items():
+        key, verdict = keyed[position]
+        if store is not None:
+            store.add_flags(key, [flag])
+        amended[position] = verdict.model_copy(update={"flags": merge_flags([*verdict.flags, flag])})
+    return amended
+
+
+def late_line(count: int) -> str:
+    return (f"[yellow]{count} verdict(s) flagged shaky_timing after the batch[/] (the baseline round after them "
+            "moved beyond the bound)")

@@ -1,0 +1,211 @@
+"""The suite board: one row per problem (its best candidate and that candidate's speedups) and a summary
+across problems, as KernelBench's users report a level.
+
+Pure functions of the boards (`harness.results.leaderboard.build_boards`): a problem is attempted where its board
+holds a candidate (a golden kernel or a baseline alone is not an attempt). Its best candidate is its board's
+first ranked row (ranked: correct at the tier, its timing trusted, not rejected), else its best outcome. Boards
+of different GPUs are never mixed: one summary a GPU.
+
+- fast_p (KernelBench's definition, over problems): the share of the problems attempted whose best candidate is
+  correct and faster than the baseline by more than p, at p = 0, 1, 1.5 and 2; over eager and over compile.
+  A problem whose baseline was never timed counts as not faster.
+- geomean: the geometric mean, over the problems with a correct candidate, of the best one's speedup.
+- counts: problems by their best outcome.
+- levels: the same per level, where the problems carry one (harness.problems.suite).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core.outcomes import Outcome
+from harness.problems.suite import natural_name
+from harness.results.board import FAST_P, FAST_P_BASELINES, Board, Entry
+from harness.results.summaries import geomean, timed_baselines
+
+
+def threshold_key(p: float) -> str:
+    """1.0 -> `1`, 1.5 -> `1.5`: fast_p's keys as KernelBench writes them (fast_1)."""
+    return f"{p:g}"
+
+
+@dataclass
+class ProblemRow:
+    """One problem of a suite on one GPU: its best candidate."""
+
+    problem: str
+    size: str
+    level: str | None
+    candidates: int                  # candidates judged (or asked for) on it
+    best: Entry | None               # its best candidate row
+    outcome: Outcome
+
+    @property
+    def status(self) -> str:
+        if self.candidates == 0:
+            return "no_candidate"
+        return self.best.shown_status if self.best is not None else self.outcome.value
+
+    @property
+    def correct(self) -> bool:
+        return self.outcome == Outcome.correct
+
+    def speedup(self, baseline: str) -> float | None:
+        return self.best.speedup.get(baseline) if self.best is not None and self.correct else None
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best
+        return {"problem": self.problem, "size": self.size, "level": self.level, "status": self.status,
+                "outcome": self.outcome.value, "candidates": self.candidates,
+                "best": best.name if best is not None else None,
+                "candidate_id": best.candidate_id if best is not None else None,
+                "runtime_ms": best.runtime_ms if best is not None and self.correct else None,
+                "speedup": {b: self.speedup(b) for b in ("eager", "compile", "eager_tf32", "compile_tf32")
+                            if self.speedup(b) is not None}}
+
+
+@dataclass
+class SuiteStats:
+    """fast_p, geomean and counts over some problems."""
+
+    problems: int
+    correct: int
+    fast_p: dict[str, dict[str, float | None]]   # baseline -> threshold -> share
+    geomean: dict[str, float | None]             # baseline -> geometric mean over correct problems
+    counts: dict[str, int]                       # outcome -> problems
+
+    @classmethod
+    def over(cls, rows: Sequence[ProblemRow], timed: set[str]) -> SuiteStats:
+        """`timed`: the baselines timed for any of these problems (fast_p against one never timed is None,
+        not 0)."""
+        fast = {b: {threshold_key(p): (sum(1 for r in rows if r.correct and (r.speedup(b) or 0) > p) / len(rows)
+                                       if rows and b in timed else None) for p in FAST_P} for b in FAST_P_BASELINES}
+        counts: dict[str, int] = {}
+        for r in sorted(rows, key=lambda r: r.outcome.order):
+            label = r.status if r.candidates == 0 else r.outcome.value  # `no_candidate`: none was judged
+            counts[label] = counts.get(label, 0) + 1
+        return cls(problems=len(rows), correct=sum(r.correct for r in rows), fast_p=fast,
+                   geomean={b: geomean(r.speedup(b) for r in rows if r.correct) if b in timed else None
+                            for b in FAST_P_BASELINES},
+                   counts=counts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problems": self.problems, "correct": self.correct, "fast_p": self.fast_p["eager"],
+                "fast_p_compile": self.fast_p["compile"], "geomean_speedup": self.geomean["eager"],
+                "geomean_speedup_compile": self.geomean["compile"], "counts": self.counts}
+
+
+@dataclass
+class SuiteBoard:
+    """A suite's problems on one GPU."""
+
+    gpu: str
+    tier: str
+    name: str | None
+    rows: list[ProblemRow]
+    stats: SuiteStats
+    levels: dict[str, SuiteStats] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gpu": self.gpu, "tier": self.tier, **self.stats.to_dict(),
+                "problems": [r.to_dict() for r in self.rows],
+                "levels": {level: stats.to_dict() for level, stats in self.levels.items()}}
+
+
+def problem_row(board: Board, level: str | None) -> ProblemRow | None:
+    """The board's problem as a suite row; None where no candidate was attempted on it."""
+    cands = board.ranked + board.unranked
+    if not cands:
+        return None
+    best = board.ranked[0] if board.ranked else min(board.unranked, key=lambda e: (e.outcome.order, e.name))
+    return ProblemRow(problem=board.problem, size=board.size, level=level, candidates=len(cands), best=best,
+                      outcome=best.outcome)
+
+
+def suite_boards(boards: Sequence[Board], levels: Mapping[str, str | None] | None = None,
+                 name: str | None = None, expected: Sequence[str] = ()) -> list[SuiteBoard]:
+    """One suite board a GPU, over the boards that hold a candidate; `levels` by problem name, in the suite's
+    order (harness.problems.suite.Suite.levels); other problems in natural order (`2_X` before `10_Y`). Boards with
+    several GPUs give several; the one with the most problems first. `expected`: every problem of the suite,
+    each one without a candidate on a GPU given a row there (no candidate: not correct, in the denominator)."""
+    levels = levels or {}
+    by_gpu: dict[str, list[ProblemRow]] = {}
+    tiers = {b.tier for b in boards}
+    order = {name: i for i, name in enumerate(levels)}  # the suite's order, where one is given
+    for board in sorted(boards, key=lambda b: (order.get(b.problem, len(order)), natural_name(b.problem), b.size)):
+        row = problem_row(board, levels.get(board.problem))
+        if row is not None:
+            by_gpu.setdefault(board.gpu, []).append(row)
+    for gpu, rows in by_gpu.items():
+        present = {r.problem for r in rows}
+        rows += [ProblemRow(problem=p, size="-", level=levels.get(p), candidates=0, best=None,
+                            outcome=Outcome.not_evaluated) for p in expected if p not in present]
+        rows.sort(key=lambda r: (order.get(r.problem, len(order)), natural_name(r.problem)))
+    out = []
+    for gpu, rows in by_gpu.items():
+        mine = [e for b in boards if b.gpu == gpu for e in b.candidates]
+        timed = timed_baselines(mine) | {name for e in mine for name in e.speedup}
+        per_level: dict[str, list[ProblemRow]] = {}
+        for r in rows:
+            if r.level is not None:
+                per_level.setdefault(r.level, []).append(r)
+        out.append(SuiteBoard(gpu=gpu, tier=next(iter(tiers)) if len(tiers) == 1 else "mixed", name=name, rows=rows,
+                              stats=SuiteStats.over(rows, timed),
+                              levels={lv: SuiteStats.over(rs, timed) for lv, rs in sorted(per_level.items(), key=_level_key)}))
+    return sorted(out, key=lambda s: (-len(s.rows), s.gpu))
+
+
+def _level_key(item: tuple[str, Any]) -> tuple:
+    level = item[0]
+    return (0, int(level), "") if level.isdigit() else (1, 0, level)
+
+
+def suite_json(suites: Sequence[SuiteBoard]) -> dict[str, Any] | None:
+    """The leaderboard JSON's `suite` object (the GPU with the most problems) and, with several GPUs, all."""
+    if not suites:
+        return None
+    return suites[0].to_dict()
+
+
+# -- its columns (harness.results.render draws them: terminal, markdown, CSV) ---------------------------------
+
+def suite_columns(suite: SuiteBoard | None = None) -> tuple[list, list]:
+    """The columns of the problem rows and of the summary rows (harness.results.columns.Column)."""
+    from harness.results.columns import Column
+    from harness.core.text import fmt_ms, fmt_share, fmt_speedup
+
+    # for people (suite given), the baselines timed; CSV keeps every column
+    baselines = [b for b in FAST_P_BASELINES if suite is None or suite.stats.fast_p[b]["0"] is not None]
+    rows = [
+        Column("problem", "problem", lambda r: r.problem),
+        Column("level", "level", lambda r: r.level or "-", raw=lambda r: r.level),
+        Column("size", "size", lambda r: r.size),
+        Column("candidates", "candidates", lambda r: str(r.candidates), raw=lambda r: r.candidates, numeric=True),
+        Column("status", "best status", lambda r: r.status),
+        Column("best", "best candidate", lambda r: r.best.name if r.best is not None else "-",
+               raw=lambda r: r.best.name if r.best is not None else None),
+        Column("runtime_ms", "ms", lambda r: fmt_ms(r.to_dict()["runtime_ms"]), raw=lambda r: r.to_dict()["runtime_ms"],
+               numeric=True),
+        *[Column(f"speedup_{b}", f"× {b}", lambda r, b=b: fmt_speedup(r.speedup(b)), raw=lambda r, b=b: r.speedup(b),
+                 numeric=True) for b in baselines],
+    ]
+    stats = [
+        Column("scope", "problems of", lambda s: s[0]),
+        Column("problems", "problems", lambda s: str(s[1].problems), raw=lambda s: s[1].problems, numeric=True),
+        Column("correct", "correct", lambda s: str(s[1].correct), raw=lambda s: s[1].correct, numeric=True),
+        *[Column(f"fast_{threshold_key(p)}_{b}", f"fast_{threshold_key(p)} {b}",
+                 lambda s, b=b, p=p: fmt_share(s[1].fast_p[b][threshold_key(p)]),
+                 raw=lambda s, b=b, p=p: s[1].fast_p[b][threshold_key(p)], numeric=True)
+          for b in baselines for p in FAST_P],
+        *[Column(f"geomean_{b}", f"geomean × {b}", lambda s, b=b: fmt_speedup(s[1].geomean[b]),
+                 raw=lambda s, b=b: s[1].geomean[b], numeric=True) for b in baselines],
+        Column("counts", "best outcomes", lambda s: ", ".join(f"{k} {v}" for k, v in s[1].counts.items())),
+    ]
+    return rows, stats
+
+
+def stats_rows(suite: SuiteBoard) -> list[tuple[str, SuiteStats]]:
+    """(`all`, stats), then (`level L`, stats) per level."""
+    return [("all", suite.stats)] + [(f"level {level}", stats) for level, stats in suite.levels.items()]

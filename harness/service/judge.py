@@ -1,0 +1,120 @@
+"""The judge as a library: the reward function of a reinforcement-learning loop.
+
+    from harness import Judge
+
+    with Judge(problem="gemm_scale_bn", size="small", device="cpu") as judge:
+        verdict = judge.evaluate(source)          # source text defining ModelNew
+        reward = verdict.speedup["eager"] if verdict.ranked else 0.0
+        print(verdict.ranked, verdict.why)        # why not, when it does not rank
+
+A `Judge` starts its referee once and keeps it, with its reference, calibrator and baseline rounds, until the
+`with` block ends (evaluator.parent.warm): a call costs the candidate's own executor and phases, and baselines are
+timed in rounds every `baseline_every` candidates, not once a call. Given a result store, its baselines are read
+from the figures stored for this problem, size, device and judge (harness.results.baseline_cache), a spot check a round,
+and the rounds it times are stored when it closes. `evaluate_many` yields verdicts as they come.
+
+A verdict is the evaluator's, as `harness eval --json` prints it, plus what the leaderboard makes of it:
+`ranked` (correct at `tier`, its timing trusted, no reject flag: harness.core.ranking.classify), `outcome` and `why`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from pydantic import Field
+
+from evaluator.wire.records import Verdict
+from harness.core.ranking import TIERS, classify
+
+MAX_SOURCE_BYTES = 1 << 20  # a candidate's source; a longer one is refused before any work
+
+
+class JudgedVerdict(Verdict):
+    """A verdict and whether it ranks."""
+
+    ranked: bool = Field(description="Correct at the judge's tier, its timing trusted, no reject flag: a number to use.")
+    outcome: str = Field(description="What the leaderboard calls it (harness.core.outcomes): correct, shaky, incorrect...")
+    why: str | None = Field(None, description="Why it does not rank (None when it does).")
+
+
+class Judge:
+    """One problem, size and device, judged warm (see the module docstring). Not for several threads at once:
+    calls from several are taken one at a time."""
+
+    def __init__(self, problem: str = "gemm_scale_bn", size: str | None = None, device: str | None = None, *,
+                 tier: str = "loose", store: Path | str | None = None, seed: int | None = None,
+                 run_timeout_s: float | None = None, baselines: list[str] | None = None, protect: list[Path] = ()):
+        from evaluator.parent.sandbox import EvalOptions
+
+        if tier not in TIERS:
+            raise ValueError(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
+        self.tier, self.store_path = tier, Path(store) if store is not None else None
+        self.options = EvalOptions(problem=problem, size=size, device=device, seed=seed, run_timeout_s=run_timeout_s,
+                                   baselines=baselines, store=self.store_path, protect=list(protect))
+        self.warm = None
+        self.folder: tempfile.TemporaryDirectory | None = None
+        self.lock = threading.Lock()
+        self.baselines_note = ""
+
+    def __enter__(self) -> Judge:
+        from evaluator.parent.warm import WarmJudge
+
+        self.warm = WarmJudge(self.options)
+        if self.store_path is not None:
+            from harness.results.baseline_cache import for_evaluator
+            from harness.core.store import open_store
+
+            with open_store(self.store_path) as store:
+                self.baselines_note = for_evaluator(store, self.warm.evaluator, retime=False)
+        self.folder = tempfile.TemporaryDirectory(prefix="kh-judge-")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.warm is None:
+            return
+        with self.lock:
+            self.warm.close()
+            if self.store_path is not None:
+                from harness.results.baseline_cache import remember_evaluator
+                from harness.core.store import open_store
+
+                with open_store(self.store_path) as store:
+                    remember_evaluator(store, self.warm.evaluator)
+            self.warm = None
+            if self.folder is not None:
+                self.folder.cleanup()
+
+    @property
+    def problem(self) -> str:
+        return self.warm.evaluator.problem.name if self.warm is not None else self.options.problem
+
+    def evaluate(self, source: str, name: str | None = None) -> JudgedVerdict:
+        """Judge one candidate's source text (a module defining ModelNew)."""
+        from evaluator.parent.sandbox import CandidateFile
+
+        if self.warm is None:
+            raise RuntimeError("a Judge judges inside its `with` block (or after __enter__)")
+        if not isinstance(source, str):
+            raise TypeError(f"source must be text (str), not {type(source).__name__}")
+        if len(source.encode("utf-8", errors="replace")) > MAX_SOURCE_BYTES:
+            raise ValueError(f"source is over {MAX_SOURCE_BYTES} bytes")
+        with self.lock:
+            number = self.warm.judged
+            path = Path(self.folder.name) / f"candidate_{number}.py"
+            path.write_text(source, encoding="utf-8")
+            verdict = self.warm.judge(CandidateFile(name=name or f"judge/{number}", path=path))
+            path.unlink(missing_ok=True)
+        outcome, why = classify(verdict, self.tier)
+        ranked = outcome.value == "correct"
+        return JudgedVerdict(**verdict.model_dump(), ranked=ranked, outcome=outcome.value, why=None if ranked else why)
+
+    def evaluate_many(self, sources: Iterable[str]) -> Iterator[JudgedVerdict]:
+        """A verdict for each source, in order, as each is reached."""
+        for source in sources:
+            yield self.evaluate(source)

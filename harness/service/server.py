@@ -1,0 +1,305 @@
+"""`harness serve`: an evaluation service many trainers share, on FastAPI and uvicorn.
+
+    POST /v1/evaluations      {"problem": NAME, "size": SIZE, "device": "cpu"|"cuda", "source": TEXT} -> 202 {"id"}
+    GET  /v1/evaluations/{id} -> {"id", "state": "queued"|"running"|"done", "verdict": {...} | null, "error"}
+
+- Keys: every request carries `Authorization: Bearer KEY`, a key of `HARNESS_API_KEYS` (comma-separated) or of
+  the keys file (one a line, which no executor may read). Only their SHA-256 digests are held, in memory; a job
+  records the first 12 hex digits of its client's, and a client sees its own jobs only. Without a valid key: 401.
+- Problems are named from the server's registry (a suite: harness.problems.suite), never by a path. Bad input gets a
+  4xx naming the reason: an unknown problem or size, a device this server lacks, a source over the limit, a body
+  that is not JSON text.
+- Jobs live in the result store (table `jobs`). A job is `running` while judged; a server killed and started
+  again puts its `running` jobs back in the queue (their judgement never finished, so none has two verdicts)
+  and finishes every job it had accepted.
+- The same source, problem, size, device and judge is judged once: a client asking again gets its job's id, and
+  another client's job of it is answered with that verdict. A finished job keeps its verdict, not its source.
+- One worker judges the queue in order, with a warm `harness.Judge` per problem, size and device (at most
+  MAX_JUDGES held, the least recently used closed).
+
+The verdict is what `harness eval --json` prints, plus `ranked`, `outcome` and `why` (harness.service.judge).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.core.records import utc_now
+from harness.core.store import Store
+from harness.problems.suite import Suite, load_suite, suite_of
+from harness.service.judge import MAX_SOURCE_BYTES
+
+JOB_STATES = ("queued", "running", "done")
+MAX_JUDGES = 4  # warm judges held at once (problem, size, device): the least recently used is closed past it
+
+
+class EvaluationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    problem: str = Field(description="A problem of the server's registry, by name.")
+    size: str | None = Field(None, description="One of the problem's sizes (default: its own, by device).")
+    device: Literal["cpu", "cuda"] | None = Field(None, description="Default: cuda where the server has a GPU.")
+    source: str = Field(description="The candidate: a module defining ModelNew.")
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def key_digests(environ: dict[str, str] | None = None, keys_file: Path | None = None) -> set[str]:
+    """The SHA-256 digests of the accepted keys (HARNESS_API_KEYS, and a keys file's lines)."""
+    environ = os.environ if environ is None else environ
+    keys = [k.strip() for k in environ.get("HARNESS_API_KEYS", "").split(",")]
+    if keys_file is not None:
+        keys += [line.strip() for line in Path(keys_file).read_text().splitlines()]
+    return {hashlib.sha256(k.encode()).hexdigest() for k in keys if k}
+
+
+def default_registry() -> Suite:
+    """The problems under reference/ and the repo's own suite (reference/minibench)."""
+    from evaluator.wire.problem import available_problems, problems_root
+
+    problems = suite_of(available_problems()).problems if available_problems() else []
+    minibench = problems_root() / "minibench"
+    if minibench.is_dir():
+        problems += load_suite(minibench).problems
+    return Suite(name="registry", source=str(problems_root()), problems=problems)
+
+
+class Jobs:
+    """The jobs table of a result store; every method one short transaction (a thread of its own each call)."""
+
+    def __init__(self, store_path: Path):
+        self.store_path = store_path
+        with self.open() as store:  # creates or migrates the store
+            del store
+
+    def open(self) -> Store:
+        return Store(self.store_path)
+
+    def submit(self, key: str, request: dict[str, Any], client: str) -> str:
+        """This client's job of `key`: an existing one (any state), or a new queued one (answered from another
+        client's verdict of the same key, where there is one, when the worker reaches it)."""
+        with self.open() as store, store.db:
+            row = store.db.execute("SELECT id, state, verdict FROM jobs WHERE key = ? AND client = ? ORDER BY created "
+                                   "LIMIT 1", (key, client)).fetchone()
+            if row is not None:
+                if row[1] == "done" and row[2] is None:  # the harness failed around it: asked again, judged again
+                    store.db.execute("UPDATE jobs SET state = 'queued', error = NULL, updated = ? WHERE id = ?",
+                                     (utc_now(), row[0]))
+                return row[0]
+            job_id = secrets.token_hex(12)
+            now = utc_now()
+            store.db.execute("INSERT INTO jobs (id, key, state, client, created, updated, request) VALUES "
+                             "(?, ?, 'queued', ?, ?, ?, ?)", (job_id, key, client, now, now, json.dumps(request)))
+            return job_id
+
+    def get(self, job_id: str, client: str) -> dict[str, Any] | None:
+        """The job, for the client that asked for it (another client's is as unknown as one never made)."""
+        with self.open() as store:
+            row = store.db.execute("SELECT id, state, verdict, error FROM jobs WHERE id = ? AND client = ?",
+                                   (job_id, client)).fetchone()
+        if row is None:
+            return None
+        return {"id": row[0], "state": row[1], "verdict": json.loads(row[2]) if row[2] else None, "error": row[3]}
+
+    def claim(self) -> tuple[str, dict[str, Any], dict[str, Any] | None] | None:
+        """The oldest queued job, now running, with the verdict of a finished job of the same key where there is
+        one (another client's: the same judgement, never made twice)."""
+        with self.open() as store, store.db:
+            row = store.db.execute("SELECT id, request, key FROM jobs WHERE state = 'queued' ORDER BY created, rowid "
+                                   "LIMIT 1").fetchone()
+            if row is None:
+                return None
+            taken = store.db.execute("UPDATE jobs SET state = 'running', updated = ? WHERE id = ? AND state = 'queued'",
+                                     (utc_now(), row[0])).rowcount
+            if not taken:
+                return None
+            done = store.db.execute("SELECT verdict FROM jobs WHERE key = ? AND state = 'done' AND verdict IS NOT NULL "
+                                    "LIMIT 1", (row[2],)).fetchone()
+            return row[0], json.loads(row[1]), json.loads(done[0]) if done else None
+
+    def finish(self, job_id: str, verdict: dict[str, Any] | None, error: str | None = None, judged: bool = True) -> None:
+        """Done: its verdict (`judged`: made for it, not another job's), its source no longer kept."""
+        with self.open() as store, store.db:
+            store.db.execute("UPDATE jobs SET state = 'done', updated = ?, verdict = ?, error = ?, judged = judged + ?, "
+                             "request = json_remove(request, '$.source') WHERE id = ? AND state = 'running'",
+                             (utc_now(), json.dumps(verdict) if verdict is not None else None, error, int(judged),
+                              job_id))
+
+    def requeue_running(self) -> int:
+        """Jobs a killed server was judging: queued again (no verdict of theirs was written)."""
+        with self.open() as store, store.db:
+            return store.db.execute("UPDATE jobs SET state = 'queued', updated = ? WHERE state = 'running'",
+                                    (utc_now(),)).rowcount
+
+
+JudgeFactory = Callable[[str, str | None, str], Any]  # (problem location, size, device) -> an entered Judge
+
+
+def real_judge(location: str, size: str | None, device: str, store: Path, protect: list[Path]) -> Any:
+    from harness.service.judge import Judge
+
+    return Judge(problem=location, size=size, device=device, store=store, protect=protect).__enter__()
+
+
+class Service:
+    """The registry, the keys, the jobs and the worker behind the HTTP routes."""
+
+    def __init__(self, store: Path, *, registry: Suite | None = None, keys: set[str] | None = None,
+                 judge_factory: JudgeFactory | None = None, gpu: bool | None = None, protect: list[Path] = ()):
+        from evaluator.wire.identity import gpu_hardware
+
+        self.store = Path(store)
+        self.registry = {p.name: p for p in (registry or default_registry()).problems}
+        self.keys = keys if keys is not None else key_digests()
+        self.jobs = Jobs(self.store)
+        self.gpu = gpu_hardware() is not None if gpu is None else gpu
+        # the keys file among what no executor may read (a candidate could print it into its verdict's output)
+        self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(loc, size, device, self.store,
+                                                                                     list(protect)))
+        self.judges: dict[tuple[str, str | None, str], Any] = {}
+        self.stopping = threading.Event()
+        self.wake = threading.Event()
+        self.worker: threading.Thread | None = None
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def client(self, authorization: str | None) -> str:
+        """The client's key digest prefix; ServiceError 401 without a valid key."""
+        scheme, _, token = (authorization or "").partition(" ")
+        digest = hashlib.sha256(token.strip().encode()).hexdigest()
+        if scheme != "Bearer" or not token.strip() or not any(hmac.compare_digest(digest, k) for k in self.keys):
+            raise ServiceError(401, "a valid `Authorization: Bearer KEY` is required")
+        return digest[:12]
+
+    def submit(self, request: EvaluationRequest, client: str) -> str:
+        from evaluator.wire import identity
+        from evaluator.wire.problem import load_problem
+
+        entry = self.registry.get(request.problem)
+        if entry is None:
+            known = ", ".join(sorted(self.registry)[:20])
+            raise ServiceError(404, f"unknown problem {request.problem!r}; this server's problems: {known}")
+        device = request.device or ("cuda" if self.gpu else "cpu")
+        if device == "cuda" and not self.gpu:
+            raise ServiceError(422, "device cuda: this server has no CUDA GPU")
+        try:
+            encoded = request.source.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate that JSON let through
+            raise ServiceError(422, f"source is not valid Unicode text ({err.reason} at {err.start})") from None
+        if len(encoded) > MAX_SOURCE_BYTES:
+            raise ServiceError(413, f"source is over the limit of {MAX_SOURCE_BYTES} bytes")
+        spec = load_problem(entry.location)
+        size = request.size or entry.size or spec.default_size_for(device)
+        if not spec.has_size(size):
+            raise ServiceError(422, f"problem {spec.name!r} has no size {size!r}; its sizes: {', '.join(spec.sizes)}")
+        source_sha = hashlib.sha256(encoded).hexdigest()
+        key = identity.verdict_key(source_sha, spec.name, size, identity.device_name(device),
+                                   identity.judge_identity(spec))
+        job = self.jobs.submit(key, {"problem": spec.name, "location": entry.location, "size": size,
+                                     "device": device, "source": request.source}, client)
+        self.wake.set()
+        return job
+
+    # -- the worker ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.jobs.requeue_running()
+        self.worker = threading.Thread(target=self.work, name="harness-serve-worker", daemon=True)
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+        if self.worker is not None:
+            self.worker.join(timeout=600)
+        for judge in self.judges.values():
+            judge.close()
+        self.judges.clear()
+
+    def judge_for(self, location: str, size: str, device: str) -> Any:
+        """The warm judge of a problem, size and device; the least recently used one closed past MAX_JUDGES (each
+        holds a referee, and on a GPU a CUDA context)."""
+        where = (location, size, device)
+        judge = self.judges.pop(where, None) or self.judge_factory(*where)
+        self.judges[where] = judge  # the most recent last
+        while len(self.judges) > MAX_JUDGES:
+            self.judges.pop(next(iter(self.judges))).close()
+        return judge
+
+    def work(self) -> None:
+        while not self.stopping.is_set():
+            claimed = self.jobs.claim()
+            if claimed is None:
+                self.wake.wait(timeout=1.0)
+                self.wake.clear()
+                continue
+            job_id, request, known = claimed
+            if known is not None:  # the same source, problem, size, device and judge: answered from the store
+                self.jobs.finish(job_id, known, judged=False)
+                continue
+            try:
+                verdict = self.judge_for(request["location"], request["size"], request["device"]).evaluate(
+                    request["source"], name=f"job/{job_id}")
+                self.jobs.finish(job_id, verdict.model_dump(mode="json"))
+            except Exception as err:  # the harness's own failure around this job: said, and the queue goes on
+                self.jobs.finish(job_id, None, f"{type(err).__name__}: {err}"[:2000])
+
+
+def create_app(service: Service):
+    """The FastAPI application over `service` (started and stopped with the app)."""
+    import contextlib
+
+    from fastapi import FastAPI, Header, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        service.start()
+        yield
+        service.stop()
+
+    app = FastAPI(title="kernelharness", lifespan=lifespan)
+
+    @app.exception_handler(ServiceError)
+    async def refused(request: Request, err: ServiceError):
+        return JSONResponse(status_code=err.status, content={"error": err.reason})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException):
+        reason = str(err.detail)
+        if err.status_code == 400 and "parsing the body" in reason:  # FastAPI's words for a body it cannot decode
+            reason = "bad request: the body is not JSON text (UTF-8)"
+        return JSONResponse(status_code=err.status_code, content={"error": reason})
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, err: RequestValidationError):
+        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        return JSONResponse(status_code=422, content={"error": f"bad request: {reasons}"[:2000]})
+
+    @app.post("/v1/evaluations", status_code=202)
+    def submit(body: EvaluationRequest, authorization: str | None = Header(None)) -> dict[str, str]:
+        return {"id": service.submit(body, service.client(authorization))}
+
+    @app.get("/v1/evaluations/{job_id}")
+    def status(job_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:
+        job = service.jobs.get(job_id, service.client(authorization))
+        if job is None:
+            raise ServiceError(404, f"no evaluation {job_id!r}")
+        return job
+
+    return app
