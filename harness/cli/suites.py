@@ -1,6 +1,7 @@
 """`harness run` and `harness eval` over a suite's problems (`--problems PATH`, or `--problem` given more than
 once): every problem checked before any work, then each judged in turn as the one-problem commands judge it
-(its own run, its own verdicts in the store, resumed alike), then the suite board over them.
+(its own run, its own verdicts in the store, resumed alike), then the suite board over them. While a problem
+runs, the next one's first-turn replies are asked for (`AskAhead`), so the endpoint and the judge work at once.
 
 What a suite run stores is what its problems' runs store: a second `harness run --problems` with the same
 settings asks for nothing and judges nothing already judged; `harness leaderboard --problems PATH` draws the
@@ -9,6 +10,8 @@ suite board from the store at any time.
 
 from __future__ import annotations
 
+import io
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -118,11 +121,18 @@ def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None
                       f"{cfg.problem}'s alone", soft_wrap=True)
         return 2
     codes, run_ids = [], []
+    settings = [dict(options, problem=entry.location, size=entry.size or options.get("size")) for entry in suite.problems]
+    ahead: AskAhead | None = None
     for position, entry in enumerate(suite.problems, 1):
-        mine = dict(options, problem=entry.location, size=entry.size or options.get("size"))
+        if ahead is not None:
+            ahead.finish(console)
+        # the next problem's first-turn replies are asked for while this one is generated and judged
+        ahead = (AskAhead(suite.problems[position].name, settings[position], config_file, environ)
+                 if position < len(suite.problems) else None)
         console.rule(f"[bold]{position}/{len(suite.problems)} {entry.name}[/]")
         ran: list[str] = []
-        codes.append(run_command(mine, config_file=config_file, console=console, environ=environ, run_ids=ran))
+        codes.append(run_command(settings[position - 1], config_file=config_file, console=console, environ=environ,
+                                 run_ids=ran))
         run_ids += ran
         if codes[-1] == 130:
             return 130
@@ -130,3 +140,37 @@ def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None
     leaderboard_command(store=cfg.store, filters=Filters(), tier=suite.tier, console=console,
                         suite=suite, runs=run_ids, fmt="table")
     return max(codes)
+
+
+class AskAhead:
+    """A suite's next problem's first-turn replies, asked for (and salvaged) in a thread while the current
+    problem is generated and judged, and stored: that problem's run finds them stored, as a resumed run does,
+    so the endpoint and the judge work at the same time. At most two problems' requests are in flight, each
+    bounded by the run's concurrency; nothing here is parsed, built or judged. A failure here is said and
+    left to the problem's own run, which asks again (an interrupt leaves what was stored for the next run)."""
+
+    def __init__(self, name: str, options: dict[str, Any], config_file: Path | None,
+                 environ: dict[str, str] | None):
+        self.name, self.requests, self.error = name, 0, None
+        self.thread = threading.Thread(target=self._ask, args=(options, config_file, environ), daemon=True,
+                                       name=f"ask-ahead-{name}")
+        self.thread.start()
+
+    def _ask(self, options: dict[str, Any], config_file: Path | None, environ: dict[str, str] | None) -> None:
+        from evaluator.wire.identity import gpu_hardware
+        from harness.core.config import resolve_config
+        from harness.runs.pipeline import execute_run
+
+        try:
+            cfg = resolve_config(options, environ=environ, config_file=config_file)
+            summary = execute_run(cfg, console=Console(file=io.StringIO()), hardware=gpu_hardware(),
+                                  environ=environ, replies_only=True)
+            self.requests, self.error = summary.requests, summary.fatal_error
+        except Exception as err:  # the problem's own run meets it again and says it in full
+            self.error = f"{type(err).__name__}: {err}"
+
+    def finish(self, console: Console) -> None:
+        self.thread.join()
+        said = f"failed ({self.error}); its run asks again" if self.error else f"{self.requests} request(s)"
+        console.print(f"[dim]{self.name}: first-turn replies asked ahead, while the problem before it ran: "
+                      f"{said}[/]", highlight=False, soft_wrap=True)

@@ -84,10 +84,15 @@ def no_gpu_line() -> str:
 
 def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Hardware | None = None,
                 provider: Provider | None = None, evaluate_fn: EvaluateFn | None = None,
-                environ: dict[str, str] | None = None, golden: list[Path] | None = None) -> RunSummary:
+                environ: dict[str, str] | None = None, golden: list[Path] | None = None,
+                replies_only: bool = False) -> RunSummary:
     """Run `cfg` to the end and return what happened. Raises RunError only for settings that
     cannot work (unknown problem, size or variant, a bad template, an unusable store); every
     per-sample outcome (failed request, unparsable reply, failed candidate) is data.
+
+    `replies_only`: the first turn's replies asked for (and salvaged) and stored, nothing parsed, built or
+    judged and no run recorded: a suite asks for its next problem's replies while this one is judged
+    (harness.cli.suites), and that problem's run then finds them stored, as a resumed run does.
 
     `provider`, `evaluate_fn`, `golden` and `environ` are for tests (defaults: from `cfg`,
     `evaluator.parent.sandbox.evaluate`, `candidates/golden/*.py`, `os.environ`).
@@ -119,6 +124,8 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
                            "candidates instead)")
         if hardware is None:  # said before the builds take minutes, not only in a table cell at the end
             console.print(f"[yellow]no CUDA GPU here:[/] {no_gpu_line()}", highlight=False)
+        if not use_model and replies_only:
+            return RunSummary(run=_new_run(ctx, cfg.run_id or "", "generate", []))
         if not use_model:
             console.print(f"[yellow]No model endpoint configured (no model; set --model with --base-url or "
                           f"{cfg.api_key_env}, or harness.toml): evaluating the golden candidates instead.[/]")
@@ -128,7 +135,7 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
             console.print(f"[dim]the replay folder holds {held} first-turn repl{'y' if held == 1 else 'ies'}: "
                           f"{held} sample(s), not {cfg.samples}[/]", highlight=False)
             ctx = dataclasses.replace(ctx, cfg=cfg.model_copy(update={"samples": held}))
-        return _generate_run(ctx, provider, environ)
+        return _generate_run(ctx, provider, environ, replies_only)
 
 
 def _new_run(ctx: RunContext, run_id: str, mode: str, messages: Sequence[Message]) -> Run:
@@ -138,7 +145,8 @@ def _new_run(ctx: RunContext, run_id: str, mode: str, messages: Sequence[Message
                device_name=ctx.device_name, messages=list(messages), updated=utc_now())
 
 
-def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str, str]) -> RunSummary:
+def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str, str],
+                  replies_only: bool = False) -> RunSummary:
     cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
     try:
         messages = render_prompt(problem, cfg.variant, hardware=ctx.hardware, templates=cfg.templates,
@@ -156,6 +164,13 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
     run_id = cfg.run_id or derive_run_id(cfg, messages, ctx.size, ctx.device, problem.name)
     if not cfg.run_id and store.get_run(run_id) is None and store.get_run(earlier := earlier_run_id(run_id, cfg, problem.name)):
         run_id = earlier  # started before ids named size and device: resumed where it is
+    asks = [Ask(sample=str(i), root=i, turn=1, messages=list(messages)) for i in range(cfg.samples)]
+    if replies_only:
+        params = [sample_params(cfg, ask.root) for ask in asks]
+        summary = RunSummary(run=_new_run(ctx, run_id, "generate", messages))
+        replies = gather_replies(cfg, problem.name, store, console, run_id, asks, params, 1, provider, environ, prompts)
+        summary.requests, summary.fatal_error = replies.requests, replies.fatal.message if replies.fatal else None
+        return summary
     run = store.put_run(_new_run(ctx, run_id, "generate", messages))
     summary = RunSummary(run=run)
     run_dir = cfg.runs_dir / run_id
@@ -164,7 +179,6 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
                f"(at most {cfg.salvage_requests} extra request(s) each)" if cfg.salvaging else "")
     console.print(f"[bold]run {run_id}[/]: {problem.name}, variant {cfg.variant}, model {cfg.model}, "
                   f"{cfg.samples} sample(s){turns}, size {ctx.size}, device {ctx.device}{salvage} -> {run_dir}")
-    asks = [Ask(sample=str(i), root=i, turn=1, messages=list(messages)) for i in range(cfg.samples)]
     for turn in range(1, cfg.turns + 1):
         if turn > 1:
             asks = refinements(ctx, summary, turn)
