@@ -89,6 +89,21 @@ def suite_twice(out: Path, rows: list[str]) -> None:
     print(board.read_text()[-3000:])
 
 
+def suite_run(out: Path, rows: list[str], timeout: float = 240) -> None:
+    """`harness run --problems` end to end on the replayed replies (each problem's next replies asked for while
+    the one before it is judged), then the same command again: every reply and verdict from the store."""
+    store = out / "suite-run.sqlite"
+    for attempt in ("first", "again"):
+        log = out / f"suite-run-{attempt}.log"
+        rc, wall = sh([sys.executable, "-m", "harness", "run", "--problems", str(ROOT / "reference/minibench"),
+                       "--model", f"replay:{ROOT / 'tests/fixtures/replays/minibench'}", "--store", str(store),
+                       "--runs-dir", str(out / "runs"), "--salvage", "off"], log, timeout)
+        text = log.read_text(errors="replace")
+        rows.append(f"suite run {attempt}: rc={rc} {wall:.0f} s; asked ahead {text.count('asked ahead')} time(s)")
+        print(rows[-1], flush=True)
+    print(text[-4000:])
+
+
 def kernelbench_sizes(out: Path, rows: list[str], budget_s: float) -> None:
     files = replayed_sources(out / "kb-candidates")
     started = time.monotonic()
@@ -208,7 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("gpu-out"))
     parser.add_argument("--parts", default="suite,service,kernelbench", help="in this order; `eval`: harness eval on "
-                        "the service's sources alone")
+                        "the service's sources alone; `run`: harness run --problems on the replayed replies, twice")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[str] = []
@@ -220,6 +235,8 @@ def main() -> None:
             elif part == "service":
                 service_load(args.out, rows)
                 eval_same_sources(args.out, rows)
+            elif part == "run":
+                suite_run(args.out, rows)
             elif part == "eval":
                 eval_same_sources(args.out, rows)
             elif part == "kernelbench":
