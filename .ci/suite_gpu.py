@@ -89,11 +89,11 @@ def suite_twice(out: Path, rows: list[str]) -> None:
     print(board.read_text()[-3000:])
 
 
-def suite_run(out: Path, rows: list[str], timeout: float = 240) -> None:
+def suite_run(out: Path, rows: list[str], timeouts: tuple[float, float] = (200, 60)) -> None:
     """`harness run --problems` end to end on the replayed replies (each problem's next replies asked for while
     the one before it is judged), then the same command again: every reply and verdict from the store."""
     store = out / "suite-run.sqlite"
-    for attempt in ("first", "again"):
+    for attempt, timeout in zip(("first", "again"), timeouts):
         log = out / f"suite-run-{attempt}.log"
         rc, wall = sh([sys.executable, "-m", "harness", "run", "--problems", str(ROOT / "reference/minibench"),
                        "--model", f"replay:{ROOT / 'tests/fixtures/replays/minibench'}", "--store", str(store),
