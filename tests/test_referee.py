@@ -561,3 +561,33 @@ def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_erro
         assert judged.value.status == status and judged.value.error.endswith(reply.error)
         assert ("before the candidate was called" in judged.value.error) == (status == Status.crashed)
     assert closed == [True, True]  # measured with the executor gone
+
+
+def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why_or_incorrect_after_a_wrong_trial():
+    """On an H100 at KernelBench's own sizes (19_ReLU, 6 GiB in and out) the referee ran out of GPU memory copying
+    the candidate's output out of the exchange, and the verdict was `crashed` with the referee's traceback, as if
+    the referee had broken: it says that the judge's copies do not fit this GPU at this size. A candidate that
+    holds the device's memory must not hide an earlier wrong trial that way: that is `incorrect`."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import check_phase
+    from evaluator.referee.compare import ModeAccumulator
+    from evaluator.referee.session import Judged
+    from evaluator.wire.protocol import Reply
+    from evaluator.wire.records import Phase, Status
+
+    def shipment(reply):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has ...")
+
+    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda"),
+                              link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: [])),
+                              request=lambda command: Reply(id=0), shipment=shipment, phase=Phase.check)
+    wrong_before = ModeAccumulator("train", {"loose": None})
+    wrong_before.fail("output: 3 values outside")
+    for acc, status in ((ModeAccumulator("train", {}), Status.crashed), (wrong_before, Status.incorrect)):
+        with pytest.raises(Judged) as judged:
+            check_phase.trial(session, None, "randn", 0, train=True, acc=acc)
+        assert judged.value.status == status
+        said = judged.value.error
+        assert ("do not fit this GPU" in said and "Tried to allocate 6.00 GiB" in said) == (status == Status.crashed), said
+        assert ("wrong in an earlier trial (output: 3 values outside)" in said) == (status == Status.incorrect), said

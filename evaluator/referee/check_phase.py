@@ -44,6 +44,20 @@ def staging_out_of_memory(session: Session, inputs: list, reply: Reply, acc: com
     raise Judged(Status.crashed, session.phase, STAGING_MEMORY + reply.error)
 
 
+def referee_out_of_memory(acc: compare.ModeAccumulator, err: BaseException) -> None:
+    """The referee ran out of the device's memory reading a call's outputs or computing the float64 reference:
+    the judge's copies did not fit (`crashed`, saying so), or `incorrect` after an earlier wrong trial (a candidate
+    holding the device's memory must not hide one). Never the candidate's `runtime_error`: the judge failed."""
+    if acc.failure is not None or not all(acc.tiers.values()):
+        raise Judged(Status.incorrect, Phase.check, "wrong in an earlier trial (" + (acc.failure or "outside every "
+                     "tolerance tier") + "), then the referee ran out of GPU memory judging the next")
+    raise Judged(Status.crashed, Phase.check, REFEREE_MEMORY + ". ".join(str(err).split(". ")[:2])[:300])
+
+
+REFEREE_MEMORY = ("the GPU's memory ran out in the referee as it read the candidate's outputs or computed the float64 "
+                  "reference: at this problem's size the judge's copies and the executor's do not fit this GPU "
+                  "(docs/problems.md, the memory bound); a smaller size, or a GPU with more memory, judges it. ")
+
 STAGING_MEMORY = ("the GPU's memory ran out as the judge staged the call's inputs, before the candidate was called: "
                   "at this problem's size the referee's float64 checks and the executor's copies do not fit this GPU "
                   "(docs/problems.md, the memory bound); a smaller size, or a GPU with more memory, judges it. ")
@@ -88,10 +102,13 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         staging_out_of_memory(session, inputs, reply, acc)
     if reply.error:
         raise Judged(Status.runtime_error, session.phase, reply.error)
-    shipped, unreadable = session.shipment(reply)
-    reference64.train(train)
-    with torch.no_grad(), cmp.guarded():
-        expected = reference64(*draws.as_float64(inputs))
+    try:
+        shipped, unreadable = session.shipment(reply)
+        reference64.train(train)
+        with torch.no_grad(), cmp.guarded():
+            expected = reference64(*draws.as_float64(inputs))
+    except torch.OutOfMemoryError as err:
+        referee_out_of_memory(acc, err)
     acc.trials += 1
     for problem in reply.problems + unreadable:
         acc.fail(problem)

@@ -159,6 +159,10 @@ def judge(session: Session, compile_only: bool, imported: Imported | None = None
                 finish(session)
     except Judged as judged:
         outcome = Stop(judged.status, judged.phase, judged.error)
+    except torch.OutOfMemoryError as err:  # the referee's own copies (a check's are weighed in check_phase)
+        outcome = Stop(Status.crashed, session.phase, "the GPU's memory ran out in the referee as it judged the "
+                       "candidate's calls: at this problem's size the judge's copies and the executor's do not fit "
+                       "this GPU (docs/problems.md, the memory bound). " + ". ".join(str(err).split(". ")[:2])[:300])
     session.leave()
     return compose(session, results, outcome)
 
