@@ -59,3 +59,19 @@ def test_the_cluster_builds_on_both_machines_and_its_lanes_give_the_local_verdic
     failed = next(v for v in remote if v.status == Status.compile_error)
     assert failed.judged_on == failed.built_on  # a failed build is its own last word, where it was built
     assert all(v.built_on and v.judged_on for v in local)
+
+
+@pytest.mark.slow
+def test_a_warm_judge_on_the_cluster_judges_on_two_lanes_at_once(two_nodes):
+    """`harness serve --executor ray`, `Judge(executor="ray")`: a lane per Ray actor, kept warm between calls;
+    `evaluate_many` judges one candidate on each lane at once, and the verdicts are the local ones."""
+    from harness import Judge
+
+    sources = [(CPU / f"{n}.py").read_text() for n in ("torch_ops_correct", "wrong_values", "torch_ops_correct")]
+    with Judge(problem="gemm_scale_bn", size="small", device="cpu", executor="ray", lanes=2,
+               run_timeout_s=120) as judge:
+        assert judge.lanes == 2
+        verdicts = list(judge.evaluate_many(sources + ["x = 1\n"]))
+    assert [v.status for v in verdicts] == [Status.correct, Status.incorrect, Status.correct, Status.parse_error]
+    assert all("ray node" in v.judged_on for v in verdicts[:3]), [v.judged_on for v in verdicts]
+    assert verdicts[0].runtime_ms > 0 and not verdicts[1].ranked and "ModelNew" in verdicts[3].why

@@ -42,10 +42,20 @@ class CountingJudge:
 
     calls: list[str] = []
     delay_s = 0.0
+    active: dict[int | None, int] = {}  # calls in flight, by lane
+    most: dict[int | None, int] = {}    # the most in flight at once, by lane (and overall, under `all`)
+    guard = threading.Lock()
 
-    def evaluate(self, source: str, name: str | None = None) -> FakeVerdict:
+    def evaluate(self, source: str, name: str | None = None, lane: int | None = None) -> FakeVerdict:
+        with CountingJudge.guard:
+            for where in (lane, "all"):
+                CountingJudge.active[where] = CountingJudge.active.get(where, 0) + 1
+                CountingJudge.most[where] = max(CountingJudge.most.get(where, 0), CountingJudge.active[where])
         time.sleep(self.delay_s)
-        CountingJudge.calls.append(source)
+        with CountingJudge.guard:
+            CountingJudge.calls.append(source)
+            for where in (lane, "all"):
+                CountingJudge.active[where] -= 1
         return FakeVerdict(source, name or "-")
 
     def close(self) -> None:
@@ -57,10 +67,10 @@ def service(store: Path, **kwargs) -> Service:
                    judge_factory=lambda *where: CountingJudge(), gpu=False, **kwargs)
 
 
-def wait_done(client: TestClient, job: str, timeout_s: float = 60) -> dict:
+def wait_done(client: TestClient, job: str, headers: dict | None = None, timeout_s: float = 60) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        body = client.get(f"/v1/evaluations/{job}", headers=AUTH).json()
+        body = client.get(f"/v1/evaluations/{job}", headers=headers or AUTH).json()
         if body["state"] == "done":
             return body
         time.sleep(0.05)
@@ -187,6 +197,28 @@ def test_twenty_clients_hundreds_of_jobs_and_a_restart_lose_nothing_and_judge_no
         assert db.db.execute("SELECT COUNT(*), SUM(judged), COUNT(DISTINCT key) FROM jobs").fetchone() == (240, 240, 240)
 
 
+def test_a_worker_per_lane_judges_at_once_one_candidate_a_lane_and_a_source_once(tmp_path):
+    """`harness serve --gpus 0,1,2`: three workers, worker i on lane i of every judge (one candidate at a time on
+    each GPU, whatever the problem); two clients sending the same sources are two jobs and one judgement each,
+    never two made at once by two workers."""
+    CountingJudge.calls, CountingJudge.delay_s, CountingJudge.most = [], 0.05, {}
+    svc = service(tmp_path / "r.sqlite", workers=3)
+    other = {"Authorization": "Bearer other"}
+    try:
+        with TestClient(create_app(svc)) as client:
+            jobs = [client.post("/v1/evaluations", json=request(f"P{i}", problem=problem, size=size),
+                                headers=auth).json()["id"]
+                    for i in range(8) for problem, size in (("gemm_scale_bn", "small"), ("1_ReLU", "default"))
+                    for auth in (AUTH, other)]
+            done = [wait_done(client, job, headers) for job, headers in zip(jobs, [AUTH, other] * 16)]
+    finally:
+        CountingJudge.delay_s = 0.0
+    assert len(svc.workers) == 3 and all(d["verdict"] is not None for d in done)
+    assert sorted(CountingJudge.calls) == sorted(f"P{i}" for i in range(8) for _ in range(2))  # once a problem
+    assert set(CountingJudge.most) <= {0, 1, 2, "all"} and all(CountingJudge.most[lane] == 1 for lane in (0, 1, 2))
+    assert CountingJudge.most["all"] >= 2  # judged at once
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -274,5 +306,13 @@ def test_a_lone_surrogate_is_a_422_and_warm_judges_are_bounded(tmp_path):
     svc = Service(tmp_path / "r.sqlite", keys=set(), judge_factory=lambda *where: Closing(), gpu=False)
     for i in range(service_module.MAX_JUDGES + 2):
         svc.judge_for(f"problem{i}", "small", "cpu")
+        svc.done_with(f"problem{i}", "small", "cpu")
     svc.judge_for("problem5", "small", "cpu")  # held: no new one
+    svc.done_with("problem5", "small", "cpu")
     assert len(svc.judges) == service_module.MAX_JUDGES and len(closed) == 2
+    held = svc.judge_for("problem2", "small", "cpu")  # a worker judges with it: never closed under it
+    for i in range(6, 6 + service_module.MAX_JUDGES):
+        svc.judge_for(f"problem{i}", "small", "cpu")
+        svc.done_with(f"problem{i}", "small", "cpu")
+    assert held not in closed and svc.judges[("problem2", "small", "cpu")] is held
+    assert len(svc.judges) == service_module.MAX_JUDGES and len(closed) == 2 + service_module.MAX_JUDGES

@@ -431,6 +431,11 @@ def serve_cli(
         "reference/minibench).")),
     store: Optional[Path] = typer.Option(None, help="Result store holding the jobs (default as `harness run`)."),
     keys_file: Optional[Path] = typer.Option(None, help="A file of API keys, one a line (besides HARNESS_API_KEYS)."),
+    gpus: Optional[str] = typer.Option(None, help=(
+        "GPUs to judge on, a lane and a worker each: `all` or positions (`0,1`); default one lane.")),
+    executor: str = typer.Option("local", help="`local`, or `ray`: each lane a Ray actor on the cluster."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (default RAY_ADDRESS, else a local one)."),
+    lanes: Optional[int] = typer.Option(None, min=1, help="Ray only: lanes (default: the cluster's GPUs)."),
 ) -> None:
     """An evaluation service: POST /v1/evaluations, GET /v1/evaluations/{id} (harness.service.server)."""
     try:
@@ -438,18 +443,23 @@ def serve_cli(
     except ImportError:
         raise usage_error("harness serve needs FastAPI and uvicorn: pip install -e '.[serve]'")
     from harness.core.config import default_store_path
-    from harness.service.server import Service, create_app, key_digests
+    from evaluator.parent.lanes import ClusterError
     from harness.problems.suite import SuiteError, load_suite
+    from harness.service.server import Service, create_app, key_digests, lane_count
 
+    if executor not in ("local", "ray"):
+        raise usage_error(f"--executor must be local or ray, not {executor!r}")
     try:
         registry = load_suite(problems) if problems is not None else None
         keys = key_digests(keys_file=keys_file)
-    except (SuiteError, OSError) as err:
+        workers = lane_count(gpus, executor, ray_address, lanes)
+    except (SuiteError, OSError, ValueError, ClusterError) as err:
         raise usage_error(str(err))
     if not keys:
         raise usage_error("no API key: set HARNESS_API_KEYS (comma-separated) or --keys-file")
     service = Service(store or default_store_path(), registry=registry, keys=keys,
-                      protect=[keys_file.resolve()] if keys_file is not None else [])
-    err_console.print(f"[dim]serving {len(service.registry)} problem(s) on http://{host}:{port}, jobs in "
-                      f"{service.store}[/]", highlight=False)
+                      protect=[keys_file.resolve()] if keys_file is not None else [], workers=workers,
+                      lanes=dict(gpus=gpus, executor=executor, ray_address=ray_address, lanes=lanes))
+    err_console.print(f"[dim]serving {len(service.registry)} problem(s) on http://{host}:{port} with {workers} "
+                      f"lane(s) ({executor}), jobs in {service.store}[/]", highlight=False)
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning")

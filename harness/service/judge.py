@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -41,19 +42,24 @@ class JudgedVerdict(Verdict):
 
 
 class Judge:
-    """One problem, size and device, judged warm (see the module docstring). Not for several threads at once:
-    calls from several are taken one at a time."""
+    """One problem, size and device, judged warm (see the module docstring). `gpus` (`all`, or positions such
+    as `0,1`): a lane per GPU, and calls from as many threads judged at once (`evaluate_many` uses them all);
+    `executor="ray"`: a lane per GPU of the Ray cluster at `ray_address` (or `lanes` of them). By default one
+    lane: calls from several threads are taken one at a time. Close it once its calls are over."""
 
     def __init__(self, problem: str = "gemm_scale_bn", size: str | None = None, device: str | None = None, *,
                  tier: str = "loose", store: Path | str | None = None, seed: int | None = None,
-                 run_timeout_s: float | None = None, baselines: list[str] | None = None, protect: list[Path] = ()):
+                 run_timeout_s: float | None = None, baselines: list[str] | None = None, protect: list[Path] = (),
+                 gpus: str | None = None, executor: str = "local", ray_address: str | None = None,
+                 lanes: int | None = None):
         from evaluator.parent.sandbox import EvalOptions
 
         if tier not in TIERS:
             raise ValueError(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
         self.tier, self.store_path = tier, Path(store) if store is not None else None
         self.options = EvalOptions(problem=problem, size=size, device=device, seed=seed, run_timeout_s=run_timeout_s,
-                                   baselines=baselines, store=self.store_path, protect=list(protect))
+                                   baselines=baselines, store=self.store_path, protect=list(protect), gpus=gpus,
+                                   executor=executor, ray_address=ray_address, lanes=lanes)
         self.warm = None
         self.folder: tempfile.TemporaryDirectory | None = None
         self.lock = threading.Lock()
@@ -94,8 +100,9 @@ class Judge:
     def problem(self) -> str:
         return self.warm.evaluator.problem.name if self.warm is not None else self.options.problem
 
-    def evaluate(self, source: str, name: str | None = None) -> JudgedVerdict:
-        """Judge one candidate's source text (a module defining ModelNew)."""
+    def evaluate(self, source: str, name: str | None = None, lane: int | None = None) -> JudgedVerdict:
+        """Judge one candidate's source text (a module defining ModelNew), on lane `lane` (modulo the lanes)
+        or on the first one free."""
         from evaluator.parent.sandbox import CandidateFile
 
         if self.warm is None:
@@ -104,17 +111,27 @@ class Judge:
             raise TypeError(f"source must be text (str), not {type(source).__name__}")
         if len(source.encode("utf-8", errors="replace")) > MAX_SOURCE_BYTES:
             raise ValueError(f"source is over {MAX_SOURCE_BYTES} bytes")
-        with self.lock:
-            number = self.warm.judged
-            path = Path(self.folder.name) / f"candidate_{number}.py"
-            path.write_text(source, encoding="utf-8")
-            verdict = self.warm.judge(CandidateFile(name=name or f"judge/{number}", path=path))
+        number = self.warm.next_number()
+        path = Path(self.folder.name) / f"candidate_{number}.py"
+        path.write_text(source, encoding="utf-8")
+        try:
+            verdict = self.warm.judge(CandidateFile(name=name or f"judge/{number}", path=path), lane=lane)
+        finally:
             path.unlink(missing_ok=True)
         outcome, why = classify(verdict, self.tier)
         ranked = outcome.value == "correct"
         return JudgedVerdict(**verdict.model_dump(), ranked=ranked, outcome=outcome.value, why=None if ranked else why)
 
+    @property
+    def lanes(self) -> int:
+        """Candidates judged at once: one per lane."""
+        return len(self.warm.lanes) if self.warm is not None else 1
+
     def evaluate_many(self, sources: Iterable[str]) -> Iterator[JudgedVerdict]:
-        """A verdict for each source, in order, as each is reached."""
-        for source in sources:
-            yield self.evaluate(source)
+        """A verdict for each source, in order, as each is reached (one judged on each lane at once)."""
+        if self.lanes == 1:
+            for source in sources:
+                yield self.evaluate(source)
+            return
+        with ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="judge-lane") as pool:
+            yield from pool.map(self.evaluate, sources)

@@ -14,8 +14,10 @@
   and finishes every job it had accepted.
 - The same source, problem, size, device and judge is judged once: a client asking again gets its job's id, and
   another client's job of it is answered with that verdict. A finished job keeps its verdict, not its source.
-- One worker judges the queue in order, with a warm `harness.Judge` per problem, size and device (at most
-  MAX_JUDGES held, the least recently used closed).
+- A worker per lane judges the queue in order (one by default; `--gpus` one per GPU named, `--executor ray` one
+  per GPU of the cluster), with a warm `harness.Judge` per problem, size and device holding a lane per GPU (at
+  most MAX_JUDGES held, the least recently used closed): worker i judges on lane i of every judge, so a GPU judges
+  one candidate at a time whatever the problem. A job whose key another worker is judging waits for its verdict.
 
 The verdict is what `harness eval --json` prints, plus `ranked`, `outcome` and `why` (harness.service.judge).
 """
@@ -118,7 +120,9 @@ class Jobs:
         """The oldest queued job, now running, with the verdict of a finished job of the same key where there is
         one (another client's: the same judgement, never made twice)."""
         with self.open() as store, store.db:
-            row = store.db.execute("SELECT id, request, key FROM jobs WHERE state = 'queued' ORDER BY created, rowid "
+            # not one whose judgement another worker is making: it waits, then is answered with that verdict
+            row = store.db.execute("SELECT id, request, key FROM jobs WHERE state = 'queued' AND key NOT IN "
+                                   "(SELECT key FROM jobs WHERE state = 'running') ORDER BY created, rowid "
                                    "LIMIT 1").fetchone()
             if row is None:
                 return None
@@ -148,17 +152,38 @@ class Jobs:
 JudgeFactory = Callable[[str, str | None, str], Any]  # (problem location, size, device) -> an entered Judge
 
 
-def real_judge(location: str, size: str | None, device: str, store: Path, protect: list[Path]) -> Any:
+def real_judge(location: str, size: str | None, device: str, store: Path, protect: list[Path],
+               lanes: dict[str, Any]) -> Any:
     from harness.service.judge import Judge
 
-    return Judge(problem=location, size=size, device=device, store=store, protect=protect).__enter__()
+    return Judge(problem=location, size=size, device=device, store=store, protect=protect, **lanes).__enter__()
+
+
+def lane_count(gpus: str | None, executor: str, ray_address: str | None, lanes: int | None) -> int:
+    """The service's workers: one per lane of its judges (`--gpus`: one per GPU named; `--executor ray`: `--lanes`,
+    else one per GPU of the cluster); one where neither is given."""
+    if executor == "ray":
+        if lanes:
+            return lanes
+        import ray
+
+        from evaluator.parent.ray_lanes import connect
+
+        connect(ray_address)
+        return max(1, int(ray.cluster_resources().get("GPU", 0)))
+    if gpus is None:
+        return 1
+    from evaluator.parent.lanes import choose_gpus
+
+    return max(1, len(choose_gpus(gpus)))
 
 
 class Service:
     """The registry, the keys, the jobs and the worker behind the HTTP routes."""
 
     def __init__(self, store: Path, *, registry: Suite | None = None, keys: set[str] | None = None,
-                 judge_factory: JudgeFactory | None = None, gpu: bool | None = None, protect: list[Path] = ()):
+                 judge_factory: JudgeFactory | None = None, gpu: bool | None = None, protect: list[Path] = (),
+                 workers: int = 1, lanes: dict[str, Any] | None = None):
         from evaluator.wire.identity import gpu_hardware
 
         self.store = Path(store)
@@ -168,11 +193,15 @@ class Service:
         self.gpu = gpu_hardware() is not None if gpu is None else gpu
         # the keys file among what no executor may read (a candidate could print it into its verdict's output)
         self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(loc, size, device, self.store,
-                                                                                     list(protect)))
+                                                                                     list(protect), lanes or {}))
         self.judges: dict[tuple[str, str | None, str], Any] = {}
+        self.in_use: dict[tuple[str, str | None, str], int] = {}
+        self.judges_lock = threading.Lock()
         self.stopping = threading.Event()
         self.wake = threading.Event()
-        self.worker: threading.Thread | None = None
+        # worker i judges on lane i of every judge: one candidate at a time on each GPU, whatever the problem
+        self.workers_wanted = max(1, workers)
+        self.workers: list[threading.Thread] = []
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -217,29 +246,43 @@ class Service:
 
     def start(self) -> None:
         self.jobs.requeue_running()
-        self.worker = threading.Thread(target=self.work, name="harness-serve-worker", daemon=True)
-        self.worker.start()
+        self.workers = [threading.Thread(target=self.work, args=(lane,), name=f"harness-serve-worker-{lane}",
+                                         daemon=True) for lane in range(self.workers_wanted)]
+        for worker in self.workers:
+            worker.start()
 
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
-        if self.worker is not None:
-            self.worker.join(timeout=600)
+        for worker in self.workers:
+            worker.join(timeout=600)
         for judge in self.judges.values():
             judge.close()
         self.judges.clear()
 
+    @property
+    def worker(self) -> threading.Thread | None:
+        return self.workers[0] if self.workers else None
+
     def judge_for(self, location: str, size: str, device: str) -> Any:
-        """The warm judge of a problem, size and device; the least recently used one closed past MAX_JUDGES (each
-        holds a referee, and on a GPU a CUDA context)."""
+        """The warm judge of a problem, size and device, held for the caller until `done_with`; past MAX_JUDGES the
+        least recently used one no worker holds is closed (each holds a referee per lane, and on a GPU a CUDA
+        context)."""
         where = (location, size, device)
-        judge = self.judges.pop(where, None) or self.judge_factory(*where)
-        self.judges[where] = judge  # the most recent last
-        while len(self.judges) > MAX_JUDGES:
-            self.judges.pop(next(iter(self.judges))).close()
+        with self.judges_lock:
+            judge = self.judges.pop(where, None) or self.judge_factory(*where)
+            self.judges[where] = judge  # the most recent last
+            self.in_use[where] = self.in_use.get(where, 0) + 1
+            idle = [w for w in self.judges if not self.in_use.get(w)]
+            for old in idle[:max(0, len(self.judges) - MAX_JUDGES)]:
+                self.judges.pop(old).close()
         return judge
 
-    def work(self) -> None:
+    def done_with(self, location: str, size: str, device: str) -> None:
+        with self.judges_lock:
+            self.in_use[(location, size, device)] -= 1
+
+    def work(self, lane: int = 0) -> None:
         while not self.stopping.is_set():
             claimed = self.jobs.claim()
             if claimed is None:
@@ -250,12 +293,17 @@ class Service:
             if known is not None:  # the same source, problem, size, device and judge: answered from the store
                 self.jobs.finish(job_id, known, judged=False)
                 continue
+            where = (request["location"], request["size"], request["device"])
             try:
-                verdict = self.judge_for(request["location"], request["size"], request["device"]).evaluate(
-                    request["source"], name=f"job/{job_id}")
+                judge = self.judge_for(*where)
+                try:
+                    verdict = judge.evaluate(request["source"], name=f"job/{job_id}", lane=lane)
+                finally:
+                    self.done_with(*where)
                 self.jobs.finish(job_id, verdict.model_dump(mode="json"))
             except Exception as err:  # the harness's own failure around this job: said, and the queue goes on
                 self.jobs.finish(job_id, None, f"{type(err).__name__}: {err}"[:2000])
+            self.wake.set()  # a job held back behind this one's key may go now
 
 
 def create_app(service: Service):
