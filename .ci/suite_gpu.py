@@ -165,7 +165,8 @@ def eval_same_sources(out: Path, rows: list[str], count: int = 32, timeout: floa
                 f"{60 * len(done) / wall:.1f}/min")
 
 
-def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int = 4) -> None:
+def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int = 4, gpus: str | None = None) -> None:
+    """`gpus`: `harness serve --gpus` (a lane and a worker per GPU), else one lane."""
     import httpx
 
     from harness.service.client import Client
@@ -175,9 +176,11 @@ def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int =
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "HARNESS_API_KEYS": "k"}
+    label = f"-gpus{gpus.replace(',', '_')}" if gpus else ""
     server = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--port", str(port), "--store",
-                               str(out / "service.sqlite")], env=env, stdout=open(out / "serve.log", "w"),
-                              stderr=subprocess.STDOUT, start_new_session=True)
+                               str(out / f"service{label}.sqlite"), *(["--gpus", gpus] if gpus else [])], env=env,
+                              stdout=open(out / f"serve{label}.log", "w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -213,7 +216,7 @@ def service_load(out: Path, rows: list[str], clients: int = 8, per_client: int =
     server.wait(timeout=60)
     latencies.sort()
     ranked = sum(1 for v in verdicts if v.get("ranked"))
-    rows.append(f"service: {len(verdicts)} verdicts ({ranked} ranked) from {clients} clients in {wall:.0f} s: "
+    rows.append(f"service{' --gpus ' + gpus if gpus else ''}: {len(verdicts)} verdicts ({ranked} ranked) from {clients} clients in {wall:.0f} s: "
                 f"{60 * len(verdicts) / wall:.1f}/min; API answers p50 {1000 * statistics.median(latencies):.0f} ms, "
                 f"p99 {1000 * latencies[int(0.99 * (len(latencies) - 1))]:.0f} ms")
     print(rows[-1], flush=True)
@@ -235,6 +238,9 @@ def main() -> None:
             elif part == "service":
                 service_load(args.out, rows)
                 eval_same_sources(args.out, rows)
+            elif part == "service-gpus":  # the service alone, a lane per GPU, then one lane
+                service_load(args.out, rows, gpus="all")
+                service_load(args.out, rows)
             elif part == "run":
                 suite_run(args.out, rows)
             elif part == "eval":
