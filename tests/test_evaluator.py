@@ -252,6 +252,7 @@ def test_a_failure_of_the_harness_itself_is_recorded_and_the_batch_goes_on(tmp_p
     assert second.status == Status.correct, second.error
 
 
+@pytest.mark.slow  # runs a real evaluation: out of the fast subset
 def test_a_cuda_candidate_with_a_torch_without_cuda_is_not_built_and_says_why(tmp_path, monkeypatch):
     """A CPU build of torch cannot build a CUDA extension: the verdict says so, and nothing is built or run."""
     from evaluator.referee import headers

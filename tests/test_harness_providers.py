@@ -140,6 +140,7 @@ def test_retries_then_outcomes():
     assert len(waits) == 1 + 2 + 2 and provider.fatal is None
 
 
+@pytest.mark.slow  # over 0.8 s: out of the fast subset
 def test_auth_error_is_fatal_once():
     with FakeOpenAIServer(lambda s, a, b: Reply(401, error_body("Incorrect API key provided"))) as server:
         provider = OpenAIProvider(base_url=server.url, api_key="bad", concurrency=1, retry=FAST)

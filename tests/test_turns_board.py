@@ -363,6 +363,7 @@ def images(html: str) -> dict[str, bytes]:
             for alt, src in re.findall(r"<img alt='([^']*)' src='([^']*)'>", html)}
 
 
+@pytest.mark.slow  # over 0.8 s: out of the fast subset
 def test_report_draws_speedup_against_turn(turns_store, single_store):
     with Store(turns_store) as store:
         boards = build_boards(store)
