@@ -175,7 +175,7 @@ def test_eval_flags_and_stores_again_the_verdicts_a_later_round_shows_were_timed
     from evaluator.wire.protocol import BaselineRound
     from evaluator.wire.records import BaselineSource, Status, Verdict
 
-    def evaluate_all(self, candidates, on_verdict=None):
+    def evaluate_all(self, candidates, on_verdict=None, prebuild=()):
         source = BaselineSource(batch="b", round=0, measured_at=0.0, after_candidates=0)
         for c in candidates:
             yield self._stamp(Verdict(candidate=c.name, source_sha256="x" * 64, problem=self.problem.name, size=self.size,

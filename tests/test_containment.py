@@ -347,7 +347,8 @@ def test_harness_eval_and_run_hand_the_store_they_write_to_the_evaluator(tmp_pat
 
     monkeypatch.delenv("HARNESS_STORE", raising=False)
     seen = []
-    monkeypatch.setattr(Evaluator, "evaluate_all", lambda self, candidates: seen.append(protected_paths(self)) or iter(()))
+    monkeypatch.setattr(Evaluator, "evaluate_all",
+                        lambda self, candidates, prebuild=(): seen.append(protected_paths(self)) or iter(()))
     store = tmp_path / "custom" / "verdicts.sqlite"
     candidate = FIXTURES / "candidates" / "cpu" / "torch_ops_correct.py"
     result = CliRunner().invoke(app, ["eval", "--device", "cpu", "--size", "small", "--store", str(store), "--json",

@@ -224,3 +224,32 @@ def test_a_suite_counts_every_problem_of_it_those_without_a_candidate_as_not_cor
     assert suite.rows[-1].status == "no_candidate" and suite.rows[-1].candidates == 0
     assert suite.stats.problems == 5 and suite.stats.fast_p["eager"]["0"] == 2 / 5
     assert suite.levels["2"].problems == 3 and suite.stats.counts["no_candidate"] == 1
+
+
+def test_the_next_problems_extensions_are_built_by_the_batch_before_it_gated_by_their_own_checks(tmp_path,
+                                                                                                 monkeypatch):
+    """`eval --problems`: while a problem's batch is judged, its build pool also builds the next problem's
+    extensions (Evaluator.evaluate_all's `prebuild`), so that problem's batch finds them built. Only what that
+    problem's own gate lets run is built (a build imports the candidate: a rejected one must never run), and only
+    what calls for an extension (a plain PyTorch file has nothing to build); nothing of it is judged or yielded."""
+    from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
+    from evaluator.wire.records import Status, Verdict
+
+    cpu, hacks = ROOT / "tests/fixtures/candidates/cpu", ROOT / "tests/fixtures/hacks/cpu"
+    files = [cpu / "cpp_correct.py", hacks / "cpp_writes_files.py", cpu / "torch_ops_correct.py", cpu / "syntax_error.py"]
+    settings = dict(device="cpu", cache_dir=tmp_path / "cache", log_root=tmp_path / "logs")
+    gate = Evaluator(EvalOptions(problem="gemm_scale_bn", size="small", **settings))
+    items = gate.to_prebuild([CandidateFile(name=f.stem, path=f) for f in files])
+    assert [name for name, _, _ in items] == ["cpp_correct"]  # not the rejected one, the plain one, the unparsable
+    before = Evaluator(EvalOptions(problem=str(MINIBENCH / "level1" / "1_ReLU.py"), **settings))
+    built = []
+
+    def build(name, source, digest, max_jobs=None):  # the real one is contained and minutes long on 2 cores
+        built.append(name)
+        return Verdict(candidate=name, source_sha256=digest, problem="", size="", device="cpu",
+                       status=Status.compiled), b"", b""
+
+    monkeypatch.setattr(before, "build", build)
+    assert list(before.evaluate_all([], prebuild=items)) == []  # built, never judged or yielded
+    assert built == ["cpp_correct"] and gate.built_before(items[0][2])
+    assert gate.to_prebuild([CandidateFile(name="cpp_correct", path=files[0])]) == []  # built: not again

@@ -61,6 +61,15 @@ class Judged:
     stderr: bytes = b""
 
 
+def resolve_device(device: str | None) -> str:
+    """The device asked for, else cuda where one is visible, else cpu."""
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (what a child is pinned with)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")

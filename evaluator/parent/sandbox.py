@@ -29,18 +29,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evaluator.wire import identity
-from evaluator.referee.session import Session
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.checks import static_flags
 from evaluator.parent.artifacts import place
+from evaluator.parent.build import BUILD_NICE, build_candidate
 from evaluator.parent.jobserver import JobServer, ninja_takes_jobserver
 from evaluator.parent.placement import Placement, plan as plan_placement
-from evaluator.parent.lanes import Job, Judged, Scheduler
-from evaluator.parent.referee_client import RefereeClient, protected_paths
-from evaluator.referee import headers, phases
-from evaluator.referee.environment import build_arch_list, toolchain_digest
-from evaluator.referee.process import ExecutorProcess
-from evaluator.referee.settling import import_error_kind, settle
+from evaluator.parent.lanes import Job, Judged, Scheduler, resolve_device
+from evaluator.parent.referee_client import RefereeClient
+from evaluator.referee import headers
+from evaluator.referee.environment import toolchain_digest
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
 from evaluator.wire.records import (SHAKY_DRIFT, SHAKY_SPREAD, Flag, FlagPolicy, Judge, Phase, Status, TimingStats, Verdict,
                                     merge_flags)
@@ -144,15 +142,6 @@ def build_slots(device: str) -> int:
     return 2 * cores if device == "cuda" else max(1, cores // 2)
 
 
-BUILD_NICE = 10  # builds made beside candidates being judged leave the CPU to the referee and its executors
-
-
-def resolve_device(device: str | None) -> str:
-    if device:
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def default_cache_dir() -> Path:
@@ -271,6 +260,20 @@ class Evaluator:
             compile_only = True  # running it would only fail; build it and say plainly it was not run
         return base, source_bytes, digest, flags, compile_only
 
+    def to_prebuild(self, candidates: Sequence[CandidateFile]) -> list[tuple[str, bytes, str]]:
+        """Of these candidates (this evaluator's problem's), those another batch may build ahead of their own
+        (`evaluate_all`'s `prebuild`): through this problem's gate, not built yet, and calling for an extension
+        (by their text: a candidate missed here is only built later, by its own batch)."""
+        items = []
+        for candidate in candidates:
+            prepared = self._prepare(candidate, self.options.compile_only)
+            if isinstance(prepared, Verdict):  # never run: nothing to build (a rejected one is never imported)
+                continue
+            _, source, digest, _, _ = prepared
+            if not self.built_before(digest) and (b"load_inline" in source or b"cpp_extension" in source):
+                items.append((candidate.name, source, digest))
+        return items
+
     def _settle(self, verdict: Verdict, base: dict, digest: str, flags: list[Flag], stdout: bytes = b"",
                 stderr: bytes = b"", logs: bool = True) -> Verdict:
         """A verdict from a build or a referee, made the parent's: its names, the logs (unless written
@@ -320,51 +323,9 @@ class Evaluator:
         return verdict
 
     def build(self, name: str, source: bytes, digest: str, max_jobs: int | None = None) -> tuple[Verdict, bytes, bytes]:
-        """A build only: an executor imports the candidate (building its extensions into the cache), with
-        `max_jobs` compile jobs when given (a Ray task's), else its share of this machine's."""
-        jobserver = self.jobserver
-        if max_jobs is not None:  # niced as local builds are: a lane may be timing on this machine
-            budget = dict(max_jobs=max_jobs, nice=BUILD_NICE)
-        elif jobserver is not None:
-            # behind the builds already in flight: the kernel gives the ones the lanes need first more of the CPU
-            ahead_of_it = jobserver.begin()
-            budget = dict(makeflags=jobserver.makeflags, jobs_fifo=jobserver.fifo, nice=min(19, BUILD_NICE + ahead_of_it))
-        else:  # concurrent builds share the cores
-            budget = dict(max_jobs=max(1, (os.cpu_count() or 1) // self.jobs))
-        placement = self.placement
-        process = ExecutorProcess(
-            source=source, digest=digest, device=self.device, compile_only=True, watch=self.problem.rules.watch,
-            cache_dir=self.cache_dir, problem_location=self.problem.location, protect=protected_paths(self),
-            exchange_bytes=None, output_cap=self.options.output_cap_bytes,
-            memory_limit_gb=self.options.compile_memory_limit_gb, arch_list=build_arch_list(self.device),
-            cores=placement.build_cores if placement else None,
-            group=placement.build_group() if placement else None, **budget)
-        session = Session(referee=None, link=process, name=name, digest=digest,
-                                 problem=self.problem.name, size=self.size, device=self.device,
-                                 compile_timeout_s=self.compile_timeout, run_timeout_s=self.run_timeout,
-                                 memory_limit_gb=self.options.compile_memory_limit_gb)
-        returncode = None
-        try:
-            process.start()
-            verdict = phases.judge(session, compile_only=True)
-            if verdict.status == Status.compiled:
-                returncode = process.wait_exit(10)
-        finally:
-            process.close()
-            if jobserver is not None and max_jobs is None:
-                jobserver.end()
-        if (verdict.status == Status.compile_error and not self.options.compile_only and self.device == "cuda"
-                and import_error_kind(process) == "import"):
-            # built, then its import failed in a build, which sees no GPU: its lane imports it again, with its GPU
-            verdict = verdict.model_copy(update={"status": Status.compiled, "error": (
-                "built; its import failed without a GPU, so its lane imports it again: " + (verdict.error or ""))[:2000]})
-        if (verdict.status == Status.compiled and self.device == "cpu" and not self.options.compile_only
-                and headers.builds_cuda(source.decode(errors="replace"))):  # built only because it cannot run here
-            verdict.error += "; this is a CUDA candidate and " + ("it was not run on the GPU" if resolve_device(None) == "cuda"
-                                                                    else "there is no CUDA GPU on this machine to run it")
-        verdict.environment = self.environment
-        verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
-        return verdict, process.stdout.tail(), process.stderr.tail()
+        """A build only (evaluator.parent.build): an executor imports the candidate, building its extensions into
+        the cache, with `max_jobs` compile jobs when given (a Ray task's), else its share of this machine's."""
+        return build_candidate(self, name, source, digest, max_jobs)
 
     def _write_logs(self, verdict: Verdict, stdout: bytes, stderr: bytes, digest: str) -> None:
         folder = self.log_root / f"{time.strftime('%Y%m%d-%H%M%S')}-{digest[:12]}-{secrets.token_hex(3)}"
@@ -379,13 +340,17 @@ class Evaluator:
 
     # -- many candidates -------------------------------------------------------------------------
 
-    def evaluate_all(self, candidates: Sequence[CandidateFile],
-                     on_verdict: Callable[[Verdict], None] | None = None) -> Iterator[Verdict]:
+    def evaluate_all(self, candidates: Sequence[CandidateFile], on_verdict: Callable[[Verdict], None] | None = None,
+                     prebuild: Sequence[tuple[str, bytes, str]] = ()) -> Iterator[Verdict]:
         """Verdicts in order. The parent gates each candidate; those that run go to the scheduler
         (evaluator.parent.lanes): builds `jobs` at once while earlier candidates are judged, one lane per GPU,
         each judging one candidate at a time with `ahead` more importing behind it. With `compile_only`
         the builds are the verdicts. The baseline rounds of every lane are in `self.rounds` once the
-        last verdict is out."""
+        last verdict is out.
+
+        `prebuild`: (name, source, digest) of another batch's candidates, gated by that batch's own checks, built
+        into the cache by this batch's pool after its own, placed as its own builds are, and never judged here (a
+        suite's next problem, built while this one is judged: harness.cli.suites). Local builds only."""
         verdicts: dict[int, Verdict] = {}
         jobs: list[Job] = []
         context: dict[int, tuple] = {}
@@ -397,6 +362,12 @@ class Evaluator:
             base, source, digest, flags, compile_only = prepared
             context[index] = (candidate, base, digest, flags, compile_only)
             jobs.append(Job(index=index, name=candidate.name, source=source, digest=digest))
+        ahead_of_time = range(len(candidates), len(candidates) + len(prebuild))
+        if self.options.executor == "local":
+            for index, (name, source, digest) in zip(ahead_of_time, prebuild):
+                if not self.built_before(digest):
+                    context[index] = (CandidateFile(name=name, path=Path(name)), {}, digest, [], True)
+                    jobs.append(Job(index=index, name=name, source=source, digest=digest))
         # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
         # for those too (else the executor that imports a candidate builds it, in its lane).
         running = sum(not c[4] for c in context.values())
@@ -457,6 +428,10 @@ class Evaluator:
         self.rounds = []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
+                if judged.job.index in ahead_of_time:
+                    if judged.verdict.status == Status.compiled:  # the next batch finds it built
+                        self.mark_built(judged.job.digest)
+                    continue
                 _, base, digest, flags, _ = context[judged.job.index]
                 judged.verdict.built_on = judged.job.built_on
                 verdicts[judged.job.index] = self._settle(judged.verdict, base, digest, flags, judged.stdout,

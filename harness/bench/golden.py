@@ -22,7 +22,8 @@ from rich.table import Table
 from evaluator.wire.assets import golden_files
 from evaluator.wire.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem
 from evaluator.wire.records import Status, Verdict
-from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines, resolve_device
+from evaluator.parent.lanes import resolve_device
+from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 

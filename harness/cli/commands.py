@@ -206,10 +206,12 @@ class EvalLines:
 
 
 def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None, record: bool,
-                 console: Console, lines: EvalLines | None = None, retime_baselines: bool = False) -> int:
+                 console: Console, lines: EvalLines | None = None, retime_baselines: bool = False,
+                 prebuild: Sequence[tuple[str, bytes, str]] = ()) -> int:
     """`harness eval`: judge `files` with `options` (EvalOptions), print a table or JSON lines,
     record the verdicts. Returns the exit code: 0 when every file was judged, 2 for bad settings. `lines`
-    numbers the JSON lines after those of earlier problems of the same command."""
+    numbers the JSON lines after those of earlier problems of the same command; `prebuild`, the next problem's
+    candidates to build while these are judged (Evaluator.evaluate_all)."""
     from evaluator.parent.sandbox import CandidateFile, Evaluator
     from harness.results.render import verdict_table
 
@@ -251,7 +253,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
                  f"{'; ' + baselines if baselines else ''}[/]", highlight=False, soft_wrap=True)
     try:
         with terminate_as_interrupt():
-            for verdict in evaluator.evaluate_all(candidates):
+            for verdict in evaluator.evaluate_all(candidates, prebuild=prebuild):
                 if recorder is not None:
                     recorder.add(candidates[len(verdicts)], verdict)
                 verdicts.append(verdict)

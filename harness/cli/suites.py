@@ -55,7 +55,7 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
                record: bool, console: Console, retime_baselines: bool = False) -> int:
     """`harness eval --problems PATH FILES`: each file judged against its problem (harness.problems.suite.assign_candidates),
     a problem at a time; then the suite board of the `eval` run's verdicts on these problems."""
-    from evaluator.parent.sandbox import resolve_device
+    from evaluator.parent.lanes import resolve_device
 
     found = candidate_files(files)
     by_problem, unassigned = assign_candidates(suite, found)
@@ -71,14 +71,30 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         return 2
     lines, code = EvalLines(), 0
     chosen = {p.name: p for p in suite.problems}
-    for name, mine in by_problem.items():
-        entry = chosen[name]
-        one = options.model_copy(update={"problem": entry.location, "size": sizes[name]})
-        code = max(code, eval_command(mine, one, json_lines=json_lines, store=store, record=record, console=console,
-                                      lines=lines, retime_baselines=retime_baselines))
+    settings = {name: options.model_copy(update={"problem": chosen[name].location, "size": sizes[name]})
+                for name in by_problem}
+    names = list(by_problem)
+    for position, name in enumerate(names):
+        # the next problem's candidates, gated by its own checks, built while this one's are judged
+        ahead = next_builds(names[position + 1], by_problem, settings) if position + 1 < len(names) else []
+        code = max(code, eval_command(by_problem[name], settings[name], json_lines=json_lines, store=store,
+                                      record=record, console=console, lines=lines, retime_baselines=retime_baselines,
+                                      prebuild=ahead))
     if record and not json_lines:
         print_suite_board(suite, store, [f for fs in by_problem.values() for f in fs], sizes, console)
     return code
+
+
+def next_builds(name: str, by_problem: dict[str, list[Path]], settings: dict[str, Any]) -> list[tuple[str, bytes, str]]:
+    """What of problem `name`'s files the batch before it may build (Evaluator.to_prebuild); none when its
+    evaluator cannot be made (its own batch then says why)."""
+    from evaluator.parent.sandbox import CandidateFile, Evaluator
+
+    try:
+        gate = Evaluator(settings[name])
+    except (FileNotFoundError, KeyError, ValueError):
+        return []
+    return gate.to_prebuild([CandidateFile(name=str(f), path=f) for f in candidate_files(by_problem[name])])
 
 
 def print_suite_board(suite: Suite, store: Path | None, files: Sequence[Path], sizes: dict[str, str],
