@@ -836,7 +836,13 @@ def test_a_call_shorter_than_a_windows_cost_is_never_a_figure_below_its_floor(tm
                          options(tmp_path, problem=str(problem), size=None, baselines=["eager"], timing_budget_s=0.5))
     assert verdict.status == Status.correct, verdict.error
     assert verdict.correctness.later.trials > verdict.timing.reps + 2 * 10  # the back-to-back windows' calls too
+    shaky = any(f.name == "shaky_timing" for f in verdict.flags)
     if verdict.runtime_ms is None:  # the clock could not resolve it here: said so, and no number given
-        assert not verdict.speedup and any(f.name == "shaky_timing" for f in verdict.flags)
-    else:
+        assert not verdict.speedup and shaky
+    elif shaky:  # a figure its own spread or drift discredits: never ranked (on a loaded 2-core machine one such
+        # read 0.167 ms against eager's 0.0078, the window's cost error in it: issue 33's precision, not a figure)
+        from harness.core.ranking import classify
+
+        assert classify(verdict, "loose")[0].value in ("shaky", "rejected"), classify(verdict, "loose")
+    else:  # a figure that ranks is of the call's order
         assert 0 < verdict.runtime_ms < 1.0 and 0.05 < verdict.speedup["eager"] < 20, (verdict.runtime_ms, verdict.speedup)
