@@ -584,10 +584,18 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
                               request=lambda command: Reply(id=0), shipment=shipment, phase=Phase.check)
     wrong_before = ModeAccumulator("train", {"loose": None})
     wrong_before.fail("output: 3 values outside")
-    for acc, status in ((ModeAccumulator("train", {}), Status.crashed), (wrong_before, Status.incorrect)):
+    loose_only = ModeAccumulator("train", {"strict": None, "loose": None})
+    loose_only.tiers["strict"] = False  # correct at the looser tier: not wrong
+    for acc, status in ((ModeAccumulator("train", {}), Status.crashed), (wrong_before, Status.incorrect),
+                        (loose_only, Status.crashed)):
         with pytest.raises(Judged) as judged:
             check_phase.trial(session, None, "randn", 0, train=True, acc=acc)
         assert judged.value.status == status
         said = judged.value.error
         assert ("do not fit this GPU" in said and "Tried to allocate 6.00 GiB" in said) == (status == Status.crashed), said
         assert ("wrong in an earlier trial (output: 3 values outside)" in said) == (status == Status.incorrect), said
+    # what the executor itself said was wrong with this call counts, though its outputs could not be read
+    session.request = lambda command: Reply(id=0, problems=["bn.num_batches_tracked: [7], expected [8]"])
+    with pytest.raises(Judged) as judged:
+        check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {"loose": None}))
+    assert judged.value.status == Status.incorrect and "num_batches_tracked" in judged.value.error

@@ -197,6 +197,7 @@ def test_twenty_clients_hundreds_of_jobs_and_a_restart_lose_nothing_and_judge_no
         assert db.db.execute("SELECT COUNT(*), SUM(judged), COUNT(DISTINCT key) FROM jobs").fetchone() == (240, 240, 240)
 
 
+@pytest.mark.slow  # over 0.8 s: out of the fast subset
 def test_a_worker_per_lane_judges_at_once_one_candidate_a_lane_and_a_source_once(tmp_path):
     """`harness serve --gpus 0,1,2`: three workers, worker i on lane i of every judge (one candidate at a time on
     each GPU, whatever the problem); two clients sending the same sources are two jobs and one judgement each,
@@ -316,3 +317,28 @@ def test_a_lone_surrogate_is_a_422_and_warm_judges_are_bounded(tmp_path):
         svc.done_with(f"problem{i}", "small", "cpu")
     assert held not in closed and svc.judges[("problem2", "small", "cpu")] is held
     assert len(svc.judges) == service_module.MAX_JUDGES and len(closed) == 2 + service_module.MAX_JUDGES
+
+
+def test_on_ray_one_judge_at_a_time_holds_the_clusters_gpus(tmp_path):
+    """A Ray judge's actors keep the cluster's GPUs until it closes: a second problem's judge would wait for GPUs
+    forever. Its worker waits until the first judge is let go; that one is closed before the next is made."""
+    events = []
+
+    class Recording(CountingJudge):
+        def __init__(self, where):
+            self.where = where
+            events.append(("made", where[0]))
+
+        def close(self) -> None:
+            events.append(("closed", self.where[0]))
+
+    svc = Service(tmp_path / "r.sqlite", keys=set(), judge_factory=lambda *where: Recording(where), gpu=False,
+                  lanes={"executor": "ray"}, workers=2)
+    svc.judge_for("P", "small", "cpu")  # a worker judges with P's
+    waiting = threading.Thread(target=lambda: svc.judge_for("Q", "small", "cpu"))
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive() and events == [("made", "P")]  # Q's waits for the GPUs
+    svc.done_with("P", "small", "cpu")
+    waiting.join(timeout=10)
+    assert not waiting.is_alive() and events == [("made", "P"), ("closed", "P"), ("made", "Q")]

@@ -24,24 +24,36 @@ class WarmJudge:
     (the baseline rounds)."""
 
     def __init__(self, options: EvalOptions):
-        self.evaluator = ev = Evaluator(options)
-        if options.executor == "ray":
-            from evaluator.parent.ray_lanes import ray_workers
-
-            self.lanes = ray_workers(ev, evaluator_from_options)
-        else:
-            gpus = choose_gpus(options.gpus) if ev.device == "cuda" and options.gpus is not None else [None]
-            if not gpus:
-                raise RuntimeError("no GPU is visible to judge CUDA candidates on")
-            if len(gpus) > 1:
-                ev.placement = plan_placement(len(gpus))
-            self.lanes = [LaneWorker(ev, gpu=gpu, lane=lane) for lane, gpu in enumerate(gpus)]
-            for lane in self.lanes:  # each referee and its first baseline round under way now (a GPU's)
-                lane.start()
-        self.busy = [False] * len(self.lanes)
+        self.evaluator = Evaluator(options)
+        self.lanes: list = []
+        self.busy: list[bool] = []
         self.changed = threading.Condition()
         self.count = threading.Lock()
         self.judged = 0
+
+    def start(self) -> WarmJudge:
+        """The lanes made and started (on a GPU each referee's first baseline round under way): after the caller
+        has handed the evaluator its stored baselines (a referee and a Ray actor take the options they start
+        with). Judging starts them where nobody did."""
+        with self.changed:
+            if self.lanes:
+                return self
+            ev, options = self.evaluator, self.evaluator.options
+            if options.executor == "ray":
+                from evaluator.parent.ray_lanes import ray_workers
+
+                lanes = ray_workers(ev, evaluator_from_options)
+            else:
+                gpus = choose_gpus(options.gpus) if ev.device == "cuda" and options.gpus is not None else [None]
+                if not gpus:
+                    raise RuntimeError("no GPU is visible to judge CUDA candidates on")
+                if len(gpus) > 1:
+                    ev.placement = plan_placement(len(gpus))
+                lanes = [LaneWorker(ev, gpu=gpu, lane=lane) for lane, gpu in enumerate(gpus)]
+                for lane in lanes:
+                    lane.start()
+            self.lanes, self.busy = lanes, [False] * len(lanes)
+        return self
 
     def next_number(self) -> int:
         with self.count:
@@ -75,6 +87,7 @@ class WarmJudge:
         if compile_only:  # a CUDA candidate where no GPU runs it: built, and said so
             return ev._evaluate(candidate, True, None)
         job = Job(index=0, name=candidate.name, source=source, digest=digest)
+        self.start()
         index = self.take(lane)
         try:
             waiting = deque([job])

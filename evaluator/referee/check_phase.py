@@ -23,6 +23,12 @@ def device_free_bytes(device: str) -> int | None:
     return torch.cuda.mem_get_info()[0] if device == "cuda" and torch.cuda.is_available() else None
 
 
+def wrong_already(acc: compare.ModeAccumulator) -> bool:
+    """Whether the trials so far (or what the executor said of this one) failed every tolerance tier: a candidate
+    correct at a looser tier only is not wrong."""
+    return acc.failure is not None or (bool(acc.tiers) and not any(acc.tiers.values()))
+
+
 def staging_out_of_memory(session: Session, inputs: list, reply: Reply, acc: compare.ModeAccumulator) -> None:
     """The executor says the device's memory ran out as it staged a call's inputs: the judge's copies did not fit
     (`crashed`, not the candidate's error), unless the candidate made it so. It shares the executor's interpreter
@@ -30,7 +36,7 @@ def staging_out_of_memory(session: Session, inputs: list, reply: Reply, acc: com
     earlier wrong trial): an earlier failed trial is its `incorrect`, and the device is measured with the executor
     gone and the referee's cache given back; with room for the call's inputs twice it is the candidate's
     `runtime_error`."""
-    if acc.failure is not None or not all(acc.tiers.values()):
+    if wrong_already(acc):
         raise Judged(Status.incorrect, session.phase, "wrong in an earlier trial (" + (acc.failure or "outside every "
                      "tolerance tier") + "), then the GPU's memory ran out staging the next: " + reply.error)
     session.link.close(wait_s=30)
@@ -48,7 +54,7 @@ def referee_out_of_memory(acc: compare.ModeAccumulator, err: BaseException) -> N
     """The referee ran out of the device's memory reading a call's outputs or computing the float64 reference:
     the judge's copies did not fit (`crashed`, saying so), or `incorrect` after an earlier wrong trial (a candidate
     holding the device's memory must not hide one). Never the candidate's `runtime_error`: the judge failed."""
-    if acc.failure is not None or not all(acc.tiers.values()):
+    if wrong_already(acc):
         raise Judged(Status.incorrect, Phase.check, "wrong in an earlier trial (" + (acc.failure or "outside every "
                      "tolerance tier") + "), then the referee ran out of GPU memory judging the next")
     raise Judged(Status.crashed, Phase.check, REFEREE_MEMORY + ". ".join(str(err).split(". ")[:2])[:300])
@@ -102,6 +108,8 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         staging_out_of_memory(session, inputs, reply, acc)
     if reply.error:
         raise Judged(Status.runtime_error, session.phase, reply.error)
+    for problem in reply.problems:  # what the executor said of this call counts before anything is read
+        acc.fail(problem)
     try:
         shipped, unreadable = session.shipment(reply)
         reference64.train(train)
@@ -110,7 +118,7 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     except torch.OutOfMemoryError as err:
         referee_out_of_memory(acc, err)
     acc.trials += 1
-    for problem in reply.problems + unreadable:
+    for problem in unreadable:
         acc.fail(problem)
     changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
                and not (cmp.is_plain_tensor(shipped.get(f"input.{i}")) and cmp.same_values(x, shipped[f"input.{i}"]))]

@@ -141,7 +141,12 @@ def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None
     ahead: AskAhead | None = None
     for position, entry in enumerate(suite.problems, 1):
         if ahead is not None:
-            ahead.finish(console)
+            try:
+                ahead.finish(console)
+            except KeyboardInterrupt:
+                from harness.cli.commands import interrupted
+
+                return interrupted(_err, "replies and verdicts reached are in the store; the same command resumes")
         # the next problem's first-turn replies are asked for while this one is generated and judged
         ahead = (AskAhead(suite.problems[position].name, settings[position], config_file, environ)
                  if position < len(suite.problems) else None)

@@ -88,10 +88,12 @@ class _TurnProvider:
 
 def gather_replies(cfg: RunConfig, problem: str, store: Store, console: Console, run_id: str, asks: Sequence[Ask],
                    params: Sequence[GenerationParams], turn: int, provider: Provider | None, environ: dict[str, str],
-                   prompts: SalvagePrompts | None = None) -> Replies:
+                   prompts: SalvagePrompts | None = None, store_failures: bool = True) -> Replies:
     """Every ask's reply to problem `problem` (`params`: each one's request parameters), salvaged when the
     token limit cut it off and `prompts` are given (salvage on). `provider` is the one given to `execute_run`
-    (tests); otherwise one is made for this turn (a client belongs to the event loop of its turn)."""
+    (tests); otherwise one is made for this turn (a client belongs to the event loop of its turn).
+    `store_failures` False: only replies are stored, no failed request (replies asked ahead: the problem's own
+    run asks again for those, rather than taking a rate limit met ahead as its sample's outcome)."""
     where = f"turn {turn}: " if turn > 1 else ""
     generations: dict[int, Generation] = {}
     params_of = dict(enumerate(params))
@@ -133,7 +135,7 @@ def gather_replies(cfg: RunConfig, problem: str, store: Store, console: Console,
                                         sample_index=ask.root, turn=turn, lineage=ask.sample if turn > 1 else None,
                                         messages=list(messages), params=request, completion=completion,
                                         salvage_of=salvage_of)
-                if completion.error is None or completion.error.kind not in UNSTORED:
+                if completion.error is None or (store_failures and completion.error.kind not in UNSTORED):
                     store.put_generation(generation)  # (a replay file not there yet is looked for again next time)
                 return generation
 

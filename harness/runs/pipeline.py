@@ -168,7 +168,8 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
     if replies_only:
         params = [sample_params(cfg, ask.root) for ask in asks]
         summary = RunSummary(run=_new_run(ctx, run_id, "generate", messages))
-        replies = gather_replies(cfg, problem.name, store, console, run_id, asks, params, 1, provider, environ, prompts)
+        replies = gather_replies(cfg, problem.name, store, console, run_id, asks, params, 1, provider, environ, prompts,
+                                 store_failures=False)
         summary.requests, summary.fatal_error = replies.requests, replies.fatal.message if replies.fatal else None
         return summary
     run = store.put_run(_new_run(ctx, run_id, "generate", messages))

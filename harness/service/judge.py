@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -69,12 +70,13 @@ class Judge:
         from evaluator.parent.warm import WarmJudge
 
         self.warm = WarmJudge(self.options)
-        if self.store_path is not None:
-            from harness.results.baseline_cache import for_evaluator
+        if self.store_path is not None:  # before the lanes start: their referees take the stored figures with them
             from harness.core.store import open_store
+            from harness.results.baseline_cache import for_evaluator
 
             with open_store(self.store_path) as store:
                 self.baselines_note = for_evaluator(store, self.warm.evaluator, retime=False)
+        self.warm.start()
         self.folder = tempfile.TemporaryDirectory(prefix="kh-judge-")
         return self
 
@@ -133,5 +135,12 @@ class Judge:
             for source in sources:
                 yield self.evaluate(source)
             return
+        # at most one source a lane taken ahead: a caller's generator may wait on the verdicts it has had
         with ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="judge-lane") as pool:
-            yield from pool.map(self.evaluate, sources)
+            pending: deque = deque()
+            for source in sources:
+                pending.append(pool.submit(self.evaluate, source))
+                if len(pending) >= self.lanes:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()

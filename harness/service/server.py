@@ -30,6 +30,7 @@ import json
 import os
 import secrets
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -142,6 +143,12 @@ class Jobs:
                              (utc_now(), json.dumps(verdict) if verdict is not None else None, error, int(judged),
                               job_id))
 
+    def requeue(self, job_id: str) -> None:
+        """One running job back in the queue (its verdict could not be written)."""
+        with self.open() as store, store.db:
+            store.db.execute("UPDATE jobs SET state = 'queued', updated = ? WHERE id = ? AND state = 'running'",
+                             (utc_now(), job_id))
+
     def requeue_running(self) -> int:
         """Jobs a killed server was judging: queued again (no verdict of theirs was written)."""
         with self.open() as store, store.db:
@@ -194,9 +201,11 @@ class Service:
         # the keys file among what no executor may read (a candidate could print it into its verdict's output)
         self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(loc, size, device, self.store,
                                                                                      list(protect), lanes or {}))
-        self.judges: dict[tuple[str, str | None, str], Any] = {}
+        self.judges: dict[tuple[str, str | None, str], Any] = {}  # None while one is being made
         self.in_use: dict[tuple[str, str | None, str], int] = {}
-        self.judges_lock = threading.Lock()
+        self.judges_changed = threading.Condition()
+        # a Ray judge's actors hold the cluster's GPUs until it closes: one judge at a time there
+        self.max_judges = 1 if (lanes or {}).get("executor") == "ray" else MAX_JUDGES
         self.stopping = threading.Event()
         self.wake = threading.Event()
         # worker i judges on lane i of every judge: one candidate at a time on each GPU, whatever the problem
@@ -265,44 +274,82 @@ class Service:
         return self.workers[0] if self.workers else None
 
     def judge_for(self, location: str, size: str, device: str) -> Any:
-        """The warm judge of a problem, size and device, held for the caller until `done_with`; past MAX_JUDGES the
-        least recently used one no worker holds is closed (each holds a referee per lane, and on a GPU a CUDA
-        context)."""
+        """The warm judge of a problem, size and device, held for the caller until `done_with`. Past `max_judges` the
+        least recently used ones no worker holds are closed (each holds a referee per lane, and on a GPU a CUDA
+        context); a judge is made and closed outside the lock, so other workers go on meanwhile."""
         where = (location, size, device)
-        with self.judges_lock:
-            judge = self.judges.pop(where, None) or self.judge_factory(*where)
-            self.judges[where] = judge  # the most recent last
-            self.in_use[where] = self.in_use.get(where, 0) + 1
-            idle = [w for w in self.judges if not self.in_use.get(w)]
-            for old in idle[:max(0, len(self.judges) - MAX_JUDGES)]:
-                self.judges.pop(old).close()
+        with self.judges_changed:
+            while True:
+                if where in self.judges:
+                    judge = self.judges.pop(where)
+                    self.judges[where] = judge  # the most recent last
+                    self.in_use[where] = self.in_use.get(where, 0) + 1
+                    if judge is not None:
+                        return judge
+                    self.in_use[where] -= 1
+                    self.judges_changed.wait()  # another worker is making it
+                    continue
+                idle = [w for w in self.judges if not self.in_use.get(w) and self.judges[w] is not None]
+                if len(self.judges) - len(idle) + 1 > self.max_judges:
+                    self.judges_changed.wait()  # (Ray) the cluster's GPUs are another judge's until it is let go
+                    continue
+                evicted = [self.judges.pop(w) for w in idle[:max(0, len(self.judges) + 1 - self.max_judges)]]
+                self.judges[where], self.in_use[where] = None, 1
+                break
+        for old in evicted:
+            old.close()
+        try:
+            judge = self.judge_factory(*where)
+        except BaseException:
+            with self.judges_changed:
+                self.judges.pop(where, None)
+                self.in_use[where] = 0
+                self.judges_changed.notify_all()
+            raise
+        with self.judges_changed:
+            self.judges[where] = judge
+            self.judges_changed.notify_all()
         return judge
 
     def done_with(self, location: str, size: str, device: str) -> None:
-        with self.judges_lock:
+        with self.judges_changed:
             self.in_use[(location, size, device)] -= 1
+            self.judges_changed.notify_all()
 
     def work(self, lane: int = 0) -> None:
         while not self.stopping.is_set():
-            claimed = self.jobs.claim()
-            if claimed is None:
-                self.wake.wait(timeout=1.0)
-                self.wake.clear()
-                continue
-            job_id, request, known = claimed
-            if known is not None:  # the same source, problem, size, device and judge: answered from the store
-                self.jobs.finish(job_id, known, judged=False)
-                continue
-            where = (request["location"], request["size"], request["device"])
             try:
-                judge = self.judge_for(*where)
-                try:
-                    verdict = judge.evaluate(request["source"], name=f"job/{job_id}", lane=lane)
-                finally:
-                    self.done_with(*where)
-                self.jobs.finish(job_id, verdict.model_dump(mode="json"))
-            except Exception as err:  # the harness's own failure around this job: said, and the queue goes on
-                self.jobs.finish(job_id, None, f"{type(err).__name__}: {err}"[:2000])
+                self.work_one(lane)
+            except Exception:  # the store itself failed (locked past its timeout): the worker goes on
+                traceback.print_exc()
+                self.stopping.wait(1.0)
+
+    def work_one(self, lane: int) -> None:
+        claimed = self.jobs.claim()
+        if claimed is None:
+            self.wake.wait(timeout=1.0)
+            self.wake.clear()
+            return
+        job_id, request, known = claimed
+        if known is not None:  # the same source, problem, size, device and judge: answered from the store
+            self.jobs.finish(job_id, known, judged=False)
+            return
+        where = (request["location"], request["size"], request["device"])
+        try:
+            judge = self.judge_for(*where)
+            try:
+                verdict = judge.evaluate(request["source"], name=f"job/{job_id}", lane=lane)
+            finally:
+                self.done_with(*where)
+            outcome: tuple = (verdict.model_dump(mode="json"), None)
+        except Exception as err:  # the harness's own failure around this job: said, and the queue goes on
+            outcome = (None, f"{type(err).__name__}: {err}"[:2000])
+        try:
+            self.jobs.finish(job_id, *outcome)
+        except Exception:  # not written: back in the queue, so that its key is not held `running` until a restart
+            self.jobs.requeue(job_id)
+            raise
+        finally:
             self.wake.set()  # a job held back behind this one's key may go now
 
 
