@@ -142,8 +142,6 @@ def build_slots(device: str) -> int:
     return 2 * cores if device == "cuda" else max(1, cores // 2)
 
 
-
-
 def default_cache_dir() -> Path:
     if os.environ.get("HARNESS_CACHE_DIR"):
         return Path(os.environ["HARNESS_CACHE_DIR"])

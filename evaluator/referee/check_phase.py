@@ -23,10 +23,18 @@ def device_free_bytes(device: str) -> int | None:
     return torch.cuda.mem_get_info()[0] if device == "cuda" and torch.cuda.is_available() else None
 
 
-def wrong_already(acc: compare.ModeAccumulator) -> bool:
-    """Whether the trials so far (or what the executor said of this one) failed every tolerance tier: a candidate
-    correct at a looser tier only is not wrong."""
-    return acc.failure is not None or (bool(acc.tiers) and not any(acc.tiers.values()))
+def wrong_already(acc: compare.ModeAccumulator, phase: Phase | None, then: str) -> None:
+    """`incorrect` (Judged) where the trials so far (or what the executor said of this one) failed every tolerance
+    tier, whatever came `then`: a candidate that holds the device's memory must not hide an earlier wrong trial. A
+    candidate correct at a looser tier only is not wrong."""
+    if acc.failure is not None or (bool(acc.tiers) and not any(acc.tiers.values())):
+        earlier = acc.failure or "outside every tolerance tier"
+        raise Judged(Status.incorrect, phase, f"wrong in an earlier trial ({earlier}), then {then}")
+
+
+def out_of_memory_words(err: BaseException) -> str:
+    """CUDA's own words of an out-of-memory error, to its allocation's size (not its allocator's advice)."""
+    return ". ".join(str(err).split(". ")[:2])[:300]
 
 
 def staging_out_of_memory(session: Session, inputs: list, reply: Reply, acc: compare.ModeAccumulator) -> None:
@@ -36,9 +44,7 @@ def staging_out_of_memory(session: Session, inputs: list, reply: Reply, acc: com
     earlier wrong trial): an earlier failed trial is its `incorrect`, and the device is measured with the executor
     gone and the referee's cache given back; with room for the call's inputs twice it is the candidate's
     `runtime_error`."""
-    if wrong_already(acc):
-        raise Judged(Status.incorrect, session.phase, "wrong in an earlier trial (" + (acc.failure or "outside every "
-                     "tolerance tier") + "), then the GPU's memory ran out staging the next: " + reply.error)
+    wrong_already(acc, session.phase, "the GPU's memory ran out staging the next: " + reply.error)
     session.link.close(wait_s=30)
     release_cached(session.referee.device)
     free = device_free_bytes(session.referee.device)
@@ -54,10 +60,8 @@ def referee_out_of_memory(acc: compare.ModeAccumulator, err: BaseException) -> N
     """The referee ran out of the device's memory reading a call's outputs or computing the float64 reference:
     the judge's copies did not fit (`crashed`, saying so), or `incorrect` after an earlier wrong trial (a candidate
     holding the device's memory must not hide one). Never the candidate's `runtime_error`: the judge failed."""
-    if wrong_already(acc):
-        raise Judged(Status.incorrect, Phase.check, "wrong in an earlier trial (" + (acc.failure or "outside every "
-                     "tolerance tier") + "), then the referee ran out of GPU memory judging the next")
-    raise Judged(Status.crashed, Phase.check, REFEREE_MEMORY + ". ".join(str(err).split(". ")[:2])[:300])
+    wrong_already(acc, Phase.check, "the referee ran out of GPU memory judging the next")
+    raise Judged(Status.crashed, Phase.check, REFEREE_MEMORY + out_of_memory_words(err))
 
 
 REFEREE_MEMORY = ("the GPU's memory ran out in the referee as it read the candidate's outputs or computed the float64 "
