@@ -252,8 +252,8 @@ def test_salvage_settings_do_not_change_the_run_id_and_bad_ones_are_refused(tmp_
     from typer.testing import CliRunner
 
     from harness.cli.app import app
-    from harness.runs.settings import derive_run_id
     from harness.generation.prompts import render_prompt
+    from harness.runs.settings import derive_run_id
 
     cfg = RunConfig(model="m", base_url="http://unused/v1")
     messages = render_prompt(load_problem("gemm_scale_bn"), "kernelbench")

@@ -102,8 +102,8 @@ def eval_command(
     """Judge candidate files: compile, check against the reference, time against baselines."""
     from evaluator.parent.sandbox import EvalOptions
     from harness.cli.commands import candidate_files, eval_command as run_eval
-    from harness.problems.suite import SuiteError
     from harness.cli.suites import eval_suite, resolve_suite
+    from harness.problems.suite import SuiteError
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
@@ -241,8 +241,8 @@ def run_cli(
             raise usage_error(f"--extra-body is not JSON: {err}")
         if not isinstance(body, dict):
             raise usage_error("--extra-body must be a JSON object")
-    from harness.problems.suite import SuiteError
     from harness.cli.suites import resolve_suite, run_suite
+    from harness.problems.suite import SuiteError
 
     try:
         suite = resolve_suite(problems, problem)
@@ -330,9 +330,9 @@ def leaderboard_cli(
     config: Optional[Path] = typer.Option(None, help="Config file with token prices (default: ./harness.toml; env HARNESS_CONFIG)."),
 ) -> None:
     """Ranked candidates per GPU with their baselines and golden kernels, then summary metrics."""
-    from harness.results.board import Filters
     from harness.cli.commands import leaderboard_command
     from harness.problems.suite import SuiteError, load_suite
+    from harness.results.board import Filters
 
     try:
         suite = load_suite(problems) if problems is not None else None
@@ -358,9 +358,9 @@ def report_cli(
     config: Optional[Path] = typer.Option(None, help="Config file with token prices (default: ./harness.toml; env HARNESS_CONFIG)."),
 ) -> None:
     """Write one self-contained HTML report (summary, leaderboard, charts, every candidate)."""
-    from harness.results.board import Filters
     from harness.cli.commands import report_command
     from harness.problems.suite import SuiteError, load_suite
+    from harness.results.board import Filters
 
     try:
         suite = load_suite(problems) if problems is not None else None
@@ -380,8 +380,8 @@ def show_cli(
 ) -> None:
     """One verdict in full: status, the whole error, every flag, correctness, timings, baselines, the feedback
     the model got on it."""
-    from harness.results.browse import show_command
     from harness.core.config import default_store_path
+    from harness.results.browse import show_command
 
     raise typer.Exit(show_command(what, store=store or default_store_path(), json_out=json_out, source=source,
                                   console=console))
@@ -398,9 +398,9 @@ def compare_cli(
 ) -> None:
     """Runs side by side: outcomes, fast_p, geometric mean and best speedup, requests and tokens; or, with
     --problems, models' runs of a suite: problems correct, fast_p and geomean across the suite."""
-    from harness.results.browse import compare_command, compare_suite_command
     from harness.core.config import default_store_path
     from harness.problems.suite import SuiteError, load_suite
+    from harness.results.browse import compare_command, compare_suite_command
 
     if len(runs) < 2:
         raise usage_error("compare needs two runs or more")

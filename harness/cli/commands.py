@@ -335,8 +335,8 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
     from harness.core.config import ConfigError, resolve_config
     from harness.core.outcomes import Outcome
     from harness.core.ranking import ranked_outcomes
-    from harness.runs.pipeline import RunError, execute_run
     from harness.results.render import run_table, spend_line
+    from harness.runs.pipeline import RunError, execute_run
 
     console = console or Console()
     try:

@@ -102,10 +102,10 @@ def print_suite_board(suite: Suite, store: Path | None, files: Sequence[Path], s
     """The suite board of the files this command judged (not every `harness eval` verdict of the store), every
     problem of the suite in its denominator."""
     from harness.core.config import default_store_path
-    from harness.results.leaderboard import boards_and_suites
-    from harness.results.render import suite_tables
     from harness.core.staleness import current_rules
     from harness.core.store import open_store
+    from harness.results.leaderboard import boards_and_suites
+    from harness.results.render import suite_tables
 
     judged = {eval_sample_name(f, is_golden_path(f)) for f in files}
     with open_store(store or default_store_path()) as db:

@@ -173,8 +173,8 @@ def suite_json(suites: Sequence[SuiteBoard]) -> dict[str, Any] | None:
 
 def suite_columns(suite: SuiteBoard | None = None) -> tuple[list, list]:
     """The columns of the problem rows and of the summary rows (harness.results.columns.Column)."""
-    from harness.results.columns import Column
     from harness.core.text import fmt_ms, fmt_share, fmt_speedup
+    from harness.results.columns import Column
 
     # for people (suite given), the baselines timed; CSV keeps every column
     baselines = [b for b in FAST_P_BASELINES if suite is None or suite.stats.fast_p[b]["0"] is not None]
