@@ -136,8 +136,9 @@ def kernelbench_sizes(out: Path, rows: list[str], budget_s: float) -> None:
         verdicts = verdict_lines(log)
         if verdicts:
             v = verdicts[-1]
-            what = f"{v['status']} {v.get('runtime_ms') or 0:.2f} ms x{(v.get('speedup') or {}).get('eager', 0):.2f} eager; " \
-                   f"{(v.get('error') or '')[:160]}"
+            flags = ",".join(f["name"] for f in v.get("flags") or [])
+            what = f"{v['status']} {v.get('runtime_ms') or 0:.2f} ms x{(v.get('speedup') or {}).get('eager', 0):.2f} eager " \
+                   f"[{flags}]; {(v.get('error') or '')[:160]}"
         else:
             what = "no verdict: " + log.read_text(errors="replace")[-300:].replace("\n", " | ")
         rows.append(f"{theirs} {sizes}: rc={rc} {wall:.0f} s, GPU memory peak {peak[0] / 1024:.1f} GiB: {what}")

@@ -100,6 +100,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        # Under pytest-xdist (`-n 2 --dist loadgroup`): a module's tests on one worker, so a module fixture is
+        # made once; the session's judged CPU fixtures too (test_evaluator and test_ray_lanes read them).
+        shared = "bad_input_verdicts" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("bad_input_verdicts" if shared else item.module.__name__))
     if cuda_visible():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible)")
@@ -147,6 +151,9 @@ def pytest_configure(config):
     _SESSION_ENV.setenv("KERNELHARNESS_PCH", "0")
     for name in USER_SETTINGS:
         _SESSION_ENV.delenv(name, raising=False)
+    # The terminal's width is the tests' to set (pytest-xdist's workers are given COLUMNS=80, and so is a
+    # developer's shell now and then): the CLI's tables are as wide as a pipe gets without it.
+    _SESSION_ENV.delenv("COLUMNS", raising=False)
     python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     _SESSION_ENV.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *python_path]))
     config.stash[_checkout_before] = checkout_state(ROOT)

@@ -118,14 +118,15 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         shipped, unreadable = session.shipment(reply)
         reference64.train(train)
         with torch.no_grad(), cmp.guarded():
-            expected = reference64(*draws.as_float64(inputs))
+            expected = reference64(*draws.as_float64(inputs, referee.judge_device))
     except torch.OutOfMemoryError as err:
         referee_out_of_memory(acc, err)
     acc.trials += 1
     for problem in unreadable:
         acc.fail(problem)
     changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
-               and not (cmp.is_plain_tensor(shipped.get(f"input.{i}")) and cmp.same_values(x, shipped[f"input.{i}"]))]
+               and not (cmp.is_plain_tensor(shipped.get(f"input.{i}"))
+                        and cmp.same_values(x.to(referee.judge_device), shipped[f"input.{i}"]))]
     if changed:
         acc.fail(f"the candidate modified its input(s) {changed} in place")
     acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))

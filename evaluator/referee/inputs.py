@@ -25,6 +25,8 @@ _manual_seed = torch.Generator.manual_seed
 _Tensor = torch.Tensor
 _clone = torch.Tensor.clone
 _to = torch.Tensor.to
+_is_floating_point = torch.Tensor.is_floating_point
+_float64 = torch.float64
 
 SEED_STEP = 0x9E3779B97F4A7C15  # the golden-ratio increment: consecutive calls get unrelated seeds
 SEED_MASK = (1 << 63) - 1
@@ -71,9 +73,11 @@ def draw(specs: list[InputSpec], distribution: str, seed: int, device: str,
     return out
 
 
-def as_float64(inputs: list) -> list:
-    """The inputs with every floating tensor in float64 (for the float64 reference)."""
-    return [x.double() if isinstance(x, _Tensor) and x.is_floating_point() else x for x in inputs]
+def as_float64(inputs: list, device: str) -> list:
+    """The inputs for the float64 reference on `device` (the referee's judge_device): every floating tensor in
+    float64, every tensor there."""
+    return [(_to(x, device, _float64) if _is_floating_point(x) else _to(x, device)) if isinstance(x, _Tensor) else x
+            for x in inputs]
 
 
 def tensor_bytes(specs: list[InputSpec], fixed: dict[int, torch.Tensor]) -> int:

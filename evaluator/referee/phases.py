@@ -91,7 +91,7 @@ def init_phase(session: Session, imported: Imported) -> Built:
     reply = session.request(LoadState(id=0, tensors=slots))
     if reply.error:
         raise Judged(Status.runtime_error, Phase.init, reply.error)
-    reference64 = copy.deepcopy(reference).to(torch.float64)
+    reference64 = copy.deepcopy(reference).to(referee.judge_device, torch.float64)
     return Built(reference=reference, reference64=reference64)
 
 
@@ -192,6 +192,9 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
     if timing is not None:
         flags += shaky_timing(timing, rounds, referee.config.shaky_spread, referee.config.shaky_drift)
         flags += bounds_flag(referee.config.shaky_spread, referee.config.shaky_drift)
+    moved = referee.memory.said() if referee is not None and correctness is not None else None
+    if moved:  # informative: every check ran, in host memory
+        flags.append(Flag(name="judged_on_host", reason=moved))
     if rounds is not None and rounds.failed:  # a baseline failing is not the candidate's fault
         flags += [Flag(name="baseline_failed", reason=f"baseline `{name}` failed: {why}"[:500])
                   for name, why in rounds.failed.items()]

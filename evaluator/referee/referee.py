@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import clock, phases
+from evaluator.referee import clock, memory, phases
 from evaluator.referee import stored as stored_baselines
 from evaluator.referee.session import Session, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -105,6 +105,10 @@ class Referee:
         staged += [(i, list(t.shape), dtype_name(t.dtype)) for i, t in self.fixed.items()]
         self.layout = Layout.plan(sorted(staged), self.output_nbytes, [b.numel() * b.element_size() for b in probe.buffers()],
                                   budget=STAGE_BYTES[self.device], most=MOST_CALLS)
+        total = torch.cuda.mem_get_info()[1] if self.device == "cuda" else 0
+        self.memory = memory.plan(self.device, total, self.layout.size, self.input_nbytes, self.output_nbytes,
+                                  self.state_nbytes, config.ahead)
+        self.judge_device = self.memory.judge_device  # where the float64 reference and the comparisons live
         self.reference_ms = self.forward_ms(probe, sample)
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
         self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
@@ -384,7 +388,7 @@ class Referee:
 
     def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
         """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""
-        for request in upcoming[:self.config.ahead]:
+        for request in upcoming[:self.memory.ahead]:
             key = (request.path, request.digest)
             if request.kind != "judge" or request.compile_only or key in self.waiting:
                 continue

@@ -154,9 +154,9 @@ class Session:
         return Judged(Status.crashed, phase, f"the executor {how} during phase `{phase.value}` before it answered")
 
     def shipment(self, reply: Reply) -> tuple[dict[str, torch.Tensor], list[str]]:
-        """The tensors a reply shipped, read onto the referee's device, and what could not be read."""
+        """The tensors a reply shipped, read where the referee judges (its judge_device), and what could not be read."""
         tensors, problems = {}, []
-        device = self.referee.device if self.referee is not None else "cpu"
+        device = self.referee.judge_device if self.referee is not None else "cpu"
         for slot in reply.tensors:
             try:
                 tensors[slot.name] = self.link.exchange.read(slot, device)

@@ -210,7 +210,7 @@ class Series:
         expected: list[dict[str, torch.Tensor]] = []
         with torch.no_grad(), cmp.guarded():
             for inputs in input_sets:
-                out = self.replay(*draws.as_float64(inputs))
+                out = self.replay(*draws.as_float64(inputs, referee.judge_device))
                 expected.append({"output": out, **{name: value.clone() for name, value in self.replay.named_buffers()}})
         self.count += len(input_sets)
         acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
@@ -308,7 +308,7 @@ def spot(session: Session, checked: Checked, reply: Reply, inputs: list, label: 
     reference64 = copy.deepcopy(checked.reference64).train(referee.problem.mode == "train")
     shipped, unreadable = session.shipment(reply)
     with torch.no_grad(), cmp.guarded():
-        expected = reference64(*draws.as_float64(inputs))
+        expected = reference64(*draws.as_float64(inputs, referee.judge_device))
     acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
     acc.trials = 1
     for problem in reply.problems + unreadable:

@@ -11,6 +11,7 @@ import torch
 
 from evaluator.referee import clock
 from evaluator.referee.keys import Keys
+from evaluator.referee.memory import MemoryPlan
 from evaluator.referee.timing import Timer
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.problem import ProblemSpec
@@ -47,6 +48,8 @@ class RefereeView(Protocol):
     problem: ProblemSpec
     size: str
     device: str
+    judge_device: str  # where the float64 reference and the comparisons live (evaluator.referee.memory)
+    memory: MemoryPlan
     environment: Environment
     tolerances: dict
     rel_floor: float

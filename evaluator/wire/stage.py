@@ -7,9 +7,9 @@ done before its inputs exist or after the referee has taken what it compares.
 
 Its layout, fixed for a batch: `sets` sets of inputs, one slot per tensor input in each (`input.N`, set k
 `stride` bytes after set 0), for a window of up to `sets` calls back to back (set k is call k's); then
-the region, room for each call's output and buffers one after another and one call's more; the referee
-picks where in the region the outputs go after the calls returned, so a candidate cannot write there
-ahead of time.
+the region, room for each call's output and buffers one after another and some slack more (a call's room, at
+most PLACE_SLACK: at least 2^18 places); the referee picks where in the region the outputs go after the calls
+returned, so a candidate cannot write there ahead of time.
 
 On the CPU the stage is host memory (a memfd both processes map). On a GPU it is device memory: a
 CUDA virtual-memory allocation the referee makes and exports as a file descriptor, which the executor
@@ -33,6 +33,10 @@ from evaluator.wire.exchange import ALIGN, DTYPES, ExchangeError, dtype_name
 from evaluator.wire.protocol import TensorSlot
 
 
+# The most the outputs' place may move by (bytes). A whole call's room more was a third of a 6.4 GB problem's stage.
+PLACE_SLACK = 64 << 20
+
+
 def aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
@@ -43,13 +47,18 @@ class Layout:
 
     inputs: tuple[TensorSlot, ...]  # set 0's slots
     span: int           # room for one call's output and buffers, each aligned
-    region: int         # first byte of the region ((sets + 1) * span bytes)
+    region: int         # first byte of the region (sets * span + slack bytes)
     sets: int = 1       # input sets: the most calls one window can hold
     stride: int = 0     # bytes from one input set to the next
 
     @property
+    def slack(self) -> int:
+        """How far the outputs' place may move: a call's room, at most PLACE_SLACK."""
+        return min(self.span, PLACE_SLACK)
+
+    @property
     def size(self) -> int:
-        return self.region + (self.sets + 1) * self.span
+        return self.region + self.sets * self.span + self.slack
 
     @classmethod
     def plan(cls, inputs: list[tuple[int, list[int], str]], output_nbytes: int, buffer_nbytes: list[int],
@@ -64,7 +73,7 @@ class Layout:
             offset = aligned(offset + max(nbytes, 1))
         span = aligned(max(output_nbytes, 1)) + sum(aligned(max(n, 1)) for n in buffer_nbytes) + ALIGN
         stride = max(offset, ALIGN)
-        sets = max(1, min(most, (budget - span) // (stride + span))) if budget else 1
+        sets = max(1, min(most, (budget - min(span, PLACE_SLACK)) // (stride + span))) if budget else 1
         return cls(inputs=tuple(slots), span=span, region=sets * stride, sets=sets, stride=stride)
 
     def slots(self, index: int) -> list[TensorSlot]:
@@ -74,8 +83,8 @@ class Layout:
         return [s.model_copy(update={"offset": s.offset + index * self.stride}) for s in self.inputs]
 
     def place(self, fraction: float) -> int:
-        """The region's offset for `fraction` in [0, 1): one of its span / ALIGN + 1 aligned places."""
-        places = self.span // ALIGN + 1
+        """The region's offset for `fraction` in [0, 1): one of its slack / ALIGN + 1 aligned places."""
+        places = self.slack // ALIGN + 1
         return self.region + min(places - 1, int(fraction * places)) * ALIGN
 
 

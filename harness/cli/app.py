@@ -17,7 +17,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich
 # A terminal's width, or COLUMNS where it is set (rich reads both); piped with neither, wide enough that a
 # board's rows stay one line each.
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else 220)
 
 
 def _print_version(value: bool) -> None:

@@ -1,0 +1,61 @@
+"""What one candidate's judgement holds in the GPU's memory at once, and what gives where that does not fit.
+
+At once, on the device (I, O, S: a call's input, output and state bytes; the stage: evaluator.wire.stage):
+- two stages, the candidate's and the calibrator's (each its input sets, its calls' outputs and a slack);
+- the candidate's executor: a checked call's inputs, their copy it compares after the call, the output, state;
+- the calibrator: the reference's answer and a fresh copy of it each call, state;
+- the referee in fp32: a call's drawn inputs, a window's copy of the outputs, the reference and baselines' state;
+- the referee's float64 judge: the reference's float64 twin, its inputs and expected output (and a window's
+  stack of them), and the executor's shipped tensors read back (about 3I + 5O + 3S);
+- each executor started ahead: a stage more.
+
+Where all of it does not fit, the float64 judge moves to host memory (the reference's twin runs on the CPU and
+the comparisons there, chunk by chunk, against copies read off the device) and no executor is started ahead:
+a 6.4 GB elementwise problem (KernelBench's 19_ReLU) needs about 68 GiB so, against about 116 GiB judged on the
+device. Everything stays on the device where it fits, which every size of the repo's own problems does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Of the device's memory a plan counts on: CUDA contexts, the allocators' rounding and fragmentation take the rest.
+DEVICE_SHARE = 0.9
+CONTEXT_BYTES = 600 << 20  # a CUDA context and its workspaces, each process
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    judge_device: str   # where the float64 reference, its inputs and the comparisons live: the device or "cpu"
+    ahead: int          # executors that may be started ahead of their turn (each with its stage)
+    need_bytes: int     # what the judgement holds on the device at once, as planned
+    device_bytes: int   # the device's whole memory (0 off a GPU)
+
+    def said(self) -> str | None:
+        """What a verdict says of a judge moved to host memory (None where it stayed on the device)."""
+        if self.judge_device != "cpu" or not self.device_bytes:
+            return None
+        return (f"the float64 reference and the comparisons ran in host memory: at this size the judge's copies and "
+                f"the executors' ({self.need_bytes / 2**30:.1f} GiB on the device, of "
+                f"{self.device_bytes / 2**30:.1f} GiB) leave no room for them on the GPU; no executor was started "
+                "ahead")
+
+
+def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, output_bytes: int, state_bytes: int,
+         ahead: int) -> MemoryPlan:
+    """The plan for a GPU of `device_bytes` (see the module's docstring); off a GPU, everything where it is."""
+    if device != "cuda" or device_bytes <= 0:
+        return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0)
+    i, o, s = input_bytes, output_bytes, state_bytes
+    held = (2 * stage_bytes                # the candidate's stage and the calibrator's
+            + 2 * i + o + s                # the candidate's executor
+            + 2 * o + s                    # the calibrator
+            + i + o + 2 * s                # the referee in fp32
+            + 3 * CONTEXT_BYTES)
+    judge = 3 * (i + s) + 5 * o
+    room = int(DEVICE_SHARE * device_bytes)
+    judge_device = device if held + judge <= room else "cpu"
+    need = held + (judge if judge_device == device else 0)
+    fits_ahead = max(0, (room - need) // (stage_bytes + CONTEXT_BYTES))
+    return MemoryPlan(judge_device=judge_device, ahead=min(ahead, fits_ahead) if judge_device == device else 0,
+                      need_bytes=need, device_bytes=device_bytes)
