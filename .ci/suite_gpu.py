@@ -105,13 +105,21 @@ def suite_run(out: Path, rows: list[str], timeouts: tuple[float, float] = (200, 
 
 
 def kernelbench_sizes(out: Path, rows: list[str], budget_s: float) -> None:
+    """Each problem at KernelBench's size, its replayed candidate judged by `harness eval` on a GPU of its own where
+    the machine has several (one after another on one): verdict, flags, wall time, that GPU's peak memory."""
     files = replayed_sources(out / "kb-candidates")
     started = time.monotonic()
-    for ours, (theirs, sizes) in KERNELBENCH_SIZES.items():
+    gpus = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                          text=True).stdout.split() or ["0"]
+    queue = list(KERNELBENCH_SIZES.items())
+    lock = threading.Lock()
+
+    def judge(gpu: str, ours: str, theirs: str, sizes: dict) -> None:
         left = budget_s - (time.monotonic() - started)
         if left < 60:
-            rows.append(f"{theirs}: not run (no time left)")
-            continue
+            with lock:
+                rows.append(f"{theirs}: not run (no time left)")
+            return
         text = (ROOT / "reference/minibench/level1" / f"{ours}.py").read_text()
         for name, value in sizes.items():
             text = re.sub(rf"^{name} = .*$", f"{name} = {value}", text, flags=re.M)
@@ -119,30 +127,49 @@ def kernelbench_sizes(out: Path, rows: list[str], budget_s: float) -> None:
         problem.parent.mkdir(parents=True, exist_ok=True)
         problem.write_text(text)
         log = out / f"kb-{theirs}.log"
-        env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_VISIBLE_DEVICES": gpu}
+        if len(gpus) > 1:  # each eval would place its lane on the same cores: none is placed (no builds here)
+            env["HARNESS_BUILD_ISOLATION"] = "niced"
         peak, stop = [0], threading.Event()
 
         def watch() -> None:  # the GPU's memory in use, every half second: its peak over the judgement
             while not stop.wait(0.5):
-                read = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                read = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                                       capture_output=True, text=True).stdout.split()
                 peak[0] = max(peak[0], int(read[0]) if read else 0)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         rc, wall = sh([sys.executable, "-m", "harness", "eval", "--problem", str(problem), "--no-store", "--json",
-                       "--baselines", "eager,compile", str(files[ours])], log, min(left, float(os.environ.get("KB_EACH_S", "300"))), env)
+                       "--baselines", "eager,compile", str(files[ours])], log,
+                      min(left, float(os.environ.get("KB_EACH_S", "300"))), env)
         stop.set()
         verdicts = verdict_lines(log)
         if verdicts:
             v = verdicts[-1]
             flags = ",".join(f["name"] for f in v.get("flags") or [])
+            phases = v.get("phase_seconds") or {}
             what = f"{v['status']} {v.get('runtime_ms') or 0:.2f} ms x{(v.get('speedup') or {}).get('eager', 0):.2f} eager " \
-                   f"[{flags}]; {(v.get('error') or '')[:160]}"
+                   f"[{flags}] phases {phases}; {(v.get('error') or '')[:160]}"
         else:
             what = "no verdict: " + log.read_text(errors="replace")[-300:].replace("\n", " | ")
-        rows.append(f"{theirs} {sizes}: rc={rc} {wall:.0f} s, GPU memory peak {peak[0] / 1024:.1f} GiB: {what}")
-        print(rows[-1], flush=True)
+        with lock:
+            rows.append(f"{theirs} {sizes} on GPU {gpu}: rc={rc} {wall:.0f} s, GPU memory peak {peak[0] / 1024:.1f} GiB: {what}")
+            print(rows[-1], flush=True)
+
+    def lane(gpu: str) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                ours, (theirs, sizes) = queue.pop(0)
+            judge(gpu, ours, theirs, sizes)
+
+    lanes = [threading.Thread(target=lane, args=(gpu,)) for gpu in gpus]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join()
 
 
 def service_sources(out: Path, count: int) -> tuple[list[str], Path]:

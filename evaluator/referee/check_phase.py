@@ -97,7 +97,7 @@ def compare_output(info: ValueInfo | None, actual: torch.Tensor | None, expected
     if problem is not None:
         inf = float("inf")
         return compare.TensorCompare(inf, inf, {tier: False for tier in tolerances}, f"output: {problem}")
-    return compare.compare_tensor("output", actual, expected, tolerances, referee.rel_floor)
+    return compare.compare_tensor("output", actual, expected, tolerances, referee.rel_floor, on=referee.device)
 
 
 def trial(session: Session, reference64: torch.nn.Module, distribution: str, seed: int, *, train: bool,
@@ -126,13 +126,13 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         acc.fail(problem)
     changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
                and not (cmp.is_plain_tensor(shipped.get(f"input.{i}"))
-                        and cmp.same_values(x.to(referee.judge_device), shipped[f"input.{i}"]))]
+                        and compare.same_values_on(x, shipped[f"input.{i}"], referee.device))]
     if changed:
         acc.fail(f"the candidate modified its input(s) {changed} in place")
     acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
     for name, value in reference64.state_dict().items():
         acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
-                                         referee.rel_floor))
+                                             referee.rel_floor, on=referee.device))
     return reply
 
 

@@ -14,7 +14,8 @@ import torch
 from evaluator.wire.records import ModeCheck, TensorError
 from evaluator.wire.tensors import (
     _abs, _add, _all, _amax, _clamp_min, _detach, _div, _equal, _float64, _is_floating_point, _isfinite, _item,
-    _le, _logical_not, _mul, _narrow, _numel, _reshape, _sub, _sum, _Tensor, _to, _tolist, guarded, is_plain_tensor)
+    _le, _logical_not, _mul, _narrow, _numel, _reshape, _sub, _sum, _Tensor, _to, _tolist, guarded, is_plain_tensor,
+    same_values)
 
 COMPARE_CHUNK = 1 << 25  # elements compared at once: 256 MiB of float64 a temporary
 
@@ -30,8 +31,10 @@ class TensorCompare:
 
 
 def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_floor: float, *,
-                   dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> TensorCompare:
-    """`actual` against the float64 `expected`, with allclose semantics per tier. With `dtype` or
+                   dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+                   on: torch.device | str | None = None) -> TensorCompare:
+    """`actual` against the float64 `expected`, with allclose semantics per tier, chunk by chunk `on` a device
+    (default: expected's; the referee's GPU where the float64 reference lives in host memory). With `dtype` or
     `device`, `actual` must also have them (the output must be what the reference returns)."""
     failed = {tier: False for tier in tolerances}
     if not is_plain_tensor(actual):
@@ -46,6 +49,7 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
         if device is not None and actual.device.type != torch.device(device).type:
             return TensorCompare(float("inf"), float("inf"), failed,
                                  f"{name}: on {actual.device.type}, expected on {torch.device(device).type}")
+        on = expected.device if on is None else torch.device(on)
         if not _is_floating_point(expected):
             same = _equal(_to(actual, expected.device, expected.dtype), expected)
             return TensorCompare(0.0 if same else float("inf"), 0.0 if same else float("inf"),
@@ -59,8 +63,8 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
         tiers = {tier: True for tier in tolerances}
         for start in range(0, count, COMPARE_CHUNK):
             length = min(COMPARE_CHUNK, count - start)
-            got = _to(_narrow(flat_actual, 0, start, length), expected.device, _float64)
-            want = _narrow(flat_expected, 0, start, length)
+            got = _to(_narrow(flat_actual, 0, start, length), on, _float64)
+            want = _to(_narrow(flat_expected, 0, start, length), on)
             finite = _isfinite(got)
             if not bool(_item(_all(finite))):
                 bad += int(_item(_sum(_logical_not(finite))))
@@ -74,6 +78,21 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
         if bad:
             return TensorCompare(float("inf"), float("inf"), failed, f"{name}: {bad} NaN/Inf values")
     return TensorCompare(max_abs, max_rel, tiers)
+
+
+def same_values_on(fresh: _Tensor, kept: _Tensor, on: torch.device | str) -> bool:
+    """tensors.same_values of two tensors that may lie on different devices, chunk by chunk `on` one (a 6.4 GB
+    input kept in host memory is compared on the GPU it was drawn on, never copied whole)."""
+    if fresh.device == kept.device:
+        return same_values(fresh, kept)
+    with guarded():
+        if tuple(fresh.shape) != tuple(kept.shape) or fresh.dtype != kept.dtype:
+            return False
+        flat_fresh, flat_kept = _reshape(fresh, (-1,)), _reshape(kept, (-1,))
+        count = _numel(flat_fresh)
+        return all(same_values(_to(_narrow(flat_fresh, 0, start, min(COMPARE_CHUNK, count - start)), on),
+                               _to(_narrow(flat_kept, 0, start, min(COMPARE_CHUNK, count - start)), on))
+                   for start in range(0, count, COMPARE_CHUNK))
 
 
 @dataclass
