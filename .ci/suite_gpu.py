@@ -111,7 +111,8 @@ def kernelbench_sizes(out: Path, rows: list[str], budget_s: float) -> None:
     started = time.monotonic()
     gpus = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
                           text=True).stdout.split() or ["0"]
-    queue = list(KERNELBENCH_SIZES.items())
+    only = [name for name in os.environ.get("KB_ONLY", "").split(",") if name]  # e.g. KB_ONLY=19_ReLU
+    queue = [(ours, spec) for ours, spec in KERNELBENCH_SIZES.items() if not only or spec[0] in only]
     lock = threading.Lock()
 
     def judge(gpu: str, ours: str, theirs: str, sizes: dict) -> None:
