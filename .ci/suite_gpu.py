@@ -37,11 +37,25 @@ KERNELBENCH_SIZES = {  # KernelBench's own module-level sizes (level 1)
 
 
 def sh(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int, float]:
+    """Run `cmd` to `log` for at most `timeout` s. Past it, SIGTERM (the harness then stops every referee and
+    executor it started), and after 30 s SIGKILL to its whole session: a harness killed alone left its referee
+    holding 75 GiB of the GPU, and the problems after it crashed."""
     started = time.monotonic()
     with open(log, "w") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, env=env).returncode
+            rc = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(process.pid, 9)
+            except ProcessLookupError:
+                pass
+            process.wait()
             rc = 124
     return rc, time.monotonic() - started
 
