@@ -103,7 +103,7 @@ def pytest_collection_modifyitems(config, items):
         # Under pytest-xdist (`-n 2 --dist loadgroup`): a module's tests on one worker, so a module fixture is
         # made once; the session's judged CPU fixtures too (test_evaluator and test_ray_lanes read them).
         shared = "bad_input_verdicts" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("bad_input_verdicts" if shared else item.module.__name__))
+        item.add_marker(pytest.mark.xdist_group("bad_input_verdicts" if shared else getattr(item.module, "__name__", "")))
     if cuda_visible():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible)")
