@@ -5,7 +5,7 @@ local executor's, each saying where it was built and judged."""
 
 import pytest
 
-from conftest import CPU, GOOD, expectation
+from conftest import CPU, GOOD, ROOT, expectation
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 from evaluator.wire.records import Status
 
@@ -75,3 +75,22 @@ def test_a_warm_judge_on_the_cluster_judges_on_two_lanes_at_once(two_nodes):
     assert [v.status for v in verdicts] == [Status.correct, Status.incorrect, Status.correct, Status.parse_error]
     assert all("ray node" in v.judged_on for v in verdicts[:3]), [v.judged_on for v in verdicts]
     assert verdicts[0].runtime_ms > 0 and not verdicts[1].ranked and "ModelNew" in verdicts[3].why
+
+
+@pytest.mark.slow
+def test_a_suites_next_problem_is_built_on_the_cluster_during_this_batch_and_its_own_batch_takes_it(tmp_path, two_nodes):
+    """`eval --problems --executor ray`: a batch submits the next problem's builds as Ray tasks once its own are
+    (Evaluator.evaluate_all's `prebuild`) and does not wait for them; the next problem's batch takes the task's
+    result instead of building again."""
+    from evaluator.parent import ray_builds
+
+    settings = dict(device="cpu", compile_only=True, executor="ray", lanes=1, log_root=tmp_path / "ray")
+    following = Evaluator(EvalOptions(problem="gemm_scale_bn", size="small", **settings))
+    candidate = CandidateFile(name="cpp_correct", path=CPU / "cpp_correct.py")
+    _, source, digest, _, _ = following._prepare(candidate, True)
+    before = Evaluator(EvalOptions(problem=str(ROOT / "reference/minibench/level1/1_ReLU.py"), **settings))
+    assert list(before.evaluate_all([], prebuild=[(candidate.name, source, digest)])) == []  # never judged here
+    assert (digest, None) in ray_builds._AHEAD  # submitted, not waited for
+    [verdict] = following.evaluate_all([candidate])
+    assert verdict.status == Status.compiled and "ray node" in verdict.built_on, (verdict.status, verdict.error)
+    assert (digest, None) not in ray_builds._AHEAD  # taken, not built again

@@ -25,6 +25,10 @@ from evaluator.wire.records import Status, Verdict
 BUILD_CPUS = 1  # what each build task asks of Ray
 BUILD_MAX_JOBS = 2  # the compile jobs of one build (a binding and a .cu: two translation units)
 
+# Builds submitted by a batch for the next one (a suite's next problem: Evaluator.evaluate_all's `prebuild`), by
+# source digest and target architecture: the batch whose candidate it is takes the task's result, never builds again.
+_AHEAD: dict[tuple[str, str | None], tuple[object, object]] = {}
+
 
 @dataclass
 class RemoteBuild:
@@ -71,9 +75,17 @@ class RayBuilds:
         # would wait for ever), so with no CPU left the lanes' executors build as they import
         self.slots = max(0, cpus - lanes) // BUILD_CPUS
 
-    def build(self, name: str, source: bytes, digest: str) -> RemoteBuild:
+    def submit(self, name: str, source: bytes, digest: str) -> tuple[object, object]:
         task = _build_task.options(num_cpus=BUILD_CPUS, scheduling_strategy="SPREAD")
-        done, artifact = task.remote(self.make_evaluator, self.options, name, source, digest, self.arch)
+        return task.remote(self.make_evaluator, self.options, name, source, digest, self.arch)
+
+    def build(self, name: str, source: bytes, digest: str) -> RemoteBuild:
+        """The build's outcome: the task an earlier batch submitted for this source, else a task of its own."""
+        done, artifact = _AHEAD.pop((digest, self.arch), None) or self.submit(name, source, digest)
         build = ray.get(done)
         build.artifact = artifact
         return build
+
+    def build_ahead(self, name: str, source: bytes, digest: str) -> None:
+        """Submit a later batch's build now, without waiting for it (that batch's `build` takes it)."""
+        _AHEAD.setdefault((digest, self.arch), self.submit(name, source, digest))

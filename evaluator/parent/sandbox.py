@@ -348,7 +348,8 @@ class Evaluator:
 
         `prebuild`: (name, source, digest) of another batch's candidates, gated by that batch's own checks, built
         into the cache by this batch's pool after its own, placed as its own builds are, and never judged here (a
-        suite's next problem, built while this one is judged: harness.cli.suites). Local builds only."""
+        suite's next problem, built while this one is judged: harness.cli.suites). Under Ray they are submitted as
+        tasks once this batch's own builds are, and the next batch takes their results (ray_builds.RayBuilds)."""
         verdicts: dict[int, Verdict] = {}
         jobs: list[Job] = []
         context: dict[int, tuple] = {}
@@ -361,11 +362,10 @@ class Evaluator:
             context[index] = (candidate, base, digest, flags, compile_only)
             jobs.append(Job(index=index, name=candidate.name, source=source, digest=digest))
         ahead_of_time = range(len(candidates), len(candidates) + len(prebuild))
-        if self.options.executor == "local":
-            for index, (name, source, digest) in zip(ahead_of_time, prebuild):
-                if not self.built_before(digest):
-                    context[index] = (CandidateFile(name=name, path=Path(name)), {}, digest, [], True)
-                    jobs.append(Job(index=index, name=name, source=source, digest=digest))
+        for index, (name, source, digest) in zip(ahead_of_time, prebuild):
+            if self.options.executor == "ray" or not self.built_before(digest):
+                context[index] = (CandidateFile(name=name, path=Path(name)), {}, digest, [], True)
+                jobs.append(Job(index=index, name=name, source=source, digest=digest))
         # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
         # for those too (else the executor that imports a candidate builds it, in its lane).
         running = sum(not c[4] for c in context.values())
@@ -385,6 +385,10 @@ class Evaluator:
         def build(job: Job) -> Judged | None:
             """A build, when it is the last word (compile only, or it failed), else None."""
             candidate, _, digest, _, compile_only = context[job.index]
+            if cluster is not None and job.index in ahead_of_time:  # the next batch's: submitted, not waited for
+                cluster.build_ahead(candidate.name, job.source, digest)
+                return Judged(job, Verdict(candidate=candidate.name, source_sha256=digest, problem=self.problem.name,
+                                           size=self.size, device=self.device, status=Status.compiled))
             if cluster is not None:
                 remote = cluster.build(candidate.name, job.source, digest)
                 verdict, stdout, stderr, job.built_on, job.artifact = (remote.verdict, remote.stdout, remote.stderr,
@@ -427,7 +431,7 @@ class Evaluator:
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
                 if judged.job.index in ahead_of_time:
-                    if judged.verdict.status == Status.compiled:  # the next batch finds it built
+                    if judged.verdict.status == Status.compiled and cluster is None:  # the next batch finds it built
                         self.mark_built(judged.job.digest)
                     continue
                 _, base, digest, flags, _ = context[judged.job.index]
