@@ -599,3 +599,48 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
     with pytest.raises(Judged) as judged:
         check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {"loose": None}))
     assert judged.value.status == Status.incorrect and "num_batches_tracked" in judged.value.error
+
+
+def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_not_the_referees_own():
+    """Session's deadline: the referee's own work between two calls (comparisons in host memory took seconds a call
+    at KernelBench's sizes) moves it on; time the executor takes, and waits charged to the candidate (device work
+    it left queued: time_phase.idle), do not."""
+    import time as clock
+
+    from evaluator.referee.process import Ended
+    from evaluator.referee.session import Judged, Session
+    from evaluator.wire.protocol import Reply
+    from evaluator.wire.records import Phase, Status
+
+    class Link:
+        def __init__(self, takes_s):
+            self.takes_s = takes_s
+
+        def request(self, command, deadline):
+            clock.sleep(self.takes_s)
+            if clock.monotonic() > deadline:
+                raise Ended("timeout")
+            return Reply(id=0)
+
+    def session(takes_s):
+        made = Session(referee=None, link=Link(takes_s), name="c", digest="d", problem="p", size="small", device="cpu",
+                       compile_timeout_s=5, run_timeout_s=0.6)
+        made.enter(Phase.init)
+        return made
+
+    patient = session(0.05)
+    for _ in range(4):  # 0.2 s of the executor's, 1.2 s of the referee's own: within 0.6 s
+        patient.request(object())
+        clock.sleep(0.3)
+    patient.request(object())
+    slow = session(0.2)  # the executor's own time runs past the limit
+    with pytest.raises(Judged) as judged:
+        for _ in range(5):
+            slow.request(object())
+    assert judged.value.status == Status.timeout and "0.6 s limit" in judged.value.error
+    charged = session(0.05)
+    charged.request(object())
+    charged.charge(0.3)
+    with pytest.raises(Judged) as judged:
+        charged.charge(0.3)  # device work left behind: 0.65 s of the candidate's
+    assert judged.value.status == Status.timeout

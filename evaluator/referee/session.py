@@ -144,6 +144,15 @@ class Session:
         self.add(reply.flags)
         return reply
 
+    def charge(self, seconds: float) -> None:
+        """Seconds the referee waited between calls on the candidate's own work (device work it left queued:
+        time_phase.idle) count against its run limit, as its calls do: else a candidate leaving work behind each
+        call would hold its lane up to two idle waits a window, unbounded by any limit. A timeout once it is past."""
+        self.deadline -= seconds
+        now = time.monotonic()
+        if now > self.deadline + (now - self._own_since if self._own_since else 0.0):
+            raise self.ended(Ended("timeout"))
+
     def ended(self, ended: Ended) -> Judged:
         phase = self.phase
         if ended.reason == "timeout":

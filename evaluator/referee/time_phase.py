@@ -267,6 +267,8 @@ def idle(session: Session, when: str) -> None:
     waited = session.referee.device_idle(clock.IDLE_WAIT_S)
     if waited is None and session.referee.close_waiting():
         waited = session.referee.device_idle(clock.IDLE_WAIT_S)
+    if waited is not None:
+        session.charge(waited)  # the candidate's own work: its time, though between its calls
     if waited is None:
         raise Judged(Status.runtime_error, Phase.time, (
             f"device work kept running {when}, for {clock.IDLE_WAIT_S:g} s with the candidate's processes "
