@@ -148,9 +148,11 @@ class Session:
         """Seconds the referee waited between calls on the candidate's own work (device work it left queued:
         time_phase.idle) count against its run limit, as its calls do: else a candidate leaving work behind each
         call would hold its lane up to two idle waits a window, unbounded by any limit. A timeout once it is past."""
+        if not self._own_since:  # not in the run phases (their limit is the one charged)
+            return
         self.deadline -= seconds
         now = time.monotonic()
-        if now > self.deadline + (now - self._own_since if self._own_since else 0.0):
+        if now > self.deadline + (now - self._own_since):
             raise self.ended(Ended("timeout"))
 
     def ended(self, ended: Ended) -> Judged:
