@@ -90,7 +90,7 @@ def test_a_suites_next_problem_is_built_on_the_cluster_during_this_batch_and_its
     _, source, digest, _, _ = following._prepare(candidate, True)
     before = Evaluator(EvalOptions(problem=str(ROOT / "reference/minibench/level1/1_ReLU.py"), **settings))
     assert list(before.evaluate_all([], prebuild=[(candidate.name, source, digest)])) == []  # never judged here
-    assert (digest, None) in ray_builds._AHEAD  # submitted, not waited for
+    assert (digest, "cpu", None) in ray_builds._AHEAD  # submitted, not waited for
     [verdict] = following.evaluate_all([candidate])
     assert verdict.status == Status.compiled and "ray node" in verdict.built_on, (verdict.status, verdict.error)
-    assert (digest, None) not in ray_builds._AHEAD  # taken, not built again
+    assert (digest, "cpu", None) not in ray_builds._AHEAD  # taken, not built again

@@ -594,6 +594,20 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
         said = judged.value.error
         assert ("do not fit this GPU" in said and "Tried to allocate 6.00 GiB" in said) == (status == Status.crashed), said
         assert ("wrong in an earlier trial (output: 3 values outside)" in said) == (status == Status.incorrect), said
+    # where the float64 judge lives in host memory, the host's running out is the same (c10's CPU allocator's words);
+    # any other error of the referee's is its own failure, never a verdict on the candidate
+    def host_out(reply):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 12884901888 bytes. Error code 12 (Cannot allocate memory)")
+
+    session.shipment = host_out
+    with pytest.raises(Judged) as judged:
+        check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {}))
+    assert judged.value.status == Status.crashed and "the host's" in judged.value.error
+    session.shipment = lambda reply: (_ for _ in ()).throw(RuntimeError("the referee's own bug"))
+    with pytest.raises(RuntimeError, match="own bug"):
+        check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {}))
+    session.shipment = shipment
     # what the executor itself said was wrong with this call counts, though its outputs could not be read
     session.request = lambda command: Reply(id=0, problems=["bn.num_batches_tracked: [7], expected [8]"])
     with pytest.raises(Judged) as judged:
@@ -603,8 +617,9 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
 
 def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_not_the_referees_own():
     """Session's deadline: the referee's own work between two calls (comparisons in host memory took seconds a call
-    at KernelBench's sizes) moves it on; time the executor takes, and waits charged to the candidate (device work
-    it left queued: time_phase.idle), do not."""
+    at KernelBench's sizes) moves it on, up to its credit (a candidate slowing the referee cannot hold its lane for
+    ever); time the executor takes, and waits charged to the candidate (device work it left queued:
+    time_phase.idle), do not."""
     import time as clock
 
     from evaluator.referee.process import Ended
@@ -622,9 +637,9 @@ def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_n
                 raise Ended("timeout")
             return Reply(id=0)
 
-    def session(takes_s):
+    def session(takes_s, credit_s=2.0):
         made = Session(referee=None, link=Link(takes_s), name="c", digest="d", problem="p", size="small", device="cpu",
-                       compile_timeout_s=5, run_timeout_s=0.6)
+                       compile_timeout_s=5, run_timeout_s=0.6, own_credit_s=credit_s)
         made.enter(Phase.init)
         return made
 
@@ -633,6 +648,13 @@ def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_n
         patient.request(object())
         clock.sleep(0.3)
     patient.request(object())
+    stingy = session(0.05, credit_s=0.5)  # past its credit, the referee's own time counts
+    with pytest.raises(Judged) as judged:
+        for _ in range(4):
+            stingy.request(object())
+            clock.sleep(0.3)
+        stingy.request(object())
+    assert judged.value.status == Status.timeout
     slow = session(0.2)  # the executor's own time runs past the limit
     with pytest.raises(Judged) as judged:
         for _ in range(5):

@@ -26,8 +26,10 @@ BUILD_CPUS = 1  # what each build task asks of Ray
 BUILD_MAX_JOBS = 2  # the compile jobs of one build (a binding and a .cu: two translation units)
 
 # Builds submitted by a batch for the next one (a suite's next problem: Evaluator.evaluate_all's `prebuild`), by
-# source digest and target architecture: the batch whose candidate it is takes the task's result, never builds again.
-_AHEAD: dict[tuple[str, str | None], tuple[object, object]] = {}
+# source digest, device and target architecture: the batch whose candidate it is takes a build that succeeded (one
+# that failed under the earlier problem's settings is made again under its own). Entries no batch takes stay until
+# the process ends (a suite's command).
+_AHEAD: dict[tuple[str, str, str | None], tuple[object, object]] = {}
 
 
 @dataclass
@@ -66,7 +68,7 @@ class RayBuilds:
     """The parent's end: one Ray task per build, as many in flight as the cluster has CPUs the lanes leave."""
 
     def __init__(self, options: dict, device: str, lanes: int, make_evaluator: Callable[[dict], object]):
-        self.options, self.make_evaluator = options, make_evaluator
+        self.options, self.make_evaluator, self.device = options, make_evaluator, device
         self.arch = None
         if device == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
             self.arch = ray.get(_gpu_arch.options(num_gpus=1).remote(), timeout=300)
@@ -80,12 +82,21 @@ class RayBuilds:
         return task.remote(self.make_evaluator, self.options, name, source, digest, self.arch)
 
     def build(self, name: str, source: bytes, digest: str) -> RemoteBuild:
-        """The build's outcome: the task an earlier batch submitted for this source, else a task of its own."""
-        done, artifact = _AHEAD.pop((digest, self.arch), None) or self.submit(name, source, digest)
+        """The build's outcome: the task an earlier batch submitted for this source where it succeeded, else a task
+        of its own."""
+        ahead = _AHEAD.pop((digest, self.device, self.arch), None)
+        if ahead is not None:
+            build = ray.get(ahead[0])
+            if build.verdict.status == Status.compiled:
+                build.artifact = ahead[1]
+                return build
+        done, artifact = self.submit(name, source, digest)
         build = ray.get(done)
         build.artifact = artifact
         return build
 
     def build_ahead(self, name: str, source: bytes, digest: str) -> None:
         """Submit a later batch's build now, without waiting for it (that batch's `build` takes it)."""
-        _AHEAD.setdefault((digest, self.arch), self.submit(name, source, digest))
+        key = (digest, self.device, self.arch)
+        if key not in _AHEAD:
+            _AHEAD[key] = self.submit(name, source, digest)

@@ -374,6 +374,8 @@ class Evaluator:
             from evaluator.parent.ray_lanes import cluster_builds
 
             cluster = cluster_builds(self, evaluator_from_options, lanes=running > 0)
+            if cluster is None:  # no CPU left for builds on the cluster: the next batch's are its own lanes' to make
+                jobs = [job for job in jobs if job.index not in ahead_of_time]
         builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
         if sum(1 for c in context.values() if c[4] or builds_here) > 1 and ninja_takes_jobserver():
             self.jobserver = JobServer(build_slots(self.device))

@@ -32,6 +32,11 @@ def wrong_already(acc: compare.ModeAccumulator, phase: Phase | None, then: str) 
         raise Judged(Status.incorrect, phase, f"wrong in an earlier trial ({earlier}), then {then}")
 
 
+def out_of_memory(err: BaseException) -> bool:
+    """The GPU's memory, or the host's (c10's CPU allocator: where the float64 judge runs in host memory), ran out."""
+    return isinstance(err, torch.OutOfMemoryError) or "DefaultCPUAllocator: can't allocate memory" in str(err)
+
+
 def out_of_memory_words(err: BaseException) -> str:
     """CUDA's own words of an out-of-memory error, to its allocation's size (not its allocator's advice)."""
     return ". ".join(str(err).split(". ")[:2])[:300]
@@ -64,8 +69,9 @@ def referee_out_of_memory(acc: compare.ModeAccumulator, err: BaseException) -> N
     raise Judged(Status.crashed, Phase.check, REFEREE_MEMORY + out_of_memory_words(err))
 
 
-REFEREE_MEMORY = ("the GPU's memory ran out in the referee as it read the candidate's outputs or computed the float64 "
-                  "reference: at this problem's size the judge's copies and the executor's do not fit this GPU "
+REFEREE_MEMORY = ("the memory ran out in the referee (the GPU's, or the host's where its float64 judge runs there) as it "
+                  "read the candidate's outputs or computed the float64 reference: at this problem's size the judge's "
+                  "copies and the executor's do not fit this GPU "
                   "(docs/problems.md, the memory bound); a smaller size, or a GPU with more memory, judges it. ")
 
 STAGING_MEMORY = ("the GPU's memory ran out as the judge staged the call's inputs, before the candidate was called: "
@@ -114,25 +120,27 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         raise Judged(Status.runtime_error, session.phase, reply.error)
     for problem in reply.problems:  # what the executor said of this call counts before anything is read
         acc.fail(problem)
-    try:
+    try:  # the referee's copies, the float64 reference and the comparisons: where its memory can run out
         shipped, unreadable = session.shipment(reply)
         reference64.train(train)
         with torch.no_grad(), cmp.guarded():
             expected = reference64(*draws.as_float64(inputs, referee.judge_device))
-    except torch.OutOfMemoryError as err:
+        acc.trials += 1
+        for problem in unreadable:
+            acc.fail(problem)
+        changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
+                   and not (cmp.is_plain_tensor(shipped.get(f"input.{i}"))
+                            and compare.same_values_on(x, shipped[f"input.{i}"], referee.device))]
+        if changed:
+            acc.fail(f"the candidate modified its input(s) {changed} in place")
+        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
+        for name, value in reference64.state_dict().items():
+            acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
+                                                 referee.rel_floor, on=referee.device))
+    except (torch.OutOfMemoryError, RuntimeError) as err:
+        if not out_of_memory(err):
+            raise
         referee_out_of_memory(acc, err)
-    acc.trials += 1
-    for problem in unreadable:
-        acc.fail(problem)
-    changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
-               and not (cmp.is_plain_tensor(shipped.get(f"input.{i}"))
-                        and compare.same_values_on(x, shipped[f"input.{i}"], referee.device))]
-    if changed:
-        acc.fail(f"the candidate modified its input(s) {changed} in place")
-    acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
-    for name, value in reference64.state_dict().items():
-        acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
-                                             referee.rel_floor, on=referee.device))
     return reply
 
 

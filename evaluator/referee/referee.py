@@ -64,6 +64,12 @@ BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be fro
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
 STAGE_BYTES = {"cuda": 3 << 30, "cpu": 32 << 20}
 MOST_CALLS = 256
+# The referee's own work between a candidate's calls moves its run limit on by at most the limit again, or this
+# many times the limit where the float64 judge runs in host memory (19_ReLU's size on an H100: 470 s of the
+# referee's against a 60 s limit): a candidate that slows the referee cannot hold its lane for ever. At most
+# OWN_CREDIT_MAX_S, within the parent's allowance for a referee's reply (referee_client.REFEREE_ALLOWANCE_S).
+OWN_CREDIT_ON_HOST = 12.0
+OWN_CREDIT_MAX_S = 600.0
 
 
 
@@ -440,10 +446,12 @@ class Referee:
         self.start_ahead(list(upcoming))
         steps["start"] = time.perf_counter()
         self.sessions += 1
+        limit = run_limit(config, self.current_round)
         session = Session(
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
-            run_timeout_s=run_limit(config, self.current_round), run_limit_scaled=config.run_timeout_scaled,
+            run_timeout_s=limit, run_limit_scaled=config.run_timeout_scaled,
+            own_credit_s=min(OWN_CREDIT_MAX_S, limit * (OWN_CREDIT_ON_HOST if self.judge_device != self.device else 1.0)),
             memory_limit_gb=config.compile_memory_limit_gb,
             keys=self.keys.derive("candidate", self.sessions, request.digest), exclusive=self.exclusive)
         try:

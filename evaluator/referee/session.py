@@ -91,6 +91,7 @@ class Session:
     run_timeout_s: float
     memory_limit_gb: float | None = None
     run_limit_scaled: bool = False  # run_timeout_s was scaled to the reference (scaled_run_limit)
+    own_credit_s: float = 0.0  # the most of the referee's own time between calls that moves the run limit on
     keys: Keys = field(default_factory=Keys)  # its own: every seed it draws (evaluator.referee.keys)
     flags: list[Flag] = field(default_factory=list)
     phase: Phase = Phase.compile
@@ -131,8 +132,10 @@ class Session:
         if self._own_since:
             # the run limit is the executor's: the referee's own work since its last reply (drawing inputs, the
             # float64 reference, comparing, the calibrator's windows) moves the deadline on (at KernelBench's sizes,
-            # judged in host memory, a checked call's comparisons take seconds)
-            self.deadline += started - self._own_since
+            # judged in host memory, a checked call's comparisons take seconds), up to own_credit_s in all
+            credit = min(started - self._own_since, self.own_credit_s)
+            self.own_credit_s -= credit
+            self.deadline += credit
         try:
             reply = self.link.request(command, self.deadline)
         except Ended as ended:
@@ -176,7 +179,15 @@ class Session:
         """The tensors a reply shipped, read where the referee judges (its judge_device), and what could not be read."""
         tensors, problems = {}, []
         device = self.referee.judge_device if self.referee is not None else "cpu"
+        total = 0
         for slot in reply.tensors:
+            # read once each, and no more than the exchange holds: every read is a copy of the referee's
+            # (in host memory, where the float64 judge lives there), so a reply listing a slot many times cannot
+            # make the referee copy the exchange over and over
+            total += slot.nbytes
+            if slot.name in tensors or total > self.link.exchange.size:
+                problems.append(f"the executor shipped {slot.name} again, or more than its exchange holds")
+                break
             try:
                 tensors[slot.name] = self.link.exchange.read(slot, device)
             except ExchangeError as err:
