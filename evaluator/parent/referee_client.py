@@ -28,7 +28,7 @@ from evaluator.wire.records import Verdict
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # How long the parent waits for the referee beyond a candidate's own limits: a baseline round
 # (torch.compile's first compilations included), the referee's start, and its own work between a candidate's calls
-# (at most evaluator.referee.referee.OWN_CREDIT_MAX_S, 600 s, credited to the run limit).
+# (at most evaluator.referee.session.OWN_CREDIT_MAX_S, 600 s, credited to the run limit).
 REFEREE_ALLOWANCE_S = 1500
 STORE_SIDE_FILES = ("", "-wal", "-shm", "-journal")  # SQLite writes these beside the store
 

@@ -40,7 +40,7 @@ import torch
 
 from evaluator.referee import clock, memory, phases
 from evaluator.referee import stored as stored_baselines
-from evaluator.referee.session import Session, release_cached, run_limit
+from evaluator.referee.session import Session, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
@@ -64,14 +64,6 @@ BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be fro
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
 STAGE_BYTES = {"cuda": 3 << 30, "cpu": 32 << 20}
 MOST_CALLS = 256
-# The referee's own work between a candidate's calls moves its run limit on by at most the limit again, or this
-# many times the limit where the float64 judge runs in host memory (19_ReLU's size on an H100: 470 s of the
-# referee's against a 60 s limit): a candidate that slows the referee cannot hold its lane for ever. At most
-# OWN_CREDIT_MAX_S, within the parent's allowance for a referee's reply (referee_client.REFEREE_ALLOWANCE_S).
-OWN_CREDIT_ON_HOST = 12.0
-OWN_CREDIT_MAX_S = 600.0
-
-
 
 
 class Referee:
@@ -451,7 +443,7 @@ class Referee:
             referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
             run_timeout_s=limit, run_limit_scaled=config.run_timeout_scaled,
-            own_credit_s=min(OWN_CREDIT_MAX_S, limit * (OWN_CREDIT_ON_HOST if self.judge_device != self.device else 1.0)),
+            own_credit_s=own_credit(limit, on_host=self.judge_device != self.device),
             memory_limit_gb=config.compile_memory_limit_gb,
             keys=self.keys.derive("candidate", self.sessions, request.digest), exclusive=self.exclusive)
         try:

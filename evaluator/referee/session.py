@@ -52,6 +52,19 @@ def run_limit(config, current) -> float:
     return scaled_run_limit(config.run_timeout_s, reference_ms, config.timing_budget_s)
 
 
+# The referee's own work between a candidate's calls moves its run limit on by at most the limit again, or this
+# many times the limit where the float64 judge runs in host memory (19_ReLU's size on an H100: 470 s of the
+# referee's against a 60 s limit): a candidate that slows the referee cannot hold its lane for ever. At most
+# OWN_CREDIT_MAX_S, within the parent's allowance for a referee's reply (referee_client.REFEREE_ALLOWANCE_S).
+OWN_CREDIT_ON_HOST = 12.0
+OWN_CREDIT_MAX_S = 600.0
+
+
+def own_credit(run_limit_s: float, on_host: bool) -> float:
+    """How much of the referee's own time may move a candidate's run limit on (Session.own_credit_s)."""
+    return min(OWN_CREDIT_MAX_S, run_limit_s * (OWN_CREDIT_ON_HOST if on_host else 1.0))
+
+
 def release_cached(device: str) -> None:
     """Return the memory PyTorch's caching allocator keeps after a float64 check or a baseline round to the device:
     cached in the referee, it is out of an executor's reach (a KernelBench-size problem ran its executor out of it)."""
