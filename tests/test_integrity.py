@@ -835,7 +835,9 @@ def test_a_call_shorter_than_a_windows_cost_is_never_a_figure_below_its_floor(tm
     [verdict] = evaluate([CandidateFile(name="tiny", path=problem / "candidate_correct.py")],
                          options(tmp_path, problem=str(problem), size=None, baselines=["eager"], timing_budget_s=0.5))
     assert verdict.status == Status.correct, verdict.error
-    assert verdict.correctness.later.trials > verdict.timing.reps + 2 * 10  # the back-to-back windows' calls too
+    # the back-to-back windows' calls too: two windows of at least ten calls each (under two test workers on two
+    # cores a warm-up window's call once read long enough for K to come out at ten exactly)
+    assert verdict.correctness.later.trials >= verdict.timing.reps + 2 * 10
     shaky = any(f.name == "shaky_timing" for f in verdict.flags)
     if verdict.runtime_ms is None:  # the clock could not resolve it here: said so, and no number given
         assert not verdict.speedup and shaky
