@@ -666,3 +666,9 @@ def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_n
     with pytest.raises(Judged) as judged:
         charged.charge(0.3)  # device work left behind: 0.65 s of the candidate's
     assert judged.value.status == Status.timeout
+    uncredited = session(0.05, credit_s=0.0)  # the referee's own time past its credit counts in a charge too
+    uncredited.request(object())
+    clock.sleep(0.3)
+    with pytest.raises(Judged) as judged:
+        uncredited.charge(0.35)
+    assert judged.value.status == Status.timeout

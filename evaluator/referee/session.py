@@ -168,7 +168,8 @@ class Session:
             return
         self.deadline -= seconds
         now = time.monotonic()
-        if now > self.deadline + (now - self._own_since):
+        # the deadline as the next request will see it: the referee's own time so far credited, within its credit
+        if now > self.deadline + min(now - self._own_since, self.own_credit_s):
             raise self.ended(Ended("timeout"))
 
     def ended(self, ended: Ended) -> Judged:

@@ -41,6 +41,11 @@ def aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def place_slack(span: int) -> int:
+    """How far the outputs' place may move in a region of calls of `span` bytes: a call's room, at most PLACE_SLACK."""
+    return min(span, PLACE_SLACK)
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where things lie in a stage: the input slots of each set, then the region."""
@@ -53,8 +58,7 @@ class Layout:
 
     @property
     def slack(self) -> int:
-        """How far the outputs' place may move: a call's room, at most PLACE_SLACK."""
-        return min(self.span, PLACE_SLACK)
+        return place_slack(self.span)
 
     @property
     def size(self) -> int:
@@ -73,7 +77,7 @@ class Layout:
             offset = aligned(offset + max(nbytes, 1))
         span = aligned(max(output_nbytes, 1)) + sum(aligned(max(n, 1)) for n in buffer_nbytes) + ALIGN
         stride = max(offset, ALIGN)
-        sets = max(1, min(most, (budget - min(span, PLACE_SLACK)) // (stride + span))) if budget else 1
+        sets = max(1, min(most, (budget - place_slack(span)) // (stride + span))) if budget else 1
         return cls(inputs=tuple(slots), span=span, region=sets * stride, sets=sets, stride=stride)
 
     def slots(self, index: int) -> list[TensorSlot]:
