@@ -672,3 +672,24 @@ def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_n
     with pytest.raises(Judged) as judged:
         uncredited.charge(0.35)
     assert judged.value.status == Status.timeout
+
+
+@pytest.mark.gpu
+def test_the_host_judges_copies_give_what_torchs_own_give(monkeypatch):
+    """Where the float64 judge lives in host memory, inputs go there converted on the GPU chunk by chunk, and chunks
+    come back through page-locked memory: the same values as torch's own whole-tensor copies, whatever the chunk."""
+    from evaluator.referee import compare
+    from evaluator.referee import inputs as draws
+
+    monkeypatch.setattr(draws, "HOST_CHUNK", 1000)
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", 777)
+    x = torch.randn(37, 211, device="cuda")
+    host = draws.to_float64(x, "cpu")
+    assert host.device.type == "cpu" and host.dtype == torch.float64
+    assert torch.equal(host, x.to("cpu", torch.float64))
+    assert compare.same_values_on(x, x.cpu(), "cuda") and not compare.same_values_on(x, (x + 1).cpu(), "cuda")
+    from evaluator.wire.problem import Tolerance
+
+    tolerances = {"strict": Tolerance(atol=1e-6, rtol=1e-6)}
+    assert compare.compare_tensor("out", x.cpu(), host, tolerances, 1e-3, on="cuda").tiers == {"strict": True}
+    assert compare.compare_tensor("out", (x * 1.01).cpu(), host, tolerances, 1e-3, on="cuda").tiers == {"strict": False}

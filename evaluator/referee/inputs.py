@@ -27,6 +27,15 @@ _clone = torch.Tensor.clone
 _to = torch.Tensor.to
 _is_floating_point = torch.Tensor.is_floating_point
 _float64 = torch.float64
+_empty = torch.empty
+_reshape = torch.Tensor.reshape
+_narrow = torch.narrow
+_copy_ = torch.Tensor.copy_
+_numel = torch.Tensor.numel
+_device = torch.device
+
+# Elements converted at once on the way to host memory: 256 MiB of float64 a temporary on the GPU.
+HOST_CHUNK = 1 << 25
 
 SEED_STEP = 0x9E3779B97F4A7C15  # the golden-ratio increment: consecutive calls get unrelated seeds
 SEED_MASK = (1 << 63) - 1
@@ -76,8 +85,24 @@ def draw(specs: list[InputSpec], distribution: str, seed: int, device: str,
 def as_float64(inputs: list, device: str) -> list:
     """The inputs for the float64 reference on `device` (the referee's judge_device): every floating tensor in
     float64, every tensor there."""
-    return [(_to(x, device, _float64) if _is_floating_point(x) else _to(x, device)) if isinstance(x, _Tensor) else x
+    return [(to_float64(x, device) if _is_floating_point(x) else _to(x, device)) if isinstance(x, _Tensor) else x
             for x in inputs]
+
+
+def to_float64(x: torch.Tensor, device: str) -> torch.Tensor:
+    """`x` in float64 on `device`. From a GPU to host memory, converted on the GPU a chunk at a time into one host
+    tensor: torch's own `.to("cpu", float64)` converts the whole tensor on the GPU first (a float64 copy there, 12.8
+    GB at 19_ReLU's size, where the judge moved to host memory for want of room) and wrote fresh pageable memory at
+    1.4 GB/s on an H100's host; chunk by chunk it ran several times faster."""
+    if x.device.type != "cuda" or _device(device).type != "cpu" or _numel(x) <= HOST_CHUNK:
+        return _to(x, device, _float64)
+    out = _empty(tuple(x.shape), dtype=_float64, device="cpu")
+    flat_in, flat_out = _reshape(x, (-1,)), _reshape(out, (-1,))
+    count = _numel(flat_in)
+    for start in range(0, count, HOST_CHUNK):
+        length = min(HOST_CHUNK, count - start)
+        _copy_(_narrow(flat_out, 0, start, length), _to(_narrow(flat_in, 0, start, length), _float64))
+    return out
 
 
 def tensor_bytes(specs: list[InputSpec], fixed: dict[int, torch.Tensor]) -> int:
