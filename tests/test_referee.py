@@ -676,8 +676,8 @@ def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_n
 
 @pytest.mark.gpu
 def test_the_host_judges_copies_give_what_torchs_own_give(monkeypatch):
-    """Where the float64 judge lives in host memory, inputs go there converted on the GPU chunk by chunk, and chunks
-    come back through page-locked memory: the same values as torch's own whole-tensor copies, whatever the chunk."""
+    """Where the float64 judge lives in host memory, inputs go there converted on the GPU chunk by chunk into
+    page-locked memory, and chunks come back through page-locked memory: the same values as torch's own whole-tensor copies, whatever the chunk."""
     from evaluator.referee import compare
     from evaluator.referee import inputs as draws
 
@@ -685,7 +685,7 @@ def test_the_host_judges_copies_give_what_torchs_own_give(monkeypatch):
     monkeypatch.setattr(compare, "COMPARE_CHUNK", 777)
     x = torch.randn(37, 211, device="cuda")
     host = draws.to_float64(x, "cpu")
-    assert host.device.type == "cpu" and host.dtype == torch.float64
+    assert host.device.type == "cpu" and host.dtype == torch.float64 and host.is_pinned()
     assert torch.equal(host, x.to("cpu", torch.float64))
     assert compare.same_values_on(x, x.cpu(), "cuda") and not compare.same_values_on(x, (x + 1).cpu(), "cuda")
     from evaluator.wire.problem import Tolerance
