@@ -318,3 +318,31 @@ def test_run_takes_evals_judging_options(cfg):
     options = evaluator.options
     assert (options.baselines, options.seed, options.compile_timeout_s, options.run_timeout_s, options.ahead) == \
         (["eager"], 7, 120.0, 45.0, 1)
+
+
+def test_replies_asked_ahead_hand_their_extensions_to_the_batch_before_gated_by_their_own_problem(tmp_path, monkeypatch):
+    """`run --problems`: a problem's replies asked ahead (while the one before it runs) are parsed, and the candidates
+    its own gate lets run and that call for an extension are handed out once, to be built by the batch before
+    (Evaluator.evaluate_all's `prebuild`). A rejected one (a build imports it) and a plain PyTorch one never are."""
+    from evaluator.parent import sandbox
+    from harness.cli.suites import AskAhead
+    from harness.runs import verdicts
+
+    cpu, hacks = Path(__file__).parent / "fixtures/candidates/cpu", Path(__file__).parent / "fixtures/hacks/cpu"
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    for i, source in enumerate((cpu / "cpp_correct.py", hacks / "cpp_writes_files.py", cpu / "torch_ops_correct.py")):
+        (replay / f"{i}.md").write_text(f"Here it is.\n\n```python\n{source.read_text()}```\n")
+    options = dict(model=f"replay:{replay}", samples=3, device="cpu", size="small", problem="gemm_scale_bn",
+                   store=str(tmp_path / "r.sqlite"), runs_dir=str(tmp_path / "runs"))
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))  # nothing built before: the shared cache has it
+    ahead = AskAhead("gemm_scale_bn", options, None, {})
+    ahead.thread.join()
+    assert ahead.error is None and ahead.requests == 3
+    builds = ahead.take_builds()
+    assert [name.rsplit("/", 1)[1] for name, _, _ in builds] == ["0"]  # cpp_correct alone
+    assert builds[0][1] == (cpu / "cpp_correct.py").read_bytes() and ahead.take_builds() == []  # handed out once
+    taken = []
+    monkeypatch.setattr(sandbox.Evaluator, "evaluate_all", lambda self, candidates, prebuild=(): taken.append(prebuild) or iter(()))
+    assert list(verdicts._DefaultEvaluate(lambda: builds)([], sandbox.EvalOptions(device="cpu"))) == []
+    assert taken == [builds]  # the batch's evaluator builds them after its own

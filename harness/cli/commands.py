@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -327,7 +327,8 @@ def prompt_command(variant: str, problem: str, templates: Path | None = None, co
 
 
 def run_command(options: dict[str, Any], *, config_file: Path | None = None, console: Console | None = None,
-                environ: dict[str, str] | None = None, run_ids: list[str] | None = None) -> int:
+                environ: dict[str, str] | None = None, run_ids: list[str] | None = None,
+                prebuild: Callable[[], list[tuple[str, bytes, str]]] | None = None) -> int:
     """`harness run`: resolve the config (defaults < harness.toml < env < these options), detect
     the GPU, run, print the ranked table. Returns the exit code: 0 when the samples were
     judged (whatever they scored), 1 when the run stopped early (auth error, unreachable
@@ -351,7 +352,7 @@ def run_command(options: dict[str, Any], *, config_file: Path | None = None, con
         return 2
     try:
         with terminate_as_interrupt():
-            summary = execute_run(cfg, console=console, hardware=hardware, environ=environ)
+            summary = execute_run(cfg, console=console, hardware=hardware, environ=environ, prebuild=prebuild)
     except (RunError, ClusterError) as err:
         console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
         return 2

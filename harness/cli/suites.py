@@ -153,7 +153,7 @@ def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None
         console.rule(f"[bold]{position}/{len(suite.problems)} {entry.name}[/]")
         ran: list[str] = []
         codes.append(run_command(settings[position - 1], config_file=config_file, console=console, environ=environ,
-                                 run_ids=ran))
+                                 run_ids=ran, prebuild=ahead.take_builds if ahead is not None else None))
         run_ids += ran
         if codes[-1] == 130:
             return 130
@@ -167,12 +167,15 @@ class AskAhead:
     """A suite's next problem's first-turn replies, asked for (and salvaged) in a thread while the current
     problem is generated and judged, and stored: that problem's run finds them stored, as a resumed run does,
     so the endpoint and the judge work at the same time. At most two problems' requests are in flight, each
-    bounded by the run's concurrency; nothing here is parsed, built or judged. A failure here is said and
+    bounded by the run's concurrency. Nothing here is built or judged: the candidates the replies hold that their
+    problem would build (its gate passed) are handed to the first batch of the problem before that starts once
+    they are in (`take_builds`), which builds them after its own, placed as its own builds. A failure here is said and
     left to the problem's own run, which asks again (an interrupt leaves what was stored for the next run)."""
 
     def __init__(self, name: str, options: dict[str, Any], config_file: Path | None,
                  environ: dict[str, str] | None):
         self.name, self.requests, self.error = name, 0, None
+        self.builds: list[tuple[str, bytes, str]] = []  # its candidates to build early (RunSummary.builds_ahead)
         self.thread = threading.Thread(target=self._ask, args=(options, config_file, environ), daemon=True,
                                        name=f"ask-ahead-{name}")
         self.thread.start()
@@ -186,9 +189,18 @@ class AskAhead:
             cfg = resolve_config(options, environ=environ, config_file=config_file)
             summary = execute_run(cfg, console=Console(file=io.StringIO()), hardware=gpu_hardware(),
                                   environ=environ, replies_only=True)
-            self.requests, self.error = summary.requests, summary.fatal_error
+            self.requests, self.error, self.builds = summary.requests, summary.fatal_error, summary.builds_ahead
         except Exception as err:  # the problem's own run meets it again and says it in full
             self.error = f"{type(err).__name__}: {err}"
+
+    def take_builds(self) -> list[tuple[str, bytes, str]]:
+        """Once its replies are in, the candidates they hold that this problem would build, handed out once: the
+        first batch of the problem before it that starts then builds them after its own (RunContext.prebuild).
+        Replies still coming: none (the problem's own batch builds them)."""
+        if self.thread.is_alive():
+            return []
+        builds, self.builds = self.builds, []
+        return builds
 
     def finish(self, console: Console) -> None:
         self.thread.join()

@@ -33,6 +33,9 @@ class RunContext:
     store: Store
     console: Console
     evaluate_fn: EvaluateFn | None = None
+    # Another problem's candidates its batches may build after their own (a suite's next problem, whose replies
+    # were asked ahead: harness.cli.suites.AskAhead), taken when a batch starts
+    prebuild: Callable[[], list[tuple[str, bytes, str]]] | None = None
 
     def verdict_key(self, source_sha: str) -> str:
         return identity.verdict_key(source_sha, self.problem.name, self.size, self.device_name, self.judge,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -38,19 +38,19 @@ from evaluator.wire.assets import golden_files
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import EVALUATOR_VERSION
 from harness.core.config import RunConfig, endpoint_configured
-from harness.core.records import Candidate, Hardware, Message, ParseResult, Run, utc_now
+from harness.core.records import Candidate, Generation, Hardware, Message, ParseResult, Run, utc_now
 from harness.core.store import Store, StoreError, source_sha256
 from harness.generation.parsing import parse_reply
 from harness.generation.prompts import PromptError, render_prompt
 from harness.generation.providers import Provider, is_replay, replay_first_turn_replies
-from harness.generation.replies import gather_replies
-from harness.generation.salvage import SalvagePrompts
+from harness.generation.replies import Replies, gather_replies
+from harness.generation.salvage import Salvaged, SalvagePrompts
 from harness.results.run_summary import Ask, RunSummary, SampleOutcome
 from harness.runs.context import EvaluateFn, RunContext
 from harness.runs.folder import write_sample_folder
 from harness.runs.refinement import refinement_stop_reason, refinements
 from harness.runs.settings import derive_run_id, earlier_run_id, golden_run_id, sample_params
-from harness.runs.verdicts import evaluate_candidates, parse_error_verdict
+from harness.runs.verdicts import builds_ahead, evaluate_candidates, parse_error_verdict
 
 
 class RunError(RuntimeError):
@@ -85,14 +85,17 @@ def no_gpu_line() -> str:
 def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Hardware | None = None,
                 provider: Provider | None = None, evaluate_fn: EvaluateFn | None = None,
                 environ: dict[str, str] | None = None, golden: list[Path] | None = None,
-                replies_only: bool = False) -> RunSummary:
+                replies_only: bool = False,
+                prebuild: Callable[[], list[tuple[str, bytes, str]]] | None = None) -> RunSummary:
     """Run `cfg` to the end and return what happened. Raises RunError only for settings that
     cannot work (unknown problem, size or variant, a bad template, an unusable store); every
     per-sample outcome (failed request, unparsable reply, failed candidate) is data.
 
     `replies_only`: the first turn's replies asked for (and salvaged) and stored, nothing parsed, built or
     judged and no run recorded: a suite asks for its next problem's replies while this one is judged
-    (harness.cli.suites), and that problem's run then finds them stored, as a resumed run does.
+    (harness.cli.suites), and that problem's run then finds them stored, as a resumed run does. The candidates
+    they hold that this problem would build are in the summary's `builds_ahead`.
+    `prebuild` (RunContext.prebuild): another problem's candidates each batch builds after its own.
 
     `provider`, `evaluate_fn`, `golden` and `environ` are for tests (defaults: from `cfg`,
     `evaluator.parent.sandbox.evaluate`, `candidates/golden/*.py`, `os.environ`).
@@ -116,7 +119,8 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
     with store:
         ctx = RunContext(cfg=cfg, problem=problem, size=size, device=device,
                          device_name=identity.device_name(device, hardware), hardware=hardware,
-                         judge=identity.judge_identity(problem), store=store, console=console, evaluate_fn=evaluate_fn)
+                         judge=identity.judge_identity(problem), store=store, console=console, evaluate_fn=evaluate_fn,
+                         prebuild=prebuild)
         use_model = endpoint_configured(cfg, environ) or provider is not None
         if not use_model and cfg.model:  # asked for a model it cannot reach: never a silent substitute
             raise RunError(f"model {cfg.model!r} but neither a base URL (--base-url, OPENAI_BASE_URL) nor "
@@ -171,6 +175,7 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
         replies = gather_replies(cfg, problem.name, store, console, run_id, asks, params, 1, provider, environ, prompts,
                                  store_failures=False)
         summary.requests, summary.fatal_error = replies.requests, replies.fatal.message if replies.fatal else None
+        summary.builds_ahead = builds_ahead(ctx, run_id, ahead_sources(asks, replies))
         return summary
     run = store.put_run(_new_run(ctx, run_id, "generate", messages))
     summary = RunSummary(run=run)
@@ -228,11 +233,7 @@ def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, 
         completion = generation.completion
         rescued = outcome.salvage = salvaged.get(position)
         text = rescued.text if rescued is not None else completion.text
-        if rescued is not None:
-            parse = rescued.parse
-        else:
-            parse = parse_reply(completion.text, completion.finish_reason) if completion.ok else None
-        outcome.parse = parse
+        parse = outcome.parse = parsed(generation, rescued)
         path = write_sample_folder(run_dir / ask.sample, ask.messages, generation, parse, rescued)
         if parse is None:
             continue
@@ -257,6 +258,25 @@ def _run_turn(ctx: RunContext, summary: RunSummary, run_id: str, run_dir: Path, 
 
     # 3. verdicts
     evaluate_candidates(ctx, files, summary, model=cfg.model, variant=cfg.variant)
+
+
+def parsed(generation: Generation, rescued: Salvaged | None) -> ParseResult | None:
+    """A reply's parse: the salvaged reply's where it was cut off and salvaged, else its own (None: it failed)."""
+    if rescued is not None:
+        return rescued.parse
+    completion = generation.completion
+    return parse_reply(completion.text, completion.finish_reason) if completion.ok else None
+
+
+def ahead_sources(asks: Sequence[Ask], replies: Replies) -> dict[str, str]:
+    """Each sample's source in replies asked ahead, where its reply parsed to one."""
+    sources = {}
+    for position, ask in enumerate(asks):
+        generation = replies.generations.get(position)
+        parse = parsed(generation, replies.salvaged.get(position)) if generation is not None else None
+        if parse is not None and parse.source is not None:
+            sources[ask.sample] = parse.source
+    return sources
 
 
 def _golden_run(ctx: RunContext, golden: list[Path] | None) -> RunSummary:

@@ -4,7 +4,8 @@ evaluator's sandbox, and a reply without usable code gets the harness's own `par
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +32,58 @@ def parse_error_verdict(candidate: Candidate, reply: str, ctx: RunContext) -> Ve
 
 
 class _DefaultEvaluate:
-    """The evaluator's sandbox, kept so that its baseline rounds can be read once the batch is over."""
+    """The evaluator's sandbox, kept so that its baseline rounds can be read once the batch is over. `prebuild`
+    (RunContext.prebuild): another problem's candidates the batch builds after its own, taken as it starts."""
 
-    def __init__(self):
+    def __init__(self, prebuild: Callable[[], list[tuple[str, bytes, str]]] | None = None):
         self.rounds: list = []
+        self.prebuild = prebuild
 
     def __call__(self, candidates: Sequence[Any], options: Any) -> Iterator[Verdict]:
         from evaluator.parent.sandbox import Evaluator
 
         evaluator = Evaluator(options)
-        yield from evaluator.evaluate_all(candidates)
+        yield from evaluator.evaluate_all(candidates, prebuild=self.prebuild() if self.prebuild else ())
         self.rounds = evaluator.rounds
+
+
+def eval_options(ctx: RunContext, stored: dict[str, Any] | None = None) -> Any:
+    """The run's EvalOptions (with `stored`: the cached baselines' options, harness.results.baseline_cache)."""
+    from evaluator.parent.sandbox import EvalOptions
+
+    return EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
+                       compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
+                       jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor, ray_address=ctx.cfg.ray_address,
+                       ahead=ctx.cfg.ahead, lanes=ctx.cfg.lanes, baselines=ctx.cfg.baselines,
+                       shaky_spread=ctx.cfg.shaky_spread, shaky_drift=ctx.cfg.shaky_drift,
+                       compile_timeout_s=ctx.cfg.compile_timeout_s, run_timeout_s=ctx.cfg.run_timeout_s,
+                       store=ctx.cfg.store, **(stored or {}))
+
+
+def builds_ahead(ctx: RunContext, run_id: str, sources: dict[str, str]) -> list[tuple[str, bytes, str]]:
+    """Of replies asked ahead (`sources`: each sample's parsed source), the candidates the batch before this problem
+    may build after its own (Evaluator.to_prebuild: through this problem's gate, calling for an extension, not built
+    yet); none when nothing is judged or the problem's evaluator cannot be made (its own batch then says why)."""
+    if not ctx.cfg.evaluate or not sources:
+        return []
+    from evaluator.parent.sandbox import CandidateFile, Evaluator
+
+    with tempfile.TemporaryDirectory(prefix="kh-ahead-") as folder:
+        files = []
+        for sample, source in sources.items():
+            path = Path(folder) / f"{sample}.py"
+            path.write_text(source)  # as the run folder will hold it: the same bytes, the same build
+            files.append(CandidateFile(name=f"{run_id}/{sample}", path=path))
+        try:
+            return Evaluator(eval_options(ctx)).to_prebuild(files)
+        except (FileNotFoundError, KeyError, ValueError):
+            return []
 
 
 def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summary: RunSummary, *,
                         model: str | None, variant: str | None) -> None:
     """Judge each (outcome, file): reuse stored verdicts, evaluate the rest once per source."""
-    from evaluator.parent.sandbox import CandidateFile, EvalOptions, default_baselines
+    from evaluator.parent.sandbox import CandidateFile, default_baselines
 
     store = ctx.store
     pending: dict[str, list[tuple[SampleOutcome, Path]]] = {}
@@ -72,16 +108,10 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
     cache = cache_key(ctx.problem.name, ctx.size, ctx.device_name, ctx.judge)
     stored, line = options_for(store, cache, ctx.cfg.baselines or default_baselines(ctx.problem, ctx.device), retime=ctx.cfg.retime_baselines,
                                compile_only=ctx.cfg.compile_only)
-    options = EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
-                          compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
-                          jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor, ray_address=ctx.cfg.ray_address,
-                          ahead=ctx.cfg.ahead, lanes=ctx.cfg.lanes, baselines=ctx.cfg.baselines,
-                          shaky_spread=ctx.cfg.shaky_spread, shaky_drift=ctx.cfg.shaky_drift,
-                          compile_timeout_s=ctx.cfg.compile_timeout_s, run_timeout_s=ctx.cfg.run_timeout_s,
-                          store=ctx.cfg.store, **stored)
+    options = eval_options(ctx, stored)
     if stored:
         ctx.console.print(f"[dim]{line}[/]", highlight=False)
-    evaluate_fn = ctx.evaluate_fn or _DefaultEvaluate()
+    evaluate_fn = ctx.evaluate_fn or _DefaultEvaluate(ctx.prebuild)
     warned: set[str] = set()
     judged: list[tuple[str, Verdict]] = []
     with progress_bar(ctx.console) as progress:
