@@ -615,14 +615,23 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
     assert judged.value.status == Status.incorrect and "num_batches_tracked" in judged.value.error
 
 
-def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_not_the_referees_own():
+def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_not_the_referees_own(monkeypatch):
     """Session's deadline: the referee's own work between two calls (comparisons in host memory took seconds a call
     at KernelBench's sizes) moves it on, up to its credit (a candidate slowing the referee cannot hold its lane for
     ever); time the executor takes, and waits charged to the candidate (device work it left queued:
-    time_phase.idle), do not."""
-    import time as clock
+    time_phase.idle), do not. On a clock of the test's own (the session reads no other), so no second is slept."""
+    from types import SimpleNamespace
 
+    from evaluator.referee import session as session_module
     from evaluator.referee.process import Ended
+
+    now = [1000.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    clock = SimpleNamespace(monotonic=lambda: now[0], sleep=sleep)
+    monkeypatch.setattr(session_module, "time", clock)
     from evaluator.referee.session import Judged, Session
     from evaluator.wire.protocol import Reply
     from evaluator.wire.records import Phase, Status
