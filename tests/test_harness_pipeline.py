@@ -331,16 +331,17 @@ def test_replies_asked_ahead_hand_their_extensions_to_the_batch_before_gated_by_
     cpu, hacks = Path(__file__).parent / "fixtures/candidates/cpu", Path(__file__).parent / "fixtures/hacks/cpu"
     replay = tmp_path / "replay"
     replay.mkdir()
-    for i, source in enumerate((cpu / "cpp_correct.py", hacks / "cpp_writes_files.py", cpu / "torch_ops_correct.py")):
+    for i, source in enumerate((cpu / "cpp_correct.py", hacks / "cpp_writes_files.py", cpu / "torch_ops_correct.py",
+                                cpu / "cpp_correct.py")):  # the last: the first's source again, built once
         (replay / f"{i}.md").write_text(f"Here it is.\n\n```python\n{source.read_text()}```\n")
-    options = dict(model=f"replay:{replay}", samples=3, device="cpu", size="small", problem="gemm_scale_bn",
+    options = dict(model=f"replay:{replay}", samples=4, device="cpu", size="small", problem="gemm_scale_bn",
                    store=str(tmp_path / "r.sqlite"), runs_dir=str(tmp_path / "runs"))
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))  # nothing built before: the shared cache has it
     ahead = AskAhead("gemm_scale_bn", options, None, {})
     ahead.thread.join()
-    assert ahead.error is None and ahead.requests == 3
+    assert ahead.error is None and ahead.requests == 4
     builds = ahead.take_builds()
-    assert [name.rsplit("/", 1)[1] for name, _, _ in builds] == ["0"]  # cpp_correct alone
+    assert [name.rsplit("/", 1)[1] for name, _, _ in builds] == ["0"]  # cpp_correct alone, once
     assert builds[0][1] == (cpu / "cpp_correct.py").read_bytes() and ahead.take_builds() == []  # handed out once
     taken = []
     monkeypatch.setattr(sandbox.Evaluator, "evaluate_all", lambda self, candidates, prebuild=(): taken.append(prebuild) or iter(()))

@@ -702,3 +702,26 @@ def test_the_host_judges_copies_give_what_torchs_own_give(monkeypatch):
     tolerances = {"strict": Tolerance(atol=1e-6, rtol=1e-6)}
     assert compare.compare_tensor("out", x.cpu(), host, tolerances, 1e-3, on="cuda").tiers == {"strict": True}
     assert compare.compare_tensor("out", (x * 1.01).cpu(), host, tolerances, 1e-3, on="cuda").tiers == {"strict": False}
+
+
+def test_huge_pages_are_a_gpu_referees_own_never_its_executors_nor_a_cpu_referees(monkeypatch, tmp_path):
+    """THP_MEM_ALLOC_ENABLE speeds the host-memory judge's copies: set for a GPU's referee only (on the CPU the
+    referee times the eager baselines candidates are measured against), and dropped from its executors' environment
+    where the harness set it (a user's own setting passes through)."""
+    from evaluator.parent.referee_client import RefereeClient
+    from evaluator.parent.sandbox import EvalOptions, Evaluator
+    from evaluator.referee.environment import HARNESS_SET_THP, scrubbed_environment
+
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    cpu = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", cache_dir=tmp_path))).environment()
+    assert "THP_MEM_ALLOC_ENABLE" not in cpu and HARNESS_SET_THP not in cpu
+    from types import SimpleNamespace
+
+    gpu = RefereeClient(SimpleNamespace(device="cuda", cache_dir=tmp_path)).environment()
+    assert gpu["THP_MEM_ALLOC_ENABLE"] == "1" and gpu[HARNESS_SET_THP] == "1"
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1")
+    monkeypatch.setenv(HARNESS_SET_THP, "1")  # as a GPU referee's environment has it
+    executor = scrubbed_environment(tmp_path / "ext", "cuda")
+    assert "THP_MEM_ALLOC_ENABLE" not in executor and HARNESS_SET_THP not in executor
+    monkeypatch.delenv(HARNESS_SET_THP)  # the user's own setting
+    assert scrubbed_environment(tmp_path / "ext", "cuda")["THP_MEM_ALLOC_ENABLE"] == "1"

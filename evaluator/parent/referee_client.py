@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from evaluator.referee.environment import bytecode_cache
+from evaluator.referee.environment import HARNESS_SET_THP, bytecode_cache
 from evaluator.referee.process import LIVE
 from evaluator.wire.polling import readable
 from evaluator.wire.containment import SYSTEM_READ
@@ -167,10 +167,14 @@ class RefereeClient:
         # that spin after their work (the default) keep the cores from the other side, and on a 2-core
         # machine a window took 15 ms instead of 2.6 (the calls themselves 1.7 ms).
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        # Host allocations of 2 MB and more on huge pages (c10's allocator reads this): where the float64 judge
-        # lives in host memory, every call's fresh float64 tensors are GBs, and their page faults halved the speed
-        # of copies into them and of the reference's own ops (H100 host, 4 cores: 1.1 against 2.2 GB/s).
-        env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+        # Host allocations of 2 MB and more on huge pages (c10's allocator reads this), in a GPU's referee: where its
+        # float64 judge lives in host memory, every call's fresh float64 tensors are GBs, and their page faults
+        # halved the speed of copies into them and of the reference's own ops (H100 host, 4 cores: 1.1 against 2.2
+        # GB/s). Never on the CPU, where the referee times the eager baselines candidates are measured against, and
+        # never passed on to an executor (environment.scrubbed_environment drops what the harness set).
+        if self.evaluator.device == "cuda" and "THP_MEM_ALLOC_ENABLE" not in env:
+            env["THP_MEM_ALLOC_ENABLE"] = "1"
+            env[HARNESS_SET_THP] = "1"
         bytecode = bytecode_cache(self.evaluator.cache_dir)
         if bytecode is not None:  # the referee writes the bytecode its executors read
             bytecode.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 # Nor are the harness's own settings (where its store, runs and endpoint are) or the user's runtime folder.
 HIDDEN_PREFIXES = ("HARNESS_", "OPENAI_", "XDG_RUNTIME_DIR", "DBUS_", "SSH_")
+# Set in a GPU referee's environment where the harness turned huge pages on for it (THP_MEM_ALLOC_ENABLE, for its
+# host-memory judge): its executors do not inherit them (the candidate's and the calibrator's processes stay as
+# the user's environment has them).
+HARNESS_SET_THP = "HARNESS_SET_THP"
 CPU_BUILD_ARCH = "9.0"  # what CUDA code is built for where no GPU can be asked (compile-only on a CPU machine)
 
 
@@ -75,6 +79,8 @@ def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None 
                          bytecode: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not any(m in k.upper() for m in SECRET_MARKERS) and not k.upper().startswith(HIDDEN_PREFIXES)}
+    if os.environ.get(HARNESS_SET_THP):
+        env.pop("THP_MEM_ALLOC_ENABLE", None)
     if workdir is not None:
         import site
 

@@ -67,9 +67,15 @@ def own_credit(run_limit_s: float, on_host: bool) -> float:
 
 def release_cached(device: str) -> None:
     """Return the memory PyTorch's caching allocator keeps after a float64 check or a baseline round to the device:
-    cached in the referee, it is out of an executor's reach (a KernelBench-size problem ran its executor out of it)."""
+    cached in the referee, it is out of an executor's reach (a KernelBench-size problem ran its executor out of it).
+    And the page-locked host memory its caching host allocator keeps (the float64 judge's inputs where it lives in
+    host memory, each block rounded up to a power of two: 16 GiB for 19_ReLU's 12.9 GB), which neither the host nor
+    another lane could use between candidates."""
     if device == "cuda":
         torch.cuda.empty_cache()
+        empty_host_cache = getattr(torch._C, "_host_emptyCache", None)
+        if empty_host_cache is not None:
+            empty_host_cache()
 
 
 class Judged(Exception):

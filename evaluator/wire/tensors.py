@@ -43,7 +43,6 @@ _detach = torch.Tensor.detach
 _clone = torch.Tensor.clone
 _copy_ = torch.Tensor.copy_
 _pin_memory = torch.Tensor.pin_memory
-_contiguous = torch.Tensor.contiguous
 _item = torch.Tensor.item
 _numel = torch.Tensor.numel
 _size = torch.Tensor.size

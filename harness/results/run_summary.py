@@ -94,7 +94,7 @@ class RunSummary:
     evaluated: int = 0           # candidates sent to the evaluator in this invocation
     fatal_error: str | None = None
     notes: list[str] = field(default_factory=list)
-    builds_ahead: list = field(default_factory=list)  # replies asked ahead: (name, source, digest) to build early
+    builds_ahead: list[tuple[str, bytes, str]] = field(default_factory=list)  # asked ahead: (name, source, digest)
 
     @property
     def exit_code(self) -> int:

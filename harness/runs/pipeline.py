@@ -91,8 +91,8 @@ def execute_run(cfg: RunConfig, *, console: Console | None = None, hardware: Har
     cannot work (unknown problem, size or variant, a bad template, an unusable store); every
     per-sample outcome (failed request, unparsable reply, failed candidate) is data.
 
-    `replies_only`: the first turn's replies asked for (and salvaged) and stored, nothing parsed, built or
-    judged and no run recorded: a suite asks for its next problem's replies while this one is judged
+    `replies_only`: the first turn's replies asked for (and salvaged) and stored, nothing built or judged and no
+    run recorded: a suite asks for its next problem's replies while this one is judged
     (harness.cli.suites), and that problem's run then finds them stored, as a resumed run does. The candidates
     they hold that this problem would build are in the summary's `builds_ahead`.
     `prebuild` (RunContext.prebuild): another problem's candidates each batch builds after its own.

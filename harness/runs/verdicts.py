@@ -63,21 +63,27 @@ def eval_options(ctx: RunContext, stored: dict[str, Any] | None = None) -> Any:
 def builds_ahead(ctx: RunContext, run_id: str, sources: dict[str, str]) -> list[tuple[str, bytes, str]]:
     """Of replies asked ahead (`sources`: each sample's parsed source), the candidates the batch before this problem
     may build after its own (Evaluator.to_prebuild: through this problem's gate, calling for an extension, not built
-    yet); none when nothing is judged or the problem's evaluator cannot be made (its own batch then says why)."""
+    yet), each source once and none with a stored verdict (its run reuses that). None when nothing is judged or
+    anything fails here: building ahead only saves time, and the problem's own batch says what is wrong."""
     if not ctx.cfg.evaluate or not sources:
         return []
     from evaluator.parent.sandbox import CandidateFile, Evaluator
 
-    with tempfile.TemporaryDirectory(prefix="kh-ahead-") as folder:
-        files = []
-        for sample, source in sources.items():
-            path = Path(folder) / f"{sample}.py"
-            path.write_text(source)  # as the run folder will hold it: the same bytes, the same build
-            files.append(CandidateFile(name=f"{run_id}/{sample}", path=path))
-        try:
-            return Evaluator(eval_options(ctx)).to_prebuild(files)
-        except (FileNotFoundError, KeyError, ValueError):
-            return []
+    try:
+        with tempfile.TemporaryDirectory(prefix="kh-ahead-") as folder:
+            files, seen = [], set()
+            for sample, source in sources.items():
+                digest = source_sha256(source)
+                if digest in seen or ctx.store.get_verdict(ctx.verdict_key(digest)) is not None:
+                    continue
+                seen.add(digest)
+                path = Path(folder) / f"{sample}.py"
+                path.write_text(source)  # as the run folder will hold it: the same bytes, the same build
+                files.append(CandidateFile(name=f"{run_id}/{sample}", path=path))
+            return Evaluator(eval_options(ctx)).to_prebuild(files) if files else []
+    except Exception as err:  # noqa: BLE001 - an optimisation: never the reason a problem's replies look failed
+        log.warning("builds ahead for %s: none (%s: %s)", ctx.problem.name, type(err).__name__, err)
+        return []
 
 
 def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Path]], summary: RunSummary, *,
