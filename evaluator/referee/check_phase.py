@@ -66,13 +66,16 @@ def referee_out_of_memory(acc: compare.ModeAccumulator, err: BaseException) -> N
     the judge's copies did not fit (`crashed`, saying so), or `incorrect` after an earlier wrong trial (a candidate
     holding the device's memory must not hide one). Never the candidate's `runtime_error`: the judge failed."""
     wrong_already(acc, Phase.check, "the referee ran out of GPU memory judging the next")
-    raise Judged(Status.crashed, Phase.check, REFEREE_MEMORY + out_of_memory_words(err))
+    raise Judged(Status.crashed, Phase.check, referee_memory_said(
+        "read the candidate's outputs or computed the float64 reference", err))
 
 
-REFEREE_MEMORY = ("the memory ran out in the referee (the GPU's, or the host's where its float64 judge runs there) as it "
-                  "read the candidate's outputs or computed the float64 reference: at this problem's size the judge's "
-                  "copies and the executor's do not fit this GPU "
-                  "(docs/problems.md, the memory bound); a smaller size, or a GPU with more memory, judges it. ")
+def referee_memory_said(doing: str, err: BaseException) -> str:
+    """Why a judgement is `crashed` where the referee's own memory ran out as it was `doing` something."""
+    return ("the memory ran out in the referee (the GPU's, or the host's where its float64 judge runs there) as it "
+            f"{doing}: at this problem's size the judge's copies and the executor's do not fit this GPU "
+            "(docs/problems.md, the memory bound); a smaller size, or a GPU with more memory, judges it. "
+            + out_of_memory_words(err))
 
 STAGING_MEMORY = ("the GPU's memory ran out as the judge staged the call's inputs, before the candidate was called: "
                   "at this problem's size the referee's float64 checks and the executor's copies do not fit this GPU "

@@ -14,7 +14,7 @@ import torch
 from evaluator.wire.records import ModeCheck, TensorError
 from evaluator.wire.tensors import (
     _abs, _add, _all, _amax, _clamp_min, _detach, _div, _equal, _float64, _is_floating_point, _isfinite, _item,
-    _le, _logical_not, _mul, _narrow, _numel, _pin_memory, _reshape, _sub, _sum, _Tensor, _to, _tolist, guarded,
+    _le, _logical_not, _mul, _numel, _pin_memory, _reshape, _sub, _sum, _Tensor, _to, _tolist, chunks, guarded,
     is_plain_tensor, same_values)
 
 COMPARE_CHUNK = 1 << 25  # elements compared at once: 256 MiB of float64 a temporary
@@ -72,13 +72,12 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
         # in chunks: a whole float64 copy and its temporaries were five times the expected output (a 6.4 GB fp32
         # output took over 60 GB of the GPU), the same maxima and tiers chunk by chunk
         flat_actual, flat_expected = _reshape(_detach(actual), (-1,)), _reshape(expected, (-1,))
-        count, bad = _numel(flat_expected), 0
+        bad = 0
         max_abs = max_rel = 0.0
         tiers = {tier: True for tier in tolerances}
-        for start in range(0, count, COMPARE_CHUNK):
-            length = min(COMPARE_CHUNK, count - start)
-            got = _to(onto(_narrow(flat_actual, 0, start, length), on), _float64)
-            want = onto(_narrow(flat_expected, 0, start, length), on)
+        for piece, wanted in zip(chunks(flat_actual, COMPARE_CHUNK), chunks(flat_expected, COMPARE_CHUNK)):
+            got = _to(onto(piece, on), _float64)
+            want = onto(wanted, on)
             finite = _isfinite(got)
             if not bool(_item(_all(finite))):
                 bad += int(_item(_sum(_logical_not(finite))))
@@ -102,12 +101,9 @@ def same_values_on(fresh: _Tensor, kept: _Tensor, on: torch.device | str) -> boo
     with guarded():
         if tuple(fresh.shape) != tuple(kept.shape) or fresh.dtype != kept.dtype:
             return False
-        flat_fresh, flat_kept = _reshape(fresh, (-1,)), _reshape(kept, (-1,))
-        count = _numel(flat_fresh)
         on = torch.device(on)
-        return all(same_values(onto(_narrow(flat_fresh, 0, start, min(COMPARE_CHUNK, count - start)), on),
-                               onto(_narrow(flat_kept, 0, start, min(COMPARE_CHUNK, count - start)), on))
-                   for start in range(0, count, COMPARE_CHUNK))
+        return all(same_values(onto(a, on), onto(b, on)) for a, b in zip(chunks(_reshape(fresh, (-1,)), COMPARE_CHUNK),
+                                                                          chunks(_reshape(kept, (-1,)), COMPARE_CHUNK)))
 
 
 @dataclass

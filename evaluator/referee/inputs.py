@@ -17,6 +17,7 @@ import torch
 
 from evaluator.wire.exchange import DTYPES, dtype_name
 from evaluator.wire.protocol import InputSpec
+from evaluator.wire.tensors import _copy_, _empty, _numel, _reshape, chunks
 
 _randn = torch.randn
 _rand = torch.rand
@@ -27,11 +28,6 @@ _clone = torch.Tensor.clone
 _to = torch.Tensor.to
 _is_floating_point = torch.Tensor.is_floating_point
 _float64 = torch.float64
-_empty = torch.empty
-_reshape = torch.Tensor.reshape
-_narrow = torch.narrow
-_copy_ = torch.Tensor.copy_
-_numel = torch.Tensor.numel
 _device = torch.device
 _is_contiguous = torch.Tensor.is_contiguous
 
@@ -105,11 +101,8 @@ def to_float64(x: torch.Tensor, device: str) -> torch.Tensor:
         out = _empty(tuple(x.shape), dtype=_float64, device="cpu", pin_memory=True)
     except RuntimeError:  # the driver refused (locked-memory limits, the host's memory): CUDA's error, a RuntimeError
         out = _empty(tuple(x.shape), dtype=_float64, device="cpu")
-    flat_in, flat_out = _reshape(x, (-1,)), _reshape(out, (-1,))
-    count = _numel(flat_in)
-    for start in range(0, count, HOST_CHUNK):
-        length = min(HOST_CHUNK, count - start)
-        _copy_(_narrow(flat_out, 0, start, length), _to(_narrow(flat_in, 0, start, length), _float64))
+    for piece, into in zip(chunks(_reshape(x, (-1,)), HOST_CHUNK), chunks(_reshape(out, (-1,)), HOST_CHUNK)):
+        _copy_(into, _to(piece, _float64))
     return out
 
 

@@ -37,7 +37,7 @@ from evaluator.wire.protocol import Finish, LoadState, Profile
 from evaluator.wire.records import (
     SHAKY_DRIFT, SHAKY_SPREAD, Correctness, Flag, Phase, Roofline, Status, TimingStats, Verdict, bounds_flag, merge_flags)
 from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop, Timed
-from evaluator.referee.check_phase import check_phase, out_of_memory, out_of_memory_words
+from evaluator.referee.check_phase import check_phase, out_of_memory, referee_memory_said
 from evaluator.referee.time_phase import spot, time_phase
 
 MAX_KERNEL_NAMES = 256
@@ -162,10 +162,7 @@ def judge(session: Session, compile_only: bool, imported: Imported | None = None
     except (torch.OutOfMemoryError, RuntimeError) as err:  # the referee's own copies (a check's: check_phase)
         if not out_of_memory(err):  # the referee's own failure, not a verdict on the candidate
             raise
-        outcome = Stop(Status.crashed, session.phase, "the memory ran out in the referee (the GPU's, or the host's where "
-                       "its float64 judge runs there) as it judged the candidate's calls: at this problem's size the "
-                       "judge's copies and the executor's do not fit this GPU (docs/problems.md, the memory bound). "
-                       + out_of_memory_words(err))
+        outcome = Stop(Status.crashed, session.phase, referee_memory_said("judged the candidate's calls", err))
     session.leave()
     return compose(session, results, outcome)
 

@@ -98,6 +98,14 @@ def uninitialized_memory_filled():
         _set_fill_uninitialized(fill)
 
 
+def chunks(flat: _Tensor, size: int):
+    """A 1-D tensor's consecutive pieces of at most `size` elements (views): how the judge copies and compares
+    tensors too large to convert whole."""
+    count = _numel(flat)
+    for start in range(0, count, size):
+        yield _narrow(flat, 0, start, min(size, count - start))
+
+
 def is_plain_tensor(value) -> bool:
     """A real `torch.Tensor` (or an `nn.Parameter`, which is one): never a subclass that can run code."""
     return type(value) is _Tensor or type(value) is _Parameter
