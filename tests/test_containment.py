@@ -36,7 +36,7 @@ from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 from evaluator.referee.settling import contained
 
 HACKS = FIXTURES / "hacks" / "cpu"
-ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cpp_escape"]
+ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cpp_escape", "zygote_descriptors"]
 LAUNCHER_MECHANISMS = [m for m in containment.MECHANISMS if m not in containment.WORKER_MECHANISMS]
 
 
@@ -532,6 +532,23 @@ def test_no_other_process_is_traced_or_read(escapes):
     assert escapes["secret"] not in text and "LEAKED" not in text, "the candidate read this process's memory"
     assert "PTRACE SEIZED" not in text
     assert "ptrace refused" in text and "process_vm_readv refused" in text and "/proc/PID/mem refused" in text
+
+
+@pytest.mark.slow
+def test_an_executor_forked_by_the_zygote_holds_no_descriptor_of_it_and_cannot_reach_it(escapes):
+    """The executors of a batch are forked from its zygote (evaluator.executor.zygote), whose request socket would
+    start a process with any plan: the child holds only the descriptors an executor is given (stdio, its channel,
+    the referee's commands, the exchange, the stage), no socket, and sees no zygote to signal."""
+    text = _output(escapes, "zygote_descriptors")
+    if os.environ.get("HARNESS_EXECUTOR_START") != "exec":
+        assert "FORKED FROM THE ZYGOTE: True" in text, text
+    assert "SOCKETS FOUND: 0" in text and "ZYGOTE ANSWERED" not in text and "KILLED" not in text, text
+    [line] = [line for line in text.splitlines() if line.startswith("DESCRIPTORS: ")]
+    held = json.loads(line.removeprefix("DESCRIPTORS: "))
+    # stdin, stdout, stderr, its channel and the referee's commands; the exchange and the stage (mapped by the executor)
+    assert held["0"] == "/dev/null" and sum(target.startswith("pipe:") for target in held.values()) == 4, text
+    assert all(target == "/dev/null" or target.startswith(("pipe:", "/memfd:kernelharness-exchange",
+                                                           "/memfd:kernelharness-stage")) for target in held.values()), text
 
 
 @pytest.mark.slow

@@ -48,12 +48,14 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # Run as a script, Python put this file's folder first on sys.path; the package's root goes there instead
 # (whatever PYTHONPATH the worker is given), so `evaluator.*` is this checkout's and no module of this
-# folder is importable under a bare name.
-sys.path[0] = str(Path(__file__).resolve().parents[2])
+# folder is importable under a bare name. (Imported, by evaluator.executor.zygote, it changes nothing.)
+if __name__ == "__main__":
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from evaluator.executor.lockdown import (  # noqa: E402
     CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, MS_NODEV, MS_NOEXEC,
@@ -229,7 +231,10 @@ def hide_gpu(report: Report) -> None:
         report.set("no_gpu", "verified", f"{len(found)} GPU device path(s) covered in its mount namespace")
 
 
-def become_worker(argv: list[str], report: Report, channel_fd: int | None) -> None:
+def become_worker(argv: list[str], report: Report, channel_fd: int | None,
+                  run_worker: Callable[[list[str], dict[str, str]], None] | None = None) -> None:
+    """The worker, contained and reported, then exec'd (or `run_worker(argv, env)` in its place: a zygote's child,
+    evaluator.executor.zygote, whose interpreter has the executor's modules imported already)."""
     check_namespaces(report)
     hide_protected_folders(report)
     hide_gpu(report)
@@ -244,6 +249,8 @@ def become_worker(argv: list[str], report: Report, channel_fd: int | None) -> No
     env.pop(PLAN_ENV, None)
     env[IN_FORCE_ENV] = ",".join(n for n, m in report.mechanisms.items() if m["state"] != "missing")
     env[OFF_ENV] = ",".join(sorted(report.disabled))
+    if run_worker is not None:
+        run_worker(argv, env)
     os.execve(argv[0], argv, env)
 
 
@@ -257,7 +264,8 @@ def send_report(channel_fd: int | None, report: Report) -> None:
         data = data[os.write(channel_fd, data):]
 
 
-def run_init(argv: list[str], report: Report, channel_fd: int | None, status_fd: int) -> None:
+def run_init(argv: list[str], report: Report, channel_fd: int | None, status_fd: int,
+             run_worker: Callable[[list[str], dict[str, str]], None] | None = None) -> None:
     """PID 1 of the new namespace: starts the worker (PID 2), reaps whatever is orphaned to it, and
     exits when the worker does, which makes the kernel kill everything left in the namespace. Not
     restricted itself, so the worker's Landlock domain cannot signal or trace it."""
@@ -273,7 +281,7 @@ def run_init(argv: list[str], report: Report, channel_fd: int | None, status_fd:
     if worker == 0:
         os.close(status_fd)
         try:
-            become_worker(argv, report, channel_fd)
+            become_worker(argv, report, channel_fd, run_worker)
         except BaseException:
             import traceback
 
@@ -329,7 +337,7 @@ def _close_worker_fds(argv: list[str]) -> None:
             pass
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], run_worker: Callable[[list[str], dict[str, str]], None] | None = None) -> None:
     if "--" not in argv:
         sys.exit("usage: launcher.py -- WORKER ARGV...")
     worker_argv = argv[argv.index("--") + 1:]
@@ -344,13 +352,13 @@ def main(argv: list[str]) -> None:
     report = Report(plan)
     channel_fd = _channel_fd(worker_argv)
     if not enter_namespaces(report):
-        become_worker(worker_argv, report, channel_fd)  # the launcher itself becomes the worker
+        become_worker(worker_argv, report, channel_fd, run_worker)  # the launcher itself becomes the worker
     status_r, status_w = os.pipe()
     init = os.fork()
     if init == 0:
         os.close(status_r)
         try:
-            run_init(worker_argv, report, channel_fd, status_w)
+            run_init(worker_argv, report, channel_fd, status_w, run_worker)
         finally:
             os._exit(127)
     os.close(status_w)

@@ -23,19 +23,18 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from evaluator.referee import forking
 from evaluator.referee.process import stop_everything
 from evaluator.referee.referee import Referee
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.wire import cgroups
 from evaluator.wire.protocol import JudgeReply, JudgeRequest, RefereeConfig
+from evaluator.wire.zygote import EXECUTOR_MODULES
 from evaluator.wire.records import Phase, Status, Verdict
 
-# What every executor imports. The referee imports them first, so that their bytecode is in the cache
-# executors read (environment.bytecode_cache) before they start.
-EXECUTOR_MODULES = ("evaluator.executor.serve", "evaluator.executor.__main__", "torch._dynamo", "torch.utils.cpp_extension", "torch.profiler")
-
-
 def cache_executor_bytecode() -> None:
+    """What every executor imports (EXECUTOR_MODULES), imported here first, so that their bytecode is in the cache
+    executors and their zygote read (environment.bytecode_cache) before they start."""
     for name in EXECUTOR_MODULES:
         try:
             importlib.import_module(name)
@@ -132,8 +131,10 @@ def serve(argv: list[str] | None = None) -> int:
     if sys.pycache_prefix:  # the cache executors read (environment.bytecode_cache) is written here
         cache_executor_bytecode()
     imported = time.perf_counter()
+    # every executor of the batch is forked from it: its imports made once, while the referee sets up
+    zygote = forking.for_executors(config.device, Path(config.cache_dir))
     try:
-        referee = Referee(config)
+        referee = Referee(config, zygote)
         referee.queued = inbox.queued
         profile_log({"event": "start", "executor_modules_s": imported - started,
                      "setup_s": time.perf_counter() - imported})

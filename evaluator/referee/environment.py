@@ -70,7 +70,7 @@ def bytecode_cache(cache_dir: Path) -> Path | None:
     """Where torch's and the evaluator's bytecode is kept (PYTHONPYCACHEPREFIX) when torch was
     installed without it (as on the device): else every executor compiles some 1,500 modules from
     source, and importing torch and dynamo took 10.8 s there instead of 4.2 s. Only the referee writes
-    it (it imports what executors import first: `referee.EXECUTOR_MODULES`); executors read it
+    it (it imports what executors import first: `evaluator.wire.zygote.EXECUTOR_MODULES`); executors read it
     (Landlock grants it read-only by name) and write no bytecode. None where torch has its own."""
     return cache_dir / "pycache" if torch_bytecode_missing() else None
 

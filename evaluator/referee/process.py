@@ -25,6 +25,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evaluator.referee import holding, launch
+from evaluator.referee import forking
+from evaluator.referee.forking import Forked, Zygote
 from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
 from evaluator.wire import cgroups
@@ -142,7 +144,7 @@ class ExecutorProcess:
                  output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
                  stage_bytes: int | None = None, makeflags: str | None = None, jobs_fifo: Path | None = None,
                  nice: int = 0, group: cgroups.Group | None = None, cores: list[int] | None = None,
-                 arch_list: str | None = None):
+                 arch_list: str | None = None, zygote: Zygote | None = None):
         # A build's compilers: `makeflags` names a jobserver shared with the other builds in flight (evaluator.parent.
         # jobserver; its FIFO, `jobs_fifo`, the one file outside its folders the executor may write), else `max_jobs`.
         self.max_jobs, self.makeflags, self.jobs_fifo = max_jobs, makeflags, jobs_fifo
@@ -152,6 +154,7 @@ class ExecutorProcess:
         # The cgroup it is held with (frozen: evaluator.wire.cgroups; else SIGSTOP), the cores it runs on (None: any).
         self.group, self.cores = group, cores
         self.in_group: bool | None = None  # whether its launcher joined `group` (known at its first hold)
+        self.zygote = zygote  # where it is forked from (evaluator.referee.forking), else a fresh interpreter
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
         self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
         self.exchange_bytes, self.memory_limit_gb, self.stage_bytes = exchange_bytes, memory_limit_gb, stage_bytes
@@ -161,7 +164,7 @@ class ExecutorProcess:
         self._exchange: Exchange | None = None
         self._pinning: threading.Thread | None = None
         self.start_seconds: dict[str, float] = {}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | Forked | None = None
         self.workdir: Path | None = None
         self.extension_dir = build_folder(cache_dir, digest, device)
         self.started = time.monotonic()
@@ -231,10 +234,7 @@ class ExecutorProcess:
         marks.append(time.perf_counter())
         self.started, self.launched_at = time.monotonic(), time.time()
         try:
-            niced = ["nice", "-n", str(self.nice)] if self.nice and shutil.which("nice") else []
-            self.proc = subprocess.Popen(
-                niced + launch.launch_command(command), pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env, start_new_session=True)
+            self.proc = forking.spawn(self.zygote, command, env, self.workdir, pass_fds, self.nice)
         finally:
             os.close(channel_w)
             os.close(commands_r)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import clock, memory, phases
+from evaluator.referee import clock, forking, memory, phases
 from evaluator.referee import stored as stored_baselines
 from evaluator.referee.session import Session, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -69,8 +69,9 @@ MOST_CALLS = 256
 class Referee:
     """One batch's judge (see the module's docstring)."""
 
-    def __init__(self, config: RefereeConfig):
+    def __init__(self, config: RefereeConfig, zygote: forking.Zygote | None = None):
         self.config = config
+        self.zygote = zygote  # what the batch's executors are forked from (None: each a fresh interpreter)
         self.problem = load_problem(config.problem)
         self.size, self.device = config.size, config.device
         self.batch = secrets.token_hex(4)
@@ -117,9 +118,8 @@ class Referee:
         self.current_round: Round | None = None
         self.cache_dropped: str | None = None  # why the stored baselines no longer stand (a spot check moved)
         self.cached_said = ""  # what the verdicts dividing by stored figures say of them
-        self.judged = 0
+        self.judged, self.timed_since_round = 0, 0
         self.sessions = 0  # candidates begun: each one's keys derive from its number
-        self.timed_since_round = 0
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
         self.calibrator = Calibrator(self)
@@ -382,7 +382,8 @@ class Referee:
             compile_only=request.compile_only, watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
-            memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size, group=self.executor_group())
+            memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size, group=self.executor_group(),
+            zygote=self.zygote)
 
     def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
         """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""
@@ -408,6 +409,8 @@ class Referee:
         for closed in self.closing:  # judged executors are gone (each within about two seconds)
             closed.wait()
         self.closing.clear()
+        if self.zygote is not None:
+            self.zygote.wait_ready()  # its imports (a core for seconds) are over
         waiting = list(self.waiting.values())
         for process in waiting:
             process.wait_pinned()
@@ -490,6 +493,8 @@ class Referee:
         self.calibrator.close()
         if self.groups is not None:
             self.groups.remove(wait_s=2.0)
+        if self.zygote is not None:
+            self.zygote.close()
         return self.rounds
 
 
