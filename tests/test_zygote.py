@@ -5,8 +5,10 @@ next executor is started as before. (Containment of a forked executor: test_cont
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,3 +67,16 @@ def test_forked_executors_import_and_exit_as_started_ones_do_and_a_dead_zygote_f
 def test_exec_is_asked_for_with_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(forking.START_ENV, "exec")
     assert forking.for_executors("cpu", tmp_path) is None
+
+
+@pytest.mark.slow
+def test_the_zygote_imports_without_asking_the_cuda_driver_so_its_forks_can_use_cuda():
+    """torch's extension builder asks whether CUDA is available as it is imported; answered by the driver, no fork
+    could initialise CUDA. The zygote's imports never ask it, and a zygote that did is told apart (it then sends an
+    error, and the referee starts executors as before)."""
+    probe = ("import sys, torch\nfrom evaluator.executor import zygote\nzygote.import_untouched()\n"
+             "print(zygote.fork_unfit())\ntorch.cuda.is_available()\nprint(zygote.fork_unfit())\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REFERENCE.parents[1])})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["None", "a fork of the zygote could not use CUDA"], result.stdout

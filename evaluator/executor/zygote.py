@@ -6,7 +6,8 @@ of these per batch (evaluator.referee.forking) and asks it for each executor ins
 
     python -m evaluator.executor.zygote --socket FD
 
-It imports EXECUTOR_MODULES, never initialises CUDA (a child of a process that did could not use it), holds
+It imports EXECUTOR_MODULES, never initialises CUDA nor asks its driver anything (a child of a process that did
+could not use it: `import_untouched`, checked by `fork_unfit`), holds
 no secret (the referee never sends it one: a request is the executor's command line, its scrubbed environment,
 its folder and its descriptors) and no descriptor but its socket. For each request it forks a child that:
 
@@ -63,11 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     sock = socket.socket(fileno=args.socket)
     try:
-        for name in EXECUTOR_MODULES:
-            importlib.import_module(name)
+        import_untouched()
         from evaluator.executor import launcher  # noqa: F401  (the child runs it)
+        unfit = fork_unfit()
     except BaseException:
         send(sock, {"error": traceback.format_exc()[-4000:]})
+        return 1
+    if unfit:
+        send(sock, {"error": unfit})
         return 1
     wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wakeup_w)
@@ -93,6 +97,36 @@ def main(argv: list[str] | None = None) -> int:
                 except BlockingIOError:
                     pass
         reap(sock)
+
+
+def import_untouched() -> None:
+    """EXECUTOR_MODULES imported without asking the CUDA driver anything: torch's extension builder asks whether CUDA
+    is available as it is imported (only to warn), and torch answers through the driver, after which no fork of this
+    process could use CUDA ("Cannot re-initialize CUDA in forked subprocess"). While they are imported the question
+    is answered from the environment: a GPU unless CUDA_VISIBLE_DEVICES hides every one."""
+    import torch
+
+    asked = torch.cuda.is_available
+    torch.cuda.is_available = lambda: os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+    try:
+        for name in EXECUTOR_MODULES:
+            importlib.import_module(name)
+    finally:
+        torch.cuda.is_available = asked
+
+
+def fork_unfit() -> str | None:
+    """Why a fork of this process could not use CUDA (something asked the driver after all), else None: a child
+    forked now says whether torch finds itself in a bad fork."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        return "CUDA was initialised in the zygote"
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return None if os.waitstatus_to_exitcode(status) == 0 else "a fork of the zygote could not use CUDA"
 
 
 def reap(sock: socket.socket) -> None:
