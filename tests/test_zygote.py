@@ -5,6 +5,7 @@ next executor is started as before. (Containment of a forked executor: test_cont
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -80,3 +81,49 @@ def test_the_zygote_imports_without_asking_the_cuda_driver_so_its_forks_can_use_
                             env={**os.environ, "PYTHONPATH": str(REFERENCE.parents[1])})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["None", "a fork of the zygote could not use CUDA"], result.stdout
+
+
+def test_a_fork_makes_the_pages_it_shares_with_its_parent_its_own_and_leaves_the_untouched_ones_alone():
+    """own_pages: a forked executor copies every page it shares with the zygote at once (as an executor started afresh
+    has them), so no later write (inside a clocked window) is a copy-on-write fault; a mapped page never touched stays
+    unallocated."""
+    import ctypes
+    import mmap
+
+    from evaluator.executor.zygote import own_pages
+
+    size = 16 << 20
+    private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS  # (a shared mapping stays shared: own_pages leaves it)
+    touched, untouched = mmap.mmap(-1, size, flags=private), mmap.mmap(-1, size, flags=private)
+    touched.write(b"\1" * size)
+    where = {name: ctypes.addressof(ctypes.c_char.from_buffer(m)) for name, m in (("touched", touched),
+                                                                                  ("untouched", untouched))}
+
+    def pages(address: int) -> dict[str, int]:
+        """Of the mapping's pages at `address`: present ones, and present ones mapped by this process alone
+        (/proc/self/pagemap: bit 63 present, bit 56 exclusively mapped)."""
+        page = os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/pagemap", "rb") as pagemap:
+            pagemap.seek(address // page * 8)
+            entries = [int.from_bytes(pagemap.read(8), "little") for _ in range(size // page)]
+        return {"present": sum(e >> 63 & 1 for e in entries), "own": sum(e >> 63 & 1 and e >> 56 & 1 for e in entries)}
+
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            owned = own_pages()
+            seen = {name: pages(address) for name, address in where.items()}
+            os.write(writer, json.dumps({"owned": owned, **seen}).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    seen = json.loads(os.read(reader, 1 << 16))
+    os.waitpid(pid, 0)
+    if seen["owned"] == 0:
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14)")
+    every = size // os.sysconf("SC_PAGE_SIZE")
+    assert seen["touched"] == {"present": every, "own": every}, seen
+    assert seen["untouched"]["present"] == 0, seen
+    touched.close()
+    untouched.close()
