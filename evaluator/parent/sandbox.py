@@ -165,6 +165,13 @@ def parse_problem(source: str) -> str | None:
     return None
 
 
+def calls_for_extension(source: bytes) -> bool:
+    """Whether a candidate's text names torch's extension builder (`load_inline`, `cpp_extension`): where it does
+    not, a build ahead of its lane has nothing to build. (One that hides the names is built by its lane's executor
+    as it imports it, within the same limits: later, not differently.)"""
+    return b"load_inline" in source or b"cpp_extension" in source
+
+
 def rejected_error(flags: Sequence[Flag]) -> str:
     names = ", ".join(f.name for f in flags if f.policy == FlagPolicy.reject)
     return f"not run: the static checks reject it ({names}); --run-rejected runs it, contained, to study it"
@@ -268,7 +275,7 @@ class Evaluator:
             if isinstance(prepared, Verdict):  # never run: nothing to build (a rejected one is never imported)
                 continue
             _, source, digest, _, _ = prepared
-            if not self.built_before(digest) and (b"load_inline" in source or b"cpp_extension" in source):
+            if not self.built_before(digest) and calls_for_extension(source):
                 items.append((candidate.name, source, digest))
         return items
 
@@ -405,10 +412,12 @@ class Evaluator:
             return None
 
         def pool_builds(job: Job) -> bool:
-            """Only-built candidates always; the others when builds run here and this source was never
-            built here before (its executor loads or builds it anyway: the mark only saves a start)."""
+            """Only-built candidates always; the others when builds run here, this source was never built here
+            before and it calls for an extension (by its text): a build of a candidate with none would only import
+            it, and its executor imports it anyway (the mark would only save a start)."""
             compile_only = context[job.index][4]
-            return compile_only or cluster is not None or (builds_here and not self.built_before(job.digest))
+            return compile_only or cluster is not None or (builds_here and not self.built_before(job.digest)
+                                                           and calls_for_extension(job.source))
 
         next_index = 0
 

@@ -1,7 +1,7 @@
 """One executor process, seen from the side that starts it (the referee; the parent for builds).
 
-`ExecutorProcess` starts `evaluator.executor` through the containment launcher (evaluator.executor.launcher) in a
-folder of its own, with a scrubbed environment (HOME, TMPDIR and the caches inside that folder), its own session,
+`ExecutorProcess` starts `evaluator.executor` through the containment launcher (evaluator.executor.launcher; forked
+from the referee's zygote where it has one, evaluator.referee.forking) in a folder of its own, with a scrubbed environment (HOME, TMPDIR and the caches inside that folder), its own session,
 three descriptors (its channel, the referee's commands, the exchange) and nothing else. Its stdout and stderr
 belong to the candidate: two threads read them and keep only the last `output_cap` bytes of each. Messages are
 read with a deadline; a phase that overruns it, a compile step over its memory limit, a malformed line or a closed
