@@ -111,6 +111,8 @@ class Zygote:
 
     def _gone(self, why: str) -> None:
         """(lock held) No more starts; every child of it died with it (PR_SET_PDEATHSIG)."""
+        if not self.error and self.ready is not False:  # said once, in the referee's log: executors are exec'd now
+            print(f"kernelharness: executors are started afresh from now on: {why}", file=sys.stderr, flush=True)
         self.ready, self.error = False, self.error or why
         for child in self.children.values():
             child._exit(None)
@@ -169,6 +171,8 @@ class Zygote:
         return child
 
     def close(self) -> None:
+        with self.lock:
+            self.error = self.error or "closed"
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
