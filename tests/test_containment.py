@@ -36,7 +36,8 @@ from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator
 from evaluator.referee.settling import contained
 
 HACKS = FIXTURES / "hacks" / "cpu"
-ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cpp_escape", "zygote_descriptors"]
+ESCAPES = ["detached_survivor", "write_outside", "network", "ptrace_parent", "cpp_escape", "zygote_descriptors",
+           "launcher_import_plant"]
 LAUNCHER_MECHANISMS = [m for m in containment.MECHANISMS if m not in containment.WORKER_MECHANISMS]
 
 
@@ -439,7 +440,7 @@ def escapes(tmp_path_factory):
     buffer = ctypes.create_string_buffer(secret, len(secret))
     home = Path(pwd.getpwuid(os.getuid()).pw_dir)
     markers = [folder / name for folder in (Path("/tmp"), home, target, Path(os.path.realpath("/tmp")))
-               for name in ("kh-hack-escape-py", "kh-hack-escape-cpp")]
+               for name in ("kh-hack-escape-py", "kh-hack-escape-cpp", "kh-hack-launcher-plant")]
     for marker in markers:
         marker.unlink(missing_ok=True)
     settings = {"KH_HACK_STORE": str(store), "KH_HACK_DIR": str(target),
@@ -515,6 +516,15 @@ def test_no_file_is_written_outside_the_workers_folders_from_python_or_cpp(escap
     for name in ("write_outside", "cpp_escape"):
         assert "WROTE" not in _output(escapes, name)
         assert "could not write" in _output(escapes, name) and "Permission denied" in _output(escapes, name)
+
+
+@pytest.mark.slow
+def test_nothing_the_candidate_wrote_runs_in_the_launcher_or_the_init_outside_its_sandbox(escapes):
+    """Its working folder held modules named as the launcher's (resource, traceback, ...), and it crashed so that the
+    launcher mirrored its exit after it existed: the crash is its verdict, and no planted module ran anywhere."""
+    verdict = escapes["verdicts"]["launcher_import_plant"]
+    assert verdict.status == Status.crashed and "SIGSEGV" in (verdict.error or ""), verdict.error
+    assert escapes["written"] == [] and escapes["target"] == []
 
 
 @pytest.mark.slow

@@ -78,7 +78,8 @@ def test_the_zygote_imports_without_asking_the_cuda_driver_so_its_forks_can_use_
     probe = ("import sys, torch\nfrom evaluator.executor import zygote\nzygote.import_untouched()\n"
              "print(zygote.fork_unfit())\ntorch.cuda.is_available()\nprint(zygote.fork_unfit())\n")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(REFERENCE.parents[1])})
+                            env={**os.environ, "PYTHONPATH": str(REFERENCE.parents[1]),
+                                 "CUDA_VISIBLE_DEVICES": ""})  # as a CPU referee's zygote has it (a GPU's starts CUDA)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["None", "a fork of the zygote could not use CUDA"], result.stdout
 
@@ -127,3 +128,22 @@ def test_a_fork_makes_the_pages_it_shares_with_its_parent_its_own_and_leaves_the
     assert seen["untouched"]["present"] == 0, seen
     touched.close()
     untouched.close()
+
+
+@pytest.mark.slow
+def test_a_zygote_that_stops_answering_is_killed_before_its_executor_is_started_afresh(tmp_path, monkeypatch):
+    """A start the zygote does not answer in time: the zygote is killed and waited for first (so it cannot fork the
+    request it still holds beside the executor started afresh), then the executor is exec'd as before."""
+    zygote = forking.for_executors("cpu", tmp_path / "cache")
+    assert zygote is not None and zygote.wait_ready()
+    monkeypatch.setattr(forking, "STARTED_WAIT_S", 2.0)
+    os.kill(zygote.proc.pid, signal.SIGSTOP)
+    process = executor(tmp_path, zygote)
+    try:
+        process.start()
+        assert isinstance(process.proc, subprocess.Popen)
+        assert zygote.proc.poll() == -signal.SIGKILL and zygote.ready is False
+        assert process.reply(0, time.monotonic() + 120).error is None
+    finally:
+        process.close(wait_s=5)
+        zygote.close()

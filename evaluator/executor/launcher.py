@@ -38,16 +38,21 @@ mechanism covered, whenever one is missing.
 
 This file runs as a script before anything else (`python .../launcher.py -- worker argv`): it imports
 only the contract (evaluator.wire.containment) and the rules (evaluator.executor.lockdown), both of the
-standard library alone, and `landlockpy` / `seccomp` only when they are installed.
+standard library alone, and `landlockpy` / `seccomp` only when they are installed. Every module it and the
+init use is imported at the top: once the candidate exists nothing is imported in them (they are not
+contained, and the worker's folder, which the candidate writes, may lie on a search path).
 """
 
 from __future__ import annotations
 
 import ctypes
+import glob
 import json
 import os
+import resource
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -206,8 +211,6 @@ def hide_gpu(report: Report) -> None:
     (Landlock, too, grants it none). Reported as the `no_gpu` mechanism."""
     if report.plan.get("gpu", True):
         return
-    import glob
-
     patterns = report.plan.get("gpu_globs") or GPU_GLOBS  # (a test names files of its own)
     found = sorted({p for pattern in patterns for p in glob.glob(pattern)})
     if not found:
@@ -283,8 +286,6 @@ def run_init(argv: list[str], report: Report, channel_fd: int | None, status_fd:
         try:
             become_worker(argv, report, channel_fd, run_worker)
         except BaseException:
-            import traceback
-
             traceback.print_exc()
         finally:
             os._exit(127)
@@ -310,8 +311,6 @@ def mirror(status: int) -> None:
         os._exit(os.WEXITSTATUS(status))
     number = os.WTERMSIG(status) if os.WIFSIGNALED(status) else signal.SIGKILL
     try:
-        import resource
-
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if number not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(number, signal.SIG_DFL)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import errno
 import importlib
 import json
 import os
@@ -43,10 +44,12 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 from evaluator.wire.zygote import EXECUTOR_ARGV, EXECUTOR_MODULES, MAX_FDS, MAX_REQUEST
 
 PR_SET_PDEATHSIG = 1
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def send(sock: socket.socket, message: dict) -> None:
@@ -124,7 +127,14 @@ def fork_unfit() -> str | None:
         return "CUDA was initialised in the zygote"
     pid = os.fork()
     if pid == 0:
-        os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
+        if torch.cuda._is_in_bad_fork():
+            os._exit(3)
+        if os.environ.get("CUDA_VISIBLE_DEVICES") != "" and torch.backends.cuda.is_built():
+            try:  # a zygote of executors that use a GPU: one of its forks must be able to start CUDA
+                torch.cuda.init()
+            except Exception:
+                os._exit(4)
+        os._exit(0)
     _, status = os.waitpid(pid, 0)
     return None if os.waitstatus_to_exitcode(status) == 0 else "a fork of the zygote could not use CUDA"
 
@@ -204,7 +214,9 @@ def become(argv: list[str], env: dict[str, str], cwd: str, nice: int, fds: list[
     os.environ.update(env)
     tempfile.tempdir = None  # found again from TMPDIR, the executor's own
     sys.argv = [argv[0], *argv[3:]]
-    sys.path[0] = os.getcwd()  # as `python -m` puts it
+    # as the launcher run as a script has it: never the worker's folder, which the candidate writes (the launcher and
+    # the init are not contained; they import nothing once the candidate exists, and must find nothing of it if they did)
+    sys.path[0] = str(PROJECT_ROOT)
     from evaluator.executor import launcher
 
     launcher.main(["--", *argv], run_worker=run_executor)
@@ -217,6 +229,18 @@ def _dup_above(fd: int, floor: int) -> int:
 
 
 MADV_POPULATE_WRITE = 23  # Linux 5.14
+
+
+def refresh_from_environment() -> None:
+    """What the zygote's imports computed from its own environment (its folders), computed again from the
+    executor's: dynamo's package cache lies in torch's compile cache folder (TORCHINDUCTOR_CACHE_DIR)."""
+    try:
+        from torch._dynamo import package
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        package.DynamoCache._path_prefix = os.path.join(cache_dir(), "dynamo")
+    except (ImportError, AttributeError):
+        pass  # another torch: nothing of the kind to move
 
 
 def own_pages() -> int:
@@ -247,9 +271,10 @@ def own_pages() -> int:
             run = index
             while run < len(flags) and flags[run] & 1:
                 run += 1
-            if libc.madvise(start + index * page, (run - index) * page, MADV_POPULATE_WRITE) != 0:
-                return owned  # EINVAL: a kernel without it
-            owned += (run - index) * page
+            if libc.madvise(start + index * page, (run - index) * page, MADV_POPULATE_WRITE) == 0:
+                owned += (run - index) * page
+            elif ctypes.get_errno() == errno.EINVAL and owned == 0:
+                return 0  # a kernel without it
             index = run
     return owned
 
@@ -258,9 +283,11 @@ def run_executor(argv: list[str], env: dict[str, str]) -> None:
     """The launcher's worker, contained: the executor's main, in place of exec (its modules imported already)."""
     os.environ.clear()
     os.environ.update(env)
+    sys.path[0] = os.getcwd()  # as `python -m` puts it (contained now)
     from evaluator.executor import __main__ as executor_main
     from evaluator.executor import serve
 
+    refresh_from_environment()
     own_pages()
     now = time.time()
     serve.STARTUP.clear()

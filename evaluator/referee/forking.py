@@ -120,10 +120,21 @@ class Zygote:
         self.arrived.notify_all()
 
     def wait_ready(self, timeout: float = READY_WAIT_S) -> bool:
-        """Whether its imports are done (waiting for them at most `timeout`); False once it failed or is gone."""
+        """Whether its imports are done (waiting for them at most `timeout`, then giving it up); False once it failed
+        or is gone."""
         with self.lock:
-            self.arrived.wait_for(lambda: self.ready is not None, timeout)
-            return bool(self.ready)
+            if self.arrived.wait_for(lambda: self.ready is not None, timeout):
+                return bool(self.ready)
+        self.abandon(f"its imports were not done within {timeout:g} s")
+        return False
+
+    def abandon(self, why: str) -> None:
+        """Given up: killed, and waited for (so that no request it still holds is forked later, beside the executor
+        the caller then starts itself); its children die with it."""
+        self.proc.kill()
+        self.proc.wait()
+        with self.lock:
+            self._gone(why)
 
     def start(self, argv: list[str], env: Mapping[str, str], cwd: Path, pass_fds: list[int],
               nice: int = 0) -> Forked | None:
@@ -142,33 +153,29 @@ class Zygote:
                    "fds": list(pass_fds)}
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [out_w, err_w, *pass_fds])
+            sent = None
         except OSError as err:
-            with self.lock:
-                self._gone(f"sending a request failed: {err}")
-            for fd in (out_r, out_w, err_r, err_w):
-                os.close(fd)
-            return None
-        finally:
-            for fd in (out_w, err_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            sent = f"sending a request failed: {err}"
+        os.close(out_w)
+        os.close(err_w)
         with self.lock:
-            self.arrived.wait_for(lambda: ident in self.replies or self.ready is False, STARTED_WAIT_S)
+            if sent is None:
+                self.arrived.wait_for(lambda: ident in self.replies or self.ready is False, STARTED_WAIT_S)
             reply = self.replies.pop(ident, None)
-            if reply is None or "pid" not in reply:
-                if reply is None:
-                    self._gone(f"no reply to a start within {STARTED_WAIT_S:g} s")
-                os.close(out_r)
-                os.close(err_r)
-                return None
-            child = Forked(reply["pid"], os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
-            if reply["pid"] in self.early:
-                child._exit(self.early.pop(reply["pid"]))
-            else:
-                self.children[reply["pid"]] = child
-        return child
+            if reply is not None and "pid" in reply:
+                child = Forked(reply["pid"], os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+                if reply["pid"] in self.early:
+                    child._exit(self.early.pop(reply["pid"]))
+                elif self.ready is False:  # gone meanwhile: its children died with it
+                    child._exit(None)
+                else:
+                    self.children[reply["pid"]] = child
+                return child
+        os.close(out_r)
+        os.close(err_r)
+        if reply is None and self.ready is not False:
+            self.abandon(sent or f"no reply to a start within {STARTED_WAIT_S:g} s")
+        return None
 
     def close(self) -> None:
         with self.lock:

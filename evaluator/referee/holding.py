@@ -72,6 +72,15 @@ def processes(root: int, by_tree: bool, times: dict | None = None) -> dict[int, 
     return {pid: held for pid, held in found.items() if held is not None}
 
 
+def candidates_processes(root: int, by_tree: bool) -> list[int]:
+    """The executor's processes less its launcher and the init of its PID namespace (the harness's own: forked from a
+    zygote, they share its pages, which would count as the candidate's memory). Without a PID namespace (`by_tree`
+    false) the launcher is the worker itself, and every process counts."""
+    found = processes(root, by_tree)
+    ours = {root, *(tree_children(root) or [])} if by_tree else set()
+    return [pid for pid in found if pid not in ours]
+
+
 def tree_children(pid: int) -> list[int] | None:
     try:
         with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:

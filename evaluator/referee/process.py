@@ -425,7 +425,7 @@ class ExecutorProcess:
             # scans (milliseconds each, in the referee's own threads) wait until it is continued
             if poll_memory and self.memory_limit_gb is not None and not self.paused and now >= next_poll:
                 next_poll = now + MEMORY_POLL_S
-                resident = launch.resident_bytes(holding.processes(self.proc.pid, self.by_tree()))
+                resident = launch.resident_bytes(holding.candidates_processes(self.proc.pid, self.by_tree()))
                 if resident > self.memory_limit_gb * (1 << 30):
                     raise self._end(Ended("memory", f"{resident / (1 << 30):.2f} GiB"))
             wait = min(deadline - now, MEMORY_POLL_S if poll_memory else 1.0)
