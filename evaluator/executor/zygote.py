@@ -233,7 +233,13 @@ MADV_POPULATE_WRITE = 23  # Linux 5.14
 
 def refresh_from_environment() -> None:
     """What the zygote's imports computed from its own environment (its folders), computed again from the
-    executor's: dynamo's package cache lies in torch's compile cache folder (TORCHINDUCTOR_CACHE_DIR)."""
+    executor's: dynamo's package cache lies in torch's compile cache folder (TORCHINDUCTOR_CACHE_DIR); and the random
+    states an interpreter seeds from the system as it starts (Python's, numpy's), seeded again, as a fresh one's."""
+    import random
+
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
     try:
         from torch._dynamo import package
         from torch._inductor.runtime.cache_dir_utils import cache_dir
