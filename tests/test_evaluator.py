@@ -305,3 +305,28 @@ def test_the_problems_run_limit_is_a_cap_and_the_users_a_limit(tmp_path):
     assert scaled.run_timeout_scaled and scaled.run_timeout_s == 300
     fixed = RefereeClient(Evaluator(cpu_options(tmp_path, run_timeout_s=45))).config()
     assert not fixed.run_timeout_scaled and fixed.run_timeout_s == 45
+
+
+@pytest.mark.slow
+def test_what_an_executor_prints_is_read_whole_through_holds():
+    """A held executor (the cgroup freezer, SIGSTOP) is interrupted inside a write to its stdout pipe, which then
+    returns the part written; Python's unbuffered text stream drops the rest (the print_100mb fixture once counted
+    460 KB short in a batch). The executor's streams write it whole: 64 MiB printed under stops and continues every
+    half millisecond all arrive, where the plain stream lost most of them."""
+    import signal
+
+    code = ("import sys\nfrom evaluator.executor.__main__ import whole_output\nwhole_output()\n"
+            "chunk = 'x' * (1 << 20) + '\\n'\nfor _ in range(64):\n    sys.stdout.write(chunk)\n")
+    proc = subprocess.Popen([sys.executable, "-u", "-c", code], stdout=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    total = 0
+    while True:
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(0.0005)
+        os.kill(proc.pid, signal.SIGCONT)
+        chunk = proc.stdout.read1(1 << 16)
+        if not chunk:
+            break
+        total += len(chunk)
+    assert proc.wait(timeout=60) == 0
+    assert total == 64 * ((1 << 20) + 1)

@@ -12,6 +12,7 @@ code its guard watches (run as `python -m`, this file is `__main__` and holds no
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -28,6 +29,25 @@ from evaluator.wire.records import Containment, Mechanism, Phase
 from evaluator.wire.stage import Stage
 
 
+class WholeWrites(io.FileIO):
+    """A descriptor's writes made whole: a write to a pipe that a hold interrupts (the cgroup freezer, SIGSTOP) returns
+    the part written, and an unbuffered text stream (PYTHONUNBUFFERED) drops the rest. This writes it."""
+
+    def write(self, data) -> int:
+        view, done = memoryview(data).cast("B"), 0
+        while done < len(view):
+            done += super().write(view[done:]) or 0
+        return done
+
+
+def whole_output() -> None:
+    """sys.stdout and sys.stderr, unbuffered as before, over WholeWrites: what the candidate prints is all read."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        setattr(sys, name, io.TextIOWrapper(WholeWrites(fd, "w", closefd=False), encoding=stream.encoding,
+                                            errors=stream.errors, write_through=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--request", required=True)
@@ -36,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exchange", type=int)
     parser.add_argument("--stage", help="FD:BYTES of the stage the referee made (evaluator.wire.stage)")
     args = parser.parse_args(argv)
+    whole_output()
     for name in [k for k in os.environ if any(m in k.upper() for m in serve.SECRET_MARKERS)]:
         del os.environ[name]  # the referee scrubbed them already; this is the second lock
     request_path = Path(args.request)
