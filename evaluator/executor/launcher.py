@@ -126,7 +126,8 @@ def enter_namespaces(report: Report) -> bool:
     return False
 
 
-def _set_pdeathsig() -> None:
+def die_with_parent() -> None:
+    """SIGKILL to this process when the thread that started it exits (PR_SET_PDEATHSIG)."""
     libc_handle().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
@@ -272,7 +273,7 @@ def run_init(argv: list[str], report: Report, channel_fd: int | None, status_fd:
     """PID 1 of the new namespace: starts the worker (PID 2), reaps whatever is orphaned to it, and
     exits when the worker does, which makes the kernel kill everything left in the namespace. Not
     restricted itself, so the worker's Landlock domain cannot signal or trace it."""
-    _set_pdeathsig()
+    die_with_parent()
     if report.proc:
         libc = libc_handle()
         if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
@@ -343,7 +344,7 @@ def main(argv: list[str], run_worker: Callable[[list[str], dict[str, str]], None
     # The launcher dies with whoever started it (the referee, or the parent for a build): its init,
     # and with it the whole namespace, follow. Started by a parent that is already gone: stop here.
     parent = os.getppid()
-    _set_pdeathsig()
+    die_with_parent()
     if os.getppid() != parent:
         os._exit(137)
     plan = json.loads(os.environ.get(PLAN_ENV) or "{}")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
+import fcntl
 import importlib
 import json
 import os
@@ -46,9 +47,9 @@ import time
 import traceback
 from pathlib import Path
 
+from evaluator.executor import launcher
 from evaluator.wire.zygote import EXECUTOR_ARGV, EXECUTOR_MODULES, MAX_FDS, MAX_REQUEST
 
-PR_SET_PDEATHSIG = 1
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -63,12 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--socket", type=int, required=True)
     args = parser.parse_args(argv)
-    # dies with the referee that started it, and its children with it (each dies with this process)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    launcher.die_with_parent()  # with the referee that started it, and its children with it (each dies with this one)
     sock = socket.socket(fileno=args.socket)
     try:
         import_untouched()
-        from evaluator.executor import launcher  # noqa: F401  (the child runs it)
         unfit = fork_unfit()
     except BaseException:
         send(sock, {"error": traceback.format_exc()[-4000:]})
@@ -190,14 +189,14 @@ def become(argv: list[str], env: dict[str, str], cwd: str, nice: int, fds: list[
     for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_DFL)
     os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    launcher.die_with_parent()
     if os.getppid() != zygote:
         os._exit(137)
     # where the command line and stdio name them: first out of the way of every target, then onto it
     null = os.open(os.devnull, os.O_RDONLY)
     targets = {0: null, 1: fds[0], 2: fds[1], **dict(zip(numbers, fds[2:]))}
     floor = max([*targets, *targets.values()]) + 1
-    high = {target: _dup_above(fd, floor) for target, fd in targets.items()}
+    high = {target: fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for target, fd in targets.items()}
     for target, fd in high.items():
         os.dup2(fd, target, inheritable=True)
     for entry in os.listdir("/proc/self/fd"):  # nothing of the zygote's (its socket) and nothing else
@@ -217,15 +216,7 @@ def become(argv: list[str], env: dict[str, str], cwd: str, nice: int, fds: list[
     # as the launcher run as a script has it: never the worker's folder, which the candidate writes (the launcher and
     # the init are not contained; they import nothing once the candidate exists, and must find nothing of it if they did)
     sys.path[0] = str(PROJECT_ROOT)
-    from evaluator.executor import launcher
-
     launcher.main(["--", *argv], run_worker=run_executor)
-
-
-def _dup_above(fd: int, floor: int) -> int:
-    import fcntl
-
-    return fcntl.fcntl(fd, fcntl.F_DUPFD, floor)
 
 
 MADV_POPULATE_WRITE = 23  # Linux 5.14

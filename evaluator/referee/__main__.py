@@ -32,6 +32,7 @@ from evaluator.wire.protocol import JudgeReply, JudgeRequest, RefereeConfig
 from evaluator.wire.zygote import EXECUTOR_MODULES
 from evaluator.wire.records import Phase, Status, Verdict
 
+
 def cache_executor_bytecode() -> None:
     """What every executor imports (EXECUTOR_MODULES), imported here first, so that their bytecode is in the cache
     executors and their zygote read (environment.bytecode_cache) before they start."""

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from evaluator.wire.zygote import EXECUTOR_ARGV, MAX_REQUEST, ZYGOTE_MODULE
+from evaluator.wire.zygote import MAX_REQUEST, ZYGOTE_MODULE
 from evaluator.referee import launch
 from evaluator.referee.environment import bytecode_cache, scrubbed_environment
 
@@ -139,9 +139,8 @@ class Zygote:
     def start(self, argv: list[str], env: Mapping[str, str], cwd: Path, pass_fds: list[int],
               nice: int = 0) -> Forked | None:
         """The executor's launcher forked with this command line, environment, folder and descriptors; None where the
-        zygote is not (or no longer) there, or failed this start (the caller starts it as before)."""
-        if tuple(argv[1:3]) != EXECUTOR_ARGV:
-            return None
+        zygote is not (or no longer) there, or failed this start, a command line not the executor's among the reasons
+        (the caller starts it as before)."""
         if not self.wait_ready():
             return None
         with self.lock:
@@ -199,7 +198,7 @@ def spawn(zygote: Zygote | None, command: list[str], env: Mapping[str, str], cwd
     """The executor's launcher (evaluator.executor.launcher) with the executor's `command`: forked by the zygote, or
     where there is none (or it failed) a fresh interpreter, in a session of its own, stdout and stderr piped."""
     if zygote is not None:
-        forked = zygote.start([sys.executable, *command[1:]], env, cwd, pass_fds, nice)
+        forked = zygote.start(command, env, cwd, pass_fds, nice)
         if forked is not None:
             return forked
     niced = ["nice", "-n", str(nice)] if nice and shutil.which("nice") else []

@@ -1,8 +1,8 @@
 """One executor process, seen from the side that starts it (the referee; the parent for builds).
 
 `ExecutorProcess` starts `evaluator.executor` through the containment launcher (evaluator.executor.launcher; forked
-from the referee's zygote where it has one, evaluator.referee.forking) in a folder of its own, with a scrubbed environment (HOME, TMPDIR and the caches inside that folder), its own session,
-three descriptors (its channel, the referee's commands, the exchange) and nothing else. Its stdout and stderr
+from the referee's zygote where it has one, evaluator.referee.forking) in a folder of its own, with a scrubbed
+environment (HOME, TMPDIR and the caches inside that folder), its own session, three descriptors (its channel, the referee's commands, the exchange) and nothing else. Its stdout and stderr
 belong to the candidate: two threads read them and keep only the last `output_cap` bytes of each. Messages are
 read with a deadline; a phase that overruns it, a compile step over its memory limit, a malformed line or a closed
 channel ends the process (`Ended`, with the reason) and the whole process group and PID namespace are killed. Its
@@ -24,8 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from evaluator.referee import holding, launch
-from evaluator.referee import forking
+from evaluator.referee import forking, holding, launch
 from evaluator.referee.forking import Forked, Zygote
 from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
@@ -35,6 +34,7 @@ from evaluator.wire.exchange import Exchange
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
 from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Go, Put, Reply
 from evaluator.wire.stage import Stage
+from evaluator.wire.zygote import EXECUTOR_ARGV
 
 MEMORY_POLL_S = 0.2   # how often the compile step's memory is read
 MAX_LINE = 16 << 20   # a reply is kilobytes; a longer line is abuse
@@ -219,7 +219,7 @@ class ExecutorProcess:
         channel_r, channel_w = os.pipe()
         commands_r, commands_w = os.pipe()
         pass_fds = [channel_w, commands_r]
-        command = [sys.executable, "-m", "evaluator.executor", "--request", str(request_file), "--fd", str(channel_w),
+        command = [sys.executable, *EXECUTOR_ARGV, "--request", str(request_file), "--fd", str(channel_w),
                    "--commands", str(commands_r)]
         if self.exchange_bytes:
             self._exchange = Exchange.create(self.exchange_bytes)

@@ -10,6 +10,7 @@ from typing import Protocol
 import torch
 
 from evaluator.referee import clock
+from evaluator.referee.forking import Zygote
 from evaluator.referee.keys import Keys
 from evaluator.referee.memory import MemoryPlan
 from evaluator.referee.timing import Timer
@@ -63,6 +64,7 @@ class RefereeView(Protocol):
     reference_kernels: list[str]
     current_round: Round | None
     calibrator: CalibratorView
+    zygote: Zygote | None  # what its executors are forked from (evaluator.referee.forking)
 
     @property
     def exchange_bytes(self) -> int: ...
