@@ -27,6 +27,7 @@ from evaluator.referee.environment import bytecode_cache, scrubbed_environment
 START_ENV = "HARNESS_EXECUTOR_START"  # `exec`: every executor a fresh interpreter (no zygote)
 READY_WAIT_S = 300.0  # its imports (with a cold bytecode cache on a busy machine: tens of seconds)
 STARTED_WAIT_S = 30.0
+CLOSE_WAIT_S = 5.0
 
 
 def wanted() -> bool:
@@ -177,7 +178,10 @@ class Zygote:
         return None
 
     def close(self) -> None:
+        """Once its children have exited (a judged executor's exit may still be awaited for its verdict: each dies
+        with the zygote, which exits at once when its socket closes), at most CLOSE_WAIT_S."""
         with self.lock:
+            self.arrived.wait_for(lambda: not self.children or self.ready is False, CLOSE_WAIT_S)
             self.error = self.error or "closed"
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
