@@ -320,6 +320,20 @@ def test_run_takes_evals_judging_options(cfg):
         (["eager"], 7, 120.0, 45.0, 1)
 
 
+def test_the_timing_budget_default_is_the_environments_where_it_is_set(monkeypatch):
+    """HARNESS_TIMING_BUDGET_S sets EvalOptions' default (this session's is 0.2 without a GPU); one given wins; a value
+    that is no number says so."""
+    from evaluator.parent.sandbox import TIMING_BUDGET_ENV, EvalOptions
+
+    monkeypatch.delenv(TIMING_BUDGET_ENV, raising=False)
+    assert EvalOptions().timing_budget_s == 2.0
+    monkeypatch.setenv(TIMING_BUDGET_ENV, "0.5")
+    assert EvalOptions().timing_budget_s == 0.5 and EvalOptions(timing_budget_s=3.0).timing_budget_s == 3.0
+    monkeypatch.setenv(TIMING_BUDGET_ENV, "two")
+    with pytest.raises(ValueError, match="HARNESS_TIMING_BUDGET_S='two' is not a number of seconds"):
+        EvalOptions()
+
+
 def test_replies_asked_ahead_hand_their_extensions_to_the_batch_before_gated_by_their_own_problem(tmp_path, monkeypatch):
     """`run --problems`: a problem's replies asked ahead (while the one before it runs) are parsed, and the candidates
     its own gate lets run and that call for an extension are handed out once, to be built by the batch before
