@@ -279,10 +279,10 @@ class Store:
                 raise StoreError(
                     f"the result store {self.path} has schema version {version}, newer than this harness "
                     f"reads ({STORE_SCHEMA_VERSION}); upgrade kernelharness or use another --store")
-        if version is None:  # a new store
-            self.db.executescript(_SCHEMA)
-            with self.db:
-                self.db.execute("INSERT INTO schema_version (version) VALUES (?)", (STORE_SCHEMA_VERSION,))
+        if version is None:  # a new store, made in one transaction: never half made, and one sync to disk (a
+            # transaction for each of its 24 statements took 0.34 s)
+            self.db.executescript(f"BEGIN;\n{_SCHEMA}\nINSERT INTO schema_version (version) VALUES "
+                                  f"({int(STORE_SCHEMA_VERSION)});\nCOMMIT;")
             return
         with self.db:  # one transaction: a migration is never left half done
             for target, statements in _MIGRATIONS:
