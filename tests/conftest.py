@@ -146,8 +146,10 @@ def pytest_configure(config):
     """Set before collection, so that modules imported while collecting see it too."""
     folder = Path(tempfile.mkdtemp(prefix="kernelharness-tests-"))
     config.stash[_session_folder] = folder
-    _SESSION_ENV.setenv("HARNESS_CACHE_DIR", os.environ.get("KERNELHARNESS_TEST_CACHE_DIR") or shared_build_cache(folder))
-    _SESSION_ENV.setenv("MPLCONFIGDIR", str(folder / "matplotlib"))
+    cache = os.environ.get("KERNELHARNESS_TEST_CACHE_DIR") or shared_build_cache(folder)
+    _SESSION_ENV.setenv("HARNESS_CACHE_DIR", cache)
+    # matplotlib's font list, made once (0.5 s) and kept with the builds, never in the user's own ~/.cache/matplotlib
+    _SESSION_ENV.setenv("MPLCONFIGDIR", str(Path(cache) / "matplotlib"))
     # no batch precompiles torch's headers (0.8 GB and a minute of a core each); tests/test_headers.py does
     _SESSION_ENV.setenv("KERNELHARNESS_PCH", "0")
     for name in USER_SETTINGS:

@@ -397,7 +397,8 @@ def test_each_side_is_stopped_through_the_other_sides_windows():
 
 def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):
     """The first round is not measured cold: each baseline runs untimed first (at least the warm-up's
-    calls); later rounds need no such run."""
+    calls), for FIRST_ROUND_WARM_S before the calibrator's start (which waits for the zygote's imports), then the
+    warm-up's calls just before it is timed; later rounds need no such run."""
     from evaluator.referee import referee as referee_module
 
     monkeypatch.setattr(referee_module, "FIRST_ROUND_WARM_S", 0.05)
@@ -407,10 +408,13 @@ def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):
     monkeypatch.setattr(referee.baseline_model, "forward", lambda *a: calls.append(1) or forward(*a))
     warmed = []
     real_warm = referee.warm_baselines
-    monkeypatch.setattr(referee, "warm_baselines", lambda: warmed.append(len(calls)) or real_warm())
+    monkeypatch.setattr(referee, "warm_baselines",
+                        lambda early=False: warmed.append((early, len(calls))) or real_warm(early))
     referee.ensure_round()
     referee.baseline_round()
-    assert warmed == [0] and len(referee.rounds) == 2  # once, before anything of the first round was timed
+    # early, before anything of the first round was timed, then in the round only: never in the second
+    assert [early for early, _ in warmed] == [True, False] and warmed[0][1] == 0 and len(referee.rounds) == 2
+    assert referee.warm_seconds("eager") == 0.0 and referee.warmed_early == {"eager"}
     timed_calls = sum(r.baselines["eager"]["reps"] + r.baselines["eager"]["warmup"] for r in referee.rounds)
     # the untimed run (at least the warm-up's calls; more within FIRST_ROUND_WARM_S) came on top of the rounds'
     assert len(calls) >= timed_calls + referee.timer.warmup

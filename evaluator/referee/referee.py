@@ -46,7 +46,7 @@ from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
 from evaluator.referee.process import ExecutorProcess, pause_all, resume_all
 from evaluator.referee.settling import settle
-from evaluator.referee.timing import Call, Timer, quantile, summarize
+from evaluator.referee.timing import Call, Timer, summarize
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
@@ -114,6 +114,7 @@ class Referee:
         del probe, sample, out
         self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
         self.compiled: dict[str, torch.nn.Module] = {}
+        self.warmed_early: set[str] = set()  # baselines the first round warmed while the zygote imported
         self.rounds: list[BaselineRound] = []
         self.current_round: Round | None = None
         self.cache_dropped: str | None = None  # why the stored baselines no longer stand (a spot check moved)
@@ -200,26 +201,6 @@ class Referee:
             self.idle_probe = torch.zeros(1, device=self.device)
         return clock.device_idle(self.idle_probe, limit_s)
 
-    @staticmethod
-    def profile_windows(name: str, candidate: list[clock.Clocked], calibrator: list[clock.Clocked]) -> None:
-        """Where a candidate's windows and the calibrator's beside them spent their time (PROFILE_DIR):
-        the quartiles of each step, and of the executors' reports."""
-        if not PROFILE_DIR:
-            return
-
-        def quartiles(values: list[float]) -> list[float]:
-            return [round(quantile(values, q), 4) for q in (0.25, 0.5, 0.75)] if values else []
-
-        record = {"event": "windows", "name": name}
-        for role, windows in (("candidate", candidate), ("calibrator", calibrator)):
-            steps = [w.steps for w in windows if len(w.steps) == 4]
-            record[role] = {step: quartiles([s[i] for s in steps])
-                            for i, step in enumerate(("staged", "go", "put", "copied"))}
-            record[role]["window"] = quartiles([w.ms for w in windows])
-            record[role]["events"] = quartiles([w.go.events_ms[0] for w in windows if w.go.events_ms])
-            record[role]["host"] = quartiles([w.go.host_ms[0] for w in windows if w.go.host_ms])
-        profile_log(record)
-
     # -- baselines ---------------------------------------------------------------------------------
 
     def ensure_round(self) -> None:
@@ -233,6 +214,8 @@ class Referee:
         """Every baseline timed once more (or stored figures spot-checked), and the loop's own cost per call. No
         executor runs meanwhile: those started ahead are stopped (torch.compile compiles before that)."""
         started = time.perf_counter()
+        if not self.rounds:
+            self.warm_baselines(early=True)
         self.calibrator.start_early()
         self.compile_baselines()
         self.start_ahead(self.queued())  # requests that came while it compiled: their imports overlap the round
@@ -253,12 +236,18 @@ class Referee:
             if name.startswith("compile") and name not in self.compiled:
                 self.run_untimed(name, calls=1)
 
-    def warm_baselines(self) -> None:
+    def warm_baselines(self, early: bool = False) -> None:
         """Before the batch's first round: each baseline runs untimed for FIRST_ROUND_WARM_S (at least the
         warm-up's calls), so the first round is not measured cold (thread pools, allocator, clocks: on a
-        CPU the first round once read eager at 8.9 ms and the next at 1.2, a fake 5.9x for a candidate)."""
-        for name in self.config.baselines:
-            self.run_untimed(name, calls=self.timer.warmup, seconds=FIRST_ROUND_WARM_S)
+        CPU the first round once read eager at 8.9 ms and the next at 1.2, a fake 5.9x for a candidate).
+        `early`, those that need no torch.compile, before the calibrator's start, which waits for the zygote's
+        imports (1-2 s on 2 cores): the round then runs only the warm-up's calls of these."""
+        for name in [n for n in self.config.baselines if not (early and (n.startswith("compile") or n in self.warmed_early))]:
+            self.run_untimed(name, calls=self.timer.warmup, seconds=self.warm_seconds(name))
+            self.warmed_early |= {name} if early else set()
+
+    def warm_seconds(self, name: str) -> float:
+        return 0.0 if name in self.warmed_early else FIRST_ROUND_WARM_S
 
     def run_untimed(self, name: str, calls: int, seconds: float = 0.0) -> None:
         """Baseline `name` run untimed on one draw of inputs, `calls` times and for at least `seconds`, the
@@ -323,7 +312,7 @@ class Referee:
 
     def stored_figures(self) -> dict[str, TimingStats] | None:
         """The stored figures where they stand (evaluator.referee.stored); None: every baseline is to be timed."""
-        return stored_baselines.stored_figures(self, FIRST_ROUND_WARM_S)
+        return stored_baselines.stored_figures(self)
 
     def baseline_callable(self, name: str) -> torch.nn.Module:
         tf32 = name.endswith("_tf32")
@@ -430,6 +419,8 @@ class Referee:
         next candidate's start, and are over before anything is timed (`exclusive`)."""
         steps = {"begin": time.perf_counter()}  # the referee's own steps, for the profile
         if not request.compile_only:
+            if not self.rounds:  # before the executors' start, which waits for the zygote's imports
+                self.warm_baselines(early=True)
             self.start_ahead([request, *upcoming])  # its own executor too: it imports while a round compiles
             self.ensure_round()
         steps["round"] = time.perf_counter()

@@ -38,7 +38,7 @@ def spot_check(name: str, measured: TimingStats, stored: TimingStats, note: str)
     return False, f"{said}: {why}, so every baseline is timed in this batch from this round on"
 
 
-def stored_figures(referee, warm_s: float) -> dict[str, TimingStats] | None:
+def stored_figures(referee) -> dict[str, TimingStats] | None:
     """The stored figures (RefereeConfig.cached_baselines) where they stand for `referee` (evaluator.referee.referee
     .Referee): its spot checks each within the bounds. None: every baseline is to be timed (and, once a spot check
     failed, for the rest of the batch: `referee.cache_dropped` says why)."""
@@ -50,7 +50,7 @@ def stored_figures(referee, warm_s: float) -> dict[str, TimingStats] | None:
     said: list[str] = []
     for name in spot_checked(config.baselines, first_round=not referee.rounds):
         try:
-            referee.run_untimed(name, calls=referee.timer.warmup, seconds=warm_s if not referee.rounds else 0.0)
+            referee.run_untimed(name, calls=referee.timer.warmup, seconds=referee.warm_seconds(name) if not referee.rounds else 0.0)
             measured = referee.time_baseline(name)
         except Exception as err:
             referee.cache_dropped = referee.cached_said = f"stored figures dropped: `{name}` failed ({err})"[:300]

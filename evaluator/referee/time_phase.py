@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from evaluator.referee import clock, compare, holding
+from evaluator.referee import clock, compare, holding, tuning
 from evaluator.referee import inputs as draws
 from evaluator.referee.timing import physical_floor_ms, quantile, summarize
 from evaluator.wire import tensors as cmp
@@ -151,7 +151,7 @@ class Series:
             session.add([Flag(name="uncalibrated", reason=(
                 f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
                 "times are whole windows, longer than the calls"))])
-        referee.profile_windows(session.name, windows, beside)
+        tuning.profile_windows(session.name, windows, beside)
         return summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start), cost
 
     def run(self, count: int, calls: int, beside: bool = True) -> None:

@@ -14,5 +14,27 @@ PROFILE_DIR = os.environ.get("KH_REFEREE_PROFILE")
 def profile_log(record: dict) -> None:
     """One line of the tuning diagnostics (PROFILE_DIR), never read by the evaluator."""
     if PROFILE_DIR:
+        Path(PROFILE_DIR).mkdir(parents=True, exist_ok=True)  # a folder named but not made must not fail a batch
         with open(Path(PROFILE_DIR) / f"referee-{os.getpid()}.jsonl", "a") as log:
             log.write(json.dumps(record) + "\n")
+
+
+def profile_windows(name: str, candidate: list, calibrator: list) -> None:
+    """Where a candidate's windows and the calibrator's beside them spent their time (PROFILE_DIR):
+    the quartiles of each step, and of the executors' reports."""
+    if not PROFILE_DIR:
+        return
+    from evaluator.referee.timing import quantile  # torch: this module is imported before the zygote starts
+
+    def quartiles(values: list[float]) -> list[float]:
+        return [round(quantile(values, q), 4) for q in (0.25, 0.5, 0.75)] if values else []
+
+    record = {"event": "windows", "name": name}
+    for role, windows in (("candidate", candidate), ("calibrator", calibrator)):
+        steps = [w.steps for w in windows if len(w.steps) == 4]
+        record[role] = {step: quartiles([s[i] for s in steps])
+                        for i, step in enumerate(("staged", "go", "put", "copied"))}
+        record[role]["window"] = quartiles([w.ms for w in windows])
+        record[role]["events"] = quartiles([w.go.events_ms[0] for w in windows if w.go.events_ms])
+        record[role]["host"] = quartiles([w.go.host_ms[0] for w in windows if w.go.host_ms])
+    profile_log(record)
