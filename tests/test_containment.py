@@ -108,6 +108,7 @@ for path in ['{tmp_path}/store', '/etc/shadow']:
     assert not (tmp_path / "outside").exists()
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_the_bytecode_cache_is_read_by_the_worker_and_never_written(tmp_path):
     """PYTHONPYCACHEPREFIX (environment.bytecode_cache) sits in the protected build cache: the worker reads
     the bytecode there and the interpreter uses it, and can neither change it nor add to it."""
@@ -637,7 +638,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 @pytest.mark.parametrize("by_tree", [True, False], ids=["process-tree", "session-scan"])
 def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group_after_the_first(tmp_path, by_tree):
     """What the attacker did (issue 21's review): processes forked after the first hold that setpgid out of
@@ -665,7 +666,7 @@ def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group
         proc.wait(timeout=30)
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_executors_paused_for_another_candidate_are_stopped_whole_and_continued_whole(tmp_path):
     """pause_all (executors started ahead, while another candidate or the baselines are timed) finds them as
     a hold does, processes out of the group included, and resume_all continues every one."""

@@ -70,7 +70,7 @@ def test_retry_delays_grow_with_jitter():
     assert policy.delay(1, retry_after=999.0, rng=rng) == 10.0   # but capped
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_protocol():
     assert isinstance(ReplayProvider("."), Provider)
     assert isinstance(make_provider("m", base_url="http://127.0.0.1:9/v1", api_key="k"), OpenAIProvider)
@@ -140,7 +140,7 @@ def test_retries_then_outcomes():
     assert len(waits) == 1 + 2 + 2 and provider.fatal is None
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_auth_error_is_fatal_once():
     with FakeOpenAIServer(lambda s, a, b: Reply(401, error_body("Incorrect API key provided"))) as server:
         provider = OpenAIProvider(base_url=server.url, api_key="bad", concurrency=1, retry=FAST)
@@ -163,7 +163,7 @@ def test_unreachable_server_is_fatal():
     assert all(r.error is not None for r in results)
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_concurrency_is_bounded():
     with FakeOpenAIServer(lambda s, a, b: Reply(body=chat_completion("x"), delay_s=0.2)) as server:
         provider = OpenAIProvider(base_url=server.url, api_key="k", concurrency=2, retry=FAST)

@@ -607,6 +607,7 @@ def test_the_checks_switch_the_fill_on_for_one_call_and_blame_the_candidate_for_
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_the_checks_flag_a_candidate_that_switches_the_fill_off_and_an_eval_mode_failure():
     before = cmp.fill_settings()
     session, _, result = local_executor.checked(_SwitchesTheFillOff)
@@ -619,6 +620,7 @@ def test_the_checks_flag_a_candidate_that_switches_the_fill_off_and_an_eval_mode
     assert result.stop is None and not result.correctness.eval_mode.tiers["loose"]
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 @pytest.mark.parametrize("model_class, honest", [(_Honest, True), (_FrozenStats, False)])
 def test_buffers_after_timing_are_what_replaying_the_calls_gives(model_class, honest):
     from evaluator.referee.session import Judged

@@ -60,6 +60,7 @@ def test_the_fifo_is_private_to_this_user(jobserver):
     assert not folder.exists()
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 @needs_ninja
 def test_ninja_runs_no_more_jobs_than_the_budget_allows(tmp_path, jobserver):
     """Eight jobs of a fifth of a second under a budget of four, two builds in flight (this ninja and another that

@@ -224,7 +224,7 @@ def _count(path: Path) -> int:
     return int.from_bytes(path.read_bytes()[:8], "little")
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 @needs_cgroups
 def test_a_frozen_executor_runs_nothing_until_thawed_whatever_its_timer_sends(tmp_path):
     group = cgroups.Group.create(None, "test")
@@ -253,6 +253,7 @@ def test_a_frozen_executor_runs_nothing_until_thawed_whatever_its_timer_sends(tm
         group.remove(wait_s=5)
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_a_stopped_executor_that_runs_in_a_hold_is_always_seen(tmp_path, monkeypatch):
     """Without a cgroup: SIGSTOP, a thread in the kernel is not held until it has stopped, and every thread's
     run time is read before and after; the process runs during a hold only where ran_since says so (or the
@@ -283,7 +284,7 @@ def test_a_stopped_executor_that_runs_in_a_hold_is_always_seen(tmp_path, monkeyp
         proc.wait(timeout=30)
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_a_held_spinner_nothing_continued_is_never_said_to_have_run(tmp_path):
     """The run times read as a hold settles are those of threads that have switched out: 200 holds of a
     process spinning when held, none of them said to have run (issue 32: an honest CUDA candidate was)."""

@@ -150,6 +150,7 @@ def test_a_silent_executor_runs_out_of_time():
     assert ended.value.reason == "timeout"
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_a_paused_executors_memory_is_not_scanned_until_it_is_continued(monkeypatch):
     from evaluator.referee import process as process_module
 
@@ -365,7 +366,7 @@ def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
     assert events == ["hold", "window", "release"]
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_each_side_is_stopped_through_the_other_sides_windows():
     from evaluator.referee.time_phase import BACK_TO_BACK_WINDOWS, time_phase
     from evaluator.wire.protocol import Go, Put

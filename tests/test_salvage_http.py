@@ -221,7 +221,7 @@ def test_the_next_turn_starts_from_the_salvaged_reply(tmp_path, strategy):
 
 # -- what the board shows ------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_the_board_shows_tokens_per_sample_and_per_correct_candidate_and_the_cost(tmp_path):
     prices = {"cutting-model": TokenPrices(prompt=0.5, completion=2.0)}
     with FakeOpenAIServer(model()) as server:

@@ -164,7 +164,7 @@ def test_a_restarted_server_finishes_the_jobs_it_had_accepted(tmp_path):
     assert sorted(CountingJudge.calls) == [f"S{i}" for i in range(5)]
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_twenty_clients_hundreds_of_jobs_and_a_restart_lose_nothing_and_judge_nothing_twice(tmp_path):
     store = tmp_path / "r.sqlite"
     CountingJudge.calls, CountingJudge.delay_s = [], 0.002
@@ -197,7 +197,7 @@ def test_twenty_clients_hundreds_of_jobs_and_a_restart_lose_nothing_and_judge_no
         assert db.db.execute("SELECT COUNT(*), SUM(judged), COUNT(DISTINCT key) FROM jobs").fetchone() == (240, 240, 240)
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_a_worker_per_lane_judges_at_once_one_candidate_a_lane_and_a_source_once(tmp_path):
     """`harness serve --gpus 0,1,2`: three workers, worker i on lane i of every judge (one candidate at a time on
     each GPU, whatever the problem); two clients sending the same sources are two jobs and one judgement each,
@@ -319,6 +319,7 @@ def test_a_lone_surrogate_is_a_422_and_warm_judges_are_bounded(tmp_path):
     assert len(svc.judges) == service_module.MAX_JUDGES and len(closed) == 2 + service_module.MAX_JUDGES
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_on_ray_one_judge_at_a_time_holds_the_clusters_gpus(tmp_path):
     """A Ray judge's actors keep the cluster's GPUs until it closes: a second problem's judge would wait for GPUs
     forever. Its worker waits until the first judge is let go; that one is closed before the next is made."""

@@ -203,7 +203,7 @@ def test_eval_across_problems_judges_each_file_against_its_own_problem(tmp_path)
     assert firsts[1]["status"] == "incorrect" and firsts[0]["status"] == "correct"
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_the_html_report_opens_with_the_suite_board():
     from harness.results.report import render_report
 

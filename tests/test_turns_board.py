@@ -313,6 +313,7 @@ def md_header(text: str, title: str) -> str:
     return next(line for line in section.splitlines() if line.startswith("| "))
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_formats_show_turns_only_when_a_board_has_them(turns_store, single_store):
     md = lb(turns_store, "--format", "md")
     assert md_header(md, "## Leaderboard on").startswith("| rank | candidate | turn | parent | model |")
@@ -363,7 +364,7 @@ def images(html: str) -> dict[str, bytes]:
             for alt, src in re.findall(r"<img alt='([^']*)' src='([^']*)'>", html)}
 
 
-@pytest.mark.slow  # over 0.8 s: out of the fast subset
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_report_draws_speedup_against_turn(turns_store, single_store):
     with Store(turns_store) as store:
         boards = build_boards(store)

@@ -111,6 +111,7 @@ def test_the_zygote_imports_without_asking_the_cuda_driver_so_its_forks_can_use_
     assert result.stdout.splitlines() == ["None", "a fork of the zygote could not use CUDA"], result.stdout
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_a_fork_makes_the_pages_it_shares_with_its_parent_its_own_and_leaves_the_untouched_ones_alone():
     """own_pages: a forked executor copies every page it shares with the zygote at once (as an executor started afresh
     has them), so no later write (inside a clocked window) is a copy-on-write fault; a mapped page never touched stays
