@@ -105,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     channel.reply(reply)
     if reply.error is None and not request.compile_only and commands is not None:
         for line in commands:
+            received = time.perf_counter()
             command = COMMAND.validate_json(line)
-            channel.reply(executor.handle(command))
+            handled = executor.handle(command)
+            handled.handled_ms = (time.perf_counter() - received) * 1e3
+            channel.reply(handled)
             if isinstance(command, Finish):
                 break
             if isinstance(command, (Go, Put)) and request.device == "cuda":

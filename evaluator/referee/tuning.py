@@ -37,4 +37,7 @@ def profile_windows(name: str, candidate: list, calibrator: list) -> None:
         record[role]["window"] = quartiles([w.ms for w in windows])
         record[role]["events"] = quartiles([w.go.events_ms[0] for w in windows if w.go.events_ms])
         record[role]["host"] = quartiles([w.go.host_ms[0] for w in windows if w.go.host_ms])
+        record[role]["go_handled"] = quartiles([w.go.handled_ms for w in windows if w.go.handled_ms is not None])
+        record[role]["put_handled"] = quartiles([w.put.handled_ms for w in windows
+                                                 if w.put is not None and w.put.handled_ms is not None])
     profile_log(record)

@@ -204,6 +204,9 @@ class Reply(Message):
         "go, CUDA: the forward's time by device events (the executor's testimony: checked, never ranked)."))
     host_ms: list[float] = Field(default_factory=list, description=(
         "go: the forward's time by the executor's host clock, to the device's synchronize (testimony too)."))
+    handled_ms: float | None = Field(None, description=(
+        "The executor's host ms from reading the command to writing this reply (a diagnostic for tuning, logged by a "
+        "profiling referee and never judged): the rest of the referee's turn is the pipe's."))
     kernels: list[str] = Field(default_factory=list, description="profile: what the forward launched, in order.")
     kernel_times_us: list[float] = Field(default_factory=list, description=(
         "profile, CUDA: each of `kernels`' device time (µs, the profiler's), in the same order; empty on the CPU."))

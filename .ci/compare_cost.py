@@ -1,0 +1,52 @@
+"""What the referee's per-call work costs on a GPU at `kernelbench` (issue 36): the float64 replay of one call,
+compare_tensor on its output and buffers, one combined variant, and the host exchange's copies against a
+device-to-device one. Prints a table of median milliseconds."""
+import statistics, sys, time
+import torch
+sys.path.insert(0, ".")
+from evaluator.referee import compare
+from evaluator.wire.exchange import Exchange
+from evaluator.wire.problem import load_problem
+
+def ms(fn, reps=10):
+    fn(); torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter(); fn(); torch.cuda.synchronize(); out.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(out)
+
+problem = load_problem("gemm_scale_bn")
+tol = problem.tolerances
+sys.path.insert(0, "reference/gemm_scale_bn")
+import model as ref
+torch.manual_seed(0)
+m64 = ref.Model(4096, 4096, (4096,)).cuda().double().train()
+m32 = ref.Model(4096, 4096, (4096,)).cuda().train()
+x = torch.randn(16384, 4096, device="cuda")
+rows = []
+with torch.no_grad():
+    rows.append(("float64 replay (forward, train)", ms(lambda: m64(x.double()))))
+    rows.append(("fp32 forward", ms(lambda: m32(x))))
+    exp = m64(x.double()); out = m32(x)
+    rows.append(("compare_tensor(output)", ms(lambda: compare.compare_tensor("output", out, exp, tol, 1e-4))))
+    rm = m64.bn.running_mean.clone()
+    rows.append(("compare_tensor(running_mean)", ms(lambda: compare.compare_tensor("rm", m32.bn.running_mean, rm, tol, 1e-4))))
+    def combined():
+        got = out.double(); diff = (got - exp).abs_(); ref_abs = exp.abs()
+        stats = [torch.isfinite(out).all(), diff.amax(), (diff / ref_abs.clamp_min(1e-4)).amax()]
+        stats += [(diff - ref_abs * t.rtol).amax() for t in tol.values()]
+        return torch.stack([s.double() for s in stats]).tolist()
+    rows.append(("combined, one sync", ms(combined)))
+    ex = Exchange.create(1 << 30); pinned = ex.pin()
+    slots = ex.write([("input.0", x)])
+    rows.append((f"exchange.write 256 MB (pinned {pinned})", ms(lambda: ex.write([("input.0", x)]))))
+    rows.append((f"exchange.read 256 MB to cuda (pinned {pinned})", ms(lambda: ex.read(slots[0], "cuda"))))
+    ex2 = Exchange.create(1 << 30)
+    slots2 = ex2.write([("input.0", x)])
+    rows.append(("exchange.write 256 MB (pageable)", ms(lambda: ex2.write([("input.0", x)]))))
+    rows.append(("exchange.read 256 MB to cuda (pageable)", ms(lambda: ex2.read(slots2[0], "cuda"))))
+    y = torch.empty_like(x)
+    rows.append(("device-to-device copy 256 MB", ms(lambda: y.copy_(x))))
+print(torch.cuda.get_device_name())
+for name, v in rows:
+    print(f"{name:50s} {v:8.3f} ms")
