@@ -9,6 +9,7 @@ import contextlib
 import copy
 import math
 import os
+import statistics
 
 import torch
 
@@ -36,16 +37,20 @@ WINDOW_OVER_COST = 20
 # reading every input set) or overlap them on streams of its own, and the window would time that, not the
 # calls a loop makes one after another (an attacker's review of issue 33's first windows, which ranked).
 BACK_TO_BACK_WINDOWS = 2
-# The calibrator's calls keep the device busy at most this long each (`pace`): enough to hide the executor's
-# host steps between calls (tens to hundreds of microseconds), without doubling a long call's window.
-PACE_CAP_MS = float(os.environ.get("KH_PACE_CAP_MS", "1.0"))  # the variable: for tuning (.ci/window_gap.py) alone
+# The calibrator's calls keep the device busy as long as the candidate's call beside them (`Series.pace_for`), at
+# most this long: a window around a longer device call costs more (on an H100 at `kernelbench`, calls paced to 1 ms
+# read the golden kernels 11-14% above their events and the replay's candidate 6%; paced to the call, 0.0-0.4%:
+# .ci/window_gap.py), and past 50 ms that difference is under 2% of the call.
+PACE_CAP_MS = float(os.environ.get("KH_PACE_CAP_MS", "50"))  # the variable: for tuning (.ci/window_gap.py) alone
+# The cost a pace is worked out with: the median of the calibrator's last windows (each paced already).
+PACE_COSTS = 5
 
 # ------------------------------------------------------------------------------------------ time
 
 def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     """Warm-up windows, then the timed series, one call a window, every window clocked by the referee
     (evaluator.referee.clock: its inputs written into the stage and the call's output and buffers copied out
-    inside it), each followed by a window of the calibrator on the same inputs (paced: `pace`), with the
+    inside it), each followed by a window of the calibrator on the same inputs (paced: `Series.pace_for`), with the
     candidate's processes held and the device idle: what a window costs, measured in the same pattern and
     the same minute. Then BACK_TO_BACK_WINDOWS windows of K calls back to back (K: `window_calls`, at least
     2), as a training loop makes them: compared, never ranked. Every clocked call's output and buffers are
@@ -59,7 +64,6 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
         last, beside = series.windows[-1], series.costs[-1] if series.costs else None
-        series.pace_ms = pace(referee, last, beside)
         timed = series.timed()
         timing, cost = series.figures(timed)
         together = max(2, window_calls(referee, last, beside))
@@ -99,20 +103,6 @@ def window_calls(referee: RefereeView, last: clock.Clocked, beside: clock.Clocke
     return max(1, min(referee.layout.sets, math.ceil(WINDOW_OVER_COST * cost / call)))
 
 
-def pace(referee: RefereeView, last: clock.Clocked, beside: clock.Clocked | None) -> float:
-    """How long each of the calibrator's calls is to keep the device busy: the candidate's call by the referee's
-    clock (the last warm-up window less its cost), less the calibrator's own copy, at most PACE_CAP_MS. Then
-    the host's steps between calls overlap device work in the calibrator's windows as in the candidate's, and
-    the cost taken off is the part of a window that overlaps nothing (with calls of a copy only, the
-    calibrator's host steps were all cost, and a long call's figure read low: 18% under its events at
-    `wide` on an H200)."""
-    cost = warm_cost(referee, beside)
-    if cost is None or referee.device != "cuda":
-        return 0.0
-    own = beside.reported_ms if beside is not None and beside.reported_ms is not None else 0.0
-    return min(PACE_CAP_MS, max(0.0, last.ms - cost - own))
-
-
 class Series:
     """A candidate's clocked windows, each beside a calibrator window and compared as soon as it is over."""
 
@@ -125,7 +115,7 @@ class Series:
         self.later = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
         self.windows: list[clock.Clocked] = []
         self.costs: list[clock.Clocked] = []  # the calibrator's windows beside them
-        self.pace_ms = 0.0                    # the device time each of the calibrator's calls takes (`pace`)
+        self.paces: list[float] = []          # the device time each of the calibrator's calls was to take (`pace_for`)
         self.count = 0                        # clocked calls made
 
     def timed(self) -> slice:
@@ -188,7 +178,8 @@ class Series:
             self.windows.append(clocked)
             with held(session.link):
                 idle(session, f"after {what} had returned")
-                beside = referee.calibrator.window(input_sets, self.pace_ms)
+                paced = self.pace_for(clocked)
+                beside = referee.calibrator.window(input_sets, paced)
                 idle(session, f"through the calibrator's window after {what}")
                 ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
                 if ran:
@@ -198,7 +189,29 @@ class Series:
                         "be trusted"))
             if beside is not None:
                 self.costs.append(beside)
+                self.paces.append(paced)
             self.compare(clocked, input_sets)
+
+    def pace_for(self, clocked: clock.Clocked) -> float:
+        """How long each call of the calibrator's window beside `clocked` is to keep the device busy (CUDA): the
+        candidate's call in it by the referee's clock (the window less the median cost of the calibrator's last
+        PACE_COSTS windows, else the round's), less the calibrator's own copy, at most PACE_CAP_MS. So each of
+        its windows costs what the window beside it costs around a call of that length: the executor's host
+        steps overlap device work alike, and a longer device call makes the window around it dearer (`PACE_CAP_MS`).
+        Each pair is matched on its own: a candidate slow in some windows makes only the calibrator's windows
+        beside those dearer, and the median cost, taken off every window, stays that of its usual call (one
+        pace for the whole series, from the warm-up, let a candidate slow in its warm-up make every window's
+        cost dearer and its figure smaller)."""
+        referee = self.session.referee
+        if referee.device != "cuda":
+            return 0.0
+        recent = [(c.ms - c.reported_ms, c.reported_ms / c.calls - pace)
+                  for c, pace in zip(self.costs[-PACE_COSTS:], self.paces[-PACE_COSTS:]) if c.reported_ms is not None]
+        cost = statistics.median(c for c, _ in recent) if recent else warm_cost(referee, None)
+        if cost is None:
+            return 0.0
+        own = recent[-1][1] if recent else 0.0  # the calibrator's own device work beyond its pace (its copy)
+        return min(PACE_CAP_MS, max(0.0, clocked.per_call_ms - cost - max(own, 0.0)))
 
     def compare(self, clocked: clock.Clocked, input_sets: list[list]) -> None:
         """Every call of a window: its output and buffers (the referee's copy, made inside the window) against the
