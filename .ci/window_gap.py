@@ -1,10 +1,10 @@
 """Where a candidate's window costs more than the calibrator's beside it (issue 33): each FILE judged at one size
-with `harness eval --json`, once per calibrator pace cap (KH_PACE_CAP_MS), the referee profiling its windows
+with `harness eval --json`, once per mode (tuning variables such as KH_PACE_CAP_MS), the referee profiling its windows
 (KH_REFEREE_PROFILE). Prints each candidate's ranked median against its device events, then the median of each
 window step for it and for the calibrator beside it (ms): inputs staged, go (and the executor's own part of it,
 and its forward by host clock and by events), put (and the executor's part), copied out.
 
-    python3 .ci/window_gap.py --size kernelbench --caps 1,100 --out DIR FILE...
+    python3 .ci/window_gap.py --size kernelbench --modes "KH_PACE_CAP_MS=1;KH_PACE_CAP_MS=50" --out DIR FILE...
 """
 import argparse
 import json
@@ -19,13 +19,14 @@ STEPS = ("staged", "go", "go_handled", "host", "events", "put", "put_handled", "
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="kernelbench")
-    parser.add_argument("--caps", default="1,100")
+    parser.add_argument("--modes", default="KH_PACE_CAP_MS=1;KH_PACE_CAP_MS=50")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
-    for cap in args.caps.split(","):
+    for index, mode in enumerate(args.modes.split(";")):
+        cap = f"{index}"
         profile = args.out / f"gap-profile-{cap}"
-        env = {**os.environ, "KH_PACE_CAP_MS": cap, "KH_REFEREE_PROFILE": str(profile)}
+        env = {**os.environ, **dict(kv.split("=", 1) for kv in mode.split(",") if kv), "KH_REFEREE_PROFILE": str(profile)}
         proc = subprocess.run([sys.executable, "-m", "harness", "eval", "--json", "--no-store", "--size", args.size,
                                *args.files], capture_output=True, text=True, timeout=900, env=env)
         (args.out / f"gap-{cap}.log").write_text(proc.stdout + "\n---- stderr\n" + proc.stderr)
@@ -40,7 +41,7 @@ def main() -> None:
                 r = json.loads(line)
                 if r.get("event") == "windows":
                     windows[Path(r["name"]).stem] = r
-        print(f"== pace cap {cap} ms, size {args.size}")
+        print(f"== mode {index} ({mode}), size {args.size}")
         for name, v in verdicts.items():
             check = v.get("timing_check") or {}
             ranked, events = v.get("runtime_ms"), check.get("reported_median_ms")

@@ -683,7 +683,11 @@ def test_the_referees_clock_rejects_reported_times_it_cannot_account_for():
     assert cross_check(_windows([1.87] * 40, [0.19] * 40), cost(1.51), "cuda").agrees
     assert not cross_check(_windows([1.93] * 40, [0.013] * 40), cost(1.51), "cuda").agrees
     faked = cross_check(_windows([1.2] * 40, [0.1] * 40), cost(0.18), "cuda")
-    assert not faked.agrees and faked.limit_ms == pytest.approx(0.36)
+    assert not faked.agrees and faked.limit_ms == pytest.approx(0.38)
+    # seen on H100s at `kernelbench` (2026-11-27): the honest golden TF32 kernel's figure 0.45-0.5 ms (27%) above its
+    # events, what windows of one call leave (docs/timing.md), stands; the same call reported twice too fast does not
+    assert cross_check(_windows([4.64] * 40, [1.79] * 40), cost(2.36), "cuda").agrees
+    assert not cross_check(_windows([4.64] * 40, [0.9] * 40), cost(2.36), "cuda").agrees
     # a noisy calibrator widens the upper quantiles' limits by its own spread there, never the median's
     noisy = WindowCost(cost_ms=0.18, window_ms=0.3, device_ms=0.1, windows=30, costs=(0.18,) * 20 + (0.9,) * 10)
     jittery = cross_check(_windows([1.2] * 30 + [1.9] * 10, [1.0] * 40), noisy, "cuda")

@@ -49,11 +49,13 @@ _perf_counter = time.perf_counter
 QUANTILES = (0.1, 0.25, 0.5, 0.75)
 # How far the referee's figure for a quantile may exceed the reported one (ratio, then ms) before the
 # reports are rejected, beyond how far the calibrator's own window costs spread at that quantile (the
-# noise every window carries: at the median, none). On an H100 (2026-11-25) honest candidates' windows
-# less their device events came within 0.12 ms of the calibrator's at `small` and `kernelbench`, when both
-# are measured in the same pattern; reports twenty times too fast (0.013 ms for 0.42) still fail at the
-# median. The CPU (a loaded 2-core machine in CI) is given more.
-TIMING_SLACK = {"cuda": (1.1, 0.25), "cpu": (2.0, 2.0)}
+# noise every window carries: at the median, none). On H100s (2026-11-27) an honest candidate's window
+# less its device events cost up to 0.5 ms more than the calibrator's beside it: the golden TF32 kernel
+# (1.8 ms) read 9-27% above its events at `kernelbench`, and a ratio of 1.1 rejected it in three of nine
+# evaluations. Reports never rank, so what the ratio lets through (calls reported up to a quarter too
+# fast) moves nothing; reports twice too fast fail, and twenty times (0.013 ms for 0.42 at `small`) at
+# the median. The CPU (a loaded 2-core machine in CI) is given more.
+TIMING_SLACK = {"cuda": (1.3, 0.25), "cpu": (2.0, 2.0)}
 # A reported time may exceed the whole window it happened in by no more than this (ms): clock grain.
 REPORT_GRAIN_MS = 0.05
 CALIBRATION_WINDOWS = 30
