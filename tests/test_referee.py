@@ -732,10 +732,10 @@ def test_huge_pages_are_a_gpu_referees_own_never_its_executors_nor_a_cpu_referee
     assert scrubbed_environment(tmp_path / "ext", "cuda")["THP_MEM_ALLOC_ENABLE"] == "1"
 
 
-def test_each_calibrator_window_is_paced_to_the_candidates_call_beside_it():
-    """The calibrator's device work beside each of a candidate's windows is that window's call (the window less the
-    median of the last paced costs, less the calibrator's own copy), capped: a slow window lengthens only the pace
-    beside it, so a candidate slow in its warm-up cannot make every window's cost dearer (issue 33)."""
+def test_each_calibrator_window_is_paced_to_the_candidates_last_calls():
+    """The calibrator's device work beside a candidate's window is the candidate's call (the median of its last five
+    windows less the median of the last paced costs), less the calibrator's own copy, capped: a slow window or two
+    lengthen no pace, a candidate slow in its warm-up cannot make every window's cost dearer (issue 33)."""
     from types import SimpleNamespace
 
     from evaluator.referee import clock, time_phase
@@ -746,16 +746,24 @@ def test_each_calibrator_window_is_paced_to_the_candidates_call_beside_it():
     series = object.__new__(time_phase.Series)
     round_cost = SimpleNamespace(cost_ms=2.0)
     series.session = SimpleNamespace(referee=SimpleNamespace(device="cuda", current_round=SimpleNamespace(window_cost=round_cost)))
-    series.costs, series.paces = [], []
-    assert series.pace_for(clocked(6.5, 4.5)) == pytest.approx(4.5)  # no paced window yet: the round's cost
+    series.costs, series.paces, series.windows = [], [], []
+
+    def beside(window_ms: float) -> float:
+        series.windows.append(clocked(window_ms, 0.0))
+        return series.pace_for()
+
+    assert beside(6.5) == pytest.approx(4.5)  # no paced window yet: the round's cost
     # the calibrator's windows beside the last ones: each cost 2.5 ms around its pace and a copy of 0.2 ms
     for pace in (4.0, 4.1, 4.2):
         series.costs.append(clocked(2.5 + pace + 0.2, pace + 0.2))
         series.paces.append(pace)
-    assert series.pace_for(clocked(7.0, 4.5)) == pytest.approx(7.0 - 2.5 - 0.2)
-    assert series.pace_for(clocked(40.0, 37.0)) == pytest.approx(40.0 - 2.5 - 0.2)  # a slow window: its own pace
-    assert series.pace_for(clocked(7.0, 4.5)) == pytest.approx(4.3)                # and the next is matched again
-    assert series.pace_for(clocked(500.0, 497.0)) == time_phase.PACE_CAP_MS
-    assert series.pace_for(clocked(1.0, 0.1)) == 0.0  # shorter than a window costs: no pace, never negative
+    series.windows = [clocked(7.0, 0.0)] * 4
+    assert beside(7.0) == pytest.approx(7.0 - 2.5 - 0.2)
+    assert beside(40.0) == pytest.approx(4.3) and beside(40.0) == pytest.approx(4.3)  # two slow windows: no longer
+    assert beside(40.0) == pytest.approx(40.0 - 2.5 - 0.2)  # most of the last five slow: the pace follows
+    series.windows += [clocked(500.0, 0.0)] * 5
+    assert series.pace_for() == time_phase.PACE_CAP_MS
+    series.windows += [clocked(1.0, 0.0)] * 5
+    assert series.pace_for() == 0.0  # shorter than a window costs: no pace, never negative
     series.session.referee.device = "cpu"
-    assert series.pace_for(clocked(7.0, 4.5)) == 0.0
+    assert beside(7.0) == 0.0

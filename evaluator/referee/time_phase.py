@@ -178,7 +178,7 @@ class Series:
             self.windows.append(clocked)
             with held(session.link):
                 idle(session, f"after {what} had returned")
-                paced = self.pace_for(clocked)
+                paced = self.pace_for()
                 beside = referee.calibrator.window(input_sets, paced)
                 idle(session, f"through the calibrator's window after {what}")
                 ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
@@ -192,16 +192,16 @@ class Series:
                 self.paces.append(paced)
             self.compare(clocked, input_sets)
 
-    def pace_for(self, clocked: clock.Clocked) -> float:
-        """How long each call of the calibrator's window beside `clocked` is to keep the device busy (CUDA): the
-        candidate's call in it by the referee's clock (the window less the median cost of the calibrator's last
-        PACE_COSTS windows, else the round's), less the calibrator's own copy, at most PACE_CAP_MS. So each of
-        its windows costs what the window beside it costs around a call of that length: the executor's host
-        steps overlap device work alike, and a longer device call makes the window around it dearer (`PACE_CAP_MS`).
-        Each pair is matched on its own: a candidate slow in some windows makes only the calibrator's windows
-        beside those dearer, and the median cost, taken off every window, stays that of its usual call (one
-        pace for the whole series, from the warm-up, let a candidate slow in its warm-up make every window's
-        cost dearer and its figure smaller)."""
+    def pace_for(self) -> float:
+        """How long each call of the calibrator's window beside the last window is to keep the device busy (CUDA): the
+        candidate's call by the referee's clock (the median of its last PACE_COSTS windows, that one included, less
+        the median cost of the calibrator's windows beside them, else the round's), less the calibrator's own copy,
+        at most PACE_CAP_MS. So its windows cost what the candidate's cost around a call of that length: the
+        executor's host steps overlap device work alike, and a longer device call makes the window around it dearer
+        (`PACE_CAP_MS`). The pace follows the candidate's last windows, not its warm-up alone (one pace from the
+        warm-up let a candidate slow there make every window's cost dearer and its figure smaller): to lengthen
+        the pace beside its fast windows, most of its windows around them must be slow, and then so is the median
+        of its figures."""
         referee = self.session.referee
         if referee.device != "cuda":
             return 0.0
@@ -210,8 +210,9 @@ class Series:
         cost = statistics.median(c for c, _ in recent) if recent else warm_cost(referee, None)
         if cost is None:
             return 0.0
+        call = statistics.median(w.per_call_ms for w in self.windows[-PACE_COSTS:])
         own = recent[-1][1] if recent else 0.0  # the calibrator's own device work beyond its pace (its copy)
-        return min(PACE_CAP_MS, max(0.0, clocked.per_call_ms - cost - max(own, 0.0)))
+        return min(PACE_CAP_MS, max(0.0, call - cost - max(own, 0.0)))
 
     def compare(self, clocked: clock.Clocked, input_sets: list[list]) -> None:
         """Every call of a window: its output and buffers (the referee's copy, made inside the window) against the
