@@ -116,6 +116,7 @@ def test_run_records_every_outcome_then_resumes(workdir):
         assert "no requests" in again.output and "0 request(s), 0 evaluation(s)" in again.output
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_auth_error_is_one_line(workdir):
     runner = CliRunner()
     with FakeOpenAIServer(lambda s, a, b: Reply(401, error_body("Incorrect API key provided: sk-te****"))) as server:

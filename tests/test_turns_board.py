@@ -389,6 +389,7 @@ def test_report_draws_speedup_against_turn(turns_store, single_store):
     assert "Turns." not in html and "Chains." not in html
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_turn_chart_draws_each_chain(turns_store, monkeypatch):
     """One line per parent -> child edge, a dot per ranked candidate, a cross per other one."""
     from matplotlib.axes import Axes

@@ -38,9 +38,9 @@ WINDOW_OVER_COST = 20
 # calls a loop makes one after another (an attacker's review of issue 33's first windows, which ranked).
 BACK_TO_BACK_WINDOWS = 2
 # The calibrator's calls keep the device busy as long as the candidate's call beside them (`Series.pace_for`), at
-# most this long: a window around a longer device call costs more (on an H100 at `kernelbench`, paced to at most
-# 1 ms, the golden kernels read 5-27% above their own events and the replay's candidate 5%; paced to each call,
-# 1.5-20% and 0.4-3%: docs/timing.md), and past 50 ms what is left is a few hundredths of the call.
+# most this long: a window around a longer device call costs more (on H100s at `kernelbench`, paced to at most 1 ms
+# the replay's candidate read 5-6% above its own events, paced to its call 0-3%: docs/timing.md), and past 50 ms
+# what is left is a few hundredths of the call.
 PACE_CAP_MS = float(os.environ.get("KH_PACE_CAP_MS", "50"))  # the variable: for tuning (.ci/window_gap.py) alone
 # The cost a pace is worked out with: the median of the calibrator's last windows (each paced already).
 PACE_COSTS = 5
