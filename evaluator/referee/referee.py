@@ -58,6 +58,7 @@ from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
 from evaluator.wire.stage import Layout
 
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
+EARLY_WARM_FRESH_S = 3.0  # a warm-up run this recently before the first round needs no second one (warm_seconds)
 ROUND_MAX_AGE_S = 600.0  # a candidate never divides by a round older than this (ensure_round)
 BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be frozen
 # A stage holds input sets for windows of up to MOST_CALLS calls back to back, within these bytes (each
@@ -114,7 +115,7 @@ class Referee:
         del probe, sample, out
         self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
         self.compiled: dict[str, torch.nn.Module] = {}
-        self.warmed_early: set[str] = set()  # baselines the first round warmed while the zygote imported
+        self.warmed_early: dict[str, float] = {}  # when the first round's early warm-up of each baseline ended
         self.rounds: list[BaselineRound] = []
         self.current_round: Round | None = None
         self.cache_dropped: str | None = None  # why the stored baselines no longer stand (a spot check moved)
@@ -244,10 +245,15 @@ class Referee:
         imports (1-2 s on 2 cores): the round then runs only the warm-up's calls of these."""
         for name in [n for n in self.config.baselines if not (early and (n.startswith("compile") or n in self.warmed_early))]:
             self.run_untimed(name, calls=self.timer.warmup, seconds=self.warm_seconds(name))
-            self.warmed_early |= {name} if early else set()
+            if early:
+                self.warmed_early[name] = time.perf_counter()
 
     def warm_seconds(self, name: str) -> float:
-        return 0.0 if name in self.warmed_early else FIRST_ROUND_WARM_S
+        """FIRST_ROUND_WARM_S; none in the first round for a baseline warmed early less than EARLY_WARM_FRESH_S ago (the
+        compiled baselines' torch.compile, tens of seconds, may come between: then again in full)."""
+        early = self.warmed_early.get(name)
+        fresh = not self.rounds and early is not None and time.perf_counter() - early < EARLY_WARM_FRESH_S
+        return 0.0 if fresh else FIRST_ROUND_WARM_S
 
     def run_untimed(self, name: str, calls: int, seconds: float = 0.0) -> None:
         """Baseline `name` run untimed on one draw of inputs, `calls` times and for at least `seconds`, the

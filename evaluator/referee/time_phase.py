@@ -194,14 +194,16 @@ class Series:
 
     def pace_for(self) -> float:
         """How long each call of the calibrator's window beside the last window is to keep the device busy (CUDA): the
-        candidate's call by the referee's clock (the median of its last PACE_COSTS windows, that one included, less
-        the median cost of the calibrator's windows beside them, else the round's), less the calibrator's own copy,
-        at most PACE_CAP_MS. So its windows cost what the candidate's cost around a call of that length: the
-        executor's host steps overlap device work alike, and a longer device call makes the window around it dearer
-        (`PACE_CAP_MS`). The pace follows the candidate's last windows, not its warm-up alone (one pace from the
-        warm-up let a candidate slow there make every window's cost dearer and its figure smaller): to lengthen
-        the pace beside its fast windows, most of its windows around them must be slow, and then so is the median
-        of its figures."""
+        candidate's call by the referee's clock (the median of its last PACE_COSTS windows, that one included, and
+        never more than that one, less the median cost of the calibrator's last windows, else the round's), less the
+        calibrator's own copy, at most PACE_CAP_MS. So its windows cost what the candidate's cost around a call of that
+        length: the executor's host steps overlap device work alike, and a longer device call makes the window around
+        it dearer (`PACE_CAP_MS`). The median smooths a window's noise (0.3 ms around a 0.1 ms call at `small`); the
+        bound by the window itself keeps a candidate from lengthening the pace beside its fast windows (with the
+        median alone, slow windows in three of every five, 40% of them, paced more than half the calibrator's windows
+        long, and the median cost taken off every window was then a long call's: an attacker's review), as one pace
+        from the warm-up did for a candidate slow there. Paced windows hold one call each (back-to-back windows have
+        no calibrator beside them)."""
         referee = self.session.referee
         if referee.device != "cuda":
             return 0.0
@@ -210,7 +212,9 @@ class Series:
         cost = statistics.median(c for c, _ in recent) if recent else warm_cost(referee, None)
         if cost is None:
             return 0.0
-        call = statistics.median(w.per_call_ms for w in self.windows[-PACE_COSTS:])
+        # never longer than the window beside it: only a slow window gets a long pace, so long paces never outnumber
+        # slow windows, and the median cost is never one of paces longer than the median window's
+        call = min(self.windows[-1].per_call_ms, statistics.median(w.per_call_ms for w in self.windows[-PACE_COSTS:]))
         own = recent[-1][1] if recent else 0.0  # the calibrator's own device work beyond its pace (its copy)
         return min(PACE_CAP_MS, max(0.0, call - cost - max(own, 0.0)))
 
