@@ -24,12 +24,11 @@ def main() -> None:
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
     for index, mode in enumerate(args.modes.split(";")):
-        cap = f"{index}"
-        profile = args.out / f"gap-profile-{cap}"
+        profile = args.out / f"gap-profile-{index}"
         env = {**os.environ, **dict(kv.split("=", 1) for kv in mode.split(",") if kv), "KH_REFEREE_PROFILE": str(profile)}
         proc = subprocess.run([sys.executable, "-m", "harness", "eval", "--json", "--no-store", "--size", args.size,
                                *args.files], capture_output=True, text=True, timeout=900, env=env)
-        (args.out / f"gap-{cap}.log").write_text(proc.stdout + "\n---- stderr\n" + proc.stderr)
+        (args.out / f"gap-{index}.log").write_text(proc.stdout + "\n---- stderr\n" + proc.stderr)
         verdicts = {}
         for line in proc.stdout.splitlines():
             if line.startswith("{"):
