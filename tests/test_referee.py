@@ -277,8 +277,8 @@ class _ListsKernels(local_executor.LocalLink):
 
     times: list[float] = []
 
-    def request(self, command, deadline):
-        reply = super().request(command, deadline)
+    def request(self, command, deadline, during=None):
+        reply = super().request(command, deadline, during)
         if isinstance(command, Profile):
             reply.kernels, reply.kernel_count = ["fused_scale_kernel", "bn_stats_kernel"], 2
             reply.kernel_times_us = list(self.times)
@@ -369,7 +369,7 @@ def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
 @pytest.mark.slow  # over 0.4 s: out of the fast subset
 def test_each_side_is_stopped_through_the_other_sides_windows():
     from evaluator.referee.time_phase import BACK_TO_BACK_WINDOWS, time_phase
-    from evaluator.wire.protocol import Go, Put
+    from evaluator.wire.protocol import Go, Handoff, Put
 
     session, built, checked = local_executor.checked(local_executor.Honest)
     calibrator = session.referee.calibrator
@@ -379,8 +379,9 @@ def test_each_side_is_stopped_through_the_other_sides_windows():
         link.hold = lambda side=side: log.append(f"{side} held")
         link.release = lambda side=side: log.append(f"{side} released")
         request = link.request
-        link.request = lambda command, deadline, side=side, request=request: (
-            isinstance(command, (Go, Put)) and log.append(f"{side} {command.kind}"), request(command, deadline))[1]
+        link.request = lambda command, deadline, during=None, side=side, request=request: (
+            isinstance(command, (Go, Put, Handoff)) and log.append(f"{side} {command.kind}"),
+            request(command, deadline, during))[1]
     time_phase(session, checked, built)
     held = {"candidate": False, "calibrator": False}
     windows = {"candidate": 0, "calibrator": 0}
@@ -391,7 +392,7 @@ def test_each_side_is_stopped_through_the_other_sides_windows():
         else:
             other = "calibrator" if side == "candidate" else "candidate"
             assert held[other] and not held[side], f"{entry} with {held}"
-            windows[side] += what == "go"
+            windows[side] += what in ("go", "handoff")
     # every timed window has one of the calibrator's beside it; the back-to-back windows, compared only, none
     assert windows["candidate"] == windows["calibrator"] + BACK_TO_BACK_WINDOWS and windows["calibrator"] > 3
 

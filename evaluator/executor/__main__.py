@@ -24,7 +24,7 @@ from evaluator.executor import lockdown, serve
 from evaluator.wire.containment import IN_FORCE_ENV, OFF_ENV
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
-from evaluator.wire.protocol import COMMAND, ExecutorRequest, Finish, Go, Put, Reply
+from evaluator.wire.protocol import COMMAND, ExecutorRequest, Finish, Go, Handoff, Put, Reply
 from evaluator.wire.records import Containment, Mechanism, Phase
 from evaluator.wire.stage import Stage
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             channel.reply(handled)
             if isinstance(command, Finish):
                 break
-            if isinstance(command, (Go, Put)) and request.device == "cuda":
+            if isinstance(command, (Go, Put, Handoff)) and request.device == "cuda":
                 # the next clocked command is due within milliseconds: polled for, not slept on
                 readable(args.commands, CLOCKED_POLL_S, CLOCKED_POLL_S)
     sys.stdout.flush()

@@ -12,6 +12,8 @@ import time
 
 import torch
 
+from evaluator.wire import handoff
+
 _perf_counter = time.perf_counter
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -44,3 +46,47 @@ def timed_forwards(model, input_sets: list[list], device: str, after_each) -> tu
         whole = (_perf_counter() - started) * 1e3
         return outs, [_elapsed_time(b, e) for b, e in marks], [whole / len(input_sets)] * len(input_sets)
     return outs, [], hosts
+
+
+def handed_off_forwards(model, exchange, command, values: dict, positions: int, device: str, buffers,
+                        describe) -> tuple[list, list[float], list[float], list[str]]:
+    """The calls of a handed-off window (protocol.Handoff, evaluator.wire.handoff): (what each returned, as
+    `describe` puts it; device-event ms of each call (CUDA); host ms of each call; problems). Each call waits for
+    the referee's GO, reads its inputs out of the exchange onto the device, runs forward, writes its output and
+    `buffers()` (the tensors named `state.NAME`) into the exchange, waits for the device and commits. Raises
+    handoff.Late when a GO does not come in time."""
+    cuda = device == "cuda"
+    page, raw = exchange.map, exchange.bytes
+    ins = [(int(s.name.removeprefix("input.")), handoff.view(raw, s)) for s in command.inputs]
+    outs = [(s.name, handoff.view(raw, s)) for s in command.outputs]
+    infos, events, hosts, problems = [], [], [], []
+    deadline = time.monotonic() + command.wait_s
+    handoff.write(page, handoff.READY, command.token)
+    for k in range(1, command.calls + 1):
+        handoff.wait_for(page, handoff.GO, k, deadline, yielding=not cuda)
+        begun = _perf_counter()
+        given = {position: (value.to(device, non_blocking=True) if cuda else value.clone()) for position, value in ins}
+        inputs = [given[i] if i in given else values.get(i) for i in range(positions)]
+        if cuda:
+            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(begin)
+        out = model(*inputs)
+        if cuda:
+            _record(end)
+        else:
+            hosts.append((_perf_counter() - begun) * 1e3)
+        infos.append(describe(out))
+        left = {"output": out, **{f"state.{name}": value for name, value in buffers().items()}}
+        for name, place in outs:
+            value = left.get(name)
+            if not isinstance(value, torch.Tensor) or value.dtype != place.dtype or value.numel() != place.numel():
+                problems.append(f"call {k} of the window: {name} is not a {place.dtype} tensor of {list(place.shape)} "
+                                f"(not written)")
+                continue
+            place.copy_(value.detach().reshape(place.shape), non_blocking=cuda)
+        if cuda:
+            _synchronize()  # the whole device: work on a side stream is in what is committed
+            events.append(_elapsed_time(begin, end))
+            hosts.append((_perf_counter() - begun) * 1e3)
+        handoff.write(page, handoff.COMMIT, k)
+    return infos, events, hosts, problems

@@ -31,14 +31,14 @@ STARTUP["torch"] = time.time()
 
 from evaluator.wire import tensors as cmp
 from evaluator.executor import guard as guards
-from evaluator.wire import kernels
+from evaluator.wire import handoff, kernels
 from evaluator.wire.exchange import Exchange, ExchangeError
 from evaluator.wire.problem import import_file
-from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, LoadState, Profile,
+from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, Handoff, LoadState, Profile,
                                      Put, Reply, SendState, ValueInfo, unpack)
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
 from evaluator.wire.stage import Stage
-from evaluator.executor.forward import timed_forwards
+from evaluator.executor.forward import handed_off_forwards, timed_forwards
 
 ERROR_CHARS = 6000
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -145,10 +145,11 @@ class Executor:
     def handle(self, command) -> Reply:
         # The guard's look at the clocked calls is taken at the first command after them: never inside
         # the referee's clock around a call.
-        clocked = isinstance(command, (Go, Put))
+        clocked = isinstance(command, (Go, Put, Handoff))
         pending = [] if clocked else self.settle_clocked()
         handler = {
             Construct: self.construct, LoadState: self.load_state, Call: self.call, Go: self.go, Put: self.put,
+            Handoff: self.handoff,
             SendState: self.send_state, Profile: self.profile, Finish: self.finish,
         }[type(command)]
         try:
@@ -278,6 +279,26 @@ class Executor:
                                           "returned (a later call overwrote an earlier one's output)")
         self.pending = pending
         reply.output = reply.outputs[0]
+        return reply
+
+    def handoff(self, command: Handoff) -> Reply:
+        """`calls` forwards handed off one by one through the exchange (see protocol.Handoff)."""
+        if self.clocked_since is None:
+            self.clocked_since = guards.read_global_flags()
+            gc.disable()
+        global PACE_MS
+        PACE_MS, reply = command.pace_ms, Reply(id=command.id)
+        self.model.train(command.train)
+        try:
+            with torch.no_grad():
+                reply.outputs, reply.events_ms, reply.host_ms, reply.problems = handed_off_forwards(
+                    self.model, self.exchange, command, self.values, len(self.specs), self.device, self.buffers_now,
+                    value_info)
+        except handoff.Late:
+            return Reply(id=command.id, error="the referee's go for a call did not come", error_kind="internal")
+        except BaseException:
+            return Reply(id=command.id, error=describe_exception("ModelNew.forward raised"), error_kind="raised")
+        reply.output = reply.outputs[0] if reply.outputs else None
         return reply
 
     def buffers_now(self) -> dict:

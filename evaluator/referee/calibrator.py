@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from evaluator.referee import clock
+from evaluator.referee import clock, relay
 from evaluator.referee.process import Ended, ExecutorProcess
 from evaluator.referee.view import RefereeView
 from evaluator.wire.protocol import LoadState
@@ -98,14 +98,23 @@ class Calibrator:
             self.failed("the calibrator reported no time for its calls")
         return cost
 
-    def window(self, input_sets: list[list], pace_ms: float = 0.0) -> clock.Clocked | None:
+    def window(self, input_sets: list[list], pace_ms: float = 0.0, plan=None) -> clock.Clocked | None:
         """One of the calibrator's windows, a call on each of `input_sets`, each taking `pace_ms` of device time
-        at least (CUDA); None when it failed."""
+        at least (CUDA), handed off call by call where `plan` says where (evaluator.referee.relay); None when it
+        failed."""
         referee = self.referee
         if self.broken:
             return None
         try:
             self.get_ready()
+            if plan is not None:
+                clocked = relay.window(self.request, self.link.exchange, plan, input_sets, referee.problem.mode == "train",
+                                       referee.device, pace_ms)
+                if clocked.go.error:
+                    raise RuntimeError(clocked.go.error)
+                clocked.staged = None  # only its time is wanted
+                self.error = None
+                return clocked
             clocked = clock.window(self.request, self.link.stage, referee.layout, input_sets,
                                    referee.problem.mode == "train", referee.timer.flush, referee.keys.next_unit("calibrator place"),
                                    pace_ms)
@@ -153,8 +162,8 @@ class Calibrator:
     def deadline(self) -> float:
         return time.monotonic() + self.referee.config.run_timeout_s + self.referee.config.compile_timeout_s
 
-    def request(self, command):
-        reply = self.link.request(command, self.deadline())
+    def request(self, command, during=None):
+        reply = self.link.request(command, self.deadline(), during) if during else self.link.request(command, self.deadline())
         if reply.error:
             raise RuntimeError(f"the calibrator failed: {reply.error}"[:2000])
         return reply

@@ -97,6 +97,8 @@ class Clocked:
     capture: torch.Tensor | None  # uint8, the referee's own copy of [offset, offset + calls * span)
     steps: tuple[float, ...] = ()  # ms of its steps: inputs staged (device waited for), go, put, copied out
     calls: int = 1
+    staged: dict[str, torch.Tensor] | None = None  # a handed-off window's (evaluator.referee.relay): what each call left
+    handed_off: bool = False  # a window handed off call by call that ended (its calls all committed)
 
     @property
     def reported_ms(self) -> float | None:
@@ -192,7 +194,8 @@ class WindowCost:
 
 def window_cost(clocked: list[Clocked]) -> WindowCost | None:
     """From the calibrator's windows (whose reports are true: it is the referee's own code, no candidate)."""
-    pairs = [(c.ms, c.reported_ms) for c in clocked if c.reported_ms is not None and c.put is not None]
+    pairs = [(c.ms, c.reported_ms) for c in clocked
+             if c.reported_ms is not None and (c.put is not None or c.handed_off)]
     if not pairs:
         return None
     costs = tuple(w - r for w, r in pairs)

@@ -468,8 +468,9 @@ class ExecutorProcess:
                                                    f"command {command_id}, got {message.model_dump_json()[:300]})"))
             return message.reply
 
-    def request(self, command, deadline: float) -> Reply:
-        """Send one command (its `id` is set here) and read its reply."""
+    def request(self, command, deadline: float, during=None) -> Reply:
+        """Send one command (its `id` is set here) and read its reply; `during(deadline, answered)` runs in between (a
+        handed-off window's relay: evaluator.referee.relay), told whether the executor has answered already."""
         self._ids += 1
         command = command.model_copy(update={"id": self._ids})
         try:
@@ -477,6 +478,8 @@ class ExecutorProcess:
             self._commands.flush()
         except (BrokenPipeError, OSError, ValueError):
             raise self._end(Ended("closed"), kill=False)
+        if during is not None:
+            during(deadline, lambda: b"\n" in self._buffer or readable(self._channel_fd, 0))
         # the replies to clocked commands are polled for: they end windows on the referee's clock
         clocked = isinstance(command, (Go, Put)) and self.device == "cuda"
         return self.reply(self._ids, deadline, poll_s=CLOCKED_POLL_S if clocked else 0.0)

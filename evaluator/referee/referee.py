@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import clock, forking, memory, phases
+from evaluator.referee import clock, forking, memory, phases, relay
 from evaluator.referee import stored as stored_baselines
 from evaluator.referee.session import Session, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -155,7 +155,8 @@ class Referee:
     @property
     def exchange_bytes(self) -> int:
         """Room for the largest turn: an output, the inputs as a call left them and every buffer."""
-        return capacity_for(self.output_nbytes, self.input_nbytes, self.state_nbytes, self.input_nbytes)
+        return max(capacity_for(self.output_nbytes, self.input_nbytes, self.state_nbytes, self.input_nbytes),
+                   relay.exchange_room(self.layout, self.device))
 
     def forward_ms(self, model: torch.nn.Module, inputs: list) -> float:
         with torch.no_grad():

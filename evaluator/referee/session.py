@@ -145,7 +145,7 @@ class Session:
     def add(self, flags) -> None:
         self.flags.extend(flags)
 
-    def request(self, command) -> Reply:
+    def request(self, command, during=None) -> Reply:
         """One command to the executor; its flags logged. An executor that is gone, too slow or
         breaks the protocol is judged here."""
         started = time.monotonic()
@@ -157,7 +157,7 @@ class Session:
             self.own_credit_s -= credit
             self.deadline += credit
         try:
-            reply = self.link.request(command, self.deadline)
+            reply = self.link.request(command, self.deadline, during) if during else self.link.request(command, self.deadline)
         except Ended as ended:
             raise self.ended(ended) from None
         finally:

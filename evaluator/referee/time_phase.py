@@ -13,9 +13,10 @@ import statistics
 
 import torch
 
-from evaluator.referee import clock, compare, holding, tuning
+from evaluator.referee import clock, compare, holding, relay, tuning
 from evaluator.referee import inputs as draws
 from evaluator.referee.timing import physical_floor_ms, quantile, summarize
+from evaluator.wire import handoff
 from evaluator.wire import tensors as cmp
 from evaluator.wire.exchange import ExchangeError
 from evaluator.wire.protocol import Reply, SendState
@@ -64,10 +65,14 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
         last, beside = series.windows[-1], series.costs[-1] if series.costs else None
-        timed = series.timed()
+        together = window_calls(referee, last, beside)
+        plan = relay.plan_for(referee) if together > 1 else None
+        calls = min(together, relay.HANDOFF_CALLS) if plan is not None else 1
+        if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
+            series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
+        timed = series.timed(calls, plan)
         timing, cost = series.figures(timed)
-        together = max(2, window_calls(referee, last, beside))
-        series.run(BACK_TO_BACK_WINDOWS, min(together, referee.layout.sets), beside=False)
+        series.run(BACK_TO_BACK_WINDOWS, min(max(2, together), referee.layout.sets), beside=False)
     sm_clock = referee.sm_clock()
     check = clock.cross_check(series.windows[timed], cost, referee.device)
     check.hold = getattr(session.link, "hold_mechanism", None)
@@ -77,7 +82,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     compare_state_after_timing(session, series.replay, series.count, series.later)
-    floor_ms, resolved = check_floor(session, built, timing, cost, 1)
+    floor_ms, resolved = check_floor(session, built, timing, cost, calls)
     recheck(session, series.replay, series.later)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later,
                  resolved=resolved)
@@ -118,15 +123,16 @@ class Series:
         self.paces: list[float] = []          # the device time each of the calibrator's calls was to take (`pace_for`)
         self.count = 0                        # clocked calls made
 
-    def timed(self) -> slice:
-        """The ranked series, a call a window: as many windows as the timing budget allows (at least the timer's
-        fewest, and no more than SERIES_BYTES); the slice of `windows` it took."""
+    def timed(self, calls: int = 1, plan: handoff.Plan | None = None) -> slice:
+        """The ranked series, windows of `calls` calls (handed off one by one where `plan` says where, else one call a
+        window): as many windows as the timing budget allows (at least the timer's fewest, and no more calls than
+        SERIES_BYTES hold); the slice of `windows` it took."""
         referee = self.session.referee
         timer = referee.timer
         first = len(self.windows)
         estimate = max(self.windows[-1].ms, 1e-3)  # one window's ms, as the last one took
-        fit = max(1, SERIES_BYTES[referee.device] // referee.layout.span)
-        self.run(timer.reps_for(estimate, cap=fit), 1)
+        fit = max(1, SERIES_BYTES[referee.device] // (calls * referee.layout.span))
+        self.run(timer.reps_for(estimate, cap=fit), calls, plan=plan)
         return slice(first, len(self.windows))
 
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
@@ -145,14 +151,15 @@ class Series:
         tuning.profile_windows(session.name, windows, beside)
         return summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start), cost
 
-    def run(self, count: int, calls: int, beside: bool = True) -> None:
+    def run(self, count: int, calls: int, beside: bool = True, plan: handoff.Plan | None = None) -> None:
         """`count` more windows of `calls` calls back to back, each call on fresh inputs drawn here (outside the
         window) from a seed of its own; after each window, the inputs it was given must be as the referee wrote
         them. Each window is followed by one of the calibrator's on the same inputs (the pattern a window's
         cost depends on), run with the candidate's processes held and only once the device has no work of
         theirs left, so that nothing the candidate does can make the calibrator's windows, and so a window's
-        cost, dearer (`beside` false: windows that are compared only, never timed, have none). Then each
-        call's output and buffers, as the window copied them, against the replayed reference."""
+        cost, dearer (`beside` false: windows that are compared only, never timed, have none). With `plan`, the
+        window's calls are handed off one by one through the exchange, and so are the calibrator's (evaluator.referee.
+        relay). Then each call's output and buffers, as the window copied them, against the replayed reference."""
         session = self.session
         referee = session.referee
         stage = session.link.stage
@@ -161,13 +168,18 @@ class Series:
             # the calibrator held through the candidate's window as the candidate is through the calibrator's:
             # each window then starts with its executor just continued, the pattern a window's cost depends on
             with held(referee.calibrator.link):
-                clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
-                                       referee.timer.flush, session.keys.next_unit("place"))
+                if plan is not None:
+                    clocked = relay.window(session.request, session.link.exchange, plan, input_sets, self.train,
+                                           referee.device)
+                else:
+                    clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
+                                           referee.timer.flush, session.keys.next_unit("place"))
             first = self.count + 1
             what = f"clocked call {first}" if calls == 1 else f"the window of clocked calls {first}-{first + calls - 1}"
             if clocked.go.error:
                 raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
-            changed = clock.inputs_changed(stage, referee.layout, input_sets)
+            # (a handed-off call reads its inputs from the exchange into memory of its own: no stage to change)
+            changed = clock.inputs_changed(stage, referee.layout, input_sets) if plan is None else []
             if changed:
                 raise Judged(Status.incorrect, Phase.time, (
                     f"the candidate modified its input(s) {sorted({p for _, p in changed})} in place "
@@ -179,7 +191,7 @@ class Series:
             with held(session.link):
                 idle(session, f"after {what} had returned")
                 paced = self.pace_for()
-                beside = referee.calibrator.window(input_sets, paced)
+                beside = referee.calibrator.window(input_sets, paced, plan)
                 idle(session, f"through the calibrator's window after {what}")
                 ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
                 if ran:
@@ -207,14 +219,18 @@ class Series:
         referee = self.session.referee
         if referee.device != "cuda":
             return 0.0
-        recent = [(c.ms - c.reported_ms, c.reported_ms / c.calls - pace)
-                  for c, pace in zip(self.costs[-PACE_COSTS:], self.paces[-PACE_COSTS:]) if c.reported_ms is not None]
+        # per call, from the calibrator's last windows of as many calls as this one (handed off or not)
+        calls = self.windows[-1].calls
+        recent = [((c.ms - c.reported_ms) / c.calls, c.reported_ms / c.calls - pace)
+                  for c, pace in zip(self.costs[-PACE_COSTS:], self.paces[-PACE_COSTS:])
+                  if c.reported_ms is not None and c.calls == calls]
         cost = statistics.median(c for c, _ in recent) if recent else warm_cost(referee, None)
         if cost is None:
             return 0.0
         # never longer than the window beside it: only a slow window gets a long pace, so long paces never outnumber
         # slow windows, and the median cost is never one of paces longer than the median window's
-        call = min(self.windows[-1].per_call_ms, statistics.median(w.per_call_ms for w in self.windows[-PACE_COSTS:]))
+        call = min(self.windows[-1].per_call_ms,
+                   statistics.median(w.per_call_ms for w in self.windows[-PACE_COSTS:] if w.calls == calls))
         own = recent[-1][1] if recent else 0.0  # the calibrator's own device work beyond its pace (its copy)
         return min(PACE_CAP_MS, max(0.0, call - cost - max(own, 0.0)))
 
@@ -224,7 +240,7 @@ class Series:
         comparison (stacked); the copy is freed after. A failure names the first call that failed."""
         session, referee = self.session, self.session.referee
         staged, problems = staged_tensors(session, clocked)
-        outputs = clocked.put.outputs if clocked.put is not None else []
+        outputs = (clocked.put or clocked.go).outputs
         first = self.count + 1
         expected: list[dict[str, torch.Tensor]] = []
         with torch.no_grad(), cmp.guarded():
@@ -258,7 +274,7 @@ class Series:
             raise Judged(Status.incorrect, Phase.time, (
                 f"{'buffers wrong after' if buffers else 'wrong on'} clocked call {first + index}: "
                 f"{describe_regression(acc, self.checked.correctness)}{together}"))
-        clocked.capture = None
+        clocked.capture = clocked.staged = None
         self.later.merge(acc)
 
     def first_failure(self, window: compare.ModeAccumulator, staged: dict, expected: list[dict]) -> tuple[int, compare.ModeAccumulator]:
@@ -317,6 +333,8 @@ def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, 
     it, and what could not be read."""
     tensors, problems = {}, list(clocked.put.problems) if clocked.put is not None else []
     referee = session.referee
+    if clocked.staged is not None:  # handed off: the referee's copies, made at each call's commit
+        return {name: value.to(referee.judge_device) for name, value in clocked.staged.items()}, problems
     for slot in clocked.put.tensors if clocked.put is not None else []:
         try:
             tensors[slot.name] = clocked.tensor(slot, referee.layout, session.link.stage)

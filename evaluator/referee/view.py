@@ -39,7 +39,7 @@ class CalibratorView(Protocol):
     error: str | None
     link: object | None  # its executor (held through a candidate's windows)
 
-    def window(self, input_sets: list[list], pace_ms: float = 0.0) -> clock.Clocked | None: ...
+    def window(self, input_sets: list[list], pace_ms: float = 0.0, plan=None) -> clock.Clocked | None: ...
 
 
 class RefereeView(Protocol):
@@ -60,6 +60,8 @@ class RefereeView(Protocol):
     input_nbytes: int
     output_nbytes: int
     output_dtype: str
+    output_shape: list[int]
+    baseline_model: torch.nn.Module  # the fp32 reference the baselines run (its buffers name a call's)
     state_nbytes: int
     reference_kernels: list[str]
     current_round: Round | None

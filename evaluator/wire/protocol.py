@@ -146,6 +146,23 @@ class Put(Message):
     offset: int = Field(ge=0)
 
 
+class Handoff(Message):
+    """`calls` forwards handed off one by one through the exchange (evaluator.wire.handoff): write `token` into READY,
+    then for each call k wait until GO holds k, read its inputs from `inputs`, run forward, write its output and the
+    buffers as it left them into `outputs`, wait for the device and write k into COMMIT. The referee's clock runs from
+    the first GO to the last COMMIT; it writes call k+1's inputs only once it has copied call k's outputs."""
+
+    kind: Literal["handoff"] = "handoff"
+    id: int
+    train: bool = True
+    calls: int = Field(ge=1)
+    token: int = Field(ge=1, description="The window's number, written into READY once the executor waits.")
+    inputs: list[TensorSlot] = Field(description="Where each call's tensor inputs lie in the exchange (`input.N`).")
+    outputs: list[TensorSlot] = Field(description="Where each call's `output` and `state.NAME` go in the exchange.")
+    pace_ms: float = Field(0.0, ge=0.0, le=10_000.0, description="As `Go.pace_ms` (the referee's calibrator alone).")
+    wait_s: float = Field(60.0, gt=0, description="How long the executor waits for each GO before it gives up.")
+
+
 class SendState(Message):
     """Ship every parameter and buffer as they are now."""
 
@@ -170,7 +187,7 @@ class Finish(Message):
     id: int
 
 
-Command = Annotated[Union[Construct, LoadState, Call, Go, Put, SendState, Profile, Finish],
+Command = Annotated[Union[Construct, LoadState, Call, Go, Put, Handoff, SendState, Profile, Finish],
                     Field(discriminator="kind")]
 COMMAND = TypeAdapter(Command)
 

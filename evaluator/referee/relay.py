@@ -1,0 +1,93 @@
+"""The referee's side of windows handed off call by call through the exchange (evaluator.wire.handoff): calls back to
+back, as a loop makes them, that can rank, since no call can read a later call's inputs.
+
+The clock runs from the first GO to the last COMMIT. Between calls the referee copies the call's output region into
+its own memory, then writes the next call's inputs: host copies of a few hundred KB at the sizes where windows hold
+several calls, with no pipe turn and no work of the referee's on the device (on an H100 a handoff through a shared
+page cost about 10 us, against 1.5-2.7 ms for a window of one call: docs/timing.md). The calibrator's windows beside
+them are handed off the same way, so a window's cost (its handoffs and copies) is taken off like for like.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+
+import torch
+
+from evaluator.referee import clock
+from evaluator.wire import handoff
+from evaluator.wire.exchange import DTYPES, Exchange, dtype_name
+from evaluator.wire.protocol import Handoff, Reply
+
+_perf_counter = time.perf_counter
+# A call's inputs, output and buffers, at most: beyond, the host copies between calls (and their spread) outweigh a
+# call short enough to need a window of several, and the windows keep one call each.
+HANDOFF_BYTES = {"cuda": 4 << 20, "cpu": 16 << 20}
+# Calls a handed-off window holds at most (each call's output region is kept until the window is compared).
+HANDOFF_CALLS = 64
+# Handed-off windows run before the ranked ones (their first handoffs, and the calibrator's, find nothing warm).
+HANDOFF_WARMUP = 2
+_tokens = itertools.count(1)
+
+
+def exchange_room(layout, device: str) -> int:
+    """Bytes of the exchange a handed-off window needs, where a call's bytes allow one (else 0)."""
+    calls_bytes = layout.stride + layout.span
+    return handoff.HEADER + calls_bytes if calls_bytes <= HANDOFF_BYTES[device] else 0
+
+
+def plan_for(referee) -> handoff.Plan | None:
+    """Where a call's inputs, output and buffers lie in the exchange when windows are handed off, or None where they
+    cannot be (outputs of a type the exchange cannot carry, more than HANDOFF_BYTES, or an exchange too small)."""
+    if referee.output_dtype not in DTYPES:
+        return None
+    buffers = [(name, list(value.shape), dtype_name(value.dtype)) for name, value in referee.baseline_model.named_buffers()]
+    if any(dtype is None for _, _, dtype in buffers):
+        return None
+    plan = handoff.Plan.make(list(referee.layout.inputs), (referee.output_shape, referee.output_dtype), buffers)
+    if plan.in_span + plan.out_span > HANDOFF_BYTES[referee.device] or plan.size > referee.exchange_bytes:
+        return None
+    return plan
+
+
+def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan, input_sets: list[list], train: bool,
+           device: str, pace_ms: float = 0.0) -> clock.Clocked:
+    """One handed-off window of len(input_sets) calls (see the module's docstring). `request(command, during=...)`
+    sends the command, runs `during(deadline, answered)` and returns the reply. A window that did not end (the
+    executor answered first, or its deadline passed) comes back with the reply's error, or one of its own."""
+    calls = len(input_sets)
+    packed = plan.pack(input_sets)  # in host memory before the clock starts, as the capture
+    capture = torch.empty(calls, plan.out_span, dtype=torch.uint8)
+    page, raw = exchange.map, exchange.bytes
+    inbox = raw[handoff.HEADER:handoff.HEADER + plan.in_span]
+    outbox = raw[plan.out_offset:plan.out_offset + plan.out_span]
+    for word in (handoff.READY, handoff.GO, handoff.COMMIT):
+        handoff.write(page, word, 0)
+    token, times = next(_tokens), {}
+    yielding = device != "cuda"
+
+    def relay(deadline: float, answered: Callable[[], bool]) -> None:
+        try:
+            handoff.wait_for(page, handoff.READY, token, deadline, answered, yielding)
+            times["started"] = _perf_counter()
+            for k in range(calls):
+                inbox.copy_(packed[k])
+                handoff.write(page, handoff.GO, k + 1)
+                handoff.wait_for(page, handoff.COMMIT, k + 1, deadline, answered, yielding)
+                capture[k].copy_(outbox)  # what the call left, before the next call's inputs exist
+            times["ended"] = _perf_counter()
+        except handoff.Late:
+            pass  # the reply says why, or the deadline ends the executor
+
+    command = Handoff(id=0, train=train, calls=calls, token=token, inputs=list(plan.inputs), outputs=list(plan.outputs),
+                      pace_ms=pace_ms)
+    reply = request(command, during=relay)
+    if "ended" not in times and not reply.error:
+        reply = reply.model_copy(update={"error": "the executor answered before its calls had all committed",
+                                         "error_kind": "internal"})
+    if reply.error:
+        return clock.Clocked(0.0, reply, None, 0, None, calls=calls)
+    return clock.Clocked((times["ended"] - times["started"]) * 1e3, reply, None, 0, None, calls=calls,
+                         staged=plan.unpack(capture), handed_off=True)

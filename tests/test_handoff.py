@@ -1,0 +1,129 @@
+"""Windows of calls handed off one by one through the exchange (issue 33): the plan of the exchange, the referee's
+relay against an executor in the test's process (a thread of its own), and what a candidate can and cannot do there."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+import torch
+
+import local_executor
+from evaluator.wire import handoff
+from evaluator.wire.protocol import TensorSlot
+from evaluator.wire.records import Status
+
+
+def test_a_plan_carries_each_calls_inputs_and_what_it_left():
+    inputs = [TensorSlot(name="input.0", dtype="float32", shape=[3, 5], offset=0, nbytes=60),
+              TensorSlot(name="input.2", dtype="int64", shape=[4], offset=256, nbytes=32)]
+    plan = handoff.Plan.make(inputs, ([3, 2], "float32"), [("bn.running_mean", [2], "float32"),
+                                                            ("bn.num_batches_tracked", [], "int64")])
+    assert [s.offset for s in plan.inputs] == [handoff.HEADER, handoff.HEADER + 256]
+    assert plan.out_offset == handoff.HEADER + plan.in_span and plan.out_offset >= handoff.HEADER + 256 + 32
+    assert [s.name for s in plan.outputs] == ["output", "state.bn.running_mean", "state.bn.num_batches_tracked"]
+    sets = [[torch.randn(3, 5), None, torch.arange(4) + 10 * k] for k in range(2)]
+    packed = plan.pack(sets)
+    for row, inputs_k in zip(packed, sets):  # each set's bytes where its slots say
+        assert torch.equal(row[:60].view(torch.float32).view(3, 5), inputs_k[0])
+        assert torch.equal(row[256:288].view(torch.int64), inputs_k[2])
+    capture = torch.zeros(2, plan.out_span, dtype=torch.uint8)
+    for k in range(2):  # as an executor writes them, at the output region's offsets
+        for slot, value in zip(plan.outputs, (torch.full((3, 2), float(k)), torch.tensor([k, -k], dtype=torch.float32),
+                                              torch.tensor(k + 7))):
+            start = slot.offset - plan.out_offset
+            capture[k, start:start + slot.nbytes] = value.reshape(-1).view(torch.uint8)
+    staged = plan.unpack(capture)
+    assert staged["outputs"].shape == (2, 3, 2) and torch.equal(staged["outputs"][1], torch.ones(3, 2))
+    assert torch.equal(staged["states.bn.running_mean"][1], torch.tensor([1.0, -1.0]))
+    assert staged["states.bn.num_batches_tracked"].tolist() == [7, 8]
+
+
+def test_a_word_that_never_comes_is_late_and_stop_ends_the_wait_sooner():
+    page = bytearray(64)
+    started = time.monotonic()
+    with pytest.raises(handoff.Late):
+        handoff.wait_for(page, handoff.COMMIT, 1, started + 0.05)
+    assert time.monotonic() - started < 1.0
+    with pytest.raises(handoff.Late):
+        handoff.wait_for(page, handoff.COMMIT, 1, started + 60, stop=lambda: True)
+    handoff.write(page, handoff.COMMIT, 3)
+    handoff.wait_for(page, handoff.COMMIT, 3, started)  # there already: no wait, deadline or not
+
+
+def handed_off(monkeypatch, model_class, calls: int = 6):
+    """The time phase of `model_class` in this process with windows of `calls` calls (K as a short call gets it)."""
+    from evaluator.referee import time_phase as phase
+
+    monkeypatch.setattr(phase, "window_calls", lambda *_: calls)
+    session, built, checked = local_executor.checked(model_class)
+    assert checked.stop is None
+    model_class.exchange = session.link.exchange  # the candidate's own (a contained one finds it with gc: the fixtures)
+    try:
+        return phase.time_phase(session, checked, built)
+    finally:
+        del model_class.exchange
+
+
+@pytest.mark.slow  # an in-process judgement with the calibrator: about a second
+def test_calls_handed_off_back_to_back_rank(monkeypatch):
+    timed = handed_off(monkeypatch, local_executor.Honest)
+    assert timed.check.calls_per_window == 6 and timed.check.calls == timed.timing.reps * 6
+    assert timed.timing.reps >= 10 and timed.check.agrees
+    assert timed.check.overhead_ms > 0  # the calibrator's handed-off windows beside them: their cost, per window
+    # every ranked call compared: the ranked calls, the warm-up's and the back-to-back windows', and the checks after
+    assert timed.later.trials >= timed.check.calls
+
+
+class _PeeksAhead(local_executor.Honest):
+    """Watches the exchange's input region through each call for the next call's inputs (to batch the two)."""
+
+    looked = changed = own = 0
+
+    def forward(self, x):
+        out = super().forward(x)
+        raw = self.exchange.bytes if hasattr(self, "exchange") else None
+        if raw is not None:
+            region = raw[handoff.HEADER:handoff.HEADER + x.numel() * x.element_size()]
+            seen = region.clone()
+            type(self).own += torch.equal(seen.view(x.dtype).view(x.shape), x)  # its own inputs: the region watched
+            until = time.perf_counter() + 0.002
+            while time.perf_counter() < until:
+                if not torch.equal(region, seen):
+                    type(self).changed += 1
+                    break
+            type(self).looked += 1
+        return out
+
+
+@pytest.mark.slow  # an in-process judgement with the calibrator: about a second
+def test_no_call_of_a_handed_off_window_sees_the_next_calls_inputs(monkeypatch):
+    _PeeksAhead.looked = _PeeksAhead.changed = _PeeksAhead.own = 0
+    timed = handed_off(monkeypatch, _PeeksAhead)
+    assert timed.check.calls_per_window == 6 and _PeeksAhead.own >= timed.check.calls  # the handed-off calls' inputs
+    assert _PeeksAhead.changed == 0
+
+
+class _CommitsEarly(local_executor.Honest):
+    """Writes the commit word as each handed-off call begins, then works: its output comes after the commit."""
+
+    def forward(self, x):
+        if not hasattr(type(self), "exchange"):  # the checks, before the time phase
+            return super().forward(x)
+        page = self.exchange.map
+        go, committed = struct.unpack_from("<q", page, handoff.GO)[0], struct.unpack_from("<q", page, handoff.COMMIT)[0]
+        if hasattr(type(self), "exchange") and go > committed:
+            struct.pack_into("<q", page, handoff.COMMIT, go)
+            time.sleep(0.01)
+        return super().forward(x)
+
+
+@pytest.mark.slow  # an in-process judgement with the calibrator: about a second
+def test_a_call_committed_before_its_output_exists_is_judged_on_what_the_commit_found(monkeypatch):
+    from evaluator.referee.session import Judged
+
+    with pytest.raises(Judged) as caught:
+        handed_off(monkeypatch, _CommitsEarly)
+    assert caught.value.status == Status.incorrect and "wrong on clocked call" in caught.value.error, caught.value.error
+    assert "back to back" in caught.value.error  # a call of a handed-off window
