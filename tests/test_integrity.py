@@ -826,6 +826,17 @@ def test_a_candidate_called_back_to_back_is_seen_as_it_is_called(cpu_verdicts):
                      verdict.error), verdict.error
 
 
+def test_a_handed_off_call_is_judged_on_what_its_commit_found(cpu_verdicts):
+    """Issue 33: calls handed off one by one rank, so a call must not see the next call's inputs before it commits.
+    A candidate that commits each call before its output exists is judged on the stale bytes the commit found; one
+    that waits in each call for the next call's inputs never sees them (correct, and slow)."""
+    early = cpu_verdicts["handoff_early_commit"]
+    assert early.status == Status.incorrect and early.phase.value == "time", early.error
+    assert re.search(r"wrong on clocked call \d+: .*; call \d+ of \d+ back to back", early.error), early.error
+    peeking = cpu_verdicts["handoff_peeks_ahead"]
+    assert peeking.status == Status.correct and peeking.timing_check.calls_per_window > 1, peeking.error
+
+
 def test_a_figure_the_clock_cannot_resolve_is_no_number():
     """A median per call at or under what the clock resolves (the cost's spread over the calls of a window)
     is shaky_timing and given as no number: no runtime, no speedup (issue 33; once printed as 0.0000 ms and
