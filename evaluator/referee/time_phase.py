@@ -67,7 +67,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         last, beside = series.windows[-1], series.costs[-1] if series.costs else None
         together = window_calls(referee, last, beside)
         plan = relay.plan_for(referee) if together > 1 else None
-        calls = min(together, relay.HANDOFF_CALLS) if plan is not None else 1
+        calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
             series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
         timed = series.timed(calls, plan)
