@@ -8,6 +8,7 @@ imported, before any candidate exists, so patching them afterwards changes nothi
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -51,7 +52,8 @@ def timed_forwards(model, input_sets: list[list], device: str, after_each) -> tu
 def handed_off_forwards(model, exchange, command, values: dict, positions: int, device: str, buffers,
                         describe) -> tuple[list, list[float], list[float], list[str]]:
     """The calls of a handed-off window (protocol.Handoff, evaluator.wire.handoff): (what each returned, as
-    `describe` puts it; device-event ms of each call (CUDA); host ms of each call; problems). Each call waits for
+    `describe` puts it; device-event ms of each call (CUDA); host ms of each call; problems; the median ms of each
+    call's steps, `Reply.steps_ms`). Each call waits for
     the referee's GO, reads its inputs out of the exchange onto the device, runs forward, writes its output and
     `buffers()` (the tensors named `state.NAME`) into the exchange, waits for the device and commits. Raises
     handoff.Late when a GO does not come in time."""
@@ -59,10 +61,11 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
     page, raw = exchange.map, exchange.bytes
     ins = [(int(s.name.removeprefix("input.")), handoff.view(raw, s)) for s in command.inputs]
     outs = [(s.name, handoff.view(raw, s)) for s in command.outputs]
-    infos, events, hosts, problems = [], [], [], []
+    infos, events, hosts, problems, stamps = [], [], [], [], []
     deadline = time.monotonic() + command.wait_s
     handoff.write(page, handoff.READY, command.token)
     for k in range(1, command.calls + 1):
+        waited = _perf_counter()
         handoff.wait_for(page, handoff.GO, k, deadline, yielding=not cuda)
         begun = _perf_counter()
         given = {position: (value.to(device, non_blocking=True) if cuda else value.clone()) for position, value in ins}
@@ -70,11 +73,13 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
         if cuda:
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _record(begin)
+        given_at = _perf_counter()
         out = model(*inputs)
+        returned = _perf_counter()
         if cuda:
             _record(end)
         else:
-            hosts.append((_perf_counter() - begun) * 1e3)
+            hosts.append((returned - begun) * 1e3)
         infos.append(describe(out))
         left = {"output": out, **{f"state.{name}": value for name, value in buffers().items()}}
         for name, place in outs:
@@ -84,9 +89,14 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
                                 f"(not written)")
                 continue
             place.copy_(value.detach().reshape(place.shape), non_blocking=cuda)
+        written = _perf_counter()
         if cuda:
             _synchronize()  # the whole device: work on a side stream is in what is committed
-            events.append(_elapsed_time(begin, end))
-            hosts.append((_perf_counter() - begun) * 1e3)
+        synced = _perf_counter()
         handoff.write(page, handoff.COMMIT, k)
-    return infos, events, hosts, problems
+        if cuda:
+            events.append(_elapsed_time(begin, end))
+            hosts.append((synced - begun) * 1e3)
+        stamps.append((waited, begun, given_at, returned, written, synced))
+    steps = [statistics.median((s[i + 1] - s[i]) * 1e3 for s in stamps) for i in range(5)] if stamps else []
+    return infos, events, hosts, problems, steps

@@ -291,7 +291,7 @@ class Executor:
         self.model.train(command.train)
         try:
             with torch.no_grad():
-                reply.outputs, reply.events_ms, reply.host_ms, reply.problems = handed_off_forwards(
+                reply.outputs, reply.events_ms, reply.host_ms, reply.problems, reply.steps_ms = handed_off_forwards(
                     self.model, self.exchange, command, self.values, len(self.specs), self.device, self.buffers_now,
                     value_info)
         except handoff.Late:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 
 PROFILE_DIR = os.environ.get("KH_REFEREE_PROFILE")
@@ -34,6 +35,14 @@ def profile_windows(name: str, candidate: list, calibrator: list) -> None:
         steps = [w.steps for w in windows if len(w.steps) == 4]
         record[role] = {step: quartiles([s[i] for s in steps])
                         for i, step in enumerate(("staged", "go", "put", "copied"))}
+        handed = [w for w in windows if w.handed_off and len(w.steps) == 3]  # per call, medians over a window's calls
+        if handed:
+            record[role]["handoff"] = {step: quartiles([w.steps[i] for w in handed])
+                                       for i, step in enumerate(("inputs_written", "go_to_commit", "captured"))}
+            record[role]["handoff"].update({step: quartiles([w.go.steps_ms[i] for w in handed if len(w.go.steps_ms) == 5])
+                                            for i, step in enumerate(("waited", "inputs", "forward", "written", "synced"))})
+            record[role]["per_call"] = quartiles([w.per_call_ms for w in handed])
+            record[role]["events_per_call"] = quartiles([statistics.fmean(w.go.events_ms) for w in handed if w.go.events_ms])
         record[role]["window"] = quartiles([w.ms for w in windows])
         record[role]["events"] = quartiles([w.go.events_ms[0] for w in windows if w.go.events_ms])
         record[role]["host"] = quartiles([w.go.host_ms[0] for w in windows if w.go.host_ms])

@@ -224,6 +224,9 @@ class Reply(Message):
     handled_ms: float | None = Field(None, description=(
         "The executor's host ms from reading the command to writing this reply (a diagnostic for tuning, logged by a "
         "profiling referee and never judged): the rest of the referee's turn is the pipe's."))
+    steps_ms: list[float] = Field(default_factory=list, description=(
+        "handoff: the median ms a call spent waiting for its GO, reading its inputs onto the device, in forward, writing "
+        "what it left into the exchange, and waiting for the device (a diagnostic for tuning, like `handled_ms`)."))
     kernels: list[str] = Field(default_factory=list, description="profile: what the forward launched, in order.")
     kernel_times_us: list[float] = Field(default_factory=list, description=(
         "profile, CUDA: each of `kernels`' device time (µs, the profiler's), in the same order; empty on the CPU."))
