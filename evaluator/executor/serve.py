@@ -292,7 +292,7 @@ class Executor:
         try:
             with torch.no_grad():
                 reply.outputs, reply.events_ms, reply.host_ms, reply.problems, reply.steps_ms = handed_off_forwards(
-                    self.model, self.exchange, command, self.values, len(self.specs), self.device, self.buffers_now,
+                    self.model, self.exchange, command, self.values, len(self.specs), self.device, self.live_buffers,
                     value_info)
         except handoff.Late:
             return Reply(id=command.id, error="the referee's go for a call did not come", error_kind="internal")
@@ -300,6 +300,11 @@ class Executor:
             return Reply(id=command.id, error=describe_exception("ModelNew.forward raised"), error_kind="raised")
         reply.output = reply.outputs[0] if reply.outputs else None
         return reply
+
+    def live_buffers(self) -> dict:
+        """The buffers `put` stages, as the model holds them now (read through its registries)."""
+        entries = cmp.module_tensors(self.model)
+        return {name: entries.get(name) for name in self.staged_state}
 
     def buffers_now(self) -> dict:
         """Copies of the buffers `put` stages, as the call just made left them (on the device, queued behind it)."""

@@ -30,7 +30,7 @@ def profile_windows(name: str, candidate: list, calibrator: list) -> None:
     def quartiles(values: list[float]) -> list[float]:
         return [round(quantile(values, q), 4) for q in (0.25, 0.5, 0.75)] if values else []
 
-    record = {"event": "windows", "name": name}
+    record = {"event": "windows", "name": name, "calls": candidate[0].calls if candidate else 1}
     for role, windows in (("candidate", candidate), ("calibrator", calibrator)):
         steps = [w.steps for w in windows if len(w.steps) == 4]
         record[role] = {step: quartiles([s[i] for s in steps])
@@ -43,6 +43,8 @@ def profile_windows(name: str, candidate: list, calibrator: list) -> None:
                                             for i, step in enumerate(("waited", "inputs", "forward", "written", "synced"))})
             record[role]["per_call"] = quartiles([w.per_call_ms for w in handed])
             record[role]["events_per_call"] = quartiles([statistics.fmean(w.go.events_ms) for w in handed if w.go.events_ms])
+            record[role]["windows"] = [[round(w.ms, 4), round(w.reported_ms, 4) if w.reported_ms is not None else None]
+                                       for w in handed]  # each window and its reports, in order (the pairs' estimators)
         record[role]["window"] = quartiles([w.ms for w in windows])
         record[role]["events"] = quartiles([w.go.events_ms[0] for w in windows if w.go.events_ms])
         record[role]["host"] = quartiles([w.go.host_ms[0] for w in windows if w.go.host_ms])
