@@ -62,6 +62,12 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
     page, raw = exchange.map, exchange.bytes
     ins = [(int(s.name.removeprefix("input.")), handoff.view(raw, s)) for s in command.inputs]
     outs = [(s.name, handoff.view(raw, s)) for s in command.outputs]
+    ops = _stream_ops() if cuda and getattr(exchange, "pinned", False) else None
+    if ops is not None:
+        queued = _queued_forwards(model, page, raw.data_ptr(), ins, outs, command, values, positions, buffers,
+                                  describe, ops)
+        if queued is not None:
+            return queued
     infos, events, hosts, problems, stamps, last = [], [], [], [], [], (None, None)
     deadline = time.monotonic() + command.wait_s
     handoff.write(page, handoff.READY, command.token)
@@ -106,3 +112,93 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
         stamps.append((waited, begun, given_at, returned, written, synced))
     steps = [statistics.median((s[i + 1] - s[i]) * 1e3 for s in stamps) for i in range(5)] if stamps else []
     return infos, events, hosts, problems, steps
+
+
+_STREAM_OPS: list = []  # [(wait, write)] once looked for, [None] where the driver has none
+
+
+def _stream_ops():
+    """The driver's cuStreamWaitValue64 and cuStreamWriteValue64, or None where it has none."""
+    if not _STREAM_OPS:
+        try:
+            import ctypes
+
+            driver = ctypes.CDLL("libcuda.so.1")
+            wait, write = driver.cuStreamWaitValue64_v2, driver.cuStreamWriteValue64_v2
+            for op in (wait, write):
+                op.argtypes, op.restype = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint), ctypes.c_int
+            _STREAM_OPS.append((wait, write))
+        except (OSError, AttributeError):
+            _STREAM_OPS.append(None)
+    return _STREAM_OPS[0]
+
+
+def _queued_forwards(model, page, page_at: int, ins, outs, command, values: dict, positions: int, buffers, describe,
+                     ops, _wait_all=torch.cuda.synchronize):  # bound here: a candidate rebinding the module's names
+    # cannot make the window's end wait for nothing (its reports would then read unfinished events)
+    """`handed_off_forwards` on a GPU with every call queued ahead on one stream, as a loop makes its calls: each call's
+    inputs copied onto the device behind a wait on the device for its GO (cuStreamWaitValue64 on the exchange's pinned
+    header), its output and buffers copied out behind it, then COMMIT written by the device (cuStreamWriteValue64, with
+    a memory barrier: what was copied is there first). A call's launches overlap the calls before it, so its figure is
+    not its host path's, and no call can read a later call's inputs: they reach the device only behind its GO, which
+    the referee writes once it has copied what the call before committed. None (nothing queued) where the driver
+    refuses the first wait: the calls then go one by one from the host."""
+    stream = torch.cuda.current_stream()
+    marks, infos, problems, stamps = [], [], [], []
+    handoff.write(page, handoff.READY, command.token)
+    try:
+        _queue_calls(model, page_at, ins, outs, command, values, positions, buffers, describe, ops, stream, marks, infos,
+                     problems, stamps)
+    except _Refused:
+        return None
+    except BaseException:
+        handoff.write(page, handoff.GO, 1 << 62)  # no queued wait is left waiting for a GO that will not come
+        raise
+    _wait_all()
+    events = [_elapsed_time(b, e) for b, e in marks]
+    # the host's steps, for tuning: queueing the inputs and calling forward, then queueing what it left
+    steps = [0.0, statistics.median((s[1] - s[0]) * 1e3 for s in stamps), 0.0,
+             statistics.median((s[2] - s[1]) * 1e3 for s in stamps), 0.0]
+    return infos, events, list(events), problems, steps
+
+
+class _Refused(Exception):
+    """The driver refused the first queued wait: nothing is queued."""
+
+
+def _queue_calls(model, page_at, ins, outs, command, values, positions, buffers, describe, ops, stream, marks, infos,
+                 problems, stamps) -> None:
+    wait, write = ops
+    handle, last = stream.cuda_stream, (None, None)
+    for k in range(1, command.calls + 1):
+        begun = _perf_counter()
+        with torch.cuda.stream(stream):
+            if wait(handle, page_at + handoff.GO, k, 0) != 0:  # CU_STREAM_WAIT_VALUE_GEQ
+                if k == 1:
+                    _STREAM_OPS[0] = None
+                    raise _Refused
+                raise RuntimeError(f"cuStreamWaitValue64 refused call {k}")
+            given = {position: value.to("cuda", non_blocking=True) for position, value in ins}
+            inputs = [given[i] if i in given else values.get(i) for i in range(positions)]
+            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(begin)
+        out = model(*inputs)
+        returned = _perf_counter()
+        with torch.cuda.stream(stream):  # whatever stream forward left current
+            _record(end)
+            kind = (type(out), out.dtype, tuple(out.shape), out.device) if type(out) in _PLAIN else None
+            if kind is None or kind != last[0]:
+                last = (kind, describe(out))
+            infos.append(last[1])
+            left = {"output": out, **{f"state.{name}": value for name, value in buffers().items()}}
+            for name, place in outs:
+                value = left.get(name)
+                if type(value) not in _PLAIN or value.dtype != place.dtype or value.numel() != place.numel():
+                    problems.append(f"call {k} of the window: {name} is not a plain {place.dtype} tensor of "
+                                    f"{list(place.shape)} (not written)")
+                    continue
+                place.copy_(value.detach().reshape(place.shape), non_blocking=True)
+            if write(handle, page_at + handoff.COMMIT, k, 0) != 0:
+                raise RuntimeError(f"cuStreamWriteValue64 refused call {k}")
+        marks.append((begin, end))
+        stamps.append((begun, returned, _perf_counter()))
