@@ -39,6 +39,7 @@ from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorR
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
 from evaluator.wire.stage import Stage
 from evaluator.executor.forward import handed_off_forwards, timed_forwards
+from evaluator.executor.observe import cpu_extension_calls, cuda_kernels
 
 ERROR_CHARS = 6000
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -352,9 +353,9 @@ class Executor:
         times: list[float] = []  # the CPU's observer sees calls, not their device time
         try:
             if self.device == "cuda":
-                names, times, out = self.cuda_kernels(inputs)
+                names, times, out = cuda_kernels(self.model, inputs)
             else:
-                names, out = self.cpu_extension_calls(inputs)
+                names, out = cpu_extension_calls(self.model, inputs)
         except BaseException:
             return Reply(id=command.id, error=describe_exception("the profiled call failed"), error_kind="raised",
                          flags=flags + self.guard_flags(flags_before, "the profiled call to ModelNew.forward"))
@@ -488,36 +489,6 @@ class Executor:
             return flags  # the kernel pass will say what failed
         self.guard = guards.StateGuard(self.request.watch, served=SERVED)
         return flags
-
-    def cuda_kernels(self, inputs: list) -> tuple[list[str], list[float], object]:
-        """(kernel names in launch order, each one's device time in µs, the output)."""
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
-        torch.cuda.synchronize()
-        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            out = self.model(*inputs)
-            torch.cuda.synchronize()
-        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-        events.sort(key=lambda e: e.time_range.start)
-        launched = [e for e in events if not e.name.startswith(("Memcpy", "Memset"))]
-        return [e.name for e in launched], [float(e.time_range.elapsed_us()) for e in launched], out
-
-    def cpu_extension_calls(self, inputs: list) -> tuple[list[str], object]:
-        modules = kernels.extension_calls(kernels.candidate_libraries(), sys.modules)
-        calls: list[str] = []
-
-        def observe(frame, event, arg):
-            if event == "c_call" and getattr(arg, "__module__", None) in modules:
-                calls.append(f"{arg.__module__}.{getattr(arg, '__name__', '?')}")
-
-        with torch.no_grad():
-            sys.setprofile(observe)
-            try:
-                out = self.model(*inputs)
-            finally:
-                sys.setprofile(None)
-        return calls, out
 
 
 # What serves the referee's commands, watched by the guard (this module is imported under one name only:

@@ -1,12 +1,12 @@
 """One executor process, seen from the side that starts it (the referee; the parent for builds).
 
 `ExecutorProcess` starts `evaluator.executor` through the containment launcher (evaluator.executor.launcher; forked
-from the referee's zygote where it has one, evaluator.referee.forking) in a folder of its own, with a scrubbed
-environment (HOME, TMPDIR and the caches inside that folder), its own session, three descriptors (its channel, the referee's commands, the exchange) and nothing else. Its stdout and stderr
-belong to the candidate: two threads read them and keep only the last `output_cap` bytes of each. Messages are
-read with a deadline; a phase that overruns it, a compile step over its memory limit, a malformed line or a closed
-channel ends the process (`Ended`, with the reason) and the whole process group and PID namespace are killed. Its
-verdict is completed from what it showed in evaluator.referee.settling.
+from the referee's zygote where it has one, evaluator.referee.forking) in a folder of its own, with a scrubbed environment
+(HOME, TMPDIR and the caches in that folder), its own session, three descriptors (its channel, the referee's commands,
+the exchange) and nothing else. Its stdout and stderr belong to the candidate: two threads read them and keep only the
+last `output_cap` bytes of each. Messages are read with a deadline; a phase that overruns it, a compile step over its
+memory limit, a malformed line or a closed channel ends the process (`Ended`, with the reason) and kills its whole
+process group and PID namespace (its verdict is completed from what it showed in evaluator.referee.settling).
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from evaluator.wire.stage import Stage
 from evaluator.wire.zygote import EXECUTOR_ARGV
 
 MEMORY_POLL_S = 0.2   # how often the compile step's memory is read
-MAX_LINE = 16 << 20   # a reply is kilobytes; a longer line is abuse
-MAX_CHANNEL = 64 << 20
+MAX_LINE, MAX_CHANNEL = 16 << 20, 64 << 20  # a reply is kilobytes; a longer line is abuse
 
 
 class Ended(Exception):
@@ -469,8 +468,7 @@ class ExecutorProcess:
             return message.reply
 
     def request(self, command, deadline: float, during=None) -> Reply:
-        """Send one command (its `id` is set here) and read its reply; `during(deadline, answered)` runs in between (a
-        handed-off window's relay: evaluator.referee.relay), told whether the executor has answered already."""
+        """Send one command (its `id` is set here) and read its reply; `during(deadline, answered)` runs in between."""
         self._ids += 1
         command = command.model_copy(update={"id": self._ids})
         try:
@@ -478,10 +476,9 @@ class ExecutorProcess:
             self._commands.flush()
         except (BrokenPipeError, OSError, ValueError):
             raise self._end(Ended("closed"), kill=False)
-        if during is not None:
+        if during is not None:  # a handed-off window's relay (evaluator.referee.relay): has the executor answered?
             during(deadline, lambda: b"\n" in self._buffer or readable(self._channel_fd, 0))
-        # the replies to clocked commands are polled for: they end windows on the referee's clock
-        clocked = isinstance(command, (Go, Put)) and self.device == "cuda"
+        clocked = isinstance(command, (Go, Put)) and self.device == "cuda"  # replies that end windows: polled for
         return self.reply(self._ids, deadline, poll_s=CLOCKED_POLL_S if clocked else 0.0)
 
     def _end(self, ended: Ended, kill: bool = True) -> Ended:
