@@ -24,8 +24,9 @@ EVALUATOR_VERSION = "0.1.0"
 SPEEDUP_RULE = (
     "A speedup divides a baseline's median time by the candidate's, both measured by the referee on the "
     "same GPU in the same batch: the baseline's by device events in the referee's own process, the "
-    "candidate's by the referee's clock around each call, less what that clock's window costs (measured "
-    "by the referee's calibrator beside each call), never by anything the candidate's process reports.")
+    "candidate's by the referee's clock around each call (or around short calls handed off back to back), "
+    "less what that clock's window costs (measured by the referee's calibrator beside each window), never by "
+    "anything the candidate's process reports.")
 
 
 class Hardware(BaseModel):
