@@ -51,6 +51,11 @@ def test_a_word_that_never_comes_is_late_and_stop_ends_the_wait_sooner():
     handoff.write(page, handoff.COMMIT, 3)
     handoff.wait_for(page, handoff.COMMIT, 3, started)  # there already: no wait, deadline or not
 
+    def answered_right_after_the_commit():  # the executor's last COMMIT and its reply land between two looks
+        handoff.write(page, handoff.COMMIT, 4)
+        return True
+    handoff.wait_for(page, handoff.COMMIT, 4, started + 60, stop=answered_right_after_the_commit)  # not late
+
 
 def handed_off(monkeypatch, model_class, calls: int = 6):
     """The time phase of `model_class` in this process with windows of `calls` calls (K as a short call gets it)."""

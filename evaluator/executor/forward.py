@@ -51,13 +51,16 @@ def timed_forwards(model, input_sets: list[list], device: str, after_each) -> tu
 
 
 def handed_off_forwards(model, exchange, command, values: dict, positions: int, device: str, buffers,
-                        describe) -> tuple[list, list[float], list[float], list[str]]:
-    """The calls of a handed-off window (protocol.Handoff, evaluator.wire.handoff): (what each returned, as
-    `describe` puts it; device-event ms of each call (CUDA); host ms of each call; problems; the median ms of each
-    call's steps, `Reply.steps_ms`). Each call waits for
-    the referee's GO, reads its inputs out of the exchange onto the device, runs forward, writes its output and
-    `buffers()` (the tensors named `state.NAME`) into the exchange, waits for the device and commits. Raises
-    handoff.Late when a GO does not come in time."""
+                        describe) -> tuple[list, list[float], list[float], list[str], list[float], bool]:
+    """The calls of a handed-off window (protocol.Handoff, evaluator.wire.handoff): (what each returned, as `describe`
+    puts it; device-event ms of each call (CUDA); host ms of each call; problems; the median ms of each call's steps,
+    `Reply.steps_ms`; whether the calls were queued on the device). Each call waits for the referee's GO, reads its
+    inputs out of the exchange onto the device, runs forward, writes its output and `buffers()` (the tensors named
+    `state.NAME`) into the exchange, waits for the device and commits. A call's reported time runs from before its
+    inputs are read to after what it left is written: the copies are the call's, as the calibrator's are, so a
+    candidate that overlaps them with its work gains nothing on the cost taken off (an attacker's review). On a GPU
+    the calls are queued ahead where the driver allows (`_queued_forwards`). Raises handoff.Late when a GO does not
+    come in time."""
     cuda = device == "cuda"
     page, raw = exchange.map, exchange.bytes
     ins = [(int(s.name.removeprefix("input.")), handoff.view(raw, s)) for s in command.inputs]
@@ -67,7 +70,7 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
         queued = _queued_forwards(model, page, raw.data_ptr(), ins, outs, command, values, positions, buffers,
                                   describe, ops)
         if queued is not None:
-            return queued
+            return (*queued, True)
     infos, events, hosts, problems, stamps, last = [], [], [], [], [], (None, None)
     deadline = time.monotonic() + command.wait_s
     handoff.write(page, handoff.READY, command.token)
@@ -75,32 +78,19 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
         waited = _perf_counter()
         handoff.wait_for(page, handoff.GO, k, deadline, yielding=not cuda)
         begun = _perf_counter()
-        given = {position: (value.to(device, non_blocking=True) if cuda else value.clone()) for position, value in ins}
-        inputs = [given[i] if i in given else values.get(i) for i in range(positions)]
         if cuda:
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _record(begin)
+        given = {position: (value.to(device, non_blocking=True) if cuda else value.clone()) for position, value in ins}
+        inputs = [given[i] if i in given else values.get(i) for i in range(positions)]
         given_at = _perf_counter()
         out = model(*inputs)
         returned = _perf_counter()
+        last = _described(out, last, describe)
+        infos.append(last[1])
+        _write_out(out, buffers, outs, k, problems, cuda)
         if cuda:
             _record(end)
-        else:
-            hosts.append((returned - begun) * 1e3)
-        # described once while a plain tensor's kind stays the same (a record each call took 10 us of its host path)
-        kind = (type(out), out.dtype, tuple(out.shape), out.device) if type(out) in _PLAIN else None
-        if kind is None or kind != last[0]:
-            last = (kind, describe(out))
-        infos.append(last[1])
-        # the buffers themselves, not copies: their copies out are queued behind the call on this stream
-        left = {"output": out, **{f"state.{name}": value for name, value in buffers().items()}}
-        for name, place in outs:
-            value = left.get(name)
-            if type(value) not in _PLAIN or value.dtype != place.dtype or value.numel() != place.numel():
-                problems.append(f"call {k} of the window: {name} is not a plain {place.dtype} tensor of "
-                                f"{list(place.shape)} (not written)")
-                continue
-            place.copy_(value.detach().reshape(place.shape), non_blocking=cuda)
         written = _perf_counter()
         if cuda:
             _synchronize()  # the whole device: work on a side stream is in what is committed
@@ -108,10 +98,34 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
         handoff.write(page, handoff.COMMIT, k)
         if cuda:
             events.append(_elapsed_time(begin, end))
-            hosts.append((synced - begun) * 1e3)
+        hosts.append((synced - begun) * 1e3)
         stamps.append((waited, begun, given_at, returned, written, synced))
     steps = [statistics.median((s[i + 1] - s[i]) * 1e3 for s in stamps) for i in range(5)] if stamps else []
-    return infos, events, hosts, problems, steps
+    return infos, events, hosts, problems, steps, False
+
+
+def _described(out, last: tuple, describe) -> tuple:
+    """(the output's kind, its description): described once while a plain tensor's kind stays the same (a record each
+    call took 10 us of its host path)."""
+    kind = (type(out), out.dtype, tuple(out.shape), out.device) if type(out) in _PLAIN else None
+    return last if kind is not None and kind == last[0] else (kind, describe(out))
+
+
+def _write_out(out, buffers, outs, k: int, problems: list[str], cuda: bool) -> None:
+    """Call k's output and its buffers as it left them into the exchange's output region: on a GPU queued behind the
+    call on the current stream (a buffer held in host memory copied at once, as forward left it, then queued),
+    converted to the reference's dtype where it differs (as other windows compare them)."""
+    left = {"output": out, **{f"state.{name}": value for name, value in buffers().items()}}
+    for name, place in outs:
+        value = left.get(name)
+        if type(value) not in _PLAIN or value.numel() != place.numel():
+            problems.append(f"call {k} of the window: {name} is not a plain tensor of {list(place.shape)} "
+                            "(not written)")
+            continue
+        value = value.detach()
+        if cuda and value.device.type != "cuda":
+            value = value.to("cuda")  # its value now, on the host's time line, not when the device gets here
+        place.copy_(value.reshape(place.shape), non_blocking=cuda)
 
 
 _STREAM_OPS: list = []  # [(wait, write)] once looked for, [None] where the driver has none
@@ -178,26 +192,17 @@ def _queue_calls(model, page_at, ins, outs, command, values, positions, buffers,
                     _STREAM_OPS[0] = None
                     raise _Refused
                 raise RuntimeError(f"cuStreamWaitValue64 refused call {k}")
+            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(begin)  # the copy in and the copies out are the call's (see handed_off_forwards)
             given = {position: value.to("cuda", non_blocking=True) for position, value in ins}
             inputs = [given[i] if i in given else values.get(i) for i in range(positions)]
-            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            _record(begin)
         out = model(*inputs)
         returned = _perf_counter()
         with torch.cuda.stream(stream):  # whatever stream forward left current
-            _record(end)
-            kind = (type(out), out.dtype, tuple(out.shape), out.device) if type(out) in _PLAIN else None
-            if kind is None or kind != last[0]:
-                last = (kind, describe(out))
+            last = _described(out, last, describe)
             infos.append(last[1])
-            left = {"output": out, **{f"state.{name}": value for name, value in buffers().items()}}
-            for name, place in outs:
-                value = left.get(name)
-                if type(value) not in _PLAIN or value.dtype != place.dtype or value.numel() != place.numel():
-                    problems.append(f"call {k} of the window: {name} is not a plain {place.dtype} tensor of "
-                                    f"{list(place.shape)} (not written)")
-                    continue
-                place.copy_(value.detach().reshape(place.shape), non_blocking=True)
+            _write_out(out, buffers, outs, k, problems, True)
+            _record(end)
             if write(handle, page_at + handoff.COMMIT, k, 0) != 0:
                 raise RuntimeError(f"cuStreamWriteValue64 refused call {k}")
         marks.append((begin, end))

@@ -292,9 +292,9 @@ class Executor:
         self.model.train(command.train)
         try:
             with torch.no_grad():
-                reply.outputs, reply.events_ms, reply.host_ms, reply.problems, reply.steps_ms = handed_off_forwards(
-                    self.model, self.exchange, command, self.values, len(self.specs), self.device, self.live_buffers,
-                    value_info)
+                (reply.outputs, reply.events_ms, reply.host_ms, reply.problems, reply.steps_ms,
+                 reply.queued) = handed_off_forwards(self.model, self.exchange, command, self.values, len(self.specs),
+                                                     self.device, self.live_buffers, value_info)
         except handoff.Late:
             return Reply(id=command.id, error="the referee's go for a call did not come", error_kind="internal")
         except BaseException:

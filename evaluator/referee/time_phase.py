@@ -70,6 +70,8 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
             series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
+            if not series.calibrator_queued(relay.HANDOFF_WARMUP):
+                plan, calls = None, 1  # its cost would not be the candidate's: windows of one call rank
         timed = series.timed(calls, plan)
         timing, cost = series.figures(timed)
         series.run(BACK_TO_BACK_WINDOWS, min(max(2, together), referee.layout.sets), beside=False)
@@ -142,7 +144,8 @@ class Series:
         windows = self.windows[timed]
         beside = self.costs[timed] if len(self.costs) == len(self.windows) else []
         cost = clock.window_cost(beside) if beside else None
-        if cost is None and referee.current_round is not None:
+        # the round's cost is a window of one call's: never taken off calls handed off back to back
+        if cost is None and referee.current_round is not None and not windows[0].handed_off:
             cost = referee.current_round.window_cost
         if cost is None:
             session.add([Flag(name="uncalibrated", reason=(
@@ -203,6 +206,15 @@ class Series:
                 self.costs.append(beside)
                 self.paces.append(paced)
             self.compare(clocked, input_sets)
+
+    def calibrator_queued(self, last: int) -> bool:
+        """Whether the calibrator's last `last` windows (handed off) had their calls queued on the device as a GPU
+        candidate's are (its own word: it is the referee's code): on the host its calls cost about twice as much, and
+        the cost taken off a queued candidate's windows would be too large. Always true on the CPU (no queue)."""
+        if self.session.referee.device != "cuda":
+            return True
+        recent = self.costs[-last:]
+        return len(recent) == last and all(c.go.queued for c in recent)
 
     def pace_for(self) -> float:
         """How long each call of the calibrator's window beside the last window is to keep the device busy (CUDA): the

@@ -160,7 +160,7 @@ class Handoff(Message):
     inputs: list[TensorSlot] = Field(description="Where each call's tensor inputs lie in the exchange (`input.N`).")
     outputs: list[TensorSlot] = Field(description="Where each call's `output` and `state.NAME` go in the exchange.")
     pace_ms: float = Field(0.0, ge=0.0, le=10_000.0, description="As `Go.pace_ms` (the referee's calibrator alone).")
-    wait_s: float = Field(60.0, gt=0, description="How long the executor waits for each GO before it gives up.")
+    wait_s: float = Field(60.0, gt=0, description="How long the executor waits for the window's GOs before it gives up.")
 
 
 class SendState(Message):
@@ -224,6 +224,9 @@ class Reply(Message):
     handled_ms: float | None = Field(None, description=(
         "The executor's host ms from reading the command to writing this reply (a diagnostic for tuning, logged by a "
         "profiling referee and never judged): the rest of the referee's turn is the pipe's."))
+    queued: bool = Field(False, description=(
+        "handoff: the calls were queued ahead on the device (GO waited for and COMMIT written by the device), not "
+        "made one by one from the host. The calibrator's is trusted; a candidate's is testimony, never used."))
     steps_ms: list[float] = Field(default_factory=list, description=(
         "handoff: the median ms a call spent waiting for its GO, reading its inputs onto the device, in forward, writing "
         "what it left into the exchange, and waiting for the device (a diagnostic for tuning, like `handled_ms`)."))
