@@ -32,6 +32,10 @@ HANDOFF_BYTES = {"cuda": 4 << 20, "cpu": 16 << 20}
 # call is replayed in float64 after it): its figure's spread falls as the square root of its calls. The CPU's calls
 # are milliseconds already, and its windows are what CI's suite waits for.
 HANDOFF_CALLS = {"cuda": 32, "cpu": 8}
+# Calls of a ranked series of handed-off windows, at most (and at least the timer's fewest windows): each window costs
+# its calibrator's beside it, a hold each way and a float64 replay of every call, so at `small` on an H200 200 windows
+# of 32 calls took 6.5-11.6 s of a candidate's time phase.
+HANDOFF_SERIES_CALLS = 1024
 # Handed-off windows run before the ranked ones (their first handoffs, and the calibrator's, find nothing warm).
 HANDOFF_WARMUP = 2
 _tokens = itertools.count(1)

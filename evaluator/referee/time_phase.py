@@ -134,6 +134,8 @@ class Series:
         first = len(self.windows)
         estimate = max(self.windows[-1].ms, 1e-3)  # one window's ms, as the last one took
         fit = max(1, SERIES_BYTES[referee.device] // (calls * referee.layout.span))
+        if plan is not None:
+            fit = min(fit, max(1, relay.HANDOFF_SERIES_CALLS // calls))
         self.run(timer.reps_for(estimate, cap=fit), calls, plan=plan)
         return slice(first, len(self.windows))
 
