@@ -132,3 +132,25 @@ def test_a_call_committed_before_its_output_exists_is_judged_on_what_the_commit_
         handed_off(monkeypatch, _CommitsEarly)
     assert caught.value.status == Status.incorrect and "wrong on clocked call" in caught.value.error, caught.value.error
     assert "back to back" in caught.value.error  # a call of a handed-off window
+
+
+@pytest.mark.slow  # an in-process judgement: about a second
+def test_handed_off_windows_without_the_calibrator_beside_them_are_uncalibrated(monkeypatch):
+    """The round's cost is a window of one call's (1.5-2.7 ms on an H100): taken off windows of K calls handed off, it
+    would move every figure by cost / K. A series whose calibrator failed is `uncalibrated` instead (a review's find)."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import clock
+    from evaluator.referee import time_phase as phase
+
+    monkeypatch.setattr(phase, "window_calls", lambda *_: 6)
+    session, built, checked = local_executor.checked(local_executor.Honest)
+    referee = session.referee
+    referee.current_round = SimpleNamespace(window_cost=clock.WindowCost(cost_ms=2.0, window_ms=2.1, device_ms=0.1,
+                                                                         windows=30, costs=(2.0,) * 30))
+    calibrate = referee.calibrator.window
+    monkeypatch.setattr(referee.calibrator, "window",
+                        lambda sets, pace=0.0, plan=None: None if plan is not None else calibrate(sets, pace, plan))
+    timed = phase.time_phase(session, checked, built)
+    assert timed.check.calls_per_window == 6 and timed.check.overhead_ms == 0.0
+    assert any(f.name == "uncalibrated" for f in session.flags)
