@@ -104,7 +104,7 @@ def _watched_namespaces(problem_watch: list[str], served: list[tuple[str, object
     import torch.nn.functional as functional
 
     from evaluator.executor import forward
-    from evaluator.wire import exchange, protocol, records, stage
+    from evaluator.wire import exchange, handoff, protocol, records, stage
 
     this = sys.modules[__name__]
     problem_spaces = []
@@ -124,6 +124,7 @@ def _watched_namespaces(problem_watch: list[str], served: list[tuple[str, object
         ("evaluator.wire.tensors", cmp), ("evaluator.executor.forward", forward),
         ("evaluator.wire.exchange", exchange), ("evaluator.wire.exchange.Exchange", exchange.Exchange),
         ("evaluator.wire.stage", stage), ("evaluator.wire.stage.Stage", stage.Stage),
+        ("evaluator.wire.handoff", handoff),
         ("evaluator.wire.records", records), ("evaluator.wire.protocol", protocol), ("evaluator.executor.guard", this),
         ("evaluator.executor.guard.StateGuard", StateGuard), *served,
     ]
