@@ -153,4 +153,26 @@ def test_handed_off_windows_without_the_calibrator_beside_them_are_uncalibrated(
                         lambda sets, pace=0.0, plan=None: None if plan is not None else calibrate(sets, pace, plan))
     timed = phase.time_phase(session, checked, built)
     assert timed.check.calls_per_window == 6 and timed.check.overhead_ms == 0.0
+    assert timed.timing.reps >= 10  # the series goes on without the calibrator (it once stopped at one window)
     assert any(f.name == "uncalibrated" for f in session.flags)
+
+
+class _SlowInItsWarmUp(local_executor.Honest):
+    """Slow (60 ms) in the windows of one call alone (its inputs are views of the stage there, fresh tensors in
+    checked calls and handed-off ones): its warm-up windows say its calls are long."""
+
+    def forward(self, x):
+        if x._base is not None:
+            time.sleep(0.06)
+        return super().forward(x)
+
+
+@pytest.mark.slow  # an in-process judgement with slow warm-up calls: a few seconds
+def test_a_candidate_slow_in_its_warm_up_alone_does_not_choose_its_windows():
+    """K comes from the reference's call, not the candidate's warm-up: slow there alone, a candidate once got windows
+    of one call, where its copies are in the cost taken off, instead of handed-off ones, where they are its own."""
+    from evaluator.referee import time_phase as phase
+
+    session, built, checked = local_executor.checked(_SlowInItsWarmUp)
+    timed = phase.time_phase(session, checked, built)
+    assert timed.check.calls_per_window > 1

@@ -64,8 +64,8 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     series = Series(session, checked)
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
-        last, beside = series.windows[-1], series.costs[-1] if series.costs else None
-        together = window_calls(referee, last, beside)
+        beside = series.costs[-1] if series.costs else None
+        together = window_calls(referee, beside)
         plan = relay.plan_for(referee) if together > 1 else None
         calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
@@ -99,15 +99,23 @@ def warm_cost(referee: RefereeView, beside: clock.Clocked | None) -> float | Non
     return None
 
 
-def window_calls(referee: RefereeView, last: clock.Clocked, beside: clock.Clocked | None) -> int:
-    """K: calls a window holds so that it is at least WINDOW_OVER_COST times its cost, from the last warm-up
-    window and the calibrator's beside it (1 for calls that long already; at most the stage's input sets):
-    the calls of a back-to-back window."""
+def window_calls(referee: RefereeView, beside: clock.Clocked | None) -> int:
+    """K: calls a window holds so that it is at least WINDOW_OVER_COST times its cost, from the calibrator's window
+    beside the last warm-up window and the reference's call (1 for calls that long already; at most the stage's input
+    sets): the calls of a handed-off or back-to-back window. The reference's, not the candidate's: a candidate slow in
+    its warm-up alone would choose windows of one call, where its copies are in the cost taken off, over handed-off
+    ones, where they are its own (an attacker's review)."""
     cost = warm_cost(referee, beside)
     if cost is None or cost <= 0:
         return 1
-    call = max(last.ms - cost, 1e-3)
+    call = max(reference_call_ms(referee), 1e-3)
     return max(1, min(referee.layout.sets, math.ceil(WINDOW_OVER_COST * cost / call)))
+
+
+def reference_call_ms(referee: RefereeView) -> float:
+    """The reference's call: eager's median in the current round, else one forward timed at the referee's start."""
+    eager = referee.current_round.baselines.get("eager") if referee.current_round is not None else None
+    return eager.median_ms if eager is not None else referee.reference_ms
 
 
 class Series:
@@ -132,7 +140,7 @@ class Series:
         referee = self.session.referee
         timer = referee.timer
         first = len(self.windows)
-        estimate = max(self.windows[-1].ms, 1e-3)  # one window's ms, as the last one took
+        estimate = max(self.windows[-1].per_call_ms * calls, 1e-3)  # one window's ms, from the last one's calls
         fit = max(1, SERIES_BYTES[referee.device] // (calls * referee.layout.span))
         if plan is not None:
             fit = min(fit, max(1, relay.HANDOFF_SERIES_CALLS // calls))
@@ -196,7 +204,7 @@ class Series:
             with held(session.link):
                 idle(session, f"after {what} had returned")
                 paced = self.pace_for()
-                beside = referee.calibrator.window(input_sets, paced, plan)
+                calibrated = referee.calibrator.window(input_sets, paced, plan)
                 idle(session, f"through the calibrator's window after {what}")
                 ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
                 if ran:
@@ -204,8 +212,8 @@ class Series:
                         f"its processes {ran} ran while they were held around the calibrator's window after "
                         f"{what} (something woke them): that window's cost, subtracted from every call, cannot "
                         "be trusted"))
-            if beside is not None:
-                self.costs.append(beside)
+            if calibrated is not None:
+                self.costs.append(calibrated)
                 self.paces.append(paced)
             self.compare(clocked, input_sets)
 
