@@ -146,7 +146,7 @@ def test_handed_off_windows_without_the_calibrator_beside_them_are_uncalibrated(
     monkeypatch.setattr(phase, "window_calls", lambda *_: 6)
     session, built, checked = local_executor.checked(local_executor.Honest)
     referee = session.referee
-    referee.current_round = SimpleNamespace(window_cost=clock.WindowCost(cost_ms=2.0, window_ms=2.1, device_ms=0.1,
+    referee.current_round = SimpleNamespace(baselines={}, window_cost=clock.WindowCost(cost_ms=2.0, window_ms=2.1, device_ms=0.1,
                                                                          windows=30, costs=(2.0,) * 30))
     calibrate = referee.calibrator.window
     monkeypatch.setattr(referee.calibrator, "window",

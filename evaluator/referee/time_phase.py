@@ -65,8 +65,14 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
         beside = series.costs[-1] if series.costs else None
-        together = window_calls(referee, beside)
+        # whether calls are handed off: the reference's call decides, never the candidate's warm-up (a candidate slow
+        # there alone would choose windows of one call, where its copies are in the cost taken off: an attacker's
+        # review); how many calls a window holds: the candidate's too, at least 2 (a slow candidate's windows of 8 or
+        # 40 calls took CI's suite a minute longer)
+        together = window_calls(referee, beside, reference_call_ms(referee))
+        own = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
         plan = relay.plan_for(referee) if together > 1 else None
+        together = min(together, own)
         calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
             series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
@@ -99,17 +105,14 @@ def warm_cost(referee: RefereeView, beside: clock.Clocked | None) -> float | Non
     return None
 
 
-def window_calls(referee: RefereeView, beside: clock.Clocked | None) -> int:
-    """K: calls a window holds so that it is at least WINDOW_OVER_COST times its cost, from the calibrator's window
-    beside the last warm-up window and the reference's call (1 for calls that long already; at most the stage's input
-    sets): the calls of a handed-off or back-to-back window. The reference's, not the candidate's: a candidate slow in
-    its warm-up alone would choose windows of one call, where its copies are in the cost taken off, over handed-off
-    ones, where they are its own (an attacker's review)."""
+def window_calls(referee: RefereeView, beside: clock.Clocked | None, call_ms: float) -> int:
+    """K: calls of `call_ms` a window holds so that it is at least WINDOW_OVER_COST times its cost, from the
+    calibrator's window beside the last warm-up window (1 for calls that long already; at most the stage's input
+    sets)."""
     cost = warm_cost(referee, beside)
     if cost is None or cost <= 0:
         return 1
-    call = max(reference_call_ms(referee), 1e-3)
-    return max(1, min(referee.layout.sets, math.ceil(WINDOW_OVER_COST * cost / call)))
+    return max(1, min(referee.layout.sets, math.ceil(WINDOW_OVER_COST * cost / max(call_ms, 1e-3))))
 
 
 def reference_call_ms(referee: RefereeView) -> float:
