@@ -647,7 +647,7 @@ def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_n
         def __init__(self, takes_s):
             self.takes_s = takes_s
 
-        def request(self, command, deadline):
+        def request(self, command, deadline, during=None):
             clock.sleep(self.takes_s)
             if clock.monotonic() > deadline:
                 raise Ended("timeout")

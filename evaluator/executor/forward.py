@@ -14,13 +14,13 @@ import time
 import torch
 
 from evaluator.wire import handoff
+from evaluator.wire import tensors as cmp
 
 _perf_counter = time.perf_counter
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed_time = torch.cuda.Event.elapsed_time
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def timed_forwards(model, input_sets: list[list], device: str, after_each) -> tuple[list, list[float], list[float]]:
@@ -107,7 +107,7 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
 def _described(out, last: tuple, describe) -> tuple:
     """(the output's kind, its description): described once while a plain tensor's kind stays the same (a record each
     call took 10 us of its host path)."""
-    kind = (type(out), out.dtype, tuple(out.shape), out.device) if type(out) in _PLAIN else None
+    kind = (type(out), out.dtype, tuple(out.shape), out.device) if cmp.is_plain_tensor(out) else None
     return last if kind is not None and kind == last[0] else (kind, describe(out))
 
 
@@ -118,7 +118,7 @@ def _write_out(out, buffers, outs, k: int, problems: list[str], cuda: bool) -> N
     left = {"output": out, **{f"state.{name}": value for name, value in buffers().items()}}
     for name, place in outs:
         value = left.get(name)
-        if type(value) not in _PLAIN or value.numel() != place.numel():
+        if not cmp.is_plain_tensor(value) or value.numel() != place.numel():
             problems.append(f"call {k} of the window: {name} is not a plain tensor of {list(place.shape)} "
                             "(not written)")
             continue

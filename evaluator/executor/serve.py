@@ -309,9 +309,8 @@ class Executor:
 
     def buffers_now(self) -> dict:
         """Copies of the buffers `put` stages, as the call just made left them (on the device, queued behind it)."""
-        entries = cmp.module_tensors(self.model)
-        return {name: entries[name].detach().clone() if cmp.is_plain_tensor(entries.get(name)) else entries.get(name)
-                for name in self.staged_state}
+        return {name: value.detach().clone() if cmp.is_plain_tensor(value) else value
+                for name, value in self.live_buffers().items()}
 
     def put(self, command: Put) -> Reply:
         """The last `go`'s outputs (`outputs`: one tensor, a row a call), then each buffer as each call left it

@@ -107,18 +107,15 @@ class Calibrator:
             return None
         try:
             self.get_ready()
+            train = referee.problem.mode == "train"
             if plan is not None:
-                clocked = relay.window(self.request, self.link.exchange, plan, input_sets, referee.problem.mode == "train",
-                                       referee.device, pace_ms)
-                if clocked.go.error:
+                clocked = relay.window(self.request, self.link.exchange, plan, input_sets, train, referee.device, pace_ms)
+                if clocked.go.error:  # the relay's own (its calls did not all commit): a failed reply raised already
                     raise RuntimeError(clocked.go.error)
-                clocked.staged = None  # only its time is wanted
-                self.error = None
-                return clocked
-            clocked = clock.window(self.request, self.link.stage, referee.layout, input_sets,
-                                   referee.problem.mode == "train", referee.timer.flush, referee.keys.next_unit("calibrator place"),
-                                   pace_ms)
-            clocked.capture = None  # only its time is wanted
+            else:
+                clocked = clock.window(self.request, self.link.stage, referee.layout, input_sets, train,
+                                       referee.timer.flush, referee.keys.next_unit("calibrator place"), pace_ms)
+            clocked.capture = clocked.staged = None  # only its time is wanted
             self.error = None
             return clocked
         except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
@@ -163,7 +160,7 @@ class Calibrator:
         return time.monotonic() + self.referee.config.run_timeout_s + self.referee.config.compile_timeout_s
 
     def request(self, command, during=None):
-        reply = self.link.request(command, self.deadline(), during) if during else self.link.request(command, self.deadline())
+        reply = self.link.request(command, self.deadline(), during)
         if reply.error:
             raise RuntimeError(f"the calibrator failed: {reply.error}"[:2000])
         return reply

@@ -157,7 +157,7 @@ class Session:
             self.own_credit_s -= credit
             self.deadline += credit
         try:
-            reply = self.link.request(command, self.deadline, during) if during else self.link.request(command, self.deadline)
+            reply = self.link.request(command, self.deadline, during)
         except Ended as ended:
             raise self.ended(ended) from None
         finally:

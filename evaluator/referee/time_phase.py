@@ -69,10 +69,10 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         # there alone would choose windows of one call, where its copies are in the cost taken off: an attacker's
         # review); how many calls a window holds: the candidate's too, at least 2 (a slow candidate's windows of 8 or
         # 40 calls took CI's suite a minute longer)
-        together = window_calls(referee, beside, reference_call_ms(referee))
-        own = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
-        plan = relay.plan_for(referee) if together > 1 else None
-        together = min(together, own)
+        by_reference = window_calls(referee, beside, reference_call_ms(referee))
+        by_candidate = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
+        plan = relay.plan_for(referee) if by_reference > 1 else None
+        together = min(by_reference, by_candidate)
         calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
             series.run(relay.HANDOFF_WARMUP, calls, plan=plan)

@@ -27,19 +27,11 @@ import torch
 
 from evaluator.wire.exchange import DTYPES, ExchangeError
 from evaluator.wire.protocol import TensorSlot
+from evaluator.wire.stage import aligned
 
 HEADER = 256  # bytes before the input region: the words below, each an int64
 READY, GO, COMMIT = 0, 8, 16
-ALIGN = 256
 _WORD = struct.Struct("<q")
-
-
-def aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
-
-def read(buffer, word: int) -> int:
-    return _WORD.unpack_from(buffer, word)[0]
 
 
 def write(buffer, word: int, value: int) -> None:
