@@ -176,3 +176,59 @@ def test_a_candidate_slow_in_its_warm_up_alone_does_not_choose_its_windows():
     session, built, checked = local_executor.checked(_SlowInItsWarmUp)
     timed = phase.time_phase(session, checked, built)
     assert timed.check.calls_per_window > 1
+
+
+def test_a_baseline_is_timed_as_a_handed_off_candidates_calls_with_its_copies():
+    """Where candidates' calls are handed off (a call's bytes decide), a baseline is timed as they are: K calls back to
+    back, each call's inputs copied in from host memory and its output and buffers copied out inside its time (issue
+    33: the copies are a handed-off call's own, so a baseline without them read faster than the same work handed off)."""
+    from evaluator.referee import relay
+
+    judge = local_executor.referee()
+    assert judge.handed_off
+    stats = judge.time_baseline("eager")
+    assert stats.handed_off and stats.reps >= judge.timer.min_reps and stats.median_ms > 0
+    copies = relay.CopiedCalls("cpu")
+    sets = [judge.draw(judge.problem.distributions[0], seed) for seed in (1, 2)]
+    copies.load(sets)
+    model = judge.baseline_model.train(True)
+    with torch.no_grad():
+        first = copies.call(model)
+        assert torch.equal(copies.outs["output"], first)  # what the call left, copied out
+        assert torch.equal(copies.outs["state.bn.running_mean"], model.bn.running_mean)
+        second = copies.call(model)
+    assert not torch.equal(first, second)  # each call on its own set
+    assert copies.hosts[0][0].data_ptr() != sets[0][0].data_ptr()  # copied into host memory of its own
+
+
+def test_a_call_too_large_to_hand_off_is_timed_a_call_at_a_time_candidates_and_baselines_alike(monkeypatch):
+    from evaluator.referee import relay
+    from evaluator.referee import time_phase as phase
+
+    monkeypatch.setitem(relay.HANDOFF_BYTES, "cpu", 1024)
+    session, built, checked = local_executor.checked(local_executor.Honest)
+    judge = session.referee
+    assert not judge.handed_off and not judge.time_baseline("eager").handed_off
+    timed = phase.time_phase(session, checked, built)
+    assert timed.check.calls_per_window == 1 and not timed.timing.handed_off
+
+
+def test_a_speedup_over_baselines_timed_otherwise_than_the_candidate_does_not_rank():
+    """A candidate whose handed-off windows fell back to one call (a driver that refuses the queued waits, its
+    calibrator's not queued) against baselines timed with their copies, or the reverse: `shaky_timing`."""
+    from evaluator.referee.phases import shaky_timing
+    from evaluator.wire.records import TimingStats
+
+    def stats(median, handed_off):
+        return TimingStats(median_ms=median, mean_ms=median, min_ms=median, max_ms=median, iqr_ms=0.01 * median,
+                           reps=30, warmup=3, handed_off=handed_off)
+
+    def rounds(handed_off):
+        from types import SimpleNamespace
+        return SimpleNamespace(device_busy=None, baselines={"eager": stats(0.3, handed_off)}, moved={})
+
+    assert shaky_timing(stats(0.2, True), rounds(True)) == []
+    assert shaky_timing(stats(0.2, False), rounds(False)) == []
+    [flag] = shaky_timing(stats(0.2, False), rounds(True))
+    assert flag.name == "shaky_timing" and "not like for like" in flag.reason
+    assert "not like for like" in shaky_timing(stats(0.2, True), rounds(False))[0].reason

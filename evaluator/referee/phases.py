@@ -240,6 +240,9 @@ def shaky_timing(timing: TimingStats, rounds: Round | None, spread: float = SHAK
     if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > spread:
         reasons.append(f"its times spread by {timing.iqr_ms / timing.median_ms:.0%} of their median (IQR)")
     for name, stats in (rounds.baselines if rounds is not None else {}).items():
+        if stats.handed_off != timing.handed_off:  # a candidate whose windows fell back to one call (or the reverse)
+            reasons.append(f"baseline `{name}` was timed {_shape(stats)}, the candidate's calls {_shape(timing)}: "
+                           "not like for like")
         if stats.median_ms > 0 and stats.iqr_ms / stats.median_ms > spread:
             reasons.append(f"baseline `{name}` spread by {stats.iqr_ms / stats.median_ms:.0%} of its median")
         moved = rounds.moved.get(name)
@@ -249,6 +252,10 @@ def shaky_timing(timing: TimingStats, rounds: Round | None, spread: float = SHAK
         return []
     return [Flag(name="shaky_timing", reason=("; ".join(reasons) + f" (bounds: {spread:.0%} spread, "
                                                f"{drift:.0%} drift): not ranked")[:500])]
+
+
+def _shape(stats: TimingStats) -> str:
+    return "back to back with its copies (handed off)" if stats.handed_off else "a call at a time without copies"
 
 
 def forward_roofline(referee: RefereeView, median_ms: float) -> Roofline:

@@ -114,6 +114,9 @@ class Referee:
         self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
         del probe, sample, out
         self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
+        # whether ranked calls are handed off back to back (a call's bytes decide: relay.plan_for), candidates' and
+        # baselines' alike, each with its copies in its time
+        self.handed_off = relay.plan_for(self) is not None
         self.compiled: dict[str, torch.nn.Module] = {}
         self.warmed_early: dict[str, float] = {}  # when the first round's early warm-up of each baseline ended
         self.rounds: list[BaselineRound] = []
@@ -337,28 +340,35 @@ class Referee:
         raise ValueError(f"unknown baseline {name!r}")
 
     def time_baseline(self, name: str) -> TimingStats:
-        """As a candidate is timed: warm-up, one call to size the series, the series, a call at a time; fresh
-        inputs drawn for every call outside the timed window."""
+        """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs drawn for every
+        call outside the timed window. A call at a time, or where candidates' calls are handed off (`handed_off`), as
+        theirs are: windows of HANDOFF_CALLS calls back to back, each call's copies in its time (relay.CopiedCalls)."""
         model = self.baseline_callable(name)
         self.baseline_model.train(self.problem.mode == "train")
         distribution = self.problem.distributions[0]
+        calls = relay.HANDOFF_CALLS[self.device] if self.handed_off else 1
+        copies = relay.CopiedCalls(self.device) if self.handed_off else None
         current: dict = {}
 
         def drawing(seed: int):
             def before(call: Call) -> None:
                 current.pop("inputs", None)
-                current["inputs"] = self.draw(distribution, draws.call_seed(seed, call.index))
+                sets = [self.draw(distribution, draws.call_seed(seed, call.index * calls + k)) for k in range(calls)]
+                if copies is not None:
+                    copies.load(sets)
+                else:
+                    current["inputs"] = sets[0]
             return before
 
+        fn = (lambda: copies.call(model)) if copies is not None else (lambda: model(*current["inputs"]))
         with torch.no_grad():
-            fn = lambda: model(*current["inputs"])  # noqa: E731
             warm = drawing(self.keys.next_seed("baseline"))
             self.timer.untimed(fn, self.timer.warmup, warm)
-            estimate = self.timer.one(fn, Call(self.timer.warmup), warm)[1]
+            estimate = self.timer.one(fn, Call(self.timer.warmup), warm, calls=calls)[1]
             # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
-            events, _ = self.timer.series(fn, self.timer.reps_for(estimate), drawing(self.keys.next_seed("baseline")),
-                                          target_rel=0.005)
-        return summarize(events, self.timer.warmup + 1)
+            events, _ = self.timer.series(fn, self.timer.reps_for(estimate * calls), drawing(self.keys.next_seed("baseline")),
+                                          target_rel=0.005, calls=calls)
+        return summarize(events, self.timer.warmup + 1).model_copy(update={"handed_off": self.handed_off})
 
     # -- one candidate -----------------------------------------------------------------------------
 

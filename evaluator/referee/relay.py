@@ -61,6 +61,52 @@ def plan_for(referee) -> handoff.Plan | None:
     return plan
 
 
+class CopiedCalls:
+    """A baseline's calls made as a handed-off window makes a candidate's (evaluator.executor.forward.
+    handed_off_forwards), so that a speedup at the sizes where windows are handed off compares like with like: each
+    call's inputs copied from host memory (page-locked on a GPU, as the exchange is) into fresh tensors on the device,
+    its output and buffers copied out behind it into host memory, both inside the call's time. `load` puts a window's
+    input sets in place, outside the time; `call` makes the next call."""
+
+    def __init__(self, device: str):
+        self.cuda = device == "cuda"
+        self.sets: list[list] = []
+        self.hosts: list[dict[int, torch.Tensor]] = []  # each set's tensor inputs in host memory
+        self.outs: dict[str, torch.Tensor] = {}          # where each call's output and buffers are copied out
+        self.next = 0
+
+    def load(self, input_sets: list[list]) -> None:
+        self.sets, self.next = input_sets, 0
+        while len(self.hosts) < len(input_sets):
+            self.hosts.append({})
+        for host, inputs in zip(self.hosts, input_sets):
+            for position, value in enumerate(inputs):
+                if isinstance(value, torch.Tensor):
+                    place = host.get(position)
+                    if place is None or place.shape != value.shape or place.dtype != value.dtype:
+                        place = host[position] = torch.empty(value.shape, dtype=value.dtype, pin_memory=self.cuda)
+                    place.copy_(value)
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def call(self, model: torch.nn.Module):
+        index = self.next
+        self.next += 1
+        host, inputs = self.hosts[index], self.sets[index]
+        given = [(host[i].to("cuda", non_blocking=True) if self.cuda else host[i].clone()) if i in host else value
+                 for i, value in enumerate(inputs)]
+        out = model(*given)
+        left = {"output": out, **{f"state.{name}": value for name, value in model.named_buffers()}}
+        for name, value in left.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            place = self.outs.get(name)
+            if place is None or place.shape != value.shape or place.dtype != value.dtype:
+                place = self.outs[name] = torch.empty(value.shape, dtype=value.dtype, pin_memory=self.cuda)
+            place.copy_(value.detach(), non_blocking=self.cuda)
+        return out
+
+
 def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan, input_sets: list[list], train: bool,
            device: str, pace_ms: float = 0.0) -> clock.Clocked:
     """One handed-off window of len(input_sets) calls (see the module's docstring). `request(command, during=...)`

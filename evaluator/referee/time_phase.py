@@ -65,14 +65,14 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
         beside = series.costs[-1] if series.costs else None
-        # whether calls are handed off: the reference's call decides, never the candidate's warm-up (a candidate slow
-        # there alone would choose windows of one call, where its copies are in the cost taken off: an attacker's
-        # review); how many calls a window holds: the candidate's too, at least 2 (a slow candidate's windows of 8 or
-        # 40 calls took CI's suite a minute longer)
+        # whether calls are handed off: a call's bytes decide (the referee's `handed_off`, as its baselines are timed),
+        # never the candidate's warm-up (a candidate slow there alone would choose windows of one call, where its copies
+        # are in the cost taken off: an attacker's review); how many calls a window holds: the reference's call and the
+        # candidate's, at least 2 (a slow candidate's windows of 8 or 40 calls took CI's suite a minute longer)
         by_reference = window_calls(referee, beside, reference_call_ms(referee))
         by_candidate = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
-        plan = relay.plan_for(referee) if by_reference > 1 else None
-        together = min(by_reference, by_candidate)
+        plan = relay.plan_for(referee) if referee.handed_off else None
+        together = max(2, min(by_reference, by_candidate))
         calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
             series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
@@ -80,7 +80,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
                 plan, calls = None, 1  # its cost would not be the candidate's: windows of one call rank
         timed = series.timed(calls, plan)
         timing, cost = series.figures(timed)
-        series.run(BACK_TO_BACK_WINDOWS, min(max(2, together), referee.layout.sets), beside=False)
+        series.run(BACK_TO_BACK_WINDOWS, min(together, referee.layout.sets), beside=False)
     sm_clock = referee.sm_clock()
     check = clock.cross_check(series.windows[timed], cost, referee.device)
     check.hold = getattr(session.link, "hold_mechanism", None)
@@ -165,7 +165,8 @@ class Series:
                 f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
                 "times are whole windows, longer than the calls"))])
         tuning.profile_windows(session.name, windows, beside)
-        return summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start), cost
+        stats = summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start)
+        return stats.model_copy(update={"handed_off": windows[0].handed_off}), cost
 
     def run(self, count: int, calls: int, beside: bool = True, plan: handoff.Plan | None = None) -> None:
         """`count` more windows of `calls` calls back to back, each call on fresh inputs drawn here (outside the

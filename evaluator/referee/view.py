@@ -62,6 +62,7 @@ class RefereeView(Protocol):
     output_dtype: str
     output_shape: list[int]
     reference_ms: float  # one reference forward, timed at the referee's start
+    handed_off: bool  # ranked calls handed off back to back, candidates' and baselines' (relay.plan_for)
     baseline_model: torch.nn.Module  # the fp32 reference the baselines run (its buffers name a call's)
     state_nbytes: int
     reference_kernels: list[str]

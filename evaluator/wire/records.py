@@ -24,9 +24,10 @@ EVALUATOR_VERSION = "0.1.0"
 SPEEDUP_RULE = (
     "A speedup divides a baseline's median time by the candidate's, both measured by the referee on the "
     "same GPU in the same batch: the baseline's by device events in the referee's own process, the "
-    "candidate's by the referee's clock around each call (or around short calls handed off back to back), "
-    "less what that clock's window costs (measured by the referee's calibrator beside each window), never by "
-    "anything the candidate's process reports.")
+    "candidate's by the referee's clock around each call, less what that clock's window costs (measured by "
+    "the referee's calibrator beside each window), never by anything the candidate's process reports. Where "
+    "a call's bytes are few, both are timed as calls handed off back to back, each call's copies in and out "
+    "in its time.")
 
 
 class Hardware(BaseModel):
@@ -163,6 +164,10 @@ class TimingStats(Record):
     iqr_ms: float = Field(description="Interquartile range, a robust spread.")
     reps: int = Field(description="Timed calls.")
     warmup: int = Field(description="Untimed calls before them.")
+    handed_off: bool = Field(False, description=(
+        "Calls timed back to back as handed-off windows make them, each call's copy of its inputs in and of its output "
+        "and buffers out in its time (candidates' and baselines' alike where a call's bytes allow: "
+        "evaluator.referee.relay); else a call at a time, its inputs already in place."))
 
 
 class Environment(Record):
@@ -226,8 +231,9 @@ class TimingCheck(Record):
     wall_ms: float = Field(description="The referee's clock summed over the clocked calls' windows.")
     calls: int = Field(description="Clocked calls timed (warm-up not included).")
     calls_per_window: int = Field(1, description=(
-        "Calls in each timed window (each figure is a window less its cost, over them): 1. The windows of "
-        "calls back to back that follow the series are compared, never timed."))
+        "Calls in each timed window (each figure is a window less its cost, over them): 1, or K where calls are "
+        "handed off back to back (evaluator.referee.relay). The windows of calls back to back that follow the series "
+        "are compared, never timed."))
     overhead_ms: float = Field(description=(
         "What one window costs beyond its calls' device time: the median over the calibrator's windows (a "
         "trusted executor, the same code and path), one run beside each of the candidate's, on the same inputs, "
