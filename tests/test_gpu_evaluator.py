@@ -63,11 +63,13 @@ def test_a_kernel_that_never_ends_times_out(tmp_path):
 @pytest.mark.parametrize("cgroups", ["1", "0"], ids=["cgroup-freezer", "sigstop"])
 def test_an_honest_candidate_held_through_hundreds_of_windows_is_never_blamed(tmp_path, monkeypatch, cgroups):
     """Issue 32: the hold's check that nothing of the candidate ran (SIGSTOP's run times) once failed an
-    honest CUDA candidate. Each of its 200 clocked calls is followed by a calibrator window with it held,
-    under the cgroup freezer where this machine has one and under SIGSTOP."""
+    honest CUDA candidate. Each of its windows (at `small` handed off, K calls each, at most 1024 calls: issue 33) is
+    followed by a calibrator window with it held, under the cgroup freezer where this machine has one and under
+    SIGSTOP."""
     monkeypatch.setenv("HARNESS_CGROUPS", cgroups)
     [good] = evaluate([candidate("bn_after_addmm_correct")],
                       EvalOptions(device="cuda", size="small", timing_budget_s=60, baselines=["eager"], log_root=tmp_path))
     assert good.status == Status.correct, good.error
-    assert good.timing.reps >= 200 and not good.rejected, [(f.name, f.reason) for f in good.flags]
+    assert good.timing.reps >= 30 and good.timing_check.calls >= 200 and not good.rejected, [
+        (f.name, f.reason) for f in good.flags]
     assert good.timing_check.hold == ("sigstop" if cgroups == "0" else good.timing_check.hold)

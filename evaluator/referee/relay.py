@@ -73,6 +73,7 @@ class CopiedCalls:
         self.sets: list[list] = []
         self.hosts: list[dict[int, torch.Tensor]] = []  # each set's tensor inputs in host memory
         self.outs: dict[str, torch.Tensor] = {}          # where each call's output and buffers are copied out
+        self.buffers: list[tuple[str, torch.Tensor]] | None = None  # the model's buffers (updated in place)
         self.next = 0
 
     def load(self, input_sets: list[list]) -> None:
@@ -96,8 +97,9 @@ class CopiedCalls:
         given = [(host[i].to("cuda", non_blocking=True) if self.cuda else host[i].clone()) if i in host else value
                  for i, value in enumerate(inputs)]
         out = model(*given)
-        left = {"output": out, **{f"state.{name}": value for name, value in model.named_buffers()}}
-        for name, value in left.items():
+        if self.buffers is None:  # looked up once: the referee's own module keeps its buffers (an executor walks a
+            self.buffers = [(f"state.{name}", value) for name, value in model.named_buffers()]  # candidate's each call)
+        for name, value in [("output", out), *self.buffers]:
             if not isinstance(value, torch.Tensor):
                 continue
             place = self.outs.get(name)

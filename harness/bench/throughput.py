@@ -5,10 +5,12 @@ tests/fixtures/replays/cuda/0.md, cuBLAS GEMM then custom scale/BatchNorm kernel
 by a comment in its kernel source, so each is a build of its own) are evaluated twice by the
 ordinary evaluator: cold (an empty build cache: every copy is built; torch's precompiled headers,
 a toolchain's and not a candidate's, are the user's, evaluator.referee.headers) and warm (the same copies, their
-builds cached), the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two). Printed per pass: candidates per minute over the whole batch (the referee's start and
-baseline rounds included), the median seconds of each phase, and per GPU the fraction of the pass
-it was busy (nvidia-smi's utilization, sampled every 200 ms). Nothing is recorded in the store: the
-copies are not candidates anyone wrote.
+builds cached, and the baselines the cold pass timed read back from a store of the bench's own, one spot-checked a
+round, as a later batch of `harness eval` reads its earlier figures: `retime_baselines` times them in full instead),
+the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two). Printed per pass: candidates per
+minute over the whole batch (the referee's start and baseline rounds included), the median seconds of each phase,
+and per GPU the fraction of the pass it was busy (nvidia-smi's utilization, sampled every 200 ms). Nothing is
+recorded in the user's store: the copies are not candidates anyone wrote.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.records import Verdict
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_cache_dir
 from evaluator.parent.referee_side import share_headers
+from harness.core.store import Store
+from harness.results.baseline_cache import for_evaluator, remember_evaluator
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPLY = PROJECT_ROOT / "tests" / "fixtures" / "replays" / "cuda" / "0.md"
@@ -96,13 +100,18 @@ class GpuSampler:
         return {gpu: statistics.fmean(values) for gpu, values in sorted(self.samples.items()) if values}
 
 
-def run_pass(files: list[CandidateFile], options: EvalOptions) -> dict:
-    """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions."""
-    evaluator = Evaluator(options)
+def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | None = None,
+             retime_baselines: bool = False) -> dict:
+    """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions. With `store`, the
+    baselines stored there are read (unless `retime_baselines`) and this pass's are stored, as `harness eval` does."""
     started = time.perf_counter()
+    evaluator = Evaluator(options)
+    baselines = for_evaluator(store, evaluator, retime=retime_baselines) if store is not None else ""
     with GpuSampler() as sampler:
         verdicts: list[Verdict] = list(evaluator.evaluate_all(files))
     wall_s = time.perf_counter() - started
+    if store is not None:
+        remember_evaluator(store, evaluator)
     phases: dict[str, list[float]] = {}
     for verdict in verdicts:
         for phase, seconds in verdict.phase_seconds.items():
@@ -115,7 +124,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions) -> dict:
         "gpu_busy": sampler.busy(),
         "lanes": dict(Counter(str(v.environment.gpu) if v.environment else "-" for v in verdicts)),
         "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
-        "baseline_rounds": len(evaluator.rounds),
+        "baseline_rounds": len(evaluator.rounds), "baselines": baselines,
     }
 
 
@@ -138,7 +147,7 @@ def throughput_table(passes: dict[str, dict]) -> Table:
 
 def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | None = None, device: str | None = None,
                    source: Path | None = None, jobs: int | None = None, gpus: str | None = None,
-                   out: Path | None = None, console: Console | None = None) -> dict:
+                   out: Path | None = None, console: Console | None = None, retime_baselines: bool = False) -> dict:
     """A cold pass, then a warm pass per GPU set (see the module docstring). `gpus` may name several
     sets separated by `/` (`0/0,1`): the cold pass runs on the first, then one warm pass on each, so
     one run compares one GPU with two on the same built copies."""
@@ -148,21 +157,24 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
     report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
     sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
     plan = [("cold", sets[0])] + [(f"warm gpus {g}" if g is not None else "warm", g) for g in sets]
+    store = Store(work / "results.sqlite")  # the bench's own (EvalOptions.store protects it from candidates)
     try:
         files = distinct_copies(text, count, work / "copies")
         share_headers(work / "cache", default_cache_dir())  # torch's precompiled headers: the user's
         for name, gpu_set in plan:
             extra = {"jobs": jobs} if jobs else {}
             options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
-                                  log_root=work / "logs", gpus=gpu_set, **extra)
-            report["passes"][name] = result = run_pass(files, options)
+                                  log_root=work / "logs", gpus=gpu_set, store=store.path, **extra)
+            report["passes"][name] = result = run_pass(files, options, store, retime_baselines)
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
-                          f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}")
+                          f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}; "
+                          f"{result['baselines']}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
             if out:
                 out.write_text(json.dumps(report, indent=2))
     finally:
+        store.close()
         shutil.rmtree(work, ignore_errors=True)
     console.print(throughput_table(report["passes"]))
     return report

@@ -283,6 +283,9 @@ def bench_command(
     gpus: Optional[str] = typer.Option(None, help=(
         "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm "
         "pass each.")),
+    retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
+        "With --throughput: the warm passes time every baseline in full (by default they read the figures the cold "
+        "pass stored, one spot-checked a round, as a later `harness eval` does).")),
     build_cost: bool = typer.Option(False, "--build-cost", help=(
         "Instead: build one candidate (FILES' first, default the throughput fixture) and print the CPU seconds "
         "of each translation unit and nvcc stage, and of the binding with the precompiled header.")),
@@ -300,7 +303,8 @@ def bench_command(
         from harness.bench.throughput import run_throughput
 
         run_throughput(throughput, problem=problem, size=sizes.split(",")[0].strip(), device=device,
-                       source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console)
+                       source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console,
+                       retime_baselines=retime_baselines)
         return
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
