@@ -7,7 +7,8 @@ ordinary evaluator: cold (an empty build cache: every copy is built; torch's pre
 a toolchain's and not a candidate's, are the user's, evaluator.referee.headers) and warm (the same copies, their
 builds cached, and the baselines the cold pass timed read back from a store of the bench's own, one spot-checked a
 round, as a later batch of `harness eval` reads its earlier figures: `retime_baselines` times them in full instead),
-the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two). Printed per pass: candidates per
+the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two), then once more on the first set with
+every baseline timed (what the stored figures save). Printed per pass: candidates per
 minute over the whole batch (the referee's start and baseline rounds included), the median seconds of each phase,
 and per GPU the fraction of the pass it was busy (nvidia-smi's utilization, sampled every 200 ms). Nothing is
 recorded in the user's store: the copies are not candidates anyone wrote.
@@ -156,16 +157,19 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
     work = Path(tempfile.mkdtemp(prefix="kh-throughput-"))
     report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
     sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
-    plan = [("cold", sets[0])] + [(f"warm gpus {g}" if g is not None else "warm", g) for g in sets]
+    plan = [("cold", sets[0], True)] + [(f"warm gpus {g}" if g is not None else "warm", g, retime_baselines)
+                                         for g in sets]
+    if not retime_baselines:  # what reading the stored figures saves: the first set once more, every baseline timed
+        plan.append((f"{plan[1][0]}, baselines timed", sets[0], True))
     store = Store(work / "results.sqlite")  # the bench's own (EvalOptions.store protects it from candidates)
     try:
         files = distinct_copies(text, count, work / "copies")
         share_headers(work / "cache", default_cache_dir())  # torch's precompiled headers: the user's
-        for name, gpu_set in plan:
+        for name, gpu_set, retime in plan:
             extra = {"jobs": jobs} if jobs else {}
             options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
                                   log_root=work / "logs", gpus=gpu_set, store=store.path, **extra)
-            report["passes"][name] = result = run_pass(files, options, store, retime_baselines)
+            report["passes"][name] = result = run_pass(files, options, store, retime)
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
                           f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}; "
                           f"{result['baselines']}")
