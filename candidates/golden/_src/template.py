@@ -19,13 +19,21 @@ torch::Tensor gemm_scale_bn_forward(torch::Tensor x, torch::Tensor weight, torch
 
 
 def _arch_flags():
+    """The GPU's own target, asked of the GPU; in a build that sees none (the harness builds without a GPU and sets
+    TORCH_CUDA_ARCH_LIST to the GPU's architecture there), read from that list, so that the import on the GPU finds
+    the same flags and the build up to date instead of building again before it is judged."""
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
-        if (major, minor) == (9, 0):  # Hopper: wgmma / setmaxnreg need the arch-specific target
-            return ["-gencode=arch=compute_90a,code=sm_90a"]
-        return [f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"]
-    # compile-only machine: Ampere path + Hopper path
-    return ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
+    else:
+        listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
+        arch = listed[0].split("+")[0] if len(listed) == 1 else ""
+        if not (arch.count(".") == 1 and arch.replace(".", "").isdigit()):
+            # compile-only machine: Ampere path + Hopper path
+            return ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
+        major, minor = (int(part) for part in arch.split("."))
+    if (major, minor) == (9, 0):  # Hopper: wgmma / setmaxnreg need the arch-specific target
+        return ["-gencode=arch=compute_90a,code=sm_90a"]
+    return [f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"]
 
 
 _ext = load_inline(
