@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import clock, forking, memory, phases, relay
+from evaluator.referee import baselines, clock, forking, memory, phases, relay
 from evaluator.referee import stored as stored_baselines
 from evaluator.referee.session import Session, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -46,7 +46,7 @@ from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
 from evaluator.referee.process import ExecutorProcess, pause_all, resume_all
 from evaluator.referee.settling import settle
-from evaluator.referee.timing import Call, Timer, summarize
+from evaluator.referee.timing import Timer
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
@@ -325,50 +325,10 @@ class Referee:
         return stored_baselines.stored_figures(self)
 
     def baseline_callable(self, name: str) -> torch.nn.Module:
-        tf32 = name.endswith("_tf32")
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
-        if name.startswith("compile"):
-            if name not in self.compiled:  # compiled once per batch, with its precision set
-                torch._dynamo.reset()
-                self.compiled[name] = torch.compile(copy.deepcopy(self.baseline_model))
-            return self.compiled[name]
-        if name.startswith("part:"):
-            # One sub-module alone (e.g. `part:gemm_tf32`: cuBLAS's GEMM with nothing fused): a ceiling.
-            return getattr(self.baseline_model, name.removeprefix("part:").removesuffix("_tf32"))
-        if name.startswith("eager"):
-            return self.baseline_model
-        raise ValueError(f"unknown baseline {name!r}")
+        return baselines.callable_for(self, name)
 
     def time_baseline(self, name: str) -> TimingStats:
-        """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs drawn for every
-        call outside the timed window. A call at a time, or where candidates' calls are handed off (`handed_off`), as
-        theirs are: windows of HANDOFF_CALLS calls back to back, each call's copies in its time (relay.CopiedCalls)."""
-        model = self.baseline_callable(name)
-        self.baseline_model.train(self.problem.mode == "train")
-        distribution = self.problem.distributions[0]
-        calls = relay.HANDOFF_CALLS[self.device] if self.handed_off else 1
-        copies = relay.CopiedCalls(self.device) if self.handed_off else None
-        current: dict = {}
-
-        def drawing(seed: int):
-            def before(call: Call) -> None:
-                current.pop("inputs", None)
-                sets = [self.draw(distribution, draws.call_seed(seed, call.index * calls + k)) for k in range(calls)]
-                if copies is not None:
-                    copies.load(sets)
-                else:
-                    current["inputs"] = sets[0]
-            return before
-
-        fn = (lambda: copies.call(model)) if copies is not None else (lambda: model(*current["inputs"]))
-        with torch.no_grad():
-            warm = drawing(self.keys.next_seed("baseline"))
-            self.timer.untimed(fn, self.timer.warmup, warm)
-            estimate = self.timer.one(fn, Call(self.timer.warmup), warm, calls=calls)[1]
-            # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
-            events, _ = self.timer.series(fn, self.timer.reps_for(estimate * calls), drawing(self.keys.next_seed("baseline")),
-                                          target_rel=0.005, calls=calls)
-        return summarize(events, self.timer.warmup + 1).model_copy(update={"handed_off": self.handed_off})
+        return baselines.time_baseline(self, name)
 
     # -- one candidate -----------------------------------------------------------------------------
 

@@ -1,0 +1,62 @@
+"""The referee's baselines, each made and timed as a candidate is (evaluator.referee.referee runs them in rounds):
+eager, torch.compile (compiled once a batch), with and without TF32, and the problem's parts alone as ceilings."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from evaluator.referee import inputs as draws
+from evaluator.referee import relay
+from evaluator.referee.timing import Call, summarize
+from evaluator.wire.records import TimingStats
+
+
+def callable_for(referee, name: str) -> torch.nn.Module:
+    """Baseline `name`, its matmul precision set (TF32 for `_tf32`): a compiled one made once a batch."""
+    tf32 = name.endswith("_tf32")
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    if name.startswith("compile"):
+        if name not in referee.compiled:  # compiled once per batch, with its precision set
+            torch._dynamo.reset()
+            referee.compiled[name] = torch.compile(copy.deepcopy(referee.baseline_model))
+        return referee.compiled[name]
+    if name.startswith("part:"):
+        # One sub-module alone (e.g. `part:gemm_tf32`: cuBLAS's GEMM with nothing fused): a ceiling.
+        return getattr(referee.baseline_model, name.removeprefix("part:").removesuffix("_tf32"))
+    if name.startswith("eager"):
+        return referee.baseline_model
+    raise ValueError(f"unknown baseline {name!r}")
+
+
+def time_baseline(referee, name: str) -> TimingStats:
+    """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs drawn for every
+    call outside the timed window. A call at a time, or where candidates' calls are handed off (`handed_off`), as
+    theirs are: windows of HANDOFF_CALLS calls back to back, each call's copies in its time (relay.CopiedCalls)."""
+    model = callable_for(referee, name)
+    referee.baseline_model.train(referee.problem.mode == "train")
+    distribution = referee.problem.distributions[0]
+    calls = relay.HANDOFF_CALLS[referee.device] if referee.handed_off else 1
+    copies = relay.CopiedCalls(referee.device) if referee.handed_off else None
+    current: dict = {}
+
+    def drawing(seed: int):
+        def before(call: Call) -> None:
+            current.pop("inputs", None)
+            sets = [referee.draw(distribution, draws.call_seed(seed, call.index * calls + k)) for k in range(calls)]
+            if copies is not None:
+                copies.load(sets)
+            else:
+                current["inputs"] = sets[0]
+        return before
+
+    fn = (lambda: copies.call(model)) if copies is not None else (lambda: model(*current["inputs"]))
+    with torch.no_grad():
+        warm = drawing(referee.keys.next_seed("baseline"))
+        referee.timer.untimed(fn, referee.timer.warmup, warm)
+        estimate = referee.timer.one(fn, Call(referee.timer.warmup), warm, calls=calls)[1]
+        # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
+        events, _ = referee.timer.series(fn, referee.timer.reps_for(estimate * calls), drawing(referee.keys.next_seed("baseline")),
+                                      target_rel=0.005, calls=calls)
+    return summarize(events, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})
