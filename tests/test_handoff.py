@@ -232,3 +232,40 @@ def test_a_speedup_over_baselines_timed_otherwise_than_the_candidate_does_not_ra
     [flag] = shaky_timing(stats(0.2, False), rounds(True))
     assert flag.name == "shaky_timing" and "not like for like" in flag.reason
     assert "not like for like" in shaky_timing(stats(0.2, True), rounds(False))[0].reason
+
+
+@pytest.mark.slow  # an in-process judgement with the calibrator: about a second
+def test_a_verdict_divides_only_by_baselines_timed_as_the_candidate_was():
+    """A speedup is a ratio of two figures of one kind: over a baseline timed otherwise than the candidate's calls
+    (handed off or not) there is none, in the verdict or in what the model is told (an attacker's review)."""
+    from evaluator.referee import phases
+    from evaluator.referee import time_phase as phase
+    from evaluator.referee.view import Round
+    from evaluator.wire.records import BaselineSource, TimingStats
+
+    session, built, checked = local_executor.checked(local_executor.Honest)
+    timed = phase.time_phase(session, checked, built)
+    assert timed.timing.handed_off
+
+    def stats(handed_off):
+        return TimingStats(median_ms=1.0, mean_ms=1.0, min_ms=1.0, max_ms=1.0, iqr_ms=0.01, reps=20, warmup=3,
+                           handed_off=handed_off)
+
+    session.referee.current_round = Round(baselines={"eager": stats(True), "compile": stats(False)}, failed={},
+                                          source=BaselineSource(batch="b", round=0, measured_at=0.0, after_candidates=0),
+                                          window_cost=None)
+    verdict = phases.compose(session, {"checked": checked, "timed": timed}, None)
+    assert set(verdict.speedup) == {"eager"}
+    assert any(f.name == "shaky_timing" and "`compile` was timed a call at a time" in f.reason for f in verdict.flags)
+
+
+def test_stored_baselines_timed_otherwise_than_this_batchs_calls_are_dropped():
+    from types import SimpleNamespace
+
+    from evaluator.referee import stored
+    from evaluator.wire.records import TimingStats
+
+    figure = TimingStats(median_ms=1.0, mean_ms=1.0, min_ms=1.0, max_ms=1.0, iqr_ms=0.01, reps=20, warmup=3)
+    referee = SimpleNamespace(config=SimpleNamespace(cached_baselines={"eager": figure}, baselines=["eager"]),
+                              cache_dropped=None, cached_said="", handed_off=True, rounds=[])
+    assert stored.stored_figures(referee) is None and "timed otherwise" in referee.cache_dropped

@@ -205,7 +205,9 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         correctness=correctness,
         runtime_ms=figure.median_ms if figure else None, timing=timing, baselines=baselines,
         baseline_source=rounds.source if rounds is not None else None,
-        speedup={name: stats.median_ms / figure.median_ms for name, stats in baselines.items()} if figure else {},
+        # only over baselines timed as the candidate was (handed off or not): no ratio of two kinds of figure
+        speedup={name: stats.median_ms / figure.median_ms for name, stats in baselines.items()
+                 if stats.handed_off == figure.handed_off} if figure else {},
         timing_check=timed.check if timed else None, flags=merge_flags(flags),
         kernels=list(profiled.kernels) if profiled else [], kernel_count=profiled.kernel_count if profiled else None,
         kernel_times_us=list(profiled.kernel_times_us) if profiled else [],

@@ -47,6 +47,9 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
     stored, config = referee.config.cached_baselines, referee.config
     if not stored or referee.cache_dropped or not set(config.baselines) <= set(stored):
         return None
+    if any(stored[name].handed_off != referee.handed_off for name in config.baselines):
+        referee.cache_dropped = referee.cached_said = "stored figures dropped: timed otherwise than this batch's calls"
+        return None
     said: list[str] = []
     for name in spot_checked(config.baselines, first_round=not referee.rounds):
         try:

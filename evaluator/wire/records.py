@@ -162,7 +162,7 @@ class TimingStats(Record):
     min_ms: float = Field(description="Fastest call.")
     max_ms: float = Field(description="Slowest call.")
     iqr_ms: float = Field(description="Interquartile range, a robust spread.")
-    reps: int = Field(description="Timed calls.")
+    reps: int = Field(description="Timed windows: calls, where a window holds one (`handed_off`: K calls each).")
     warmup: int = Field(description="Untimed calls before them.")
     handed_off: bool = Field(False, description=(
         "Calls timed back to back as handed-off windows make them, each call's copy of its inputs in and of its output "
