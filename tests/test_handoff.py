@@ -188,6 +188,9 @@ def test_a_baseline_is_timed_as_a_handed_off_candidates_calls_with_its_copies():
     assert judge.handed_off
     stats = judge.time_baseline("eager")
     assert stats.handed_off and stats.reps >= judge.timer.min_reps and stats.median_ms > 0
+    # windows of about BASELINE_WINDOW_MS, 2 calls at least: a long call with few bytes does not hold a round for minutes
+    assert relay.baseline_calls(0.1, "cuda") == relay.HANDOFF_CALLS["cuda"] and relay.baseline_calls(50.0, "cuda") == 2
+    assert relay.baseline_calls(10.0, "cpu") == 4
     copies = relay.CopiedCalls("cpu")
     sets = [judge.draw(judge.problem.distributions[0], seed) for seed in (1, 2)]
     copies.load(sets)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -38,6 +39,10 @@ HANDOFF_CALLS = {"cuda": 32, "cpu": 8}
 HANDOFF_SERIES_CALLS = 1024
 # Handed-off windows run before the ranked ones (their first handoffs, and the calibrator's, find nothing warm).
 HANDOFF_WARMUP = 2
+# A baseline's window of calls back to back (`baseline_calls`) lasts about this long, as a candidate's does (K so that
+# a window is about 20 times its cost, 1.5-4 ms on a GPU), with at least 2 calls: a call of 50 ms with few bytes gets
+# windows of 2, not of HANDOFF_CALLS (a round of five baselines would take minutes).
+BASELINE_WINDOW_MS = 40.0
 _tokens = itertools.count(1)
 
 
@@ -59,6 +64,11 @@ def plan_for(referee) -> handoff.Plan | None:
     if plan.in_span + plan.out_span > HANDOFF_BYTES[referee.device] or plan.size > referee.exchange_bytes:
         return None
     return plan
+
+
+def baseline_calls(reference_ms: float, device: str) -> int:
+    """Calls a baseline's handed-off window holds: about BASELINE_WINDOW_MS of the reference's calls, 2 to HANDOFF_CALLS."""
+    return min(HANDOFF_CALLS[device], max(2, math.ceil(BASELINE_WINDOW_MS / max(reference_ms, 1e-3))))
 
 
 class CopiedCalls:
