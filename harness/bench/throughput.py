@@ -157,7 +157,7 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
     work = Path(tempfile.mkdtemp(prefix="kh-throughput-"))
     report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
     sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
-    plan = [("cold", sets[0], True)] + [(f"warm gpus {g}" if g is not None else "warm", g, retime_baselines)
+    plan = [("cold", sets[0], retime_baselines)] + [(f"warm gpus {g}" if g is not None else "warm", g, retime_baselines)
                                          for g in sets]
     if not retime_baselines:  # what reading the stored figures saves: the first set once more, every baseline timed
         plan.append((f"{plan[1][0]}, baselines timed", sets[0], True))
