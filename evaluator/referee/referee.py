@@ -114,9 +114,9 @@ class Referee:
         self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
         del probe, sample, out
         self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
-        # whether ranked calls are handed off back to back (a call's bytes decide: relay.plan_for), candidates' and
-        # baselines' alike, each with its copies in its time
-        self.handed_off = relay.plan_for(self) is not None
+        # where ranked calls are handed off back to back, or None (a call's bytes decide: relay.plan_for), candidates'
+        # and baselines' alike, each with its copies in its time
+        self.handoff_plan = relay.plan_for(self)
         self.compiled: dict[str, torch.nn.Module] = {}
         self.warmed_early: dict[str, float] = {}  # when the first round's early warm-up of each baseline ended
         self.rounds: list[BaselineRound] = []
@@ -154,6 +154,10 @@ class Referee:
                          values=pack(self.values), stream_delay_ms=self.stream_delay_ms,
                          staged=list(self.layout.inputs), sets=self.layout.sets, set_stride=self.layout.stride,
                          staged_state=self.buffer_names)
+
+    @property
+    def handed_off(self) -> bool:
+        return self.handoff_plan is not None
 
     @property
     def exchange_bytes(self) -> int:

@@ -65,13 +65,13 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
         beside = series.costs[-1] if series.costs else None
-        # whether calls are handed off: a call's bytes decide (the referee's `handed_off`, as its baselines are timed),
+        # whether calls are handed off: a call's bytes decide (the referee's `handoff_plan`, as its baselines are timed),
         # never the candidate's warm-up (a candidate slow there alone would choose windows of one call, where its copies
         # are in the cost taken off: an attacker's review); how many calls a window holds: the reference's call and the
         # candidate's, at least 2 (a slow candidate's windows of 8 or 40 calls took CI's suite a minute longer)
         by_reference = window_calls(referee, beside, reference_call_ms(referee))
         by_candidate = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
-        plan = relay.plan_for(referee) if referee.handed_off else None
+        plan = referee.handoff_plan
         together = max(2, min(by_reference, by_candidate))
         calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)

@@ -62,7 +62,8 @@ class RefereeView(Protocol):
     output_dtype: str
     output_shape: list[int]
     reference_ms: float  # one reference forward, timed at the referee's start
-    handed_off: bool  # ranked calls handed off back to back, candidates' and baselines' (relay.plan_for)
+    handoff_plan: object | None  # handoff.Plan where ranked calls are handed off back to back (relay.plan_for)
+    handed_off: bool  # whether they are, candidates' and baselines' alike
     baseline_model: torch.nn.Module  # the fp32 reference the baselines run (its buffers name a call's)
     state_nbytes: int
     reference_kernels: list[str]
