@@ -272,3 +272,65 @@ def test_stored_baselines_timed_otherwise_than_this_batchs_calls_are_dropped():
     referee = SimpleNamespace(config=SimpleNamespace(cached_baselines={"eager": figure}, baselines=["eager"]),
                               cache_dropped=None, cached_said="", handed_off=True, rounds=[])
     assert stored.stored_figures(referee) is None and "timed otherwise" in referee.cache_dropped
+
+
+def test_calls_too_large_for_the_exchange_are_handed_off_on_the_device_on_a_gpu(monkeypatch):
+    """Calls too large to copy through host memory are handed off on the device where the driver has stream memory
+    operations (issue 33 at `kernelbench` and `wide`), in windows whose input sets and captures fit DEVICE_WINDOW_BYTES;
+    never on the CPU, and not where a call is over half of that."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from evaluator.referee import relay
+
+    judge = local_executor.referee()
+    host_plan = relay.plan_for(judge)
+    assert host_plan is not None and not host_plan.on_device
+    monkeypatch.setitem(relay.HANDOFF_BYTES, "cpu", 64)
+    assert relay.plan_for(judge) is None  # the CPU: one call a window
+    view = SimpleNamespace(**{name: getattr(judge, name) for name in ("output_dtype", "output_shape", "layout",
+                                                                      "baseline_model", "exchange_bytes")}, device="cuda")
+    monkeypatch.setitem(relay.HANDOFF_BYTES, "cuda", 64)
+    monkeypatch.setattr(handoff, "stream_ops", lambda: (None, None))
+    plan = relay.plan_for(view)
+    assert plan is not None and plan.on_device and plan.inputs == host_plan.inputs
+    call = plan.in_span + plan.out_span
+    monkeypatch.setattr(relay, "DEVICE_WINDOW_BYTES", 5 * call + 1)
+    assert relay.window_calls(plan, 32, "cuda") == 5 and relay.window_calls(plan, 3, "cuda") == 3
+    assert relay.window_calls(dataclasses.replace(plan, on_device=False), 32, "cuda") == relay.HANDOFF_CALLS["cuda"]
+    assert relay.baseline_calls(0.001, "cuda", plan) == 5
+    monkeypatch.setattr(relay, "DEVICE_WINDOW_BYTES", 2 * call - 1)
+    assert relay.plan_for(view) is None  # not two calls to a window
+    monkeypatch.setattr(relay, "DEVICE_WINDOW_BYTES", 2 * call)
+    monkeypatch.setattr(handoff, "stream_ops", lambda: None)
+    assert relay.plan_for(view) is None  # no stream memory operations
+
+
+@pytest.mark.slow  # an in-process judgement with the calibrator: about a second
+def test_an_executor_without_windows_on_the_device_says_so_before_any_call_and_its_windows_hold_one(monkeypatch):
+    """The executor maps the lent device memory before its first call; where it cannot (no stream memory operations,
+    a driver that refuses the handle) it answers `room` at once, the calibrator stays whole, and the candidate's
+    windows hold one call (against baselines timed on the device: not like for like, so never ranked)."""
+    import dataclasses
+
+    from evaluator.referee import relay
+    from evaluator.referee import time_phase as phase
+    from evaluator.wire.protocol import Handoff
+
+    session, built, checked = local_executor.checked(local_executor.Honest)
+    judge = session.referee
+    judge.handoff_plan = dataclasses.replace(judge.handoff_plan, on_device=True)
+    answered = []
+
+    def without_a_gpu(request, exchange, plan, input_sets, train, pace_ms=0.0):  # what device_window sends
+        command = Handoff(id=0, train=train, calls=len(input_sets), token=1, inputs=list(plan.inputs),
+                          outputs=list(plan.outputs), pace_ms=pace_ms, room="ab" * 64, room_bytes=plan.size)
+        reply = request(command)
+        answered.append(reply)
+        return relay.clock.Clocked(0.0, reply, None, 0, None, calls=len(input_sets))
+
+    monkeypatch.setattr(relay, "device_window", without_a_gpu)
+    timed = phase.time_phase(session, checked, built)
+    assert answered and answered[0].error_kind == "room" and "no window on the device" in answered[0].error
+    assert timed.check.calls_per_window == 1 and not timed.timing.handed_off
+    assert judge.calibrator.error is None and not judge.calibrator.broken

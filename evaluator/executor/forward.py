@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from evaluator.wire import handoff
+from evaluator.wire import device_room, handoff
 from evaluator.wire import tensors as cmp
 
 _perf_counter = time.perf_counter
@@ -63,14 +63,18 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
     come in time."""
     cuda = device == "cuda"
     page, raw = exchange.map, exchange.bytes
-    ins = [(int(s.name.removeprefix("input.")), handoff.view(raw, s)) for s in command.inputs]
-    outs = [(s.name, handoff.view(raw, s)) for s in command.outputs]
-    ops = _stream_ops() if cuda and getattr(exchange, "pinned", False) else None
+    ops = handoff.stream_ops() if cuda and getattr(exchange, "pinned", False) else None
+    # on the device: the regions lie in memory the referee lent (its inputs handed to forward as they lie there)
+    room = _room(command, ops) if command.room else raw
+    ins = [(int(s.name.removeprefix("input.")), handoff.view(room, s)) for s in command.inputs]
+    outs = [(s.name, handoff.view(room, s)) for s in command.outputs]
     if ops is not None:
         queued = _queued_forwards(model, page, raw.data_ptr(), ins, outs, command, values, positions, buffers,
                                   describe, ops)
         if queued is not None:
             return (*queued, True)
+        if command.room:
+            raise RoomRefused("the driver refused a queued wait (cuStreamWaitValue64)")
     infos, events, hosts, problems, stamps, last = [], [], [], [], [], (None, None)
     deadline = time.monotonic() + command.wait_s
     handoff.write(page, handoff.READY, command.token)
@@ -104,6 +108,22 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
     return infos, events, hosts, problems, steps, False
 
 
+class RoomRefused(Exception):
+    """A window on the device cannot be had here (evaluator.wire.device_room): the referee falls back to windows of one
+    call."""
+
+
+def _room(command, ops) -> torch.Tensor:
+    """The device memory the referee lent for this window, mapped (once): windows on the device need the calls queued
+    (the referee's stream writes each GO and waits for each COMMIT on the device)."""
+    if ops is None:
+        raise RoomRefused("no stream memory operations, or the exchange is not page-locked")
+    try:
+        return device_room.borrowed(command.room, command.room_bytes)
+    except (device_room.DeviceRoomError, ValueError, RuntimeError) as err:
+        raise RoomRefused(f"the lent device memory could not be mapped: {err}") from None
+
+
 def _described(out, last: tuple, describe) -> tuple:
     """(the output's kind, its description): described once while a plain tensor's kind stays the same (a record each
     call took 10 us of its host path)."""
@@ -126,25 +146,6 @@ def _write_out(out, buffers, outs, k: int, problems: list[str], cuda: bool) -> N
         if cuda and value.device.type != "cuda":
             value = value.to("cuda")  # its value now, on the host's time line, not when the device gets here
         place.copy_(value.reshape(place.shape), non_blocking=cuda)
-
-
-_STREAM_OPS: list = []  # [(wait, write)] once looked for, [None] where the driver has none
-
-
-def _stream_ops():
-    """The driver's cuStreamWaitValue64 and cuStreamWriteValue64, or None where it has none."""
-    if not _STREAM_OPS:
-        try:
-            import ctypes
-
-            driver = ctypes.CDLL("libcuda.so.1")
-            wait, write = driver.cuStreamWaitValue64_v2, driver.cuStreamWriteValue64_v2
-            for op in (wait, write):
-                op.argtypes, op.restype = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint), ctypes.c_int
-            _STREAM_OPS.append((wait, write))
-        except (OSError, AttributeError):
-            _STREAM_OPS.append(None)
-    return _STREAM_OPS[0]
 
 
 def _queued_forwards(model, page, page_at: int, ins, outs, command, values: dict, positions: int, buffers, describe,
@@ -189,7 +190,7 @@ def _queue_calls(model, page_at, ins, outs, command, values, positions, buffers,
         with torch.cuda.stream(stream):
             if wait(handle, page_at + handoff.GO, k, 0) != 0:  # CU_STREAM_WAIT_VALUE_GEQ
                 if k == 1:
-                    _STREAM_OPS[0] = None
+                    handoff.refuse_stream_ops()
                     raise _Refused
                 raise RuntimeError(f"cuStreamWaitValue64 refused call {k}")
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)

@@ -38,7 +38,7 @@ from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorR
                                      Put, Reply, SendState, ValueInfo, unpack)
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
 from evaluator.wire.stage import Stage
-from evaluator.executor.forward import handed_off_forwards, timed_forwards
+from evaluator.executor.forward import RoomRefused, handed_off_forwards, timed_forwards
 from evaluator.executor.observe import cpu_extension_calls, cuda_kernels
 
 ERROR_CHARS = 6000
@@ -297,6 +297,8 @@ class Executor:
                                                      self.device, self.live_buffers, value_info)
         except handoff.Late:
             return Reply(id=command.id, error="the referee's go for a call did not come", error_kind="internal")
+        except RoomRefused as err:  # before any call ran: the referee falls back to windows of one call
+            return Reply(id=command.id, error=f"no window on the device here: {err}", error_kind="room")
         except BaseException:
             return Reply(id=command.id, error=describe_exception("ModelNew.forward raised"), error_kind="raised")
         reply.output = reply.outputs[0] if reply.outputs else None

@@ -33,12 +33,14 @@ def callable_for(referee, name: str) -> torch.nn.Module:
 def time_baseline(referee, name: str) -> TimingStats:
     """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs drawn for every
     call outside the timed window. A call at a time, or where candidates' calls are handed off (`handed_off`), as
-    theirs are: windows of calls back to back (relay.baseline_calls), each call's copies in its time (relay.CopiedCalls)."""
+    theirs are: windows of calls back to back (relay.baseline_calls), each call's copies in its time (relay.CopiedCalls:
+    on the device, its copies out alone, as a candidate's calls there read their inputs where they lie)."""
     model = callable_for(referee, name)
     referee.baseline_model.train(referee.problem.mode == "train")
     distribution = referee.problem.distributions[0]
-    calls = relay.baseline_calls(referee.reference_ms, referee.device) if referee.handed_off else 1
-    copies = relay.CopiedCalls(referee.device) if referee.handed_off else None
+    plan = referee.handoff_plan
+    calls = relay.baseline_calls(referee.reference_ms, referee.device, plan) if plan is not None else 1
+    copies = relay.CopiedCalls(referee.device, plan.on_device) if plan is not None else None
     current: dict = {}
 
     def drawing(seed: int):

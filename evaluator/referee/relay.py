@@ -11,7 +11,9 @@ them are handed off the same way, so a window's cost (its handoffs and copies) i
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
+import weakref
 import math
 import statistics
 import time
@@ -20,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from evaluator.referee import clock
-from evaluator.wire import handoff
+from evaluator.wire import device_room, handoff
 from evaluator.wire.exchange import DTYPES, Exchange, dtype_name
 from evaluator.wire.protocol import Handoff, Reply
 
@@ -29,6 +31,12 @@ _memmove = ctypes.memmove
 # A call's inputs, output and buffers, at most: beyond, the host copies between calls (and their spread) outweigh a
 # call short enough to need a window of several, and the windows keep one call each.
 HANDOFF_BYTES = {"cuda": 4 << 20, "cpu": 16 << 20}
+# On a GPU, larger calls are handed off on the device (`device_window`): each call's inputs and output region in device
+# memory the referee lends the executor, copied by the referee's own stream, GO written and COMMIT waited for on the
+# device (on an H100 a call's cost 50 us bare, 0.67 ms with 256 MiB each way, spreading by 2-8 us: .ci/device_handoff.py,
+# against 1.5-2.7 ms and 0.1-0.5 ms for a window of one call). A window's input sets and the captures of its calls
+# hold at most DEVICE_WINDOW_BYTES (at `kernelbench`, 512 MiB a call: windows of 5), so a call's bytes at most half.
+DEVICE_WINDOW_BYTES = 3 << 30
 # Calls a handed-off window holds at most (each call's output region is kept until the window is compared, and each
 # call is replayed in float64 after it): its figure's spread falls as the square root of its calls. The CPU's calls
 # are milliseconds already, and its windows are what CI's suite waits for.
@@ -53,22 +61,38 @@ def exchange_room(layout, device: str) -> int:
 
 
 def plan_for(referee) -> handoff.Plan | None:
-    """Where a call's inputs, output and buffers lie in the exchange when windows are handed off, or None where they
-    cannot be (outputs of a type the exchange cannot carry, more than HANDOFF_BYTES, or an exchange too small)."""
+    """Where a call's inputs, output and buffers lie when windows are handed off: in the exchange (at most
+    HANDOFF_BYTES), else on a GPU in device memory the referee lends (at most half DEVICE_WINDOW_BYTES: `on_device`);
+    None where they cannot be (outputs of a type the exchange cannot carry, larger calls, an exchange too small, or no
+    stream memory operations for windows on the device)."""
     if referee.output_dtype not in DTYPES:
         return None
     buffers = [(name, list(value.shape), dtype_name(value.dtype)) for name, value in referee.baseline_model.named_buffers()]
     if any(dtype is None for _, _, dtype in buffers):
         return None
     plan = handoff.Plan.make(list(referee.layout.inputs), (referee.output_shape, referee.output_dtype), buffers)
-    if plan.in_span + plan.out_span > HANDOFF_BYTES[referee.device] or plan.size > referee.exchange_bytes:
+    call_bytes = plan.in_span + plan.out_span
+    if call_bytes <= HANDOFF_BYTES[referee.device]:
+        return plan if plan.size <= referee.exchange_bytes else None
+    if referee.device != "cuda" or 2 * call_bytes > DEVICE_WINDOW_BYTES or handoff.stream_ops() is None:
         return None
-    return plan
+    return dataclasses.replace(plan, on_device=True)
 
 
-def baseline_calls(reference_ms: float, device: str) -> int:
-    """Calls a baseline's handed-off window holds: about BASELINE_WINDOW_MS of the reference's calls, 2 to HANDOFF_CALLS."""
-    return min(HANDOFF_CALLS[device], max(2, math.ceil(BASELINE_WINDOW_MS / max(reference_ms, 1e-3))))
+def window_calls(plan: handoff.Plan, calls: int, device: str) -> int:
+    """Calls a handed-off window holds, `calls` wanted: at most HANDOFF_CALLS, and on the device at most what
+    DEVICE_WINDOW_BYTES holds (at least 2)."""
+    calls = min(calls, HANDOFF_CALLS[device])
+    if plan.on_device:
+        calls = min(calls, max(2, DEVICE_WINDOW_BYTES // (plan.in_span + plan.out_span)))
+    return calls
+
+
+def baseline_calls(reference_ms: float, device: str, plan: handoff.Plan | None = None) -> int:
+    """Calls a baseline's handed-off window holds: about BASELINE_WINDOW_MS of the reference's calls, 2 to HANDOFF_CALLS
+    (and on the device, to what `window_calls` allows)."""
+    calls = min(HANDOFF_CALLS[device], max(2, math.ceil(BASELINE_WINDOW_MS / max(reference_ms, 1e-3))))
+    return window_calls(plan, calls, device) if plan is not None else calls
 
 
 class CopiedCalls:
@@ -78,8 +102,9 @@ class CopiedCalls:
     its output and buffers copied out behind it into host memory, both inside the call's time. `load` puts a window's
     input sets in place, outside the time; `call` makes the next call."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, on_device: bool = False):
         self.cuda = device == "cuda"
+        self.on_device = on_device  # as windows on the device: inputs handed over where they lie, outputs copied on it
         self.sets: list[list] = []
         self.hosts: list[dict[int, torch.Tensor]] = []  # each set's tensor inputs in host memory
         self.outs: dict[str, torch.Tensor] = {}          # where each call's output and buffers are copied out
@@ -88,6 +113,8 @@ class CopiedCalls:
 
     def load(self, input_sets: list[list]) -> None:
         self.sets, self.next = input_sets, 0
+        if self.on_device:  # a candidate's inputs lie in the lent memory: its call reads them there, no copy in
+            return
         while len(self.hosts) < len(input_sets):
             self.hosts.append({})
         for host, inputs in zip(self.hosts, input_sets):
@@ -103,7 +130,8 @@ class CopiedCalls:
     def call(self, model: torch.nn.Module):
         index = self.next
         self.next += 1
-        host, inputs = self.hosts[index], self.sets[index]
+        inputs = self.sets[index]
+        host = {} if self.on_device else self.hosts[index]
         given = [(host[i].to("cuda", non_blocking=True) if self.cuda else host[i].clone()) if i in host else value
                  for i, value in enumerate(inputs)]
         out = model(*given)
@@ -114,7 +142,8 @@ class CopiedCalls:
                 continue
             place = self.outs.get(name)
             if place is None or place.shape != value.shape or place.dtype != value.dtype:
-                place = self.outs[name] = torch.empty(value.shape, dtype=value.dtype, pin_memory=self.cuda)
+                place = self.outs[name] = (torch.empty(value.shape, dtype=value.dtype, device="cuda") if self.on_device
+                                           else torch.empty(value.shape, dtype=value.dtype, pin_memory=self.cuda))
             place.copy_(value.detach(), non_blocking=self.cuda)
         return out
 
@@ -124,6 +153,8 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
     """One handed-off window of len(input_sets) calls (see the module's docstring). `request(command, during=...)`
     sends the command, runs `during(deadline, answered)` and returns the reply. A window that did not end (the
     executor answered first, or its deadline passed) comes back with the reply's error, or one of its own."""
+    if plan.on_device:
+        return device_window(request, exchange, plan, input_sets, train, pace_ms)
     calls = len(input_sets)
     packed = plan.pack(input_sets)  # in host memory before the clock starts, as the capture
     capture = torch.empty(calls, plan.out_span, dtype=torch.uint8)
@@ -168,3 +199,102 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
     steps = tuple(statistics.median((s[i + 1] - s[i]) * 1e3 for s in stamps) for i in range(3))
     return clock.Clocked((times["ended"] - times["started"]) * 1e3, reply, None, 0, None, steps, calls,
                          staged=plan.unpack(capture), handed_off=True)
+
+
+# ------------------------------------------------------------------------------------------ on the device
+
+_ROOMS: list[tuple[weakref.ref, device_room.LentRoom]] = []  # (the exchange it was lent with, the room)
+_STREAM: list = []  # the referee's stream for windows on the device, made once
+# Once every call of a window has run, how long the referee waits for its own stream's last copy after the
+# executor's reply before it gives the window up.
+_AFTER_REPLY_S = 5.0
+
+
+def room_for(exchange: Exchange, plan: handoff.Plan) -> device_room.LentRoom:
+    """The device memory lent to the executor of `exchange` (one room an executor, made at its first window on the
+    device); rooms of executors gone are freed first."""
+    for entry in list(_ROOMS):
+        owner, room = entry
+        if owner() is None:
+            room.free()
+            _ROOMS.remove(entry)
+        elif owner() is exchange and room.nbytes >= plan.size:
+            return room
+    room = device_room.LentRoom(plan.size)
+    _ROOMS.append((weakref.ref(exchange), room))
+    return room
+
+
+def device_window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan, input_sets: list[list],
+                  train: bool, pace_ms: float = 0.0) -> clock.Clocked:
+    """`window` for calls too large for host copies: the referee's own stream writes call k's inputs into the lent
+    room, then GO=k (cuStreamWriteValue64 on the exchange's page-locked header), waits for COMMIT>=k
+    (cuStreamWaitValue64) and copies call k's output region into memory of its own; the executor's calls are queued
+    behind their GOs as on the host. No host turn between calls: the window is the referee's device events around
+    that stream, its cost two context switches and the two copies a call (taken off by the calibrator's windows,
+    handed off the same way). Call k+1's inputs exist in no memory the executor can reach before call k's commit, and
+    what is compared of call k is what the region held when the referee's copy ran, after its commit: work of the
+    candidate's that could still change it ran before that copy, inside the window."""
+    calls, stream = len(input_sets), _stream()
+    room = room_for(exchange, plan)
+    packed = plan.pack(input_sets, device="cuda")
+    capture = torch.empty(calls, plan.out_span, dtype=torch.uint8, device="cuda")
+    inbox = room.bytes[handoff.HEADER:handoff.HEADER + plan.in_span]
+    outbox = room.bytes[plan.out_offset:plan.out_offset + plan.out_span]
+    page, page_at = exchange.map, exchange.bytes.data_ptr()
+    for word in (handoff.READY, handoff.GO, handoff.COMMIT):
+        handoff.write(page, word, 0)
+    torch.cuda.synchronize()  # the packed inputs in place before the window
+    wait, write = handoff.stream_ops()
+    token, times = next(_tokens), {}
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def relay(deadline: float, answered: Callable[[], bool]) -> None:
+        try:
+            handoff.wait_for(page, handoff.READY, token, deadline, answered)
+        except handoff.Late:
+            return
+        with torch.cuda.stream(stream):
+            begin.record()
+            for k in range(calls):
+                inbox.copy_(packed[k], non_blocking=True)
+                if write(stream.cuda_stream, page_at + handoff.GO, k + 1, 0) != 0:
+                    break
+                if wait(stream.cuda_stream, page_at + handoff.COMMIT, k + 1, 0) != 0:
+                    break
+                capture[k].copy_(outbox, non_blocking=True)
+            else:
+                end.record()
+                times["queued"] = True
+        replied_at = None
+        while times.get("queued") and not end.query():
+            now = time.monotonic()
+            if replied_at is None and answered():
+                replied_at = now
+            if now > deadline or (replied_at is not None and now - replied_at > _AFTER_REPLY_S):
+                break
+        else:
+            if times.get("queued"):
+                times["ms"] = begin.elapsed_time(end)
+                return
+        # never ended: the stream's waits let go (and the executor's), whatever the executor left in the words
+        handoff.write(page, handoff.COMMIT, 1 << 62)
+        handoff.write(page, handoff.GO, 1 << 62)
+        stream.synchronize()
+
+    command = Handoff(id=0, train=train, calls=calls, token=token, inputs=list(plan.inputs), outputs=list(plan.outputs),
+                      pace_ms=pace_ms, room=room.handle, room_bytes=room.nbytes)
+    reply = request(command, during=relay)
+    if "ms" not in times and not reply.error:
+        reply = reply.model_copy(update={"error": "the executor answered before its calls had all committed",
+                                         "error_kind": "internal"})
+    if reply.error:
+        stream.synchronize()
+        return clock.Clocked(0.0, reply, None, 0, None, calls=calls)
+    return clock.Clocked(times["ms"], reply, None, 0, None, (), calls, staged=plan.unpack(capture), handed_off=True)
+
+
+def _stream():
+    if not _STREAM:
+        _STREAM.append(torch.cuda.Stream())
+    return _STREAM[0]

@@ -73,10 +73,13 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         by_candidate = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
         plan = referee.handoff_plan
         together = max(2, min(by_reference, by_candidate))
-        calls = min(together, relay.HANDOFF_CALLS[referee.device]) if plan is not None else 1
+        calls = relay.window_calls(plan, together, referee.device) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
-            series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
-            if not series.calibrator_queued(relay.HANDOFF_WARMUP):
+            try:
+                series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
+            except NoRoom:
+                plan = None  # no window on the device here (its baselines were: `shaky_timing`, not like for like)
+            if plan is None or not series.calibrator_queued(relay.HANDOFF_WARMUP):
                 plan, calls = None, 1  # its cost would not be the candidate's: windows of one call rank
         timed = series.timed(calls, plan)
         timing, cost = series.figures(timed)
@@ -119,6 +122,10 @@ def reference_call_ms(referee: RefereeView) -> float:
     """The reference's call: eager's median in the current round, else one forward timed at the referee's start."""
     eager = referee.current_round.baselines.get("eager") if referee.current_round is not None else None
     return eager.median_ms if eager is not None else referee.reference_ms
+
+
+class NoRoom(Exception):
+    """The executor could not have windows on the device (evaluator.wire.device_room): before any call ran."""
 
 
 class Series:
@@ -193,6 +200,8 @@ class Series:
                                            referee.timer.flush, session.keys.next_unit("place"))
             first = self.count + 1
             what = f"clocked call {first}" if calls == 1 else f"the window of clocked calls {first}-{first + calls - 1}"
+            if clocked.go.error_kind == "room" and plan is not None and plan.on_device:
+                raise NoRoom(clocked.go.error)
             if clocked.go.error:
                 raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
             # (a handed-off call reads its inputs from the exchange into memory of its own: no stage to change)

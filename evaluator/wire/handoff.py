@@ -64,6 +64,8 @@ class Plan:
     outputs: tuple[TensorSlot, ...]  # `output`, then `state.NAME` for each buffer, after the inputs
     in_span: int
     out_span: int
+    on_device: bool = False  # the regions lie in device memory the referee lends (evaluator.wire.device_room), laid
+    # out as in the exchange; the words stay in the exchange
 
     @property
     def out_offset(self) -> int:
@@ -76,7 +78,7 @@ class Plan:
 
     @classmethod
     def make(cls, input_slots: list[TensorSlot], output: tuple[list[int], str],
-             buffers: list[tuple[str, list[int], str]]) -> Plan:
+             buffers: list[tuple[str, list[int], str]], on_device: bool = False) -> Plan:
         """`input_slots`: one input set's slots as the stage lays them out (offsets from 0); `output` and `buffers`:
         (shape, dtype name), (name, shape, dtype name) of what each call leaves."""
         inputs, end = [], HEADER
@@ -89,12 +91,13 @@ class Plan:
             nbytes = math.prod(shape) * torch.empty((), dtype=DTYPES[dtype]).element_size()
             outputs.append(TensorSlot(name=name, dtype=dtype, shape=list(shape), offset=offset, nbytes=nbytes))
             offset = aligned(offset + max(nbytes, 1))
-        return cls(inputs=tuple(inputs), outputs=tuple(outputs), in_span=in_span, out_span=offset - end)
+        return cls(inputs=tuple(inputs), outputs=tuple(outputs), in_span=in_span, out_span=offset - end,
+                   on_device=on_device)
 
-    def pack(self, input_sets: list[list]) -> torch.Tensor:
-        """Each set's tensor inputs as the input region's bytes (uint8, a row a set, in host memory): written into the
-        exchange inside the window with one copy each."""
-        packed = torch.zeros(len(input_sets), self.in_span, dtype=torch.uint8)
+    def pack(self, input_sets: list[list], device: str = "cpu") -> torch.Tensor:
+        """Each set's tensor inputs as the input region's bytes (uint8, a row a set, in host memory, or on the device
+        for a plan on the device): written into the region inside the window with one copy each."""
+        packed = torch.zeros(len(input_sets), self.in_span, dtype=torch.uint8, device=device)
         for row, inputs in zip(packed, input_sets):
             for slot in self.inputs:
                 value = inputs[int(slot.name.removeprefix("input."))]
@@ -114,6 +117,31 @@ class Plan:
             name = "outputs" if slot.name == "output" else "states." + slot.name.removeprefix("state.")
             tensors[name] = raw.view(DTYPES[slot.dtype]).view(calls, *slot.shape)
         return tensors
+
+
+_STREAM_OPS: list = []  # [(wait, write)] once looked for, [None] where the driver has none
+
+
+def stream_ops():
+    """The driver's cuStreamWaitValue64 and cuStreamWriteValue64, or None where it has none."""
+    if not _STREAM_OPS:
+        try:
+            import ctypes
+
+            driver = ctypes.CDLL("libcuda.so.1")
+            wait, write = driver.cuStreamWaitValue64_v2, driver.cuStreamWriteValue64_v2
+            for op in (wait, write):
+                op.argtypes, op.restype = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint), ctypes.c_int
+            _STREAM_OPS.append((wait, write))
+        except (OSError, AttributeError):
+            _STREAM_OPS.append(None)
+    return _STREAM_OPS[0]
+
+
+def refuse_stream_ops() -> None:
+    """The driver refused a first queued wait: none are tried again in this process."""
+    stream_ops()
+    _STREAM_OPS[0] = None
 
 
 def view(exchange_bytes: torch.Tensor, slot: TensorSlot) -> torch.Tensor:

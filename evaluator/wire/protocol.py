@@ -161,6 +161,12 @@ class Handoff(Message):
     outputs: list[TensorSlot] = Field(description="Where each call's `output` and `state.NAME` go in the exchange.")
     pace_ms: float = Field(0.0, ge=0.0, le=10_000.0, description="As `Go.pace_ms` (the referee's calibrator alone).")
     wait_s: float = Field(60.0, gt=0, description="How long the executor waits for the window's GOs before it gives up.")
+    room: str = Field("", max_length=128, description=(
+        "On the device (evaluator.wire.device_room): the CUDA IPC handle of device memory the referee lent, which "
+        "`inputs` and `outputs` lie in instead of the exchange (calls too large to copy through host memory). The "
+        "referee writes each call's inputs there and copies its outputs out on the device; the words stay in the "
+        "exchange."))
+    room_bytes: int = Field(0, ge=0)
 
 
 class SendState(Message):
@@ -201,7 +207,7 @@ class Reply(Message):
     error: str | None = Field(None, description=(
         "Why the command could not be done: the candidate raised (traceback), ModelNew is missing, ... "
         "The referee decides what status that is."))
-    error_kind: Literal["build", "import", "no_model_new", "raised", "not_module", "internal", "staging_memory"] | None = Field(
+    error_kind: Literal["build", "import", "no_model_new", "raised", "not_module", "internal", "staging_memory", "room"] | None = Field(
         None, description=(
             "`build`: building its extensions failed; `import`: importing the candidate failed otherwise (or it called "
             "exit); `no_model_new`: it defines no class ModelNew; `raised`: the candidate's code raised; `not_module`: "
