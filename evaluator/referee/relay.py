@@ -35,8 +35,9 @@ HANDOFF_BYTES = {"cuda": 4 << 20, "cpu": 16 << 20}
 # memory the referee lends the executor, copied by the referee's own stream, GO written and COMMIT waited for on the
 # device (on an H100 a call's cost 50 us bare, 0.67 ms with 256 MiB each way, spreading by 2-8 us: .ci/device_handoff.py,
 # against 1.5-2.7 ms and 0.1-0.5 ms for a window of one call). A window's input sets and the captures of its calls
-# hold at most DEVICE_WINDOW_BYTES (at `kernelbench`, 512 MiB a call: windows of 5), so a call's bytes at most half.
-DEVICE_WINDOW_BYTES = 3 << 30
+# hold at most DEVICE_WINDOW_BYTES (at `kernelbench`, 512 MiB a call: windows of 3; their float64 replays take as much
+# again), so a call's bytes at most half.
+DEVICE_WINDOW_BYTES = 2 << 30
 # Calls a handed-off window holds at most (each call's output region is kept until the window is compared, and each
 # call is replayed in float64 after it): its figure's spread falls as the square root of its calls. The CPU's calls
 # are milliseconds already, and its windows are what CI's suite waits for.
