@@ -290,6 +290,7 @@ def test_calls_too_large_for_the_exchange_are_handed_off_on_the_device_on_a_gpu(
     assert relay.plan_for(judge) is None  # the CPU: one call a window
     view = SimpleNamespace(**{name: getattr(judge, name) for name in ("output_dtype", "output_shape", "layout",
                                                                       "baseline_model", "exchange_bytes")}, device="cuda")
+    assert host_plan.size <= judge.layout.size  # the stage holds a window's regions
     monkeypatch.setitem(relay.HANDOFF_BYTES, "cuda", 64)
     monkeypatch.setattr(handoff, "stream_ops", lambda: (None, None))
     plan = relay.plan_for(view)
@@ -308,8 +309,8 @@ def test_calls_too_large_for_the_exchange_are_handed_off_on_the_device_on_a_gpu(
 
 @pytest.mark.slow  # an in-process judgement with the calibrator: about a second
 def test_an_executor_without_windows_on_the_device_says_so_before_any_call_and_its_windows_hold_one(monkeypatch):
-    """The executor maps the lent device memory before its first call; where it cannot (no stream memory operations,
-    a driver that refuses the handle) it answers `room` at once, the calibrator stays whole, and the candidate's
+    """The executor looks for its stage on the device before its first call; where a window cannot lie there (no stream
+    memory operations, a stage in host memory) it answers `room` at once, the calibrator stays whole, and the candidate's
     windows hold one call (against baselines timed on the device: not like for like, so never ranked)."""
     import dataclasses
 
@@ -322,9 +323,9 @@ def test_an_executor_without_windows_on_the_device_says_so_before_any_call_and_i
     judge.handoff_plan = dataclasses.replace(judge.handoff_plan, on_device=True)
     answered = []
 
-    def without_a_gpu(request, exchange, plan, input_sets, train, pace_ms=0.0):  # what device_window sends
+    def without_a_gpu(request, exchange, stage, plan, input_sets, train, pace_ms=0.0):  # what device_window sends
         command = Handoff(id=0, train=train, calls=len(input_sets), token=1, inputs=list(plan.inputs),
-                          outputs=list(plan.outputs), pace_ms=pace_ms, room="ab" * 64, room_bytes=plan.size)
+                          outputs=list(plan.outputs), pace_ms=pace_ms, on_device=True)
         reply = request(command)
         answered.append(reply)
         return relay.clock.Clocked(0.0, reply, None, 0, None, calls=len(input_sets))

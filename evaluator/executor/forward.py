@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from evaluator.wire import device_room, handoff
+from evaluator.wire import handoff
 from evaluator.wire import tensors as cmp
 
 _perf_counter = time.perf_counter
@@ -51,7 +51,7 @@ def timed_forwards(model, input_sets: list[list], device: str, after_each) -> tu
 
 
 def handed_off_forwards(model, exchange, command, values: dict, positions: int, device: str, buffers,
-                        describe) -> tuple[list, list[float], list[float], list[str], list[float], bool]:
+                        describe, stage=None) -> tuple[list, list[float], list[float], list[str], list[float], bool]:
     """The calls of a handed-off window (protocol.Handoff, evaluator.wire.handoff): (what each returned, as `describe`
     puts it; device-event ms of each call (CUDA); host ms of each call; problems; the median ms of each call's steps,
     `Reply.steps_ms`; whether the calls were queued on the device). Each call waits for the referee's GO, reads its
@@ -64,8 +64,8 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
     cuda = device == "cuda"
     page, raw = exchange.map, exchange.bytes
     ops = handoff.stream_ops() if cuda and getattr(exchange, "pinned", False) else None
-    # on the device: the regions lie in memory the referee lent (its inputs handed to forward as they lie there)
-    room = _room(command, ops) if command.room else raw
+    # on the device: the regions lie in the stage (its inputs handed to forward as they lie there, no copy in)
+    room = _room(command, ops, stage) if command.on_device else raw
     ins = [(int(s.name.removeprefix("input.")), handoff.view(room, s)) for s in command.inputs]
     outs = [(s.name, handoff.view(room, s)) for s in command.outputs]
     if ops is not None:
@@ -73,7 +73,7 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
                                   describe, ops)
         if queued is not None:
             return (*queued, True)
-        if command.room:
+        if command.on_device:
             raise RoomRefused("the driver refused a queued wait (cuStreamWaitValue64)")
     infos, events, hosts, problems, stamps, last = [], [], [], [], [], (None, None)
     deadline = time.monotonic() + command.wait_s
@@ -109,19 +109,18 @@ def handed_off_forwards(model, exchange, command, values: dict, positions: int, 
 
 
 class RoomRefused(Exception):
-    """A window on the device cannot be had here (evaluator.wire.device_room): the referee falls back to windows of one
-    call."""
+    """A window on the device cannot be had here: the referee falls back to windows of one call."""
 
 
-def _room(command, ops) -> torch.Tensor:
-    """The device memory the referee lent for this window, mapped (once): windows on the device need the calls queued
-    (the referee's stream writes each GO and waits for each COMMIT on the device)."""
+def _room(command, ops, stage) -> torch.Tensor:
+    """The stage's memory, where a window on the device lays its regions out: such windows need the calls queued (the
+    referee's stream writes each GO and waits for each COMMIT on the device) and a stage on the device."""
     if ops is None:
         raise RoomRefused("no stream memory operations, or the exchange is not page-locked")
-    try:
-        return device_room.borrowed(command.room, command.room_bytes)
-    except (device_room.DeviceRoomError, ValueError, RuntimeError) as err:
-        raise RoomRefused(f"the lent device memory could not be mapped: {err}") from None
+    memory = getattr(stage, "bytes", None)
+    if memory is None or memory.device.type != "cuda" or memory.numel() < max(s.offset + s.nbytes for s in [*command.inputs, *command.outputs]):
+        raise RoomRefused("no stage on the device large enough")
+    return memory
 
 
 def _described(out, last: tuple, describe) -> tuple:

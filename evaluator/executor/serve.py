@@ -294,7 +294,7 @@ class Executor:
             with torch.no_grad():
                 (reply.outputs, reply.events_ms, reply.host_ms, reply.problems, reply.steps_ms,
                  reply.queued) = handed_off_forwards(self.model, self.exchange, command, self.values, len(self.specs),
-                                                     self.device, self.live_buffers, value_info)
+                                                     self.device, self.live_buffers, value_info, self.stage)
         except handoff.Late:
             return Reply(id=command.id, error="the referee's go for a call did not come", error_kind="internal")
         except RoomRefused as err:  # before any call ran: the referee falls back to windows of one call

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import itertools
-import weakref
 import math
 import statistics
 import time
@@ -22,17 +21,18 @@ from collections.abc import Callable
 import torch
 
 from evaluator.referee import clock
-from evaluator.wire import device_room, handoff
+from evaluator.wire import handoff
 from evaluator.wire.exchange import DTYPES, Exchange, dtype_name
 from evaluator.wire.protocol import Handoff, Reply
+from evaluator.wire.stage import Stage
 
 _perf_counter = time.perf_counter
 _memmove = ctypes.memmove
 # A call's inputs, output and buffers, at most: beyond, the host copies between calls (and their spread) outweigh a
 # call short enough to need a window of several, and the windows keep one call each.
 HANDOFF_BYTES = {"cuda": 4 << 20, "cpu": 16 << 20}
-# On a GPU, larger calls are handed off on the device (`device_window`): each call's inputs and output region in device
-# memory the referee lends the executor, copied by the referee's own stream, GO written and COMMIT waited for on the
+# On a GPU, larger calls are handed off on the device (`device_window`): each call's inputs and output region in the
+# executor's stage (device memory both map), copied by the referee's own stream, GO written and COMMIT waited for on the
 # device (on an H100 a call's cost 50 us bare, 0.67 ms with 256 MiB each way, spreading by 2-8 us: .ci/device_handoff.py,
 # against 1.5-2.7 ms and 0.1-0.5 ms for a window of one call). A window's input sets and the captures of its calls
 # hold at most DEVICE_WINDOW_BYTES (at `kernelbench`, 512 MiB a call: windows of 3; their float64 replays take as much
@@ -63,7 +63,7 @@ def exchange_room(layout, device: str) -> int:
 
 def plan_for(referee) -> handoff.Plan | None:
     """Where a call's inputs, output and buffers lie when windows are handed off: in the exchange (at most
-    HANDOFF_BYTES), else on a GPU in device memory the referee lends (at most half DEVICE_WINDOW_BYTES: `on_device`);
+    HANDOFF_BYTES), else on a GPU in the executor's stage (at most half DEVICE_WINDOW_BYTES: `on_device`);
     None where they cannot be (outputs of a type the exchange cannot carry, larger calls, an exchange too small, or no
     stream memory operations for windows on the device)."""
     if referee.output_dtype not in DTYPES:
@@ -75,7 +75,8 @@ def plan_for(referee) -> handoff.Plan | None:
     call_bytes = plan.in_span + plan.out_span
     if call_bytes <= HANDOFF_BYTES[referee.device]:
         return plan if plan.size <= referee.exchange_bytes else None
-    if referee.device != "cuda" or 2 * call_bytes > DEVICE_WINDOW_BYTES or handoff.stream_ops() is None:
+    if (referee.device != "cuda" or 2 * call_bytes > DEVICE_WINDOW_BYTES or plan.size > referee.layout.size
+            or handoff.stream_ops() is None):
         return None
     return dataclasses.replace(plan, on_device=True)
 
@@ -150,12 +151,12 @@ class CopiedCalls:
 
 
 def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan, input_sets: list[list], train: bool,
-           device: str, pace_ms: float = 0.0) -> clock.Clocked:
+           device: str, pace_ms: float = 0.0, stage: Stage | None = None) -> clock.Clocked:
     """One handed-off window of len(input_sets) calls (see the module's docstring). `request(command, during=...)`
     sends the command, runs `during(deadline, answered)` and returns the reply. A window that did not end (the
     executor answered first, or its deadline passed) comes back with the reply's error, or one of its own."""
     if plan.on_device:
-        return device_window(request, exchange, plan, input_sets, train, pace_ms)
+        return device_window(request, exchange, stage, plan, input_sets, train, pace_ms)
     calls = len(input_sets)
     packed = plan.pack(input_sets)  # in host memory before the clock starts, as the capture
     capture = torch.empty(calls, plan.out_span, dtype=torch.uint8)
@@ -204,32 +205,17 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
 
 # ------------------------------------------------------------------------------------------ on the device
 
-_ROOMS: list[tuple[weakref.ref, device_room.LentRoom]] = []  # (the exchange it was lent with, the room)
 _STREAM: list = []  # the referee's stream for windows on the device, made once
 # Once every call of a window has run, how long the referee waits for its own stream's last copy after the
 # executor's reply before it gives the window up.
 _AFTER_REPLY_S = 5.0
 
 
-def room_for(exchange: Exchange, plan: handoff.Plan) -> device_room.LentRoom:
-    """The device memory lent to the executor of `exchange` (one room an executor, made at its first window on the
-    device); rooms of executors gone are freed first."""
-    for entry in list(_ROOMS):
-        owner, room = entry
-        if owner() is None:
-            room.free()
-            _ROOMS.remove(entry)
-        elif owner() is exchange and room.nbytes >= plan.size:
-            return room
-    room = device_room.LentRoom(plan.size)
-    _ROOMS.append((weakref.ref(exchange), room))
-    return room
-
-
-def device_window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan, input_sets: list[list],
-                  train: bool, pace_ms: float = 0.0) -> clock.Clocked:
-    """`window` for calls too large for host copies: the referee's own stream writes call k's inputs into the lent
-    room, then GO=k (cuStreamWriteValue64 on the exchange's page-locked header), waits for COMMIT>=k
+def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stage, plan: handoff.Plan,
+                  input_sets: list[list], train: bool, pace_ms: float = 0.0) -> clock.Clocked:
+    """`window` for calls too large for host copies: the regions lie in the executor's stage on the device (the plan's
+    offsets from its start; nothing else lies there during the window but inputs of windows before), and the referee's
+    own stream writes call k's inputs there, then GO=k (cuStreamWriteValue64 on the exchange's page-locked header), waits for COMMIT>=k
     (cuStreamWaitValue64) and copies call k's output region into memory of its own; the executor's calls are queued
     behind their GOs as on the host. No host turn between calls: the window is the referee's device events around
     that stream, its cost two context switches and the two copies a call (taken off by the calibrator's windows,
@@ -237,11 +223,11 @@ def device_window(request: Callable[..., Reply], exchange: Exchange, plan: hando
     what is compared of call k is what the region held when the referee's copy ran, after its commit: work of the
     candidate's that could still change it ran before that copy, inside the window."""
     calls, stream = len(input_sets), _stream()
-    room = room_for(exchange, plan)
+    room = stage.bytes
     packed = plan.pack(input_sets, device="cuda")
     capture = torch.empty(calls, plan.out_span, dtype=torch.uint8, device="cuda")
-    inbox = room.bytes[handoff.HEADER:handoff.HEADER + plan.in_span]
-    outbox = room.bytes[plan.out_offset:plan.out_offset + plan.out_span]
+    inbox = room[handoff.HEADER:handoff.HEADER + plan.in_span]
+    outbox = room[plan.out_offset:plan.out_offset + plan.out_span]
     page, page_at = exchange.map, exchange.bytes.data_ptr()
     for word in (handoff.READY, handoff.GO, handoff.COMMIT):
         handoff.write(page, word, 0)
@@ -284,7 +270,7 @@ def device_window(request: Callable[..., Reply], exchange: Exchange, plan: hando
         stream.synchronize()
 
     command = Handoff(id=0, train=train, calls=calls, token=token, inputs=list(plan.inputs), outputs=list(plan.outputs),
-                      pace_ms=pace_ms, room=room.handle, room_bytes=room.nbytes)
+                      pace_ms=pace_ms, on_device=True)
     reply = request(command, during=relay)
     if "ms" not in times and not reply.error:
         reply = reply.model_copy(update={"error": "the executor answered before its calls had all committed",

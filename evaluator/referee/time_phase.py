@@ -125,7 +125,7 @@ def reference_call_ms(referee: RefereeView) -> float:
 
 
 class NoRoom(Exception):
-    """The executor could not have windows on the device (evaluator.wire.device_room): before any call ran."""
+    """The executor could not have windows on the device (relay.device_window): before any call ran."""
 
 
 class Series:
@@ -194,7 +194,7 @@ class Series:
             with held(referee.calibrator.link):
                 if plan is not None:
                     clocked = relay.window(session.request, session.link.exchange, plan, input_sets, self.train,
-                                           referee.device)
+                                           referee.device, stage=stage)
                 else:
                     clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
                                            referee.timer.flush, session.keys.next_unit("place"))

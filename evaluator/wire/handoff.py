@@ -64,8 +64,8 @@ class Plan:
     outputs: tuple[TensorSlot, ...]  # `output`, then `state.NAME` for each buffer, after the inputs
     in_span: int
     out_span: int
-    on_device: bool = False  # the regions lie in device memory the referee lends (evaluator.wire.device_room), laid
-    # out as in the exchange; the words stay in the exchange
+    on_device: bool = False  # the regions lie in the executor's stage on the device (relay.device_window), at these
+    # offsets from its start; the words stay in the exchange
 
     @property
     def out_offset(self) -> int:

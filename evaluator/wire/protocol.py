@@ -161,12 +161,10 @@ class Handoff(Message):
     outputs: list[TensorSlot] = Field(description="Where each call's `output` and `state.NAME` go in the exchange.")
     pace_ms: float = Field(0.0, ge=0.0, le=10_000.0, description="As `Go.pace_ms` (the referee's calibrator alone).")
     wait_s: float = Field(60.0, gt=0, description="How long the executor waits for the window's GOs before it gives up.")
-    room: str = Field("", max_length=128, description=(
-        "On the device (evaluator.wire.device_room): the CUDA IPC handle of device memory the referee lent, which "
-        "`inputs` and `outputs` lie in instead of the exchange (calls too large to copy through host memory). The "
-        "referee writes each call's inputs there and copies its outputs out on the device; the words stay in the "
-        "exchange."))
-    room_bytes: int = Field(0, ge=0)
+    on_device: bool = Field(False, description=(
+        "`inputs` and `outputs` lie in the stage (a GPU's: calls too large to copy through host memory), not the "
+        "exchange: the referee's own stream writes each call's inputs there, GO, waits for COMMIT and copies the output "
+        "region out, on the device; the words stay in the exchange."))
 
 
 class SendState(Message):
