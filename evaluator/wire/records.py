@@ -26,8 +26,9 @@ SPEEDUP_RULE = (
     "same GPU in the same batch: the baseline's by device events in the referee's own process, the "
     "candidate's by the referee's clock around each call, less what that clock's window costs (measured by "
     "the referee's calibrator beside each window), never by anything the candidate's process reports. Where "
-    "a call's bytes are few, both are timed as calls handed off back to back, each call's copies in and out "
-    "in its time.")
+    "windows hold calls back to back (a call's bytes up to 16 MiB on a CPU, 1 GiB on a GPU), both are timed as "
+    "calls handed off back to back, each call's copies in its time: through host memory in and out where its "
+    "bytes are few, on the device its copy out alone.")
 
 
 class Hardware(BaseModel):
