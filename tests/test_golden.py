@@ -65,3 +65,17 @@ def test_golden_kernel_is_correct_at_its_tier_in_train_and_eval_mode(name, size,
     assert {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"} <= set(correctness.buffers_checked)
     assert not verdict.rejected, verdict.flags
     assert verdict.runtime_ms > 0 and verdict.speedup["eager"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("name", sorted(REQUIRED_TIER))
+def test_golden_kernel_ranks_on_calls_back_to_back_within_3_percent_of_its_events(name, size, gpu_verdicts):
+    """Every size's calls are handed off back to back (through host memory at `small`, on the device at `kernelbench`
+    and `wide`: issue 33), and where they are on the device the ranked median lies within 3% of the kernel's own device
+    events for the same calls (measured on two H100s: within 0.2%)."""
+    verdict = gpu_verdicts[name, size]
+    check = verdict.timing_check
+    assert verdict.timing.handed_off and check.calls_per_window >= 2, check
+    if size != "small":
+        assert abs(check.referee_ms / check.reported_median_ms - 1) < 0.03, check
