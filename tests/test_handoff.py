@@ -323,7 +323,7 @@ def test_an_executor_without_windows_on_the_device_says_so_before_any_call_and_i
     judge.handoff_plan = dataclasses.replace(judge.handoff_plan, on_device=True)
     answered = []
 
-    def without_a_gpu(request, exchange, stage, plan, input_sets, train, pace_ms=0.0):  # what device_window sends
+    def without_a_gpu(request, exchange, stage, plan, input_sets, train, pace_ms=0.0, give_up=None):  # as device_window
         command = Handoff(id=0, train=train, calls=len(input_sets), token=1, inputs=list(plan.inputs),
                           outputs=list(plan.outputs), pace_ms=pace_ms, on_device=True)
         reply = request(command)
@@ -335,3 +335,25 @@ def test_an_executor_without_windows_on_the_device_says_so_before_any_call_and_i
     assert answered and answered[0].error_kind == "room" and "no window on the device" in answered[0].error
     assert timed.check.calls_per_window == 1 and not timed.timing.handed_off
     assert judge.calibrator.error is None and not judge.calibrator.broken
+
+
+def test_no_executor_can_shrink_or_grow_the_exchange_or_a_host_stage():
+    """The executor holds the memfds' descriptors; a candidate that truncated one would kill the referee with SIGBUS at
+    its next touch of the mapping (an attacker's review): both are sealed against shrinking and growing."""
+    import os
+
+    from evaluator.wire.exchange import Exchange
+    from evaluator.wire.stage import Stage
+
+    exchange, stage = Exchange.create(1 << 16), Stage.create(1 << 16, "cpu")
+    try:
+        for fd in (exchange.fd, stage.fd):
+            for size in (0, 1 << 20):
+                with pytest.raises(PermissionError):
+                    os.ftruncate(fd, size)
+        handoff.write(exchange.map, handoff.COMMIT, 5)  # the referee's mapping still whole
+        assert struct.unpack_from("<q", exchange.map, handoff.COMMIT)[0] == 5
+        assert stage.bytes.numel() == 1 << 16
+    finally:
+        exchange.close()
+        stage.close()

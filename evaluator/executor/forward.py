@@ -159,10 +159,9 @@ def _queued_forwards(model, page, page_at: int, ins, outs, command, values: dict
     refuses the first wait: the calls then go one by one from the host."""
     stream = torch.cuda.current_stream()
     marks, infos, problems, stamps = [], [], [], []
-    handoff.write(page, handoff.READY, command.token)
-    try:
+    try:  # READY once the first wait is queued: where the driver refuses it, the referee has queued nothing
         _queue_calls(model, page_at, ins, outs, command, values, positions, buffers, describe, ops, stream, marks, infos,
-                     problems, stamps)
+                     problems, stamps, lambda: handoff.write(page, handoff.READY, command.token))
     except _Refused:
         return None
     except BaseException:
@@ -181,7 +180,7 @@ class _Refused(Exception):
 
 
 def _queue_calls(model, page_at, ins, outs, command, values, positions, buffers, describe, ops, stream, marks, infos,
-                 problems, stamps) -> None:
+                 problems, stamps, ready) -> None:
     wait, write = ops
     handle, last = stream.cuda_stream, (None, None)
     for k in range(1, command.calls + 1):
@@ -192,6 +191,8 @@ def _queue_calls(model, page_at, ins, outs, command, values, positions, buffers,
                     handoff.refuse_stream_ops()
                     raise _Refused
                 raise RuntimeError(f"cuStreamWaitValue64 refused call {k}")
+            if k == 1:
+                ready()
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _record(begin)  # the copy in and the copies out are the call's (see handed_off_forwards)
             given = {position: value.to("cuda", non_blocking=True) for position, value in ins}

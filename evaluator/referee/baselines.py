@@ -34,7 +34,7 @@ def time_baseline(referee, name: str) -> TimingStats:
     """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs drawn for every
     call outside the timed window. A call at a time, or where candidates' calls are handed off (`handed_off`), as
     theirs are: windows of calls back to back (relay.baseline_calls), each call's copies in its time (relay.CopiedCalls:
-    on the device, its copies out alone, as a candidate's calls there read their inputs where they lie)."""
+    on the device, none)."""
     model = callable_for(referee, name)
     referee.baseline_model.train(referee.problem.mode == "train")
     distribution = referee.problem.distributions[0]

@@ -101,12 +101,15 @@ class CopiedCalls:
     """A baseline's calls made as a handed-off window makes a candidate's (evaluator.executor.forward.
     handed_off_forwards), so that a speedup at the sizes where windows are handed off compares like with like: each
     call's inputs copied from host memory (page-locked on a GPU, as the exchange is) into fresh tensors on the device,
-    its output and buffers copied out behind it into host memory, both inside the call's time. `load` puts a window's
-    input sets in place, outside the time; `call` makes the next call."""
+    its output and buffers copied out behind it into host memory, both inside the call's time; on the device
+    (`on_device`), calls back to back on inputs where they lie, nothing copied. `load` puts a window's input sets in
+    place, outside the time; `call` makes the next call."""
 
     def __init__(self, device: str, on_device: bool = False):
         self.cuda = device == "cuda"
-        self.on_device = on_device  # as windows on the device: inputs handed over where they lie, outputs copied on it
+        self.on_device = on_device  # as windows on the device: calls back to back on inputs where they lie, nothing
+        # copied: a candidate there can write its output where the executor copies it to and skip that copy (an
+        # attacker's review), so its copy out is not charged to the baselines; an honest candidate's figure holds it
         self.sets: list[list] = []
         self.hosts: list[dict[int, torch.Tensor]] = []  # each set's tensor inputs in host memory
         self.outs: dict[str, torch.Tensor] = {}          # where each call's output and buffers are copied out
@@ -133,7 +136,9 @@ class CopiedCalls:
         index = self.next
         self.next += 1
         inputs = self.sets[index]
-        host = {} if self.on_device else self.hosts[index]
+        if self.on_device:  # inputs where they lie, and no copy out (see the class's docstring)
+            return model(*inputs)
+        host = self.hosts[index]
         given = [(host[i].to("cuda", non_blocking=True) if self.cuda else host[i].clone()) if i in host else value
                  for i, value in enumerate(inputs)]
         out = model(*given)
@@ -144,19 +149,19 @@ class CopiedCalls:
                 continue
             place = self.outs.get(name)
             if place is None or place.shape != value.shape or place.dtype != value.dtype:
-                place = self.outs[name] = (torch.empty(value.shape, dtype=value.dtype, device="cuda") if self.on_device
-                                           else torch.empty(value.shape, dtype=value.dtype, pin_memory=self.cuda))
+                place = self.outs[name] = torch.empty(value.shape, dtype=value.dtype, pin_memory=self.cuda)
             place.copy_(value.detach(), non_blocking=self.cuda)
         return out
 
 
 def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan, input_sets: list[list], train: bool,
-           device: str, pace_ms: float = 0.0, stage: Stage | None = None) -> clock.Clocked:
+           device: str, pace_ms: float = 0.0, stage: Stage | None = None,
+           give_up: Callable[[], None] | None = None) -> clock.Clocked:
     """One handed-off window of len(input_sets) calls (see the module's docstring). `request(command, during=...)`
     sends the command, runs `during(deadline, answered)` and returns the reply. A window that did not end (the
     executor answered first, or its deadline passed) comes back with the reply's error, or one of its own."""
     if plan.on_device:
-        return device_window(request, exchange, stage, plan, input_sets, train, pace_ms)
+        return device_window(request, exchange, stage, plan, input_sets, train, pace_ms, give_up)
     calls = len(input_sets)
     packed = plan.pack(input_sets)  # in host memory before the clock starts, as the capture
     capture = torch.empty(calls, plan.out_span, dtype=torch.uint8)
@@ -212,17 +217,25 @@ _AFTER_REPLY_S = 5.0
 
 
 def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stage, plan: handoff.Plan,
-                  input_sets: list[list], train: bool, pace_ms: float = 0.0) -> clock.Clocked:
+                  input_sets: list[list], train: bool, pace_ms: float = 0.0,
+                  give_up: Callable[[], None] | None = None) -> clock.Clocked:
     """`window` for calls too large for host copies: the regions lie in the executor's stage on the device (the plan's
-    offsets from its start; nothing else lies there during the window but inputs of windows before), and the referee's
-    own stream writes call k's inputs there, then GO=k (cuStreamWriteValue64 on the exchange's page-locked header), waits for COMMIT>=k
-    (cuStreamWaitValue64) and copies call k's output region into memory of its own; the executor's calls are queued
-    behind their GOs as on the host. No host turn between calls: the window is the referee's device events around
-    that stream, its cost two context switches and the two copies a call (taken off by the calibrator's windows,
-    handed off the same way). Call k+1's inputs exist in no memory the executor can reach before call k's commit, and
-    what is compared of call k is what the region held when the referee's copy ran, after its commit: work of the
-    candidate's that could still change it ran before that copy, inside the window."""
-    calls, stream = len(input_sets), _stream()
+    offsets from its start; nothing else lies there during the window but what windows before left), and the referee's
+    own stream writes call k's inputs there, then GO=k (cuStreamWriteValue64 on the exchange's page-locked header),
+    waits for COMMIT>=k (cuStreamWaitValue64) and copies call k's output region into memory of its own; the executor's
+    calls are queued behind their GOs as on the host. No host turn between calls: the window is the referee's device
+    events around that stream, its cost two context switches and the two copies a call (taken off by the calibrator's
+    windows, handed off the same way). Call k+1's inputs exist in no memory the executor can reach before call k's
+    commit, and what is compared of call k is what the region held when the referee's copy ran, after its commit: work
+    of the candidate's that could still change it ran before that copy, inside the window. A window that does not end
+    (its executor late, or writing the words itself) ends its executor (`give_up`) before the stream's waits are let
+    go: nothing can write the words after that (an attacker's review: a thread rewriting COMMIT=0 kept the referee's
+    stream, and the whole batch, waiting)."""
+    calls = len(input_sets)
+    if not exchange.pinned:  # the referee's own mapping: its stream cannot wait on pageable memory
+        return clock.Clocked(0.0, Reply(id=0, error="the referee's exchange is not page-locked", error_kind="room"),
+                             None, 0, None, calls=calls)
+    stream = _stream()
     room = stage.bytes
     packed = plan.pack(input_sets, device="cuda")
     capture = torch.empty(calls, plan.out_span, dtype=torch.uint8, device="cuda")
@@ -241,44 +254,65 @@ def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stag
             handoff.wait_for(page, handoff.READY, token, deadline, answered)
         except handoff.Late:
             return
+        times["queued"] = True
         with torch.cuda.stream(stream):
             begin.record()
             for k in range(calls):
                 inbox.copy_(packed[k], non_blocking=True)
-                if write(stream.cuda_stream, page_at + handoff.GO, k + 1, 0) != 0:
-                    break
-                if wait(stream.cuda_stream, page_at + handoff.COMMIT, k + 1, 0) != 0:
-                    break
+                if (write(stream.cuda_stream, page_at + handoff.GO, k + 1, 0) != 0
+                        or wait(stream.cuda_stream, page_at + handoff.COMMIT, k + 1, 0) != 0):
+                    times["refused"] = True
+                    return
                 capture[k].copy_(outbox, non_blocking=True)
-            else:
-                end.record()
-                times["queued"] = True
+            end.record()
         replied_at = None
-        while times.get("queued") and not end.query():
+        while not end.query():
             now = time.monotonic()
             if replied_at is None and answered():
                 replied_at = now
             if now > deadline or (replied_at is not None and now - replied_at > _AFTER_REPLY_S):
-                break
-        else:
-            if times.get("queued"):
-                times["ms"] = begin.elapsed_time(end)
                 return
-        # never ended: the stream's waits let go (and the executor's), whatever the executor left in the words
-        handoff.write(page, handoff.COMMIT, 1 << 62)
-        handoff.write(page, handoff.GO, 1 << 62)
-        stream.synchronize()
+        times["ms"] = begin.elapsed_time(end)
 
     command = Handoff(id=0, train=train, calls=calls, token=token, inputs=list(plan.inputs), outputs=list(plan.outputs),
                       pace_ms=pace_ms, on_device=True)
-    reply = request(command, during=relay)
+    try:
+        reply = request(command, during=relay)
+    finally:
+        if times.get("queued") and "ms" not in times:
+            if give_up is not None:
+                give_up()
+            _release(stream, page)
+    if times.get("refused") and not reply.error:
+        reply = reply.model_copy(update={"error": "the referee's stream refused a wait or a write on the exchange's "
+                                                  "header", "error_kind": "internal"})
     if "ms" not in times and not reply.error:
         reply = reply.model_copy(update={"error": "the executor answered before its calls had all committed",
                                          "error_kind": "internal"})
     if reply.error:
-        stream.synchronize()
         return clock.Clocked(0.0, reply, None, 0, None, calls=calls)
+    if not torch.equal(inbox, packed[-1]):  # the last call's inputs, as the referee wrote them (earlier calls' are
+        reply.problems.append(f"call {calls} of the window changed its inputs in place")  # overwritten by then)
     return clock.Clocked(times["ms"], reply, None, 0, None, (), calls, staged=plan.unpack(capture), handed_off=True)
+
+
+# How long the referee waits for its stream's waits to let go once the window's executor has ended.
+_RELEASE_S = 10.0
+
+
+def _release(stream, page) -> None:
+    """The referee's stream let go of the waits a window left it on (the words written past any call's number, again
+    until it has drained); a stream still waiting after _RELEASE_S is left behind and a new one made."""
+    drained = torch.cuda.Event()
+    drained.record(stream)
+    until = time.monotonic() + _RELEASE_S
+    while not drained.query():
+        handoff.write(page, handoff.COMMIT, 1 << 62)
+        handoff.write(page, handoff.GO, 1 << 62)
+        if time.monotonic() > until:
+            _STREAM.clear()
+            return
+        time.sleep(0.001)
 
 
 def _stream():

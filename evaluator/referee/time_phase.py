@@ -79,6 +79,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
                 series.run(relay.HANDOFF_WARMUP, calls, plan=plan)
             except NoRoom:
                 plan = None  # no window on the device here (its baselines were: `shaky_timing`, not like for like)
+            series.room_known = True  # later, a `room` reply is the candidate's failure (a reply it chose the time of)
             if plan is None or not series.calibrator_queued(relay.HANDOFF_WARMUP):
                 plan, calls = None, 1  # its cost would not be the candidate's: windows of one call rank
         timed = series.timed(calls, plan)
@@ -142,6 +143,7 @@ class Series:
         self.costs: list[clock.Clocked] = []  # the calibrator's windows beside them
         self.paces: list[float] = []          # the device time each of the calibrator's calls was to take (`pace_for`)
         self.count = 0                        # clocked calls made
+        self.room_known = False               # whether windows on the device were tried (`NoRoom` before that only)
 
     def timed(self, calls: int = 1, plan: handoff.Plan | None = None) -> slice:
         """The ranked series, windows of `calls` calls (handed off one by one where `plan` says where, else one call a
@@ -194,17 +196,18 @@ class Series:
             with held(referee.calibrator.link):
                 if plan is not None:
                     clocked = relay.window(session.request, session.link.exchange, plan, input_sets, self.train,
-                                           referee.device, stage=stage)
+                                           referee.device, stage=stage, give_up=lambda: session.link.close(wait_s=5))
                 else:
                     clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
                                            referee.timer.flush, session.keys.next_unit("place"))
             first = self.count + 1
             what = f"clocked call {first}" if calls == 1 else f"the window of clocked calls {first}-{first + calls - 1}"
-            if clocked.go.error_kind == "room" and plan is not None and plan.on_device:
+            if clocked.go.error_kind == "room" and plan is not None and plan.on_device and not self.room_known:
                 raise NoRoom(clocked.go.error)
             if clocked.go.error:
                 raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
-            # (a handed-off call reads its inputs from the exchange into memory of its own: no stage to change)
+            # (a handed-off call reads its inputs from the exchange into memory of its own, or on the device reads the
+            # stage, where the relay compares the last call's inputs after the window: no stage to read back here)
             changed = clock.inputs_changed(stage, referee.layout, input_sets) if plan is None else []
             if changed:
                 raise Judged(Status.incorrect, Phase.time, (

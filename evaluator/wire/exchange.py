@@ -13,6 +13,7 @@ changes nothing the referee holds.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import mmap
 import os
@@ -51,6 +52,16 @@ def capacity_for(*groups: int) -> int:
     return max(ALIGN, sum(_align(n) for n in groups) + ALIGN)
 
 
+def sealed_memfd(name: str, size: int) -> int:
+    """A memfd of `size` bytes that no one can shrink or grow (its seals sealed too): the executor holds its descriptor,
+    and a candidate that truncated it would kill the referee with SIGBUS at its next touch of the mapping (an attacker's
+    review)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
+
+
 class Exchange:
     """One shared mapping (see the module's docstring)."""
 
@@ -80,9 +91,7 @@ class Exchange:
     @classmethod
     def create(cls, size: int) -> Exchange:
         """A new exchange of `size` bytes (the referee's side); its `fd` is inheritable by none."""
-        fd = os.memfd_create("kernelharness-exchange", os.MFD_CLOEXEC)
-        os.ftruncate(fd, size)
-        return cls(fd, size)
+        return cls(sealed_memfd("kernelharness-exchange", size), size)
 
     @classmethod
     def attach(cls, fd: int) -> Exchange:

@@ -27,8 +27,9 @@ SPEEDUP_RULE = (
     "candidate's by the referee's clock around each call, less what that clock's window costs (measured by "
     "the referee's calibrator beside each window), never by anything the candidate's process reports. Where "
     "windows hold calls back to back (a call's bytes up to 16 MiB on a CPU, 1 GiB on a GPU), both are timed as "
-    "calls handed off back to back, each call's copies in its time: through host memory in and out where its "
-    "bytes are few, on the device its copy out alone.")
+    "calls handed off back to back, each call's copies in its time where its bytes are few (through host "
+    "memory, in and out); on the device a candidate's figure holds its copy out and a baseline's none, so a "
+    "speedup there can read low by that copy, never high.")
 
 
 class Hardware(BaseModel):

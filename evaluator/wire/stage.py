@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.wire.exchange import ALIGN, DTYPES, ExchangeError, dtype_name
+from evaluator.wire.exchange import ALIGN, DTYPES, ExchangeError, dtype_name, sealed_memfd
 from evaluator.wire.protocol import TensorSlot
 
 
@@ -107,9 +107,7 @@ class Stage:
         """A new stage (the referee's side); its descriptor is inheritable by none."""
         if device == "cuda":
             return _cuda_stage(size, None)
-        fd = os.memfd_create("kernelharness-stage", os.MFD_CLOEXEC)
-        os.ftruncate(fd, size)
-        return _host_stage(fd, size)
+        return _host_stage(sealed_memfd("kernelharness-stage", size), size)
 
     @classmethod
     def attach(cls, fd: int, size: int, device: str) -> Stage:
