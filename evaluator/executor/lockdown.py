@@ -42,6 +42,7 @@ DENIED_SYSCALLS = (
     "iopl", "ioperm",
     "sched_setaffinity",                             # no process leaves the cores it was started on
 )
+FALLOC_FL_PUNCH_HOLE, MADV_REMOVE = 0x02, 9
 NAMESPACE_FLAGS = (CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
                    CLONE_NEWNET)
 
@@ -290,6 +291,10 @@ def apply_seccomp(report: Report) -> None:
         # (cudaGetDeviceCount fails with error 304 without them); the worker closes them too once
         # CUDA is up (`deny_unix_sockets`).
         rules.add_rule(deny, "socket", sc.Arg(0, sc.NE, socket.AF_UNIX))
+        # No hole punched in shared memory (the exchange, a host stage): its pages would part from the ones the GPU
+        # has pinned, and the referee's writes to the exchange's words would no longer reach its stream's waits.
+        rules.add_rule(deny, "fallocate", sc.Arg(1, sc.MASKED_EQ, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_PUNCH_HOLE))
+        rules.add_rule(deny, "madvise", sc.Arg(2, sc.EQ, MADV_REMOVE))
         rules.load()
     except Exception as err:  # noqa: BLE001 - a kernel without seccomp filters, ...
         report.set("seccomp", "missing", f"the filter could not be loaded: {type(err).__name__}: {err}")

@@ -170,9 +170,14 @@ def serve(argv: list[str] | None = None) -> int:
             continue
         try:
             send(request, referee.judge(request, inbox.queued()))
-        except Exception:
+        except Exception as err:
             traceback.print_exc()
             send(request, functools.partial(JudgeReply, verdict=failed_verdict(request, config, traceback.format_exc())))
+            from evaluator.referee.relay import StreamStuck
+
+            if isinstance(err, StreamStuck):  # its device would hang every later synchronize: the lane starts another
+                outbox.shutdown(wait=True)
+                return 3
     outbox.shutdown(wait=True)
     return 0
 

@@ -110,7 +110,7 @@ class Calibrator:
             train = referee.problem.mode == "train"
             if plan is not None:
                 clocked = relay.window(self.request, self.link.exchange, plan, input_sets, train, referee.device, pace_ms,
-                                       self.link.stage, give_up=self.close)
+                                       self.link.stage, give_up=lambda: self.link.kill(wait_s=5))
                 if clocked.go.error_kind == "room":  # no window on the device here: none beside the candidate's,
                     return None                       # whose windows then hold one call (calibrator_queued)
                 if clocked.go.error:  # the relay's own (its calls did not all commit): a failed reply raised already

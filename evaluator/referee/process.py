@@ -360,6 +360,18 @@ class ExecutorProcess:
         if self.proc is None:
             return None
         LIVE.discard(self)
+        if not self.kill(wait_s):
+            threading.Thread(target=self._reap, daemon=True).start()
+            for thread in self._drains:
+                thread.join(timeout=min(wait_s, 1.0))
+            return None
+        return self._reap()
+
+    def kill(self, wait_s: float = 5.0) -> bool:
+        """Kill every process of it and wait up to `wait_s` for it to exit (whether it did), its exchange and stage
+        left mapped: nothing of it can write them after (relay.device_window lets its stream's waits go then)."""
+        if self.proc is None:
+            return True
         self.reading.set()
         if self.frozen_by_group:  # every process of it, wherever it went (a frozen one dies of SIGKILL too)
             self.group.kill()
@@ -368,11 +380,8 @@ class ExecutorProcess:
         try:
             self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
-            threading.Thread(target=self._reap, daemon=True).start()
-            for thread in self._drains:
-                thread.join(timeout=min(wait_s, 1.0))
-            return None
-        return self._reap()
+            return False
+        return True
 
     def _reap(self) -> int | None:
         try:

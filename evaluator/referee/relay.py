@@ -262,7 +262,8 @@ def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stag
                 if (write(stream.cuda_stream, page_at + handoff.GO, k + 1, 0) != 0
                         or wait(stream.cuda_stream, page_at + handoff.COMMIT, k + 1, 0) != 0):
                     times["refused"] = True
-                    handoff.write(page, handoff.GO, 1 << 62)  # its queued calls run (on stale inputs) and it answers
+                    if give_up is not None:  # its queued calls wait for GOs that will not come: no answer to wait for
+                        give_up()
                     return
                 capture[k].copy_(outbox, non_blocking=True)
             end.record()
@@ -301,9 +302,14 @@ def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stag
 _RELEASE_S = 10.0
 
 
+class StreamStuck(RuntimeError):
+    """The referee's stream still waits on a word no one can write any more: every later synchronize of its device
+    would wait for ever, so the referee ends once it has answered (its lane starts another: evaluator.referee.__main__)."""
+
+
 def _release(stream, page) -> None:
     """The referee's stream let go of the waits a window left it on (the words written past any call's number, again
-    until it has drained); a stream still waiting after _RELEASE_S is left behind and a new one made."""
+    until it has drained; its executor has ended, so nothing writes them back); StreamStuck after _RELEASE_S."""
     drained = torch.cuda.Event()
     drained.record(stream)
     until = time.monotonic() + _RELEASE_S
@@ -311,8 +317,7 @@ def _release(stream, page) -> None:
         handoff.write(page, handoff.COMMIT, 1 << 62)
         handoff.write(page, handoff.GO, 1 << 62)
         if time.monotonic() > until:
-            _STREAM.clear()
-            return
+            raise StreamStuck(f"the referee's stream still waited {_RELEASE_S:g} s after the window's executor ended")
         time.sleep(0.001)
 
 

@@ -196,7 +196,7 @@ class Series:
             with held(referee.calibrator.link):
                 if plan is not None:
                     clocked = relay.window(session.request, session.link.exchange, plan, input_sets, self.train,
-                                           referee.device, stage=stage, give_up=lambda: session.link.close(wait_s=5))
+                                           referee.device, stage=stage, give_up=lambda: session.link.kill(wait_s=5))
                 else:
                     clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
                                            referee.timer.flush, session.keys.next_unit("place"))
@@ -213,6 +213,8 @@ class Series:
                 raise Judged(Status.incorrect, Phase.time, (
                     f"the candidate modified its input(s) {sorted({p for _, p in changed})} in place "
                     f"(clocked call {first + changed[0][0]})"))
+            if plan is not None and plan.on_device:
+                self.room_known = True  # a window on the device ended: a `room` reply later is the candidate's own
             if not beside:
                 self.compare(clocked, input_sets)
                 continue
