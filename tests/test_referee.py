@@ -470,13 +470,13 @@ def test_a_speedup_beyond_the_published_bounds_is_flagged_shaky(candidate, eager
 def test_an_executors_output_is_not_read_while_it_is_held_or_paused():
     """Reading a pipe kept full would take the referee's own time inside a calibrator window (or a
     baseline round): while `reading` is clear, what the executor wrote waits in the pipe."""
-    from evaluator.referee.process import CappedTail, _drain
+    from evaluator.referee.output_tail import CappedTail, drain
 
     read_fd, write_fd = os.pipe()
     tail, reading = CappedTail(1 << 20), threading.Event()
     stream = os.fdopen(read_fd, "rb")
-    drain = threading.Thread(target=_drain, args=(stream, tail, reading), daemon=True)
-    drain.start()
+    drainer = threading.Thread(target=drain, args=(stream, tail, reading), daemon=True)
+    drainer.start()
     os.write(write_fd, b"x" * 1000)
     time.sleep(0.2)
     assert tail.total == 0  # held: nothing read
@@ -486,8 +486,8 @@ def test_an_executors_output_is_not_read_while_it_is_held_or_paused():
         time.sleep(0.01)
     assert tail.total == 1000
     os.close(write_fd)
-    drain.join(timeout=5)
-    assert not drain.is_alive()
+    drainer.join(timeout=5)
+    assert not drainer.is_alive()
     stream.close()
 
 

@@ -28,6 +28,7 @@ from evaluator.referee import forking, holding, launch
 from evaluator.referee.forking import Forked, Zygote
 from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
+from evaluator.referee.output_tail import CappedTail, drain
 from evaluator.wire import cgroups
 from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange
@@ -46,29 +47,6 @@ class Ended(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(detail or reason)
         self.reason, self.detail = reason, detail
-
-
-class CappedTail:
-    """Keeps the last `cap` bytes written to it and counts all of them."""
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self.total = 0
-        self.buffer = bytearray()
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        self.buffer += chunk
-        if len(self.buffer) > 2 * self.cap:  # trim in batches, not on every chunk
-            del self.buffer[: len(self.buffer) - self.cap]
-
-    def tail(self, limit: int | None = None) -> bytes:
-        data = bytes(self.buffer[-self.cap:])
-        return data if limit is None else data[-limit:]
-
-    @property
-    def capped(self) -> bool:
-        return self.total > self.cap
 
 
 LIVE: set = set()  # this process's executors and referees not yet closed (stop_everything)
@@ -245,7 +223,7 @@ class ExecutorProcess:
         self._channel_fd = channel_r
         self._commands = os.fdopen(commands_w, "w", buffering=1)
         for stream, tail in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):
-            thread = threading.Thread(target=_drain, args=(stream, tail, self.reading), daemon=True)
+            thread = threading.Thread(target=drain, args=(stream, tail, self.reading), daemon=True)
             thread.start()
             self._drains.append(thread)
         if self._exchange is not None and self.device == "cuda":
@@ -495,15 +473,3 @@ class ExecutorProcess:
         if kill and self.proc is not None:
             kill_group(self.proc)
         return ended
-
-
-def _drain(stream, tail: CappedTail, reading: threading.Event) -> None:
-    try:
-        while True:
-            reading.wait()  # not while its executor is held: what it wrote before waits in the pipe
-            chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
-            if not chunk:
-                break
-            tail.feed(chunk)
-    except (OSError, ValueError):
-        pass
