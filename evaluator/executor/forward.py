@@ -118,7 +118,8 @@ def _room(command, ops, stage) -> torch.Tensor:
     if ops is None:
         raise RoomRefused("no stream memory operations, or the exchange is not page-locked")
     memory = getattr(stage, "bytes", None)
-    if memory is None or memory.device.type != "cuda" or memory.numel() < max(s.offset + s.nbytes for s in [*command.inputs, *command.outputs]):
+    needed = max(s.offset + s.nbytes for s in [*command.inputs, *command.outputs])
+    if memory is None or memory.device.type != "cuda" or memory.numel() < needed:
         raise RoomRefused("no stage on the device large enough")
     return memory
 
