@@ -257,7 +257,7 @@ def shaky_timing(timing: TimingStats, rounds: Round | None, spread: float = SHAK
 
 
 def _shape(stats: TimingStats) -> str:
-    return "back to back with its copies (handed off)" if stats.handed_off else "a call at a time without copies"
+    return "back to back (handed off)" if stats.handed_off else "a call at a time"
 
 
 def forward_roofline(referee: RefereeView, median_ms: float) -> Roofline:

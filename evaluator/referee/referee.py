@@ -115,7 +115,7 @@ class Referee:
         del probe, sample, out
         self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
         # where ranked calls are handed off back to back, or None (a call's bytes decide: relay.plan_for), candidates'
-        # and baselines' alike, each with its copies in its time
+        # and baselines' alike (through host memory, each call's copies in its time; on the device, none for baselines)
         self.handoff_plan = relay.plan_for(self)
         self.compiled: dict[str, torch.nn.Module] = {}
         self.warmed_early: dict[str, float] = {}  # when the first round's early warm-up of each baseline ended

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import itertools
 import math
 import statistics
@@ -118,7 +119,7 @@ class CopiedCalls:
 
     def load(self, input_sets: list[list]) -> None:
         self.sets, self.next = input_sets, 0
-        if self.on_device:  # a candidate's inputs lie in the lent memory: its call reads them there, no copy in
+        if self.on_device:  # a candidate's inputs lie in its stage: its call reads them there, no copy in
             return
         while len(self.hosts) < len(input_sets):
             self.hosts.append({})
@@ -210,7 +211,6 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
 
 # ------------------------------------------------------------------------------------------ on the device
 
-_STREAM: list = []  # the referee's stream for windows on the device, made once
 # Once every call of a window has run, how long the referee waits for its own stream's last copy after the
 # executor's reply before it gives the window up.
 _AFTER_REPLY_S = 5.0
@@ -321,7 +321,7 @@ def _release(stream, page) -> None:
         time.sleep(0.001)
 
 
-def _stream():
-    if not _STREAM:
-        _STREAM.append(torch.cuda.Stream())
-    return _STREAM[0]
+@functools.cache
+def _stream() -> torch.cuda.Stream:
+    """The referee's stream for windows on the device, made once."""
+    return torch.cuda.Stream()

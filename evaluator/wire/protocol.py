@@ -209,8 +209,9 @@ class Reply(Message):
         None, description=(
             "`build`: building its extensions failed; `import`: importing the candidate failed otherwise (or it called "
             "exit); `no_model_new`: it defines no class ModelNew; `raised`: the candidate's code raised; `not_module`: "
-            "ModelNew is no nn.Module; `internal`: the executor itself failed; `staging_memory`: the device ran out of "
-            "memory as the executor staged a call's inputs, before the candidate was called."))
+            "ModelNew is no nn.Module; `internal`: the executor itself failed; `room`: a window on the device cannot "
+            "be had here (said before any call; the referee falls back to windows of one call); `staging_memory`: the "
+            "device ran out of memory as the executor staged a call's inputs, before the candidate was called."))
     flags: list[Flag] = Field(default_factory=list, description="What the executor's own guard saw during it.")
     problems: list[str] = Field(default_factory=list, description=(
         "Integrity problems seen in the executor (output aliasing an input, output changed after forward "

@@ -167,9 +167,10 @@ class TimingStats(Record):
     reps: int = Field(description="Timed windows: calls, where a window holds one (`handed_off`: K calls each).")
     warmup: int = Field(description="Untimed calls before them.")
     handed_off: bool = Field(False, description=(
-        "Calls timed back to back as handed-off windows make them, each call's copy of its inputs in and of its output "
-        "and buffers out in its time (candidates' and baselines' alike where a call's bytes allow: "
-        "evaluator.referee.relay); else a call at a time, its inputs already in place."))
+        "Calls timed back to back as handed-off windows make them (candidates' and baselines' alike where a call's "
+        "bytes allow: evaluator.referee.relay): through host memory each call's copy of its inputs in and of its "
+        "output and buffers out in its time; on the device a candidate's copy out alone, a baseline's nothing. Else a "
+        "call at a time, its inputs already in place."))
 
 
 class Environment(Record):
