@@ -797,7 +797,8 @@ def test_golden_candidates_not_rejected(path: str) -> None:
     assert not rejected, f"{path}: {rejected}"
 
 
-HACKS = sorted(glob.glob(str(ROOT / "tests" / "fixtures" / "hacks" / "cpu" / "*.py")))
+HACKS = sorted(glob.glob(str(ROOT / "tests" / "fixtures" / "hacks" / "cpu" / "*.py"))
+               + glob.glob(str(ROOT / "tests" / "fixtures" / "hacks" / "cuda_device" / "*.py")))
 
 
 def _declared_static(doc: str) -> set[str]:

@@ -781,6 +781,38 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     assert unused.custom_kernels == [] and unused.kernel_count > 0
 
 
+HACKS_CUDA_DEVICE = sorted((FIXTURES / "hacks" / "cuda_device").glob("*.py"))
+
+
+@pytest.mark.gpu
+def test_each_on_device_hack_gets_its_exact_verdict_and_the_batch_goes_on(tmp_path):
+    """The hacks on the words and regions of windows handed off on the device (issue 33), at `wide` where every call is
+    handed off there, each followed by an honest candidate on the same lane: a window whose commit never comes ends by
+    the run limit with its executor ended and the referee's stream let go, and the candidate after it is judged as any
+    other (its window on the device, within 3% of its own events)."""
+    batch = []
+    for path in HACKS_CUDA_DEVICE:
+        batch += [CandidateFile(name=path.stem, path=path), CandidateFile(name=f"good-after-{path.stem}", path=GOOD_CUDA)]
+    verdicts = {v.candidate: v for v in evaluate(batch, EvalOptions(
+        device="cuda", size="wide", jobs=1, run_rejected=True, baselines=["eager"], log_root=tmp_path, seed=0,
+        run_timeout_s=60))}
+    for name, v in verdicts.items():
+        print(f"{name:40} {v.status.value:14} {v.runtime_ms} {(v.error or '')[:160]}")
+    wrong = []
+    for path in HACKS_CUDA_DEVICE:
+        try:
+            assert_expected(verdicts[path.stem], path)
+        except AssertionError as e:
+            wrong.append(f"{path.name}: {e}")
+        good = verdicts[f"good-after-{path.stem}"]
+        check = good.timing_check
+        if not (good.status == Status.correct and good.timing.handed_off and check.calls_per_window >= 2
+                and abs(check.referee_ms / check.reported_median_ms - 1) < 0.03):
+            wrong.append(f"good after {path.name}: {good.status.value} {good.error} {check}")
+    assert not wrong, "\n".join(wrong)
+    assert "clocked call" in verdicts["output_in_place_late"].error
+
+
 def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():
     import subprocess
 
