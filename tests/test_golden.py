@@ -4,6 +4,7 @@ one at the `loose` tier, the strict one at `strict`. Without a GPU they must at 
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
 GOLDEN = {p.stem: p for p in golden_files()}
 REQUIRED_TIER = {"fused_tf32": "loose", "fused_strict": "strict"}
 SIZES = list(load_problem("gemm_scale_bn").sizes)
+# The reference itself as a candidate: judged beside the golden kernels, its speedup is the judge's own error
+TWIN = Path(__file__).parent / "fixtures" / "candidates" / "cuda" / "reference_twin.py"
 
 
 def golden_batch() -> list[CandidateFile]:
@@ -46,7 +49,7 @@ def gpu_verdicts(tmp_path_factory):
     results = {}
     for size in SIZES:
         options = EvalOptions(device="cuda", size=size, baselines=["eager"], timing_budget_s=0.5, jobs=2, log_root=log_root)
-        for verdict in evaluate(golden_batch(), options):
+        for verdict in evaluate([*golden_batch(), CandidateFile(name="twin", path=TWIN)], options):
             results[verdict.candidate.removeprefix("golden/"), size] = verdict
     return results
 
@@ -79,3 +82,20 @@ def test_golden_kernel_ranks_on_calls_back_to_back_within_3_percent_of_its_event
     assert verdict.timing.handed_off and check.calls_per_window >= 2, check
     if size != "small":
         assert abs(check.referee_ms / check.reported_median_ms - 1) < 0.03, check
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", SIZES)
+def test_the_reference_itself_reads_one_times_eager_wherever_it_ranks(size, gpu_verdicts):
+    """Like for like (issue 33): the reference as a candidate is eager timed the candidates' way, so its speedup over
+    eager is the judge's error. Ranked, it must read 1x within 5% (at `kernelbench` and `wide`, where each call is
+    handed off on the device, its copy out, 1-2% of a call, is in its figure and not in eager's). At `small` on an
+    H100 it read 1.27x (host handoff) and 1.41x (windows on the device, an experiment) in one run each: calls there are
+    bound by their launches, and the referee's eager launched slower than the same code in an executor (docs/timing.md).
+    Those verdicts were `shaky` (never ranked), which this test requires wherever the figure is off."""
+    twin = gpu_verdicts["twin", size]
+    assert twin.status == Status.correct, twin.error
+    shaky = any(f.name == "shaky_timing" for f in twin.flags)
+    assert shaky or abs(twin.speedup["eager"] - 1) < 0.05, (twin.speedup, twin.timing_check)
+    if size != "small":
+        assert not shaky and twin.timing.handed_off, (twin.flags, twin.timing)
