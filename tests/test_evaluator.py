@@ -234,6 +234,21 @@ def test_a_second_problem_is_just_a_folder(tmp_path):
     assert prompt.returncode == 0 and "torch.relu(x) * self.scale" in prompt.stdout
 
 
+def test_a_problem_of_tiny_tensors_has_room_for_each_of_them_in_the_exchange(tmp_path):
+    """Each tensor an executor ships takes a slot aligned on its own: the exchange once had room for the reference's
+    state summed, and at 8x16 -> 16 the eight tensors of its state outgrew it (an honest candidate `incorrect`:
+    "could not be shipped")."""
+    source = Path(__file__).parents[1] / "reference" / "gemm_scale_bn"
+    folder = tmp_path / "gemm_scale_bn_tiny"
+    folder.mkdir()
+    (folder / "model.py").write_text((source / "model.py").read_text())
+    (folder / "problem.toml").write_text((source / "problem.toml").read_text()
+                                         + "\n[sizes.tiny]\nbatch_size = 8\nin_features = 16\nout_features = 16\n")
+    twin = FIXTURES / "candidates" / "cuda" / "reference_twin.py"
+    [verdict] = evaluate([CandidateFile(name="twin", path=twin)], cpu_options(tmp_path, problem=str(folder), size="tiny"))
+    assert verdict.status == Status.correct, verdict.error
+
+
 @pytest.mark.slow
 def test_a_failure_of_the_harness_itself_is_recorded_and_the_batch_goes_on(tmp_path, monkeypatch):
     evaluator = Evaluator(cpu_options(tmp_path))

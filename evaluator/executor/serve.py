@@ -110,6 +110,7 @@ class Executor:
         self.staged: list = []           # the first input set of the clocked calls (the profiled call's)
         self.staged_sets: list[list] = []  # each input set: views of the stage (and plain values)
         self.staged_state: list[str] = []
+        self.state_names: list[str] = []  # what `ship` sends of the model's tensors (all where none are named)
         self.delay_cycles = 0
         self.pending = None              # each output of the last `go` and the buffers after it, until `put`
         self.clocked_since: dict[str, str] | None = None  # global flags before the first `go` not yet settled
@@ -182,6 +183,7 @@ class Executor:
             self.staged_sets.append([staged[i] if i in staged else self.values.get(i) for i in range(len(self.specs))])
         self.staged = self.staged_sets[0] if self.staged_sets else []
         self.staged_state = list(command.staged_state)
+        self.state_names = list(command.state_names)
         self.delay_cycles = self.stream_delay_cycles(command.stream_delay_ms)
         flags_before = guards.read_global_flags()
         torch.manual_seed(command.seed)
@@ -390,15 +392,17 @@ class Executor:
         return [f"the output shares memory with input(s) {aliased}"] if aliased else []
 
     def ship(self, reply: Reply, output: torch.Tensor | None, extra: list, *, state: bool) -> Reply:
-        """Write `output` (a plain tensor, described by `reply.output`), `extra` and (with `state`) every
-        parameter and buffer into the exchange, one after another; what does not fit or cannot travel
-        is described, not shipped."""
+        """Write `output` (a plain tensor, described by `reply.output`), `extra` and (with `state`) the
+        parameters and buffers the referee compares (`state_names`; all of them are listed in `reply.state`)
+        into the exchange, one after another; what does not fit or cannot travel is described, not shipped."""
         tensors = list(extra)
         if output is not None and reply.output is not None and reply.output.plain:
             tensors.insert(0, ("output", output))
         if state:
             entries = cmp.module_tensors(self.model)
             reply.state = {name: list(v.shape) if isinstance(v, torch.Tensor) else [] for name, v in entries.items()}
+            if self.state_names:  # the reference's, in its order: what the referee compares (a missing one is wrong there)
+                entries = {name: entries[name] for name in self.state_names if name in entries}
             for name, value in entries.items():
                 if cmp.is_plain_tensor(value):
                     tensors.append((f"state.{name}", value))

@@ -108,11 +108,16 @@ def to_float64(x: torch.Tensor, device: str) -> torch.Tensor:
 
 def tensor_bytes(specs: list[InputSpec], fixed: dict[int, torch.Tensor]) -> int:
     """Bytes of one set of tensor inputs."""
-    total = 0
+    return sum(tensor_sizes(specs, fixed))
+
+
+def tensor_sizes(specs: list[InputSpec], fixed: dict[int, torch.Tensor]) -> list[int]:
+    """Bytes of each tensor input of one set, in order."""
+    sizes = []
     for position, spec in enumerate(specs):
         if spec.kind == "random":
-            total += torch.empty((), dtype=DTYPES[spec.dtype]).element_size() * int(torch.Size(spec.shape).numel())
+            sizes.append(torch.empty((), dtype=DTYPES[spec.dtype]).element_size() * int(torch.Size(spec.shape).numel()))
         elif spec.kind == "tensor":
             t = fixed[position]
-            total += t.numel() * t.element_size()
-    return total
+            sizes.append(t.numel() * t.element_size())
+    return sizes

@@ -90,11 +90,15 @@ class Referee:
             setattr(self.module, name, value)
         self.init_inputs = self.module.get_init_inputs()
         self.specs, self.fixed, self.values = draws.input_specs(self.module.get_inputs())
-        self.input_nbytes = draws.tensor_bytes(self.specs, self.fixed)
+        self.input_sizes = draws.tensor_sizes(self.specs, self.fixed)
+        self.input_nbytes = sum(self.input_sizes)
         self.timer = Timer(self.device, config.timing_budget_s, config.min_reps, config.max_reps, config.warmup)
         torch.set_float32_matmul_precision("highest")  # the fp32 reference is real fp32
         probe = self.new_reference(self.keys.next_seed("reference"))
-        self.state_nbytes = sum(v.numel() * v.element_size() for v in probe.state_dict().values())
+        state = probe.state_dict()
+        self.state_names = list(state)  # the only state an executor ships (Construct.state_names)
+        self.state_sizes = [v.numel() * v.element_size() for v in state.values()]
+        self.state_nbytes = sum(self.state_sizes)
         sample = self.draw(self.problem.distributions[0], self.keys.next_seed("probe"))
         with torch.no_grad():
             out = probe(*sample)
@@ -153,7 +157,7 @@ class Referee:
         return Construct(id=0, init_inputs=pack(self.init_inputs), seed=seed, inputs=self.specs, fixed=fixed,
                          values=pack(self.values), stream_delay_ms=self.stream_delay_ms,
                          staged=list(self.layout.inputs), sets=self.layout.sets, set_stride=self.layout.stride,
-                         staged_state=self.buffer_names)
+                         staged_state=self.buffer_names, state_names=self.state_names)
 
     @property
     def handed_off(self) -> bool:
@@ -161,8 +165,10 @@ class Referee:
 
     @property
     def exchange_bytes(self) -> int:
-        """Room for the largest turn: an output, the inputs as a call left them and every buffer."""
-        return max(capacity_for(self.output_nbytes, self.input_nbytes, self.state_nbytes, self.input_nbytes),
+        """Room for the largest turn: an output, the inputs as a call left them and the reference's parameters and
+        buffers, each aligned on its own (as the executor writes them: summed first, a tiny problem's state outgrew
+        it), and the inputs once more."""
+        return max(capacity_for(self.output_nbytes, *self.input_sizes, *self.state_sizes, *self.input_sizes),
                    relay.exchange_room(self.layout, self.device))
 
     def forward_ms(self, model: torch.nn.Module, inputs: list) -> float:

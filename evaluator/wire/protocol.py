@@ -96,6 +96,10 @@ class Construct(Message):
     set_stride: int = Field(0, ge=0, description="Bytes from one input set to the next.")
     staged_state: list[str] = Field(default_factory=list, description=(
         "The buffers `put` stages after the output, by state-dict name (the reference's buffers)."))
+    state_names: list[str] = Field(default_factory=list, description=(
+        "The reference's parameters and buffers, by state-dict name: the only state shipped back (none named: all). "
+        "A candidate's own tensors beyond them (a workspace, a cached transpose) are never compared, and shipped "
+        "they could outgrow the exchange."))
 
 
 class LoadState(Message):
