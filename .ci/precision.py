@@ -1,7 +1,7 @@
 """The precision table of issue 33: for each size, the golden kernels and the replay's candidate judged with
 `harness eval --json` (one process per size), each candidate's ranked figure (its windows less their cost,
-over K) against its own device events for the same calls, their spreads, K and the window's cost, and the
-baselines (timed the same way, by device events in the referee).
+over K) against its own device events for the same calls, their spreads, K, the window's cost and its speedup over
+eager, and the baselines (timed the same way, by device events in the referee).
 
     python3 .ci/precision.py --sizes small,kernelbench,wide --out DIR FILE...
 """
@@ -38,18 +38,20 @@ def main() -> None:
             seen.add(Path(v["candidate"]).stem)
             if not rows or rows[-1][0] != size:
                 for name, stats in (v.get("baselines") or {}).items():
-                    rows.append((size, f"[{name}]", stats.get("median_ms"), stats.get("iqr_ms"), None, None, None, None, ""))
+                    rows.append((size, f"[{name}]", stats.get("median_ms"), stats.get("iqr_ms"), None, None, None, None, "",
+                                 None))
             rows.append((size, Path(v["candidate"]).stem, v.get("runtime_ms"), timing.get("iqr_ms"),
                          check.get("reported_median_ms"), check.get("reported_iqr_ms"), check.get("calls_per_window"),
-                         check.get("overhead_ms"), f"{v['status']} {','.join(f['name'] for f in v.get('flags', []))}"))
+                         check.get("overhead_ms"), f"{v['status']} {','.join(f['name'] for f in v.get('flags', []))}",
+                         (v.get("speedup") or {}).get("eager")))
     fmt = lambda x: "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))  # noqa: E731
     print(f"{'size':<12}{'callable':<34}{'ranked':>9}{'iqr':>9}{'events':>9}{'ev.iqr':>9}{'rank/ev':>8}{'iqr/ev':>8}"
-          f"{'K':>5}{'cost':>9}  status")
-    for size, name, ranked, iqr, events, eiqr, k, cost, status in rows:
+          f"{'K':>5}{'cost':>9}{'x eager':>8}  status")
+    for size, name, ranked, iqr, events, eiqr, k, cost, status, speedup in rows:
         ratio = f"{ranked / events:.3f}" if ranked and events else "-"
         spread = f"{iqr / eiqr:.2f}" if iqr is not None and eiqr else "-"
         print(f"{size:<12}{name[:33]:<34}{fmt(ranked):>9}{fmt(iqr):>9}{fmt(events):>9}{fmt(eiqr):>9}{ratio:>8}"
-              f"{spread:>8}{fmt(k):>5}{fmt(cost):>9}  {status[:60]}")
+              f"{spread:>8}{fmt(k):>5}{fmt(cost):>9}{fmt(speedup):>8}  {status[:60]}")
 
 
 if __name__ == "__main__":
