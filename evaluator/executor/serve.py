@@ -3,13 +3,12 @@ serves the referee's commands (evaluator.wire.protocol) here, one at a time: bui
 handed, run checked forwards on inputs it is handed, draw inputs from seeds and time calls, ship outputs and state
 through the exchange (evaluator.wire.exchange). Channel `N` carries its messages to the referee, `M` the referee's commands.
 
-Nothing here judges. The reference is not in this process, nor are the tolerances, the baselines
-or any comparison with the reference: the candidate can change anything in this process, so what
-it reports is raw (outputs, state, per-call times) and the referee compares and checks it. The
-executor still runs its own guard (evaluator.executor.guard) and a few integrity checks that need to be in
-the candidate's process (an output aliasing an input, an output still changing after forward
-returned, inputs staged behind a busy stream, uninitialised memory filled): they report problems and
-flags, and a candidate that blinds them gains nothing the referee would not see.
+Nothing here judges. The reference is not in this process, nor are the tolerances, the baselines or any comparison
+with the reference: the candidate can change anything in this process, so what it reports is raw (outputs, state,
+per-call times) and the referee compares and checks it. The executor still runs its own guard (evaluator.executor.
+guard) and a few integrity checks that need to be in the candidate's process (an output aliasing an input, an output
+still changing after forward returned, inputs staged behind a busy stream, uninitialised memory filled): they report
+problems and flags, and a candidate that blinds them gains nothing the referee would not see.
 """
 
 from __future__ import annotations
@@ -109,8 +108,7 @@ class Executor:
         self.specs, self.fixed, self.values = [], {}, {}
         self.staged: list = []           # the first input set of the clocked calls (the profiled call's)
         self.staged_sets: list[list] = []  # each input set: views of the stage (and plain values)
-        self.staged_state: list[str] = []
-        self.state_names: list[str] = []  # what `ship` sends of the model's tensors (all where none are named)
+        self.staged_state, self.state_names = [], []  # the buffers `put` stages; the tensors `ship` sends (none: all)
         self.delay_cycles = 0
         self.pending = None              # each output of the last `go` and the buffers after it, until `put`
         self.clocked_since: dict[str, str] | None = None  # global flags before the first `go` not yet settled
@@ -119,8 +117,7 @@ class Executor:
 
     def import_candidate(self) -> Reply:
         source = Path(self.request.candidate_path).read_text(errors="replace")
-        # On CUDA the profiler of the kernel pass imports dynamo too; a build has no kernel pass, and
-        # importing dynamo costs seconds.
+        # On CUDA the profiler of the kernel pass imports dynamo too; a build has none, and importing dynamo costs seconds.
         if (self.device == "cuda" and not self.request.compile_only) or any(
                 word in source for word in ("compile", "dynamo", "inductor")):
             guards.prepare_torch_compile()
@@ -392,16 +389,16 @@ class Executor:
         return [f"the output shares memory with input(s) {aliased}"] if aliased else []
 
     def ship(self, reply: Reply, output: torch.Tensor | None, extra: list, *, state: bool) -> Reply:
-        """Write `output` (a plain tensor, described by `reply.output`), `extra` and (with `state`) the
-        parameters and buffers the referee compares (`state_names`; all of them are listed in `reply.state`)
-        into the exchange, one after another; what does not fit or cannot travel is described, not shipped."""
+        """Write `output` (a plain tensor, described by `reply.output`), `extra` and (with `state`) the tensors the
+        referee compares (`state_names`) into the exchange, one after another; what does not fit or cannot travel is
+        described, not shipped."""
         tensors = list(extra)
         if output is not None and reply.output is not None and reply.output.plain:
             tensors.insert(0, ("output", output))
         if state:
             entries = cmp.module_tensors(self.model)
             reply.state = {name: list(v.shape) if isinstance(v, torch.Tensor) else [] for name, v in entries.items()}
-            if self.state_names:  # the reference's, in its order: what the referee compares (a missing one is wrong there)
+            if self.state_names:  # the reference's, in its order (one it lacks is wrong there)
                 entries = {name: entries[name] for name in self.state_names if name in entries}
             for name, value in entries.items():
                 if cmp.is_plain_tensor(value):
