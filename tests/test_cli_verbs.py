@@ -210,3 +210,24 @@ def test_boolean_flags_read_as_flags_in_the_help():
 def test_bench_on_the_cpu_without_cpu_candidates_says_it_would_measure_nothing():
     result = invoke("bench", "--device", "cpu", "--no-store")
     assert result.exit_code == 2 and "golden kernels are CUDA and are not run here" in result.output
+
+
+def test_bench_judges_the_reference_itself_as_a_control_and_records_it_nowhere(tmp_path):
+    """Every size's batch holds the reference as a candidate: its speedup over eager is the judge's own error on
+    like-for-like calls (on this CPU 0.85-0.94x; an H100 at `small` 1.27x). It is no one's candidate: not stored."""
+    import sqlite3
+
+    from evaluator.parent.sandbox import CandidateFile
+    from harness.bench.golden import CONTROL, run_bench
+    from rich.console import Console
+
+    store = tmp_path / "results.sqlite"
+    good = Path(__file__).parent / "fixtures" / "candidates" / "cpu" / "torch_ops_correct.py"
+    report = run_bench(["small"], candidates=[CandidateFile(name="good", path=good)], device="cpu",
+                       out=tmp_path / "bench.json", console=Console(width=150), store=store)
+    control = report["sizes"]["small"][CONTROL]
+    assert control["status"] == "correct" and control["speedup"]["eager"] > 0, control
+    assert "the reference itself reads" in report["control"]["small"]
+    with sqlite3.connect(store) as db:
+        stored = [row[0] for row in db.execute("SELECT sample FROM candidates")]
+    assert stored and not any("control" in name for name in stored), stored

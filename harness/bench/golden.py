@@ -4,8 +4,10 @@ Each candidate is evaluated by the ordinary evaluator (a fresh executor, correct
 with the problem's ceiling baselines (`[bench] ceilings` in its problem.toml; for gemm_scale_bn
 `part:gemm_tf32`, the reference's `gemm` sub-module alone, cuBLAS with TF32: what a fused
 kernel's GEMM cannot beat by much). Ratios compare numbers measured in the same batch on the
-same GPU: the candidate by its executor, the baselines by the batch's referee. The problem's `[[bench.targets]]` are judged at its `[bench] size`. The table goes to
-the terminal and, with every number, to JSON.
+same GPU: the candidate by its executor, the baselines by the batch's referee. Every size's batch holds a control, the
+reference itself as a candidate (`control_candidate`): its speedup over eager is the judge's own error there. The
+problem's `[[bench.targets]]` are judged at its `[bench] size`. The table goes to the terminal and, with every number,
+to JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import fnmatch
 import json
 import operator
 import platform
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -39,6 +42,30 @@ class BenchError(ValueError):
 
 def golden_candidates() -> list[CandidateFile]:
     return [CandidateFile(name=f"golden/{p.stem}", path=p) for p in golden_files()]
+
+
+CONTROL = "control/reference"
+
+
+def control_candidate(spec: ProblemSpec, folder: Path) -> CandidateFile:
+    """The problem's reference itself as a candidate (its source, then `ModelNew` = its `Model`), judged in every
+    bench batch: its speedup over eager is the judge's own error on like-for-like calls at that size (docs/timing.md:
+    1.27x at `small` on an H100, where calls are bound by their launches)."""
+    path = folder / "control_reference.py"
+    path.write_text(spec.reference_path.read_text() + '\n\nclass ModelNew(Model):\n    """The reference, unchanged."""\n')
+    return CandidateFile(name=CONTROL, path=path)
+
+
+def control_line(size: str, rows: dict) -> str | None:
+    """What the control row says of the batch's speedups."""
+    row = rows.get(CONTROL)
+    if row is None:
+        return None
+    if row["status"] != Status.correct.value or row["speedup"].get("eager") is None:
+        return f"control at {size}: the reference itself was {row['status']}, no speedup ({row['error'] or 'not ranked'})"
+    shaky = any(f["name"] == "shaky_timing" for f in row["flags"])
+    return (f"control at {size}: the reference itself reads {row['speedup']['eager']:.2f}x eager (the judge's own error "
+            f"on like-for-like calls{'; shaky, not ranked' if shaky else ''})")
 
 
 def tflops(flops: float | None, ms: float | None) -> float | None:
@@ -137,29 +164,37 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
         from harness.core.config import default_store_path
 
         store = default_store_path()  # where the verdicts go, and unreadable from every executor either way
+    controls = tempfile.TemporaryDirectory(prefix="kh-control-")
+    control = control_candidate(spec, Path(controls.name))
     for size in sizes:
         options = EvalOptions(problem=str(spec.location), size=size, device=device, baselines=bench_baselines(spec, device),
                               jobs=len(candidates), store=store)
         evaluator = Evaluator(options)
         # said before the builds and baseline rounds (minutes), and as each verdict comes
-        console.print(f"[dim]{spec.name}, size {size}, device {evaluator.device}: {len(candidates)} candidate(s), "
-                      f"baselines {', '.join(evaluator.baselines)}[/]", highlight=False)
+        console.print(f"[dim]{spec.name}, size {size}, device {evaluator.device}: {len(candidates)} candidate(s) and the "
+                      f"control, baselines {', '.join(evaluator.baselines)}[/]", highlight=False)
         verdicts = []
-        for verdict in evaluator.evaluate_all(candidates):
+        for verdict in evaluator.evaluate_all([*candidates, control]):
             verdicts.append(verdict)
             console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]", highlight=False)
-        if record:  # the leaderboard's golden reference rows come from here
+        if record:  # the leaderboard's golden reference rows come from here (the control is no candidate of anyone's)
             from harness.runs.eval_records import record_eval_verdicts
 
-            record_eval_verdicts(store, evaluator, candidates, verdicts, console=console)
+            record_eval_verdicts(store, evaluator, candidates, [v for v in verdicts if v.candidate != CONTROL],
+                                 console=console)
         rows = bench_rows(verdicts, spec.flop_count(size))
         report["sizes"][size] = rows
         report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))
         console.print(bench_table(size, rows, spec.bench.ceilings))
+        said = control_line(size, rows)
+        if said:
+            console.print(said, highlight=False)
+            report.setdefault("control", {})[size] = said
         if size == target_size and spec.bench.targets:
             report["targets"] = target_lines(rows, spec.bench.targets)
         if out:  # after every size: a long benchmark cut short keeps what it measured
             out.write_text(json.dumps(report, indent=2))
+    controls.cleanup()
     for line in report.get("targets", []):
         console.print(line)
     if out:
