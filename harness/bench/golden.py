@@ -180,8 +180,9 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
         if record:  # the leaderboard's golden reference rows come from here (the control is no candidate of anyone's)
             from harness.runs.eval_records import record_eval_verdicts
 
-            record_eval_verdicts(store, evaluator, candidates, [v for v in verdicts if v.candidate != CONTROL],
-                                 console=console)
+            judged = {v.candidate: v for v in verdicts}
+            files = [c for c in candidates if c.name in judged]
+            record_eval_verdicts(store, evaluator, files, [judged[c.name] for c in files], console=console)
         rows = bench_rows(verdicts, spec.flop_count(size))
         report["sizes"][size] = rows
         report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))
