@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import BAD_INPUTS, CPU, FIXTURES, GOOD, cpu_options, expectation
+from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Status
+from harness.bench.golden import control_candidate
 from evaluator.referee.headers import share_headers
 from evaluator.referee.session import RUN_FLOOR_S, scaled_run_limit
 from evaluator.parent.sandbox import (CandidateFile, EvalOptions, Evaluator, RefereeClient, default_cache_dir, evaluate,
@@ -244,8 +246,8 @@ def test_a_problem_of_tiny_tensors_has_room_for_each_of_them_in_the_exchange(tmp
     (folder / "model.py").write_text((source / "model.py").read_text())
     (folder / "problem.toml").write_text((source / "problem.toml").read_text()
                                          + "\n[sizes.tiny]\nbatch_size = 8\nin_features = 16\nout_features = 16\n")
-    twin = FIXTURES / "candidates" / "cuda" / "reference_twin.py"
-    [verdict] = evaluate([CandidateFile(name="twin", path=twin)], cpu_options(tmp_path, problem=str(folder), size="tiny"))
+    twin = control_candidate(load_problem(str(folder)), tmp_path)  # the problem's reference itself
+    [verdict] = evaluate([twin], cpu_options(tmp_path, problem=str(folder), size="tiny"))
     assert verdict.status == Status.correct, verdict.error
 
 

@@ -4,7 +4,6 @@ one at the `loose` tier, the strict one at `strict`. Without a GPU they must at 
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,12 +11,11 @@ from evaluator.wire.assets import golden_files
 from evaluator.wire.problem import load_problem
 from evaluator.wire.records import Status
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
+from harness.bench.golden import control_candidate
 
 GOLDEN = {p.stem: p for p in golden_files()}
 REQUIRED_TIER = {"fused_tf32": "loose", "fused_strict": "strict"}
 SIZES = list(load_problem("gemm_scale_bn").sizes)
-# The reference itself as a candidate: judged beside the golden kernels, its speedup is the judge's own error
-TWIN = Path(__file__).parent / "fixtures" / "candidates" / "cuda" / "reference_twin.py"
 
 
 def golden_batch() -> list[CandidateFile]:
@@ -46,10 +44,12 @@ def test_each_golden_kernel_builds(tmp_path):
 @pytest.fixture(scope="module")
 def gpu_verdicts(tmp_path_factory):
     log_root = tmp_path_factory.mktemp("golden")
+    # the reference itself as a candidate, beside the golden kernels: its speedup is the judge's own error
+    twin = CandidateFile(name="twin", path=control_candidate(load_problem("gemm_scale_bn"), log_root).path)
     results = {}
     for size in SIZES:
         options = EvalOptions(device="cuda", size=size, baselines=["eager"], timing_budget_s=0.5, jobs=2, log_root=log_root)
-        for verdict in evaluate([*golden_batch(), CandidateFile(name="twin", path=TWIN)], options):
+        for verdict in evaluate([*golden_batch(), twin], options):
             results[verdict.candidate.removeprefix("golden/"), size] = verdict
     return results
 
