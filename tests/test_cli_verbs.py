@@ -228,6 +228,9 @@ def test_bench_judges_the_reference_itself_as_a_control_and_records_it_nowhere(t
     control = report["sizes"]["small"][CONTROL]
     assert control["status"] == "correct" and control["speedup"]["eager"] > 0, control
     assert "the reference itself reads" in report["control"]["small"]
+    good_row = report["sizes"]["small"]["good"]  # against the control: eager timed the candidates' way, same batch
+    assert control["speedup_over_control"] == 1.0
+    assert good_row["speedup_over_control"] == control["median_ms"] / good_row["median_ms"]
     with sqlite3.connect(store) as db:
         stored = [row[0] for row in db.execute("SELECT sample FROM candidates")]
     assert stored and not any("control" in name for name in stored), stored

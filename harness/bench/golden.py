@@ -96,7 +96,7 @@ def bench_rows(verdicts: list[Verdict], flops: float | None) -> dict:
 def bench_table(size: str, rows: dict, ceilings: list[str] = ()) -> Table:
     """One size's table; a `÷ NAME` column per ceiling (the candidate's time over the ceiling's)."""
     table = Table(title=f"size {size}")
-    columns = ["row", "status", "median ms", "TFLOP/s", "× eager", "× compile_tf32",
+    columns = ["row", "status", "median ms", "TFLOP/s", "× eager", "× control", "× compile_tf32",
                *(f"÷ {c.removeprefix('part:')}" for c in ceilings), "kernels"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("row", "status") else "right")
@@ -105,14 +105,23 @@ def bench_table(size: str, rows: dict, ceilings: list[str] = ()) -> Table:
     for name, r in rows.items():
         ratios = [fmt(ceiling_ratio(r, c), ".3f") for c in ceilings]
         table.add_row(name, r["status"], fmt(r["median_ms"], ".3f"), fmt(r["tflops"], ".1f"),
-                      fmt(r["speedup"].get("eager"), ".2f"), fmt(r["speedup"].get("compile_tf32"), ".2f"),
-                      *ratios, str(len(r["kernels"])) if r["kernels"] else "-")
+                      fmt(r["speedup"].get("eager"), ".2f"), fmt(over_control(rows, name), ".2f"),
+                      fmt(r["speedup"].get("compile_tf32"), ".2f"), *ratios, str(len(r["kernels"])) if r["kernels"] else "-")
     if baseline_source:
         eager = baseline_source["baselines_ms"].get("eager")
         for name, ms in baseline_source["baselines_ms"].items():
             table.add_row(f"[dim]baseline {name}[/]", "", fmt(ms, ".3f"), fmt(baseline_source["baselines_tflops"][name], ".1f"),
-                          fmt(eager / ms if eager else None, ".2f"), "", *([""] * len(ceilings)), "")
+                          fmt(eager / ms if eager else None, ".2f"), "", "", *([""] * len(ceilings)), "")
     return table
+
+
+def over_control(rows: dict, name: str) -> float | None:
+    """The control's median over the row's: its speedup over eager timed the way it is (both in executors, through
+    the same windows), like for like where the referee's own eager is not (docs/timing.md)."""
+    control, row = rows.get(CONTROL), rows[name]
+    if not control or control["status"] != Status.correct.value or not control["median_ms"] or not row["median_ms"]:
+        return None
+    return control["median_ms"] / row["median_ms"]
 
 
 def ceiling_ratio(row: dict, baseline: str) -> float | None:
@@ -184,6 +193,8 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
             files = [c for c in candidates if c.name in judged]
             record_eval_verdicts(store, evaluator, files, [judged[c.name] for c in files], console=console)
         rows = bench_rows(verdicts, spec.flop_count(size))
+        for name, row in rows.items():
+            row["speedup_over_control"] = over_control(rows, name)
         report["sizes"][size] = rows
         report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))
         console.print(bench_table(size, rows, spec.bench.ceilings))
