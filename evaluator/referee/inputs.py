@@ -106,11 +106,6 @@ def to_float64(x: torch.Tensor, device: str) -> torch.Tensor:
     return out
 
 
-def tensor_bytes(specs: list[InputSpec], fixed: dict[int, torch.Tensor]) -> int:
-    """Bytes of one set of tensor inputs."""
-    return sum(tensor_sizes(specs, fixed))
-
-
 def tensor_sizes(specs: list[InputSpec], fixed: dict[int, torch.Tensor]) -> list[int]:
     """Bytes of each tensor input of one set, in order."""
     sizes = []

@@ -105,7 +105,7 @@ def bench_table(size: str, rows: dict, ceilings: list[str] = ()) -> Table:
     for name, r in rows.items():
         ratios = [fmt(ceiling_ratio(r, c), ".3f") for c in ceilings]
         table.add_row(name, r["status"], fmt(r["median_ms"], ".3f"), fmt(r["tflops"], ".1f"),
-                      fmt(r["speedup"].get("eager"), ".2f"), fmt(over_control(rows, name), ".2f"),
+                      fmt(r["speedup"].get("eager"), ".2f"), fmt(r.get("speedup_over_control"), ".2f"),
                       fmt(r["speedup"].get("compile_tf32"), ".2f"), *ratios, str(len(r["kernels"])) if r["kernels"] else "-")
     if baseline_source:
         eager = baseline_source["baselines_ms"].get("eager")
@@ -173,40 +173,39 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
         from harness.core.config import default_store_path
 
         store = default_store_path()  # where the verdicts go, and unreadable from every executor either way
-    controls = tempfile.TemporaryDirectory(prefix="kh-control-")
-    control = control_candidate(spec, Path(controls.name))
-    for size in sizes:
-        options = EvalOptions(problem=str(spec.location), size=size, device=device, baselines=bench_baselines(spec, device),
-                              jobs=len(candidates), store=store)
-        evaluator = Evaluator(options)
-        # said before the builds and baseline rounds (minutes), and as each verdict comes
-        console.print(f"[dim]{spec.name}, size {size}, device {evaluator.device}: {len(candidates)} candidate(s) and the "
-                      f"control, baselines {', '.join(evaluator.baselines)}[/]", highlight=False)
-        verdicts = []
-        for verdict in evaluator.evaluate_all([*candidates, control]):
-            verdicts.append(verdict)
-            console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]", highlight=False)
-        if record:  # the leaderboard's golden reference rows come from here (the control is no candidate of anyone's)
-            from harness.runs.eval_records import record_eval_verdicts
+    with tempfile.TemporaryDirectory(prefix="kh-control-") as controls:  # the control's source, for the batch's life
+        control = control_candidate(spec, Path(controls))
+        for size in sizes:
+            options = EvalOptions(problem=str(spec.location), size=size, device=device,
+                                  baselines=bench_baselines(spec, device), jobs=len(candidates), store=store)
+            evaluator = Evaluator(options)
+            # said before the builds and baseline rounds (minutes), and as each verdict comes
+            console.print(f"[dim]{spec.name}, size {size}, device {evaluator.device}: {len(candidates)} candidate(s) and "
+                          f"the control, baselines {', '.join(evaluator.baselines)}[/]", highlight=False)
+            verdicts = []
+            for verdict in evaluator.evaluate_all([*candidates, control]):
+                verdicts.append(verdict)
+                console.print(f"[dim]{verdict.candidate}: {verdict.status.value}[/]", highlight=False)
+            if record:  # the leaderboard's golden reference rows come from here (the control: no one's candidate)
+                from harness.runs.eval_records import record_eval_verdicts
 
-            judged = {v.candidate: v for v in verdicts}
-            files = [c for c in candidates if c.name in judged]
-            record_eval_verdicts(store, evaluator, files, [judged[c.name] for c in files], console=console)
-        rows = bench_rows(verdicts, spec.flop_count(size))
-        for name, row in rows.items():
-            row["speedup_over_control"] = over_control(rows, name)
-        report["sizes"][size] = rows
-        report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))
-        console.print(bench_table(size, rows, spec.bench.ceilings))
-        said = control_line(size, rows)
-        if said:
-            console.print(said, highlight=False)
-            report.setdefault("control", {})[size] = said
-        if size == target_size and spec.bench.targets:
-            report["targets"] = target_lines(rows, spec.bench.targets)
-        if out:  # after every size: a long benchmark cut short keeps what it measured
-            out.write_text(json.dumps(report, indent=2))
-    controls.cleanup()
+                judged = {v.candidate: v for v in verdicts}
+                files = [c for c in candidates if c.name in judged]
+                record_eval_verdicts(store, evaluator, files, [judged[c.name] for c in files], console=console)
+            rows = bench_rows(verdicts, spec.flop_count(size))
+            for name, row in rows.items():
+                row["speedup_over_control"] = over_control(rows, name)
+            report["sizes"][size] = rows
+            report.setdefault("gpu", next((r["gpu"] for r in rows.values() if r["gpu"]), None))
+            console.print(bench_table(size, rows, spec.bench.ceilings))
+            said = control_line(size, rows)
+            if said:
+                console.print(said, highlight=False)
+                report.setdefault("control", {})[size] = said
+            if size == target_size and spec.bench.targets:
+                report["targets"] = target_lines(rows, spec.bench.targets)
+            if out:  # after every size: a long benchmark cut short keeps what it measured
+                out.write_text(json.dumps(report, indent=2))
     for line in report.get("targets", []):
         console.print(line)
     if out:
