@@ -69,6 +69,12 @@ class LocalLink:
     def own_folders(self):
         return []
 
+    def start(self):
+        pass
+
+    def close(self, wait_s=None):
+        pass
+
 
 def calibrator_class(judge: Referee):
     """The calibrator's ModelNew, made from the same source the referee's contained calibrator imports."""
@@ -82,7 +88,7 @@ def referee(problem: str = "gemm_scale_bn", size: str = "small", **overrides) ->
     """A referee whose calibrator runs in this process too (the contained one is tested end to end)."""
     settings = dict(problem=problem, size=size, device="cpu", baselines=[], seed=12, timing_budget_s=0.05,
                     compile_timeout_s=60, run_timeout_s=60, output_cap_bytes=1 << 20, compile_memory_limit_gb=None,
-                    cache_dir="/nonexistent")
+                    cache_dir="/nonexistent", eager_as_candidate=False)  # the twin is an executor of its own
     settings.update(overrides)
     judge = Referee(RefereeConfig(**settings))
     link = LocalLink(calibrator_class(judge), judge)

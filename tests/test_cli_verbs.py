@@ -169,6 +169,19 @@ def test_the_drift_line_says_when_a_baseline_moved_beyond_the_bound():
     assert "(-87.0%)" in moved and "beyond the 20% bound" in moved and "flagged shaky" in moved and "--retime" in moved
 
 
+def test_the_bias_line_gives_the_referees_own_loop_over_eager_judged_as_a_candidate():
+    from harness.results.drift import referee_loop_bias
+    from evaluator.wire.protocol import BaselineRound
+
+    def round_(index, twin, own):
+        return BaselineRound(index=index, batch="b", measured_at=0.0, after_candidates=index,
+                             baselines={"eager": {"median_ms": twin}}, in_referee={"eager": {"median_ms": own}} if own else {})
+
+    assert referee_loop_bias([round_(0, 1.0, None)]) is None  # eager timed in the referee's loop: nothing to compare
+    line = referee_loop_bias([round_(0, 0.30, 0.24), round_(1, 0.31, 0.22), round_(2, 0.29, 0.23)])
+    assert "read 0.79x its figure (median of 3 round(s))" in line
+
+
 def test_eval_flags_and_stores_again_the_verdicts_a_later_round_shows_were_timed_while_a_baseline_moved(tmp_path,
                                                                                                        monkeypatch):
     from evaluator.parent.sandbox import Evaluator

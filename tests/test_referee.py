@@ -443,6 +443,78 @@ def test_a_round_records_how_far_each_baseline_moved_since_the_one_before(monkey
     assert second.moved == {"eager": pytest.approx(-0.5)}
 
 
+def _twin_referee(monkeypatch, model_class=None):
+    """A referee whose eager is the reference judged as a candidate, the twin's executor in this process (a LocalLink
+    of `model_class`, by default the reference's own Model, as the twin's source makes it)."""
+    from evaluator.referee import referee as referee_module
+
+    monkeypatch.setattr(referee_module, "FIRST_ROUND_WARM_S", 0.0)
+    referee = local_executor.referee(baselines=["eager"], eager_as_candidate=True)
+    assert referee.twin is not None
+    started = []
+    monkeypatch.setattr(referee, "executor_for", lambda request: started.append(request.name) or local_executor.LocalLink(
+        model_class or referee.module.Model, referee))
+    return referee, started
+
+
+def test_eager_is_the_reference_judged_as_a_candidate_and_the_referees_own_figure_is_kept_beside_it(monkeypatch):
+    """Eager timed the way candidates are (evaluator.referee.twin): each round's eager is the twin's ranked figure,
+    timed through the windows a candidate's are; the referee's own loop's figure stays on the round's record."""
+    from evaluator.referee import twin
+
+    referee, started = _twin_referee(monkeypatch)
+    medians = iter([2.0, 1.0])
+    own = lambda name: _stats(next(medians), 0.0)  # noqa: E731 - the referee's loop, a figure no window gives
+    monkeypatch.setattr(referee, "time_baseline", own)
+    referee.ensure_round()
+    referee.baseline_round()
+    assert started == [twin.NAME, twin.NAME]  # judged in every round, an executor each time
+    for record, in_referee in zip(referee.rounds, (2.0, 1.0)):
+        assert record.in_referee["eager"]["median_ms"] == in_referee
+        figure = record.baselines["eager"]
+        assert figure["median_ms"] not in (2.0, 1.0) and figure["reps"] >= referee.timer.min_reps
+        assert figure["handed_off"] == referee.handed_off and "eager" not in record.failed
+    current = referee.current_round
+    assert current.baselines["eager"].median_ms == referee.rounds[-1].baselines["eager"]["median_ms"]
+    # drift is the twin's against the twin's, never against the referee's own figure
+    before = referee.rounds[0].baselines["eager"]["median_ms"]
+    assert current.moved["eager"] == pytest.approx(current.baselines["eager"].median_ms / before - 1)
+
+
+def test_a_twin_that_is_not_correct_leaves_eager_failed_with_the_reason(monkeypatch):
+    """No figure from the referee's own loop stands in for the twin's: where the twin fails, the round has no eager
+    (verdicts divide by nothing there, and say why: `baseline_failed`)."""
+
+    class Off(local_executor.Honest):
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    referee, _ = _twin_referee(monkeypatch, Off)
+    referee.ensure_round()
+    current = referee.current_round
+    assert "eager" not in current.baselines and "eager" in referee.rounds[-1].in_referee
+    assert "reference judged as a candidate" in current.failed["eager"] and "incorrect" in current.failed["eager"]
+    assert referee.rounds[-1].failed == current.failed
+
+
+def test_stored_figures_never_stand_in_for_the_twins_eager(monkeypatch):
+    """With stored figures, eager is still judged as a candidate in every round: never read from the store, never
+    the spot check (the referee's own loop against a stored twin's figure would compare two kinds of figure)."""
+    from evaluator.referee import stored
+
+    referee, started = _twin_referee(monkeypatch)
+    cached = {name: _stats(ms, 0.1).model_copy(update={"handed_off": referee.handed_off})
+              for name, ms in (("eager", 9.0), ("eager_tf32", 5.0))}
+    referee.config.cached_baselines, referee.config.baselines = cached, ["eager", "eager_tf32"]
+    checked = []
+    monkeypatch.setattr(stored, "spot_checked", lambda names, first_round=False: checked.append(list(names)) or names)
+    monkeypatch.setattr(referee, "time_baseline", lambda name: _stats(5.0, 0.1))
+    referee.ensure_round()
+    assert checked == [["eager_tf32"]] and started == ["reference twin"]
+    assert referee.current_round.baselines["eager"].median_ms != 9.0
+    assert referee.current_round.baselines["eager_tf32"].median_ms == 5.0
+
+
 def _stats(median: float, iqr: float):
     from evaluator.wire.records import TimingStats
 

@@ -118,7 +118,7 @@ class RefereeClient:
         return RefereeConfig(
             problem=str(ev.problem.location), size=ev.size, device=ev.device, baselines=list(ev.baselines),
             seed=options.seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
-            shaky_spread=options.shaky_spread, shaky_drift=options.shaky_drift,
+            eager_as_candidate=options.eager_as_candidate, shaky_spread=options.shaky_spread, shaky_drift=options.shaky_drift,
             cached_baselines=options.cached_baselines, cached_note=options.cached_note,
             compile_timeout_s=ev.compile_timeout, run_timeout_s=ev.run_timeout, run_timeout_scaled=ev.run_timeout_scaled,
             output_cap_bytes=options.output_cap_bytes,

@@ -40,12 +40,10 @@ from evaluator.parent.referee_client import RefereeClient
 from evaluator.referee import headers
 from evaluator.referee.environment import toolchain_digest
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS, BaselineRound
-from evaluator.wire.records import (SHAKY_DRIFT, SHAKY_SPREAD, Flag, FlagPolicy, Judge, Phase, Status, TimingStats, Verdict,
-                                    merge_flags)
+from evaluator.wire.records import (
+    SHAKY_DRIFT, SHAKY_SPREAD, Flag, FlagPolicy, Judge, Phase, Status, TimingStats, Verdict, merge_flags)
 
 DEFAULT_BASELINES = {"cuda": ["eager", "eager_tf32", "compile", "compile_tf32"], "cpu": ["eager"]}
-
-
 TIMING_BUDGET_S = 2.0
 TIMING_BUDGET_ENV = "HARNESS_TIMING_BUDGET_S"  # where set, the default (the test suite's: 0.2, as its own options)
 
@@ -80,6 +78,8 @@ class EvalOptions(BaseModel):
     baseline_every: int = Field(8, ge=1, description=(
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
+    eager_as_candidate: bool = Field(True, description=(
+        "Eager timed as the reference judged as a candidate each round (RefereeConfig); False: the referee's own loop."))
     cached_baselines: dict[str, TimingStats] | None = Field(None, description="Stored figures (RefereeConfig).")
     cached_note: str = Field("", description="Where the stored figures come from, for the verdicts.")
     protect: list[Path] = Field([], description="More paths no executor may read (a service's keys file).")

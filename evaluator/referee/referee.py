@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import baselines, clock, forking, memory, phases, relay
+from evaluator.referee import baselines, clock, forking, memory, phases, relay, twin
 from evaluator.referee import stored as stored_baselines
 from evaluator.referee.session import Session, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -132,6 +132,8 @@ class Referee:
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
         self.calibrator = Calibrator(self)
+        # eager timed as a candidate is, by the reference judged as one in every round (evaluator.referee.twin)
+        self.twin = twin.request(self.problem, self.size) if config.eager_as_candidate and twin.TIMED in config.baselines else None
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
 
@@ -232,15 +234,32 @@ class Referee:
         if not self.rounds:
             self.warm_baselines(early=True)
         self.calibrator.start_early()
+        self.start_ahead([self.twin] if self.twin else [])  # its imports overlap the compile (held while anything is timed)
         self.compile_baselines()
         self.start_ahead(self.queued())  # requests that came while it compiled: their imports overlap the round
         self.calibrator.prepare()
         compiled = time.perf_counter()
+        previous = self.current_round
         with self.exclusive():
             round_ = self._baseline_round(busy=self.wait_for_idle_device())
+        timed = time.perf_counter()
+        if self.twin is not None:
+            round_ = twin.judged_round(self, round_, previous)
         profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
-                     "round_s": time.perf_counter() - compiled})
+                     "round_s": timed - compiled, "twin_s": time.perf_counter() - timed})
         return round_
+
+    def close_later(self, process: ExecutorProcess) -> None:
+        """A judged executor closed in the background (a CUDA context's teardown takes tenths of a second), over
+        before anything is timed again (`exclusive`)."""
+        closed = threading.Event()
+        self.closing.append(closed)
+        def close() -> None:
+            try:
+                process.close(wait_s=1)
+            finally:
+                closed.set()
+        threading.Thread(target=close, daemon=True).start()
 
     def compile_baselines(self) -> None:
         """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; none while
@@ -353,8 +372,9 @@ class Referee:
 
     def executor_for(self, request: JudgeRequest) -> ExecutorProcess:
         config = self.config
+        source = twin.source(self.problem, self.size) if request.path == twin.PATH else Path(request.path).read_bytes()
         return ExecutorProcess(
-            source=Path(request.path).read_bytes(), digest=request.digest, device=self.device,
+            source=source, digest=request.digest, device=self.device,
             compile_only=request.compile_only, watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
@@ -411,7 +431,6 @@ class Referee:
             self.start_ahead([request, *upcoming])  # its own executor too: it imports while a round compiles
             self.ensure_round()
         steps["round"] = time.perf_counter()
-        config = self.config
         process = self.waiting.pop((request.path, request.digest), None)
         if process is None:
             process = self.executor_for(request)
@@ -419,14 +438,7 @@ class Referee:
         self.start_ahead(list(upcoming))
         steps["start"] = time.perf_counter()
         self.sessions += 1
-        limit = run_limit(config, self.current_round)
-        session = Session(
-            referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
-            size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
-            run_timeout_s=limit, run_limit_scaled=config.run_timeout_scaled,
-            own_credit_s=own_credit(limit, on_host=self.judge_device != self.device),
-            memory_limit_gb=config.compile_memory_limit_gb,
-            keys=self.keys.derive("candidate", self.sessions, request.digest), exclusive=self.exclusive)
+        session = self.session_for(request, process, self.keys.derive("candidate", self.sessions, request.digest))
         try:
             verdict = phases.judge(session, request.compile_only)
         except BaseException:
@@ -440,6 +452,16 @@ class Referee:
         closed = threading.Event()
         self.closing.append(closed)
         return functools.partial(self.finish, request, process, session, verdict, steps, closed)
+
+    def session_for(self, request: JudgeRequest, process: ExecutorProcess, keys: Keys) -> Session:
+        config = self.config
+        limit = run_limit(config, self.current_round)
+        return Session(
+            referee=self, link=process, name=request.name, digest=request.digest, problem=self.problem.name,
+            size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
+            run_timeout_s=limit, run_limit_scaled=config.run_timeout_scaled,
+            own_credit_s=own_credit(limit, on_host=self.judge_device != self.device),
+            memory_limit_gb=config.compile_memory_limit_gb, keys=keys, exclusive=self.exclusive)
 
     def finish(self, request: JudgeRequest, process: ExecutorProcess, session: Session, verdict: Verdict,
                steps: dict[str, float], closed: threading.Event) -> JudgeReply:

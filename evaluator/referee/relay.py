@@ -29,10 +29,13 @@ from evaluator.wire.stage import Stage
 
 _perf_counter = time.perf_counter
 _memmove = ctypes.memmove
-# A call's inputs, output and buffers, at most: beyond, the host copies between calls (and their spread) outweigh a
-# call short enough to need a window of several, and the windows keep one call each.
-HANDOFF_BYTES = {"cuda": 4 << 20, "cpu": 16 << 20}
-# On a GPU, larger calls are handed off on the device (`device_window`): each call's inputs and output region in the
+# A call's inputs, output and buffers, at most, for windows handed off through host memory: beyond, the host copies
+# between calls (and their spread) outweigh a call short enough to need a window of several, and the windows keep one
+# call each. None on a GPU, where every call is handed off on the device: through host memory the events of a `small`
+# call (1.3 MB) spread by 70-170 us on an H100, on the device by 8-26 (docs/timing.md), and since eager is timed as a
+# candidate (evaluator.referee.twin), its windows are the same as the candidates' there too.
+HANDOFF_BYTES = {"cuda": 0, "cpu": 16 << 20}
+# On a GPU, calls are handed off on the device (`device_window`): each call's inputs and output region in the
 # executor's stage (device memory both map), copied by the referee's own stream, GO written and COMMIT waited for on the
 # device (on an H100 a call's cost 50 us bare, 0.67 ms with 256 MiB each way, spreading by 2-8 us: .ci/device_handoff.py,
 # against 1.5-2.7 ms and 0.1-0.5 ms for a window of one call). A window's input sets and the captures of its calls

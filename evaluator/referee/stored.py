@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 
+from evaluator.referee import twin
 from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD, TimingStats
 
 STORED_DRIFT = SHAKY_DRIFT / 2  # 10%: how far a spot check may be from the stored figure
@@ -45,13 +46,15 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
     import torch
 
     stored, config = referee.config.cached_baselines, referee.config
-    if not stored or referee.cache_dropped or not set(config.baselines) <= set(stored):
+    # eager judged as a candidate is timed in every round, never read (evaluator.referee.twin)
+    names = [n for n in config.baselines if referee.twin is None or n != twin.TIMED]
+    if not stored or referee.cache_dropped or not names or not set(names) <= set(stored):
         return None
-    if any(stored[name].handed_off != referee.handed_off for name in config.baselines):
+    if any(stored[name].handed_off != referee.handed_off for name in names):
         referee.cache_dropped = referee.cached_said = "stored figures dropped: timed otherwise than this batch's calls"
         return None
     said: list[str] = []
-    for name in spot_checked(config.baselines, first_round=not referee.rounds):
+    for name in spot_checked(names, first_round=not referee.rounds):
         try:
             referee.run_untimed(name, calls=referee.timer.warmup, seconds=referee.warm_seconds(name) if not referee.rounds else 0.0)
             measured = referee.time_baseline(name)
@@ -66,4 +69,4 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
             referee.cache_dropped = referee.cached_said = "; ".join(said)
             return None
     referee.cached_said = "; ".join(said)
-    return {n: stored[n] for n in config.baselines}
+    return {n: stored[n] for n in names}

@@ -291,6 +291,10 @@ class BaselineRound(Message):
         "baseline re-timed as a spot check; or why they were dropped. None: none were given."))
     stored: bool = Field(False, description=(
         "Its figures are the stored ones (not timed in it: the harness never stores them again)."))
+    in_referee: dict[str, Any] = Field(default_factory=dict, description=(
+        "Figures the referee timed in its own process that a baseline of the round replaced (name -> TimingStats as a "
+        "dict): its own eager's, where eager is the reference judged as a candidate (evaluator.referee.twin). Their "
+        "ratio is the bias of the baselines still timed in the referee's process."))
 
 
 class JudgeReply(Message):
@@ -343,6 +347,10 @@ class RefereeConfig(BaseModel):
     max_reps: int = 200
     warmup: int = 3
     baseline_every: int = Field(8, ge=1, description="Candidates timed between two baseline rounds.")
+    eager_as_candidate: bool = Field(True, description=(
+        "Eager's figure is the reference judged as a candidate in every round, timed the way candidates are "
+        "(evaluator.referee.twin); False: the referee's own loop, in its process (biased where calls are bound by "
+        "their launches: docs/timing.md)."))
     compile_timeout_s: float
     run_timeout_s: float
     run_timeout_scaled: bool = Field(False, description=(

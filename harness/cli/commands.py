@@ -31,7 +31,7 @@ from harness.core.store import Store, StoreError, open_store
 from harness.problems.suite import Suite
 from harness.results.baseline_cache import for_evaluator, remember_evaluator
 from harness.results.board import Filters
-from harness.results.drift import baseline_drift, flag_late_shaky, late_line
+from harness.results.drift import baseline_drift, flag_late_shaky, late_line, referee_loop_bias
 from harness.results.leaderboard import boards_and_suites
 from harness.results.render import FORMATS, print_tables, suite_markdown, suite_tables, to_csv, to_json, to_markdown
 from harness.runs.eval_records import EvalRecorder
@@ -293,9 +293,9 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         recorder.close()
     if not json_lines:
         console.print(verdict_table(verdicts))
-    drift = baseline_drift(evaluator.rounds, options.shaky_drift)
-    if drift:
-        status.print(f"[dim]{drift}[/]", highlight=False)
+    for line in (baseline_drift(evaluator.rounds, options.shaky_drift), referee_loop_bias(evaluator.rounds)):
+        if line:
+            status.print(f"[dim]{line}[/]", highlight=False)
     unsandboxed = [f for v in verdicts for f in v.flags if f.name == "unsandboxed"]
     if unsandboxed:  # once, on stderr: what this machine did not contain (evaluator.executor.lockdown)
         from rich.markup import escape

@@ -39,6 +39,18 @@ def baseline_drift(rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> str | N
     return line
 
 
+def referee_loop_bias(rounds: Sequence[Any]) -> str | None:
+    """One line, where eager was the reference judged as a candidate (evaluator.referee.twin): the referee's own
+    loop's eager over it, the median over the rounds. The baselines still timed in that loop (TF32, torch.compile)
+    carry about that bias: a figure under 1 there reads their speedups high."""
+    ratios = sorted(r.in_referee["eager"]["median_ms"] / r.baselines["eager"]["median_ms"] for r in rounds
+                    if r.baselines.get("eager", {}).get("median_ms") and getattr(r, "in_referee", {}).get("eager"))
+    if not ratios:
+        return None
+    return (f"eager is the reference judged as a candidate; the referee's own loop read {ratios[len(ratios) // 2]:.2f}x "
+            f"its figure (median of {len(ratios)} round(s)), as the baselines it still times (TF32, compile) may")
+
+
 def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> dict[int, Flag]:
     """Positions of the verdicts (with their flag) whose speedups divide by a round that the batch's next
     round (same referee) differs from by more than `bound` (the drift bound) for some baseline: the baselines moved
