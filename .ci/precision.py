@@ -20,10 +20,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
-    rows = []
+    rows, twins = [], []
     for size in args.sizes.split(","):
+        profile = args.out / f"profile-{size}"
+        profile.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([sys.executable, "-m", "harness", "eval", "--json", "--no-store", "--size", size,
-                               *args.files], capture_output=True, text=True, timeout=900)
+                               *args.files], capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "KH_REFEREE_PROFILE": str(profile)})
+        for log in sorted(profile.glob("*.jsonl")):  # each round's twin: eager judged as a candidate
+            twins += [(size, r) for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "twin"]
         (args.out / f"precision-{size}.log").write_text(proc.stdout + "\n---- stderr\n" + proc.stderr)
         seen = set()
         for line in proc.stdout.splitlines():
@@ -52,6 +57,12 @@ def main() -> None:
         spread = f"{iqr / eiqr:.2f}" if iqr is not None and eiqr else "-"
         print(f"{size:<12}{name[:33]:<34}{fmt(ranked):>9}{fmt(iqr):>9}{fmt(events):>9}{fmt(eiqr):>9}{ratio:>8}"
               f"{spread:>8}{fmt(k):>5}{fmt(cost):>9}{fmt(speedup):>8}  {status[:60]}")
+    print(f"\n{'size':<12}{'round':>6}{'twin ms':>10}{'events':>10}{'rank/ev':>8}{'referee':>10}{'ref/twin':>9}  phases (s)")
+    for size, r in twins:  # the twin's figure (eager's) against its events, and the referee's own loop against it
+        ms, events, own = r.get("ms"), r.get("events_ms"), r.get("in_referee_ms")
+        print(f"{size:<12}{r.get('round', '-'):>6}{fmt(ms):>10}{fmt(events):>10}"
+              f"{f'{ms / events:.3f}' if ms and events else '-':>8}{fmt(own):>10}{f'{own / ms:.3f}' if ms and own else '-':>9}"
+              f"  {r.get('phases')}")
 
 
 if __name__ == "__main__":

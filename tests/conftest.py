@@ -77,7 +77,7 @@ def bad_input_verdicts(tmp_path_factory):
 
 # Environment settings that would send the tests to a developer's own files or model endpoint.
 USER_SETTINGS = ("HARNESS_STORE", "HARNESS_CONFIG", "HARNESS_RUNS_DIR", "HARNESS_MODEL", "OPENAI_BASE_URL",
-                 "OPENAI_API_KEY", "HARNESS_TIMING_BUDGET_S")
+                 "OPENAI_API_KEY", "HARNESS_TIMING_BUDGET_S", "HARNESS_EAGER_AS_CANDIDATE")
 # Written by Python and pytest themselves whatever the tests do (and ignored by .gitignore).
 TOOL_CACHES = ("__pycache__", ".pytest_cache")
 
@@ -156,8 +156,11 @@ def pytest_configure(config):
         _SESSION_ENV.delenv(name, raising=False)
     # Without a GPU, candidates judged through the CLI time 0.2 s of calls, as the tests' own options do (2 s, the
     # default, cost each one 4-6 s of a 2-core machine); with one, the GPU tests' runs keep the default.
+    # and eager is the referee's own loop, not the reference judged as a candidate each round (a candidate's time a
+    # round: the suite took 540 s, then 680): the tests of the twin ask for it (evaluator.referee.twin)
     if not cuda_visible():
         _SESSION_ENV.setenv("HARNESS_TIMING_BUDGET_S", "0.2")
+        _SESSION_ENV.setenv("HARNESS_EAGER_AS_CANDIDATE", "0")
     # The terminal's width is the tests' to set (pytest-xdist's workers are given COLUMNS=80, and so is a
     # developer's shell now and then): the CLI's tables are as wide as a pipe gets without it.
     _SESSION_ENV.delenv("COLUMNS", raising=False)

@@ -74,9 +74,11 @@ def test_stored_figures_stand_within_the_bounds_and_a_first_round_checks_a_compi
 def _eval(store: Path, *extra: str) -> dict:
     """`harness eval --json` of one candidate, in this process (a fresh interpreter each time cost its imports: 3-4 s
     of 2 cores, four times; the store is the same file either way)."""
+    # eager from the referee's own loop, as stored figures hold (judged as a candidate, it is never read from the store)
     result = CliRunner().invoke(app, ["eval", "--device", "cpu", "--size", "small", "--json", "--baselines", "eager",
                                       "--store", str(store), *extra,
-                                      str(ROOT / "tests" / "fixtures" / "candidates" / "cpu" / "torch_ops_correct.py")])
+                                      str(ROOT / "tests" / "fixtures" / "candidates" / "cpu" / "torch_ops_correct.py")],
+                                env={"HARNESS_EAGER_AS_CANDIDATE": "0"})
     assert result.exit_code == 0, (result.output, result.exception)
     return json.loads(result.stdout.splitlines()[0])
 

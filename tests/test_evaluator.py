@@ -247,7 +247,7 @@ def test_a_problem_of_tiny_tensors_has_room_for_each_of_them_in_the_exchange(tmp
     (folder / "problem.toml").write_text((source / "problem.toml").read_text()
                                          + "\n[sizes.tiny]\nbatch_size = 8\nin_features = 16\nout_features = 16\n")
     twin = control_candidate(load_problem(str(folder)), tmp_path)  # the problem's reference itself
-    evaluator = Evaluator(cpu_options(tmp_path, problem=str(folder), size="tiny"))
+    evaluator = Evaluator(cpu_options(tmp_path, problem=str(folder), size="tiny", eager_as_candidate=True))
     [verdict] = evaluator.evaluate_all([twin])
     assert verdict.status == Status.correct, verdict.error
     # eager is the reference judged as a candidate too (evaluator.referee.twin): the reference itself reads about 1x,

@@ -74,25 +74,22 @@ def test_golden_kernel_is_correct_at_its_tier_in_train_and_eval_mode(name, size,
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("name", sorted(REQUIRED_TIER))
 def test_golden_kernel_ranks_on_calls_back_to_back_within_3_percent_of_its_events(name, size, gpu_verdicts):
-    """Every size's calls are handed off back to back (through host memory at `small`, on the device at `kernelbench`
-    and `wide`: issue 33), and where they are on the device the ranked median lies within 3% of the kernel's own device
-    events for the same calls (measured on two H100s: within 0.2%)."""
+    """Every size's calls are handed off back to back on the device (issue 33), and the ranked median lies within 3% of
+    the kernel's own device events for the same calls (measured on two H100s at `kernelbench` and `wide`: within 0.2%;
+    on an H200 at `small`, 0.3-1.1%)."""
     verdict = gpu_verdicts[name, size]
     check = verdict.timing_check
     assert verdict.timing.handed_off and check.calls_per_window >= 2, check
-    if size != "small":
-        assert abs(check.referee_ms / check.reported_median_ms - 1) < 0.03, check
+    assert abs(check.referee_ms / check.reported_median_ms - 1) < 0.03, check
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", SIZES)
 def test_the_reference_itself_reads_one_times_eager_wherever_it_ranks(size, gpu_verdicts):
-    """Like for like (issue 33): the reference as a candidate is eager timed the candidates' way, so its speedup over
-    eager is the judge's error. Ranked, it must read 1x within 5% (at `kernelbench` and `wide`, where each call is
-    handed off on the device, its copy out, 1-2% of a call, is in its figure and not in eager's). At `small` on an
-    H100 it read 1.27x (host handoff) and 1.41x (windows on the device, an experiment) in one run each: calls there are
-    bound by their launches, and the referee's eager launched slower than the same code in an executor (docs/timing.md).
-    Those verdicts were `shaky` (never ranked), which this test requires wherever the figure is off."""
+    """Like for like (issue 33): eager is the reference judged as a candidate in every round (evaluator.referee.twin),
+    so the reference judged once more reads 1x, within 5% wherever it ranks. Against the referee's own loop it read
+    1.27x (host handoff) and 1.41x (on the device) at `small` on an H100, where calls are bound by their launches
+    (docs/timing.md). At `small` both figures spread (launch-bound calls): there it may be `shaky`, never ranked off."""
     twin = gpu_verdicts["twin", size]
     assert twin.status == Status.correct, twin.error
     shaky = any(f.name == "shaky_timing" for f in twin.flags)

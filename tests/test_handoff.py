@@ -270,7 +270,7 @@ def test_stored_baselines_timed_otherwise_than_this_batchs_calls_are_dropped():
 
     figure = TimingStats(median_ms=1.0, mean_ms=1.0, min_ms=1.0, max_ms=1.0, iqr_ms=0.01, reps=20, warmup=3)
     referee = SimpleNamespace(config=SimpleNamespace(cached_baselines={"eager": figure}, baselines=["eager"]),
-                              cache_dropped=None, cached_said="", handed_off=True, rounds=[])
+                              cache_dropped=None, cached_said="", handed_off=True, rounds=[], twin=None)
     assert stored.stored_figures(referee) is None and "timed otherwise" in referee.cache_dropped
 
 

@@ -78,8 +78,9 @@ class EvalOptions(BaseModel):
     baseline_every: int = Field(8, ge=1, description=(
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
-    eager_as_candidate: bool = Field(True, description=(
-        "Eager timed as the reference judged as a candidate each round (RefereeConfig); False: the referee's own loop."))
+    eager_as_candidate: bool = Field(  # HARNESS_EAGER_AS_CANDIDATE=0: the CPU test suite's, for its time
+        default_factory=lambda: os.environ.get("HARNESS_EAGER_AS_CANDIDATE") != "0", description=(
+            "Eager: the reference judged as a candidate each round (RefereeConfig); False: the referee's own loop."))
     cached_baselines: dict[str, TimingStats] | None = Field(None, description="Stored figures (RefereeConfig).")
     cached_note: str = Field("", description="Where the stored figures come from, for the verdicts.")
     protect: list[Path] = Field([], description="More paths no executor may read (a service's keys file).")
@@ -94,8 +95,7 @@ class EvalOptions(BaseModel):
         "Candidates a lane queues at its referee behind the one judged, their executors started and importing "
         "meanwhile (stopped while anything is timed); None: 4 on a GPU, 0 on the CPU (whose cores they would use)."))
     executor: Literal["local", "ray"] = Field("local", description=(
-        "`local`: lanes in this process, one per GPU; `ray`: each lane a Ray actor (one GPU each, or one CPU) on "
-        "the cluster at `ray_address`."))
+        "`local`: lanes in this process, one per GPU; `ray`: each lane a Ray actor (a GPU or a CPU) at `ray_address`."))
     ray_address: str | None = Field(None, description="Ray cluster to join (None: a local Ray instance).")
     lanes: int | None = Field(None, ge=1, description=(
         "Ray only: actors; None: the cluster's GPUs for a CUDA problem, its CPUs' worth for a CPU one (at most 4)."))

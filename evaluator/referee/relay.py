@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -217,6 +218,11 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
 # Once every call of a window has run, how long the referee waits for its own stream's last copy after the
 # executor's reply before it gives the window up.
 _AFTER_REPLY_S = 5.0
+# The referee's host waits out a window on the device asleep between looks at its end: the window is its stream's
+# events, so when the host sees the end does not move it, and a referee spinning through it took a core the lane's
+# executor launches from (calls bound by their launches, as eager's at `small`, read slower and spread beside a
+# spinning process: docs/timing.md). The variable: for tuning alone.
+POLL_SLEEP_S = float(os.environ.get("KH_POLL_SLEEP_US", "50")) * 1e-6
 
 
 def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stage, plan: handoff.Plan,
@@ -277,6 +283,8 @@ def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stag
                 replied_at = now
             if now > deadline or (replied_at is not None and now - replied_at > _AFTER_REPLY_S):
                 return
+            if POLL_SLEEP_S:
+                time.sleep(POLL_SLEEP_S)
         times["ms"] = begin.elapsed_time(end)
 
     command = Handoff(id=0, train=train, calls=calls, token=token, inputs=list(plan.inputs), outputs=list(plan.outputs),
