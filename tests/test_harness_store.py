@@ -60,7 +60,9 @@ def test_verdict_key():
     assert base == verdict_key("abc", "p", "small", "GPU", JUDGE)
     assert len({base, verdict_key("abd", "p", "small", "GPU", JUDGE), verdict_key("abc", "p", "wide", "GPU", JUDGE),
                 verdict_key("abc", "p", "small", "GPU2", JUDGE), verdict_key("abc", "p", "small", "GPU", "other-judge"),
-                verdict_key("abc", "p", "small", "GPU", JUDGE, compile_only=True)}) == 6
+                verdict_key("abc", "p", "small", "GPU", JUDGE, compile_only=True),
+                # eager timed in the referee's own loop, not as a candidate: speedups over another eager
+                verdict_key("abc", "p", "small", "GPU", JUDGE, eager_in_referee=True)}) == 7
 
 
 def test_round_trip(tmp_path):

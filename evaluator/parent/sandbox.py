@@ -78,9 +78,8 @@ class EvalOptions(BaseModel):
     baseline_every: int = Field(8, ge=1, description=(
         "Candidates timed between two rounds of baseline timings by the referee (one round comes before the "
         "first candidate and one after the last)."))
-    eager_as_candidate: bool = Field(  # HARNESS_EAGER_AS_CANDIDATE=0: the CPU test suite's, for its time
-        default_factory=lambda: os.environ.get("HARNESS_EAGER_AS_CANDIDATE") != "0", description=(
-            "Eager: the reference judged as a candidate each round (RefereeConfig); False: the referee's own loop."))
+    eager_as_candidate: bool = Field(default_factory=identity.eager_as_candidate, description=(
+        "Eager: the reference judged as a candidate each round (RefereeConfig); False: the referee's own loop."))
     cached_baselines: dict[str, TimingStats] | None = Field(None, description="Stored figures (RefereeConfig).")
     cached_note: str = Field("", description="Where the stored figures come from, for the verdicts.")
     protect: list[Path] = Field([], description="More paths no executor may read (a service's keys file).")
@@ -239,7 +238,8 @@ class Evaluator:
         compile_only = self.options.compile_only if compile_only is None else compile_only
         return identity.verdict_key(verdict.source_sha256, self.problem.name, self.size, self.device_name, self.judge,
                                     compile_only=compile_only, run_rejected=self.options.run_rejected,
-                                    bounds=(self.options.shaky_spread, self.options.shaky_drift))
+                                    bounds=(self.options.shaky_spread, self.options.shaky_drift),
+                                    eager_in_referee=not self.options.eager_as_candidate)
 
     def evaluate(self, candidate: CandidateFile, compile_only: bool | None = None) -> Verdict:
         """One candidate, with a referee of its own when it runs."""

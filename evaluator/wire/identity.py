@@ -87,13 +87,20 @@ def device_name(device: str, hardware: Hardware | None = None) -> str:
     return hardware.name if hardware is not None else "cuda"
 
 
+def eager_as_candidate() -> bool:
+    """EvalOptions.eager_as_candidate's default: true unless HARNESS_EAGER_AS_CANDIDATE=0 (the CPU test suite's, for
+    its time). Verdicts judged without it are keyed apart (`verdict_key`)."""
+    return os.environ.get("HARNESS_EAGER_AS_CANDIDATE") != "0"
+
+
 def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, judge: Judge | str,
                 compile_only: bool = False, run_rejected: bool = False,
-                bounds: tuple[float, float] = (SHAKY_SPREAD, SHAKY_DRIFT)) -> str:
+                bounds: tuple[float, float] = (SHAKY_SPREAD, SHAKY_DRIFT), eager_in_referee: bool = False) -> str:
     """SHA-256 of (source hash, problem, size, device name, judge fingerprint): the resume key of
     a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation), and
-    so has one judged with `run_rejected` (statically rejected candidates were run, not just rejected), and one
-    judged with timing bounds other than the published ones."""
+    so has one judged with `run_rejected` (statically rejected candidates were run, not just rejected), one
+    judged with timing bounds other than the published ones, and one whose eager was timed in the referee's own loop
+    (EvalOptions.eager_as_candidate false), not as a candidate."""
     fingerprint = judge if isinstance(judge, str) else judge.fingerprint
     parts = {"source": source_sha256, "problem": problem, "size": size, "device": device_name, "judge": fingerprint}
     if compile_only:
@@ -102,6 +109,8 @@ def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, j
         parts["run_rejected"] = True
     if tuple(bounds) != (SHAKY_SPREAD, SHAKY_DRIFT):  # the user's own timing bounds: another verdict
         parts["bounds"] = list(bounds)
+    if eager_in_referee:  # speedups over another eager: another verdict
+        parts["eager"] = "referee"
     return json_digest(parts)
 
 

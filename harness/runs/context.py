@@ -40,4 +40,5 @@ class RunContext:
     def verdict_key(self, source_sha: str) -> str:
         return identity.verdict_key(source_sha, self.problem.name, self.size, self.device_name, self.judge,
                                     compile_only=self.cfg.compile_only, run_rejected=self.cfg.run_rejected,
-                                    bounds=(self.cfg.shaky_spread, self.cfg.shaky_drift))
+                                    bounds=(self.cfg.shaky_spread, self.cfg.shaky_drift),
+                                    eager_in_referee=not identity.eager_as_candidate())

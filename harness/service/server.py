@@ -245,7 +245,7 @@ class Service:
             raise ServiceError(422, f"problem {spec.name!r} has no size {size!r}; its sizes: {', '.join(spec.sizes)}")
         source_sha = hashlib.sha256(encoded).hexdigest()
         key = identity.verdict_key(source_sha, spec.name, size, identity.device_name(device),
-                                   identity.judge_identity(spec))
+                                   identity.judge_identity(spec), eager_in_referee=not identity.eager_as_candidate())
         job = self.jobs.submit(key, {"problem": spec.name, "location": entry.location, "size": size,
                                      "device": device, "source": request.source}, client)
         self.wake.set()
