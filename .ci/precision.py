@@ -30,17 +30,13 @@ def main() -> None:
         for log in sorted(profile.glob("*.jsonl")):  # each round's twin: eager judged as a candidate
             twins += [(size, r) for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "twin"]
         (args.out / f"precision-{size}.log").write_text(proc.stdout + "\n---- stderr\n" + proc.stderr)
-        seen = set()
+        latest = {}  # each candidate's last word: a verdict flagged after the batch comes again (`replaces`)
         for line in proc.stdout.splitlines():
-            if not line.startswith("{"):
-                continue
-            v = json.loads(line)
-            if "replaces" in v:
-                continue
+            if line.startswith("{"):
+                v = json.loads(line)
+                latest[Path(v["candidate"]).stem] = v
+        for v in latest.values():
             check, timing = v.get("timing_check") or {}, v.get("timing") or {}
-            if Path(v["candidate"]).stem in seen:
-                continue
-            seen.add(Path(v["candidate"]).stem)
             if not rows or rows[-1][0] != size:
                 for name, stats in (v.get("baselines") or {}).items():
                     rows.append((size, f"[{name}]", stats.get("median_ms"), stats.get("iqr_ms"), None, None, None, None, "",
