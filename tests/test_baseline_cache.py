@@ -55,6 +55,22 @@ def test_the_median_round_of_those_timed_in_full_is_stored_and_read_back(tmp_pat
         assert {n: s.median_ms for n, s in figures.items()} == {"eager": 2.0, "compile": 4.0}  # merged
 
 
+def test_eager_judged_as_a_candidate_is_never_stored_nor_needed_from_the_store(tmp_path):
+    """Eager judged as a candidate (evaluator.referee.twin) is judged in every round: its figure is never stored (a
+    batch timing eager in the referee's loop would read another kind of figure), and a batch that judges it so needs
+    only the other baselines' stored figures."""
+    key = cache_key("p", "small", "H100", JUDGE)
+    twin = {"in_referee": {"eager": stats(3.0)}}  # eager replaced by the twin's figure in these rounds
+    rounds = [round_(0, {"eager": stats(2.0), "compile": stats(4.0)}, **twin),
+              round_(1, {"eager": stats(2.1), "compile": stats(4.1)}, **twin)]
+    with Store(tmp_path / "r.sqlite") as store:
+        assert remember_rounds(store, key, rounds, problem="p", size="small", device_name="H100", judge=JUDGE) == ["compile"]
+        assert stored_options(store, key, ["eager", "compile"]) == {}  # eager from the referee's loop: none stored
+        read = stored_options(store, key, ["eager", "compile"], eager_as_candidate=True)
+        assert set(read["cached_baselines"]) == {"compile"}
+        assert stored_options(store, key, ["eager"], eager_as_candidate=True) == {}  # nothing to read: all timed
+
+
 def test_stored_figures_stand_within_the_bounds_and_a_first_round_checks_a_compiled_baseline():
     stored = TimingStats.model_validate(stats(10.0))
     stands, said = spot_check("eager", TimingStats.model_validate(stats(10.8)), stored, "timed on X")

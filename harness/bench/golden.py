@@ -4,8 +4,9 @@ Each candidate is evaluated by the ordinary evaluator (a fresh executor, correct
 with the problem's ceiling baselines (`[bench] ceilings` in its problem.toml; for gemm_scale_bn
 `part:gemm_tf32`, the reference's `gemm` sub-module alone, cuBLAS with TF32: what a fused
 kernel's GEMM cannot beat by much). Ratios compare numbers measured in the same batch on the
-same GPU: the candidate by its executor, the baselines by the batch's referee. Every size's batch holds a control, the
-reference itself as a candidate (`control_candidate`): its speedup over eager is the judge's own error there. The
+same GPU: the candidate by its executor, eager by the reference judged as a candidate in each round
+(evaluator.referee.twin), the other baselines by the batch's referee. Every size's batch holds a control, the
+reference itself judged once more (`control_candidate`): its speedup over eager is the judge's own error there. The
 problem's `[[bench.targets]]` are judged at its `[bench] size`. The table goes to the terminal and, with every number,
 to JSON.
 """
@@ -50,7 +51,8 @@ CONTROL = "control/reference"
 def control_candidate(spec: ProblemSpec, folder: Path) -> CandidateFile:
     """The problem's reference itself as a candidate (its source, then `ModelNew` = its `Model`), judged in every
     bench batch: its speedup over eager is the judge's own error on like-for-like calls at that size (docs/timing.md:
-    1.27x at `small` on an H100, where calls are bound by their launches)."""
+    1.27x at `small` on an H100 against the referee's own loop; against eager judged as a candidate, 1.000x at
+    `kernelbench` and 0.999x at `wide` on an H200)."""
     path = folder / "control_reference.py"
     path.write_text(spec.reference_path.read_text() + '\n\nclass ModelNew(Model):\n    """The reference, unchanged."""\n')
     return CandidateFile(name=CONTROL, path=path)

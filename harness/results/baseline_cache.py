@@ -45,12 +45,14 @@ def remember_rounds(store: Store, key: str, rounds: Sequence[Any], *, problem: s
                     judge: Judge) -> list[str]:
     """Store each baseline's figure from the rounds timed in full (not the stored figures again, on an idle
     device): the round whose median is the median of theirs (the lower of the middle two), where its spread is
-    within the bound. Returns the names stored."""
+    within the bound. Returns the names stored. Never eager judged as a candidate (a round's baseline that replaced the
+    referee's own figure, `in_referee`): it is judged in every round, and a batch timing eager in the referee's loop
+    would read another kind of figure."""
     fresh = [r for r in rounds if not getattr(r, "stored", False) and not r.device_busy and r.baselines]
     entries = {}
     for name in sorted({n for r in fresh for n in r.baselines}):
-        timed = sorted(((stats, r) for r in fresh if (stats := _stats(r.baselines.get(name))) is not None),
-                       key=lambda pair: pair[0].median_ms)
+        timed = sorted(((stats, r) for r in fresh if name not in getattr(r, "in_referee", {})
+                        and (stats := _stats(r.baselines.get(name))) is not None), key=lambda pair: pair[0].median_ms)
         if not timed:
             continue
         stats, chosen = timed[(len(timed) - 1) // 2]
@@ -76,23 +78,25 @@ def _stats(value: Any) -> TimingStats | None:
         return None
 
 
-def stored_options(store: Store, key: str, baselines: Sequence[str]) -> dict[str, Any]:
+def stored_options(store: Store, key: str, baselines: Sequence[str], eager_as_candidate: bool = False) -> dict[str, Any]:
     """EvalOptions' `cached_baselines` and `cached_note` where every baseline of `baselines` has a stored
-    figure under `key`; else nothing (every round times every baseline)."""
+    figure under `key` (but eager where it is judged as a candidate: never stored, never read); else nothing (every
+    round times every baseline)."""
+    read = [name for name in baselines if not (eager_as_candidate and name == "eager")]
     found = stored_baselines(store, key)
-    if found is None or not set(baselines) <= set(found[0]):
+    if not read or found is None or not set(read) <= set(found[0]):
         return {}
     figures, note = found
-    return {"cached_baselines": {name: figures[name] for name in baselines}, "cached_note": note}
+    return {"cached_baselines": {name: figures[name] for name in read}, "cached_note": note}
 
 
 def options_for(store: Store, key: str, baselines: Sequence[str], *, retime: bool,
-                compile_only: bool) -> tuple[dict[str, Any], str]:
+                compile_only: bool, eager_as_candidate: bool = False) -> tuple[dict[str, Any], str]:
     """(EvalOptions' stored-figure fields, a line for people on where the baselines come from) of a batch: none
     when `retime` or compile-only (nothing is timed)."""
     if compile_only:
         return {}, ""
-    update = {} if retime else stored_options(store, key, baselines)
+    update = {} if retime else stored_options(store, key, baselines, eager_as_candidate)
     if not update:
         return {}, "baselines: timed in this batch" + (" (--retime-baselines)" if retime else " (none stored yet)")
     return update, f"baselines: stored figures ({update['cached_note']}), one spot-checked each round"
@@ -102,8 +106,8 @@ def for_evaluator(store: Store, evaluator: Any, *, retime: bool) -> str:
     """Hand `evaluator` (evaluator.parent.sandbox.Evaluator) the stored figures of its problem, size, device
     and judge (options_for); the line for people."""
     key = cache_key(evaluator.problem.name, evaluator.size, evaluator.device_name, evaluator.judge)
-    update, line = options_for(store, key, evaluator.baselines, retime=retime,
-                               compile_only=evaluator.options.compile_only)
+    update, line = options_for(store, key, evaluator.baselines, retime=retime, compile_only=evaluator.options.compile_only,
+                               eager_as_candidate=evaluator.options.eager_as_candidate)
     if update:
         evaluator.options = evaluator.options.model_copy(update=update)
     return line

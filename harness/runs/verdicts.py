@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluator.wire import identity
 from evaluator.wire.records import Phase, Status, Verdict
 from harness.core.records import Candidate
 from harness.core.store import source_sha256
@@ -113,7 +114,7 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
     cache = cache_key(ctx.problem.name, ctx.size, ctx.device_name, ctx.judge)
     stored, line = options_for(store, cache, ctx.cfg.baselines or default_baselines(ctx.problem, ctx.device), retime=ctx.cfg.retime_baselines,
-                               compile_only=ctx.cfg.compile_only)
+                               compile_only=ctx.cfg.compile_only, eager_as_candidate=identity.eager_as_candidate())
     options = eval_options(ctx, stored)
     if stored:
         ctx.console.print(f"[dim]{line}[/]", highlight=False)
