@@ -41,6 +41,18 @@ def test_the_repo_problem_at_kernelbench_stays_on_the_device_with_executors_ahea
     assert judged.judge_device == "cuda" and judged.ahead == 4 and judged.said() is None
 
 
+def test_the_twins_stage_comes_out_of_the_executors_started_ahead_where_memory_binds():
+    """Eager's twin (evaluator.referee.twin) is started ahead with each round, a stage more: where memory is what
+    limits the executors ahead, one fewer candidate's; where it is not, none."""
+    x, out = [16384, 4096], [16384, 4096]
+    layout = layout_of(x, out, [4096 * 4, 4096 * 4])
+    state = 4096 * 4096 * 4 + 4 * 4096 * 4
+    roomy = plan("cuda", int(H100), ahead=4, beside=1, **sizes(layout, out, state=state))
+    assert roomy.ahead == 4
+    fits = plan("cuda", int(H100), ahead=64, **sizes(layout, out, state=state)).ahead  # memory binds
+    assert 0 < fits < 64 and plan("cuda", int(H100), ahead=64, beside=1, **sizes(layout, out, state=state)).ahead == fits - 1
+
+
 def test_off_a_gpu_nothing_moves():
     layout = layout_of([64, 32], [64, 16])
     assert plan("cpu", 0, ahead=2, **sizes(layout, [64, 16])).judge_device == "cpu"

@@ -515,6 +515,42 @@ def test_stored_figures_never_stand_in_for_the_twins_eager(monkeypatch):
     assert referee.current_round.baselines["eager_tf32"].median_ms == 5.0
 
 
+def test_a_stuck_stream_in_the_twins_judgement_ends_the_referee_and_no_round_keeps_the_referees_own_eager(monkeypatch):
+    """While the twin is judged the round has no eager (nothing that escapes leaves the referee's own loop's figure in
+    its place), and a stream stuck on the device ends the referee as a candidate's would (its lane starts another)."""
+    from evaluator.referee import phases as phases_module
+    from evaluator.referee.relay import StreamStuck
+
+    referee, _ = _twin_referee(monkeypatch)
+    seen = []
+
+    def stuck(session, compile_only=False, imported=None):
+        seen.append(dict(referee.current_round.failed))
+        raise StreamStuck("the referee's stream still waited")
+
+    monkeypatch.setattr(phases_module, "judge", stuck)
+    with pytest.raises(StreamStuck):
+        referee.ensure_round()
+    assert "did not finish" in seen[0]["eager"]
+    assert "eager" not in referee.current_round.baselines and "did not finish" in referee.current_round.failed["eager"]
+
+
+def test_the_twins_source_is_the_reference_as_the_referee_read_it(tmp_path):
+    """The twin's source holds the reference's text as the referee read it at its start (a file changed later changes
+    nothing), its sizes set, and ModelNew its Model unchanged."""
+    from evaluator.referee import twin
+
+    referee = local_executor.referee(baselines=["eager"], eager_as_candidate=True)
+    text = referee.problem.reference_path.read_text()
+    assert referee.twin_source.decode().startswith(text)
+    namespace: dict = {}
+    exec(compile(referee.twin_source, "twin", "exec"), namespace)
+    assert namespace["ModelNew"].__bases__ == (namespace["Model"],) and namespace["ModelNew"].forward is namespace["Model"].forward
+    for name, value in referee.problem.size_values(referee.size).items():
+        assert namespace[name] == value
+    assert referee.twin.digest == twin.request(referee.twin_source).digest and referee.twin.path == twin.PATH
+
+
 def _stats(median: float, iqr: float):
     from evaluator.wire.records import TimingStats
 

@@ -42,8 +42,10 @@ class MemoryPlan:
 
 
 def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, output_bytes: int, state_bytes: int,
-         ahead: int) -> MemoryPlan:
-    """The plan for a GPU of `device_bytes` (see the module's docstring); off a GPU, everything where it is."""
+         ahead: int, beside: int = 0) -> MemoryPlan:
+    """The plan for a GPU of `device_bytes` (see the module's docstring); off a GPU, everything where it is. `beside`:
+    the referee's own executors started ahead beside the candidates' (the reference's twin, each round: its stage
+    comes out of theirs)."""
     if device != "cuda" or device_bytes <= 0:
         return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0)
     i, o, s = input_bytes, output_bytes, state_bytes
@@ -57,5 +59,5 @@ def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, out
     judge_device = device if held + judge <= room else "cpu"
     need = held + (judge if judge_device == device else 0)
     fits_ahead = max(0, (room - need) // (stage_bytes + CONTEXT_BYTES))
-    return MemoryPlan(judge_device=judge_device, ahead=min(ahead, fits_ahead) if judge_device == device else 0,
+    return MemoryPlan(judge_device=judge_device, ahead=max(0, min(ahead, fits_ahead - beside)) if judge_device == device else 0,
                       need_bytes=need, device_bytes=device_bytes)

@@ -86,6 +86,10 @@ class Referee:
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
         self.module = import_file(self.problem.reference_path, "kh_reference")
+        # eager: the reference judged as a candidate in every round (evaluator.referee.twin), its source as read now
+        self.twin_source = (twin.source(self.problem.reference_path.read_text(), self.problem, self.size)
+                            if config.eager_as_candidate and twin.TIMED in config.baselines else None)
+        self.twin = twin.request(self.twin_source) if self.twin_source is not None else None
         for name, value in self.problem.size_values(self.size).items():
             setattr(self.module, name, value)
         self.init_inputs = self.module.get_init_inputs()
@@ -111,7 +115,7 @@ class Referee:
                                   budget=STAGE_BYTES[self.device], most=MOST_CALLS)
         total = torch.cuda.mem_get_info()[1] if self.device == "cuda" else 0
         self.memory = memory.plan(self.device, total, self.layout.size, self.input_nbytes, self.output_nbytes,
-                                  self.state_nbytes, config.ahead)
+                                  self.state_nbytes, config.ahead, beside=int(self.twin is not None))
         self.judge_device = self.memory.judge_device  # where the float64 reference and the comparisons live
         self.reference_ms = self.forward_ms(probe, sample)
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
@@ -132,8 +136,6 @@ class Referee:
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
         self.calibrator = Calibrator(self)
-        # eager timed as a candidate is, by the reference judged as one in every round (evaluator.referee.twin)
-        self.twin = twin.request(self.problem, self.size) if config.eager_as_candidate and twin.TIMED in config.baselines else None
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
 
@@ -228,8 +230,8 @@ class Referee:
             self.baseline_round()
 
     def baseline_round(self) -> Round:
-        """Every baseline timed once more (or stored figures spot-checked), and the loop's own cost per call. No
-        executor runs meanwhile: those started ahead are stopped (torch.compile compiles before that)."""
+        """Every baseline timed once more (or stored figures spot-checked), and the loop's own cost per call, no executor
+        running (those started ahead stopped; torch.compile compiles before); then eager's twin judged."""
         started = time.perf_counter()
         if not self.rounds:
             self.warm_baselines(early=True)
@@ -243,23 +245,16 @@ class Referee:
         with self.exclusive():
             round_ = self._baseline_round(busy=self.wait_for_idle_device())
         timed = time.perf_counter()
-        if self.twin is not None:
-            round_ = twin.judged_round(self, round_, previous)
+        round_ = twin.judged_round(self, round_, previous) if self.twin is not None else round_
         profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
                      "round_s": timed - compiled, "twin_s": time.perf_counter() - timed})
         return round_
 
     def close_later(self, process: ExecutorProcess) -> None:
-        """A judged executor closed in the background (a CUDA context's teardown takes tenths of a second), over
-        before anything is timed again (`exclusive`)."""
+        """A judged executor closed in the background (tenths of a second), over before anything is timed (`exclusive`)."""
         closed = threading.Event()
         self.closing.append(closed)
-        def close() -> None:
-            try:
-                process.close(wait_s=1)
-            finally:
-                closed.set()
-        threading.Thread(target=close, daemon=True).start()
+        threading.Thread(target=_closing, args=(process, closed), daemon=True).start()
 
     def compile_baselines(self) -> None:
         """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; none while
@@ -372,7 +367,7 @@ class Referee:
 
     def executor_for(self, request: JudgeRequest) -> ExecutorProcess:
         config = self.config
-        source = twin.source(self.problem, self.size) if request.path == twin.PATH else Path(request.path).read_bytes()
+        source = self.twin_source if request.path == twin.PATH else Path(request.path).read_bytes()
         return ExecutorProcess(
             source=source, digest=request.digest, device=self.device,
             compile_only=request.compile_only, watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir),
@@ -498,3 +493,8 @@ class Referee:
         return self.rounds
 
 
+def _closing(process: ExecutorProcess, closed: threading.Event) -> None:
+    try:
+        process.close(wait_s=1)
+    finally:
+        closed.set()

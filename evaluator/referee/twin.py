@@ -18,6 +18,7 @@ import hashlib
 import traceback
 
 from evaluator.referee import phases
+from evaluator.referee.relay import StreamStuck
 from evaluator.referee.session import release_cached
 from evaluator.referee.tuning import profile_log
 from evaluator.referee.view import Round
@@ -28,18 +29,16 @@ NAME = "reference twin"
 TIMED = "eager"  # the baseline the twin's figure stands for
 PATH = "<reference twin>"  # its key among the executors started ahead: no file, its source is made here
 
-SOURCE = '''"""The reference judged as a candidate, by the referee (never a candidate's): its `Model` unchanged, so
-that eager is timed the way every candidate is (evaluator.referee.twin)."""
-from pathlib import Path
+# The reference's source as the referee read it at its start (never read again from its file: a file changed in the
+# batch would change eager, and every speedup after), its sizes set as the referee sets them, then ModelNew.
+SOURCE = '''%(reference)s
 
-from evaluator.wire.problem import import_file
-
-_reference = import_file(Path(%(path)r), "kh_twin_reference")
+# --- the reference judged as a candidate, by the referee (evaluator.referee.twin): its Model unchanged, its sizes
 for _name, _value in %(sizes)r.items():
-    setattr(_reference, _name, _value)
+    globals()[_name] = _value
 
 
-class ModelNew(_reference.Model):
+class ModelNew(Model):
     """The reference, unchanged."""
 '''
 
@@ -48,12 +47,12 @@ class ModelNew(_reference.Model):
 UNTIMED_FLAGS = ("timing_mismatch", "implausible", "uncalibrated")
 
 
-def source(problem, size: str) -> bytes:
-    return (SOURCE % {"path": str(problem.reference_path), "sizes": problem.size_values(size)}).encode()
+def source(reference: str, problem, size: str) -> bytes:
+    """The twin's source: `reference` (the reference's source, as the referee read it), then its sizes and ModelNew."""
+    return (SOURCE % {"reference": reference, "sizes": problem.size_values(size)}).encode()
 
 
-def request(problem, size: str) -> JudgeRequest:
-    made = source(problem, size)
+def request(made: bytes) -> JudgeRequest:
     return JudgeRequest(name=NAME, path=PATH, digest=hashlib.sha256(made).hexdigest())
 
 
@@ -78,6 +77,10 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
     in for it. Its drift is the twin's against the last round's twin."""
     request = referee.twin
     process = referee.waiting.pop((request.path, request.digest), None)
+    # until the twin has a figure, the round has no eager: nothing that escapes here leaves the referee's own in its place
+    pending = {TIMED: "the reference judged as a candidate did not finish"}
+    referee.current_round = dataclasses.replace(
+        timed, baselines={k: v for k, v in timed.baselines.items() if k != TIMED}, failed={**timed.failed, **pending})
     try:
         if process is None:
             process = referee.executor_for(request)
@@ -89,6 +92,8 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
                      "ms": verdict.runtime_ms, "in_referee_ms": own.median_ms if (own := timed.baselines.get(TIMED)) else None,
                      "events_ms": verdict.timing_check.reported_median_ms if verdict.timing_check else None})
     except Exception as err:  # noqa: BLE001 - the referee's own executor: recorded with the round, the batch goes on
+        if isinstance(err, StreamStuck):  # its device would hang every later synchronize: the lane starts another
+            raise
         traceback.print_exc()
         stats, why = None, f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
     finally:
@@ -107,7 +112,7 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
     own = timed.baselines.get(TIMED)
     referee.rounds[-1] = referee.rounds[-1].model_copy(update={
         "baselines": {k: v.model_dump() for k, v in baselines.items()}, "failed": failed,
-        "in_referee": {TIMED: own.model_dump()} if own is not None else {}})
+        "in_referee": {TIMED: own.model_dump() if own is not None else None}})  # the mark of a twin's round
     referee.current_round = dataclasses.replace(timed, baselines=baselines, failed=failed, moved=moved)
     release_cached(referee.device)
     return referee.current_round
