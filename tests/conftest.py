@@ -157,7 +157,7 @@ def pytest_configure(config):
     # Without a GPU, candidates judged through the CLI time 0.2 s of calls, as the tests' own options do (2 s, the
     # default, cost each one 4-6 s of a 2-core machine); with one, the GPU tests' runs keep the default.
     # and eager is the referee's own loop, not the reference judged as a candidate each round (a candidate's time a
-    # round: the suite took 540 s, then 680): the tests of the twin ask for it (evaluator.referee.twin)
+    # round: the whole suite 679 s with it, 613-640 without, on 2 cores): the tests of the twin ask for it
     if not cuda_visible():
         _SESSION_ENV.setenv("HARNESS_TIMING_BUDGET_S", "0.2")
         _SESSION_ENV.setenv("HARNESS_EAGER_AS_CANDIDATE", "0")
