@@ -9,7 +9,8 @@ speedup over the referee's own eager was in part the judge's own error. The twin
 unchanged, in an executor like any candidate's (the same containment, checks, windows, calibrator and clock), so
 a candidate as fast as the reference reads 1x by construction. The referee's own eager is kept beside it, on the
 round's record (`BaselineRound.in_referee`), for the bias of the baselines still timed in the referee (TF32 and
-torch.compile: an executor cannot run Inductor's compiler)."""
+torch.compile, whose twins are not built: a compiled one would compile in each round's executor, where the referee
+compiles once a batch, and was not tried)."""
 
 from __future__ import annotations
 
