@@ -3,6 +3,8 @@ verdict in full), `harness compare` (runs side by side), `harness problems`, and
 on a synthetic store (tests/test_turns_board.py's, nothing evaluated)."""
 
 import json
+
+import pytest
 import sys
 from pathlib import Path
 
@@ -247,3 +249,19 @@ def test_bench_judges_the_reference_itself_as_a_control_and_records_it_nowhere(t
     with sqlite3.connect(store) as db:
         stored = [row[0] for row in db.execute("SELECT sample FROM candidates")]
     assert stored and not any("control" in name for name in stored), stored
+
+
+@pytest.mark.slow
+def test_eval_times_the_baselines_again_before_every_candidate_with_baseline_every_one(tmp_path):
+    """`--baseline-every 1`: a round (eager judged as a candidate in it, where that is on) before each candidate, so
+    each divides by an eager timed just before it; the default divides both by the batch's first round."""
+    cpu = Path(__file__).parent / "fixtures" / "candidates" / "cpu"
+    files = [str(cpu / "torch_ops_correct.py"), str(cpu / "extra_tensors_correct.py")]
+    rounds = {}
+    for every in ("1", "8"):
+        result = CliRunner().invoke(app, ["eval", *files, "--device", "cpu", "--no-store", "--json", "--baseline-every",
+                                          every])
+        assert result.exit_code == 0, result.output
+        verdicts = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        rounds[every] = [v["baseline_source"]["round"] for v in verdicts if "replaces" not in v]
+    assert rounds == {"1": [0, 1], "8": [0, 0]}

@@ -93,6 +93,9 @@ def eval_command(
     run_timeout: Optional[float] = typer.Option(None, help=RUN_TIMEOUT_HELP),
     shaky_spread: Optional[float] = typer.Option(None, min=0.01, help=SPREAD_HELP),
     shaky_drift: Optional[float] = typer.Option(None, min=0.01, help=DRIFT_HELP),
+    baseline_every: int = typer.Option(8, min=1, help=(
+        "Candidates timed between two baseline rounds (each round judges the reference itself as eager): 1 gives "
+        "each candidate an eager timed just before it, where calls bound by their launches move with the host.")),
     store: Optional[Path] = typer.Option(None, help="Result store the verdicts go to (run `eval`, or `golden` for candidates/golden/; default as `harness run`)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts in the result store."),
     retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
@@ -122,7 +125,7 @@ def eval_command(
         options = EvalOptions(
             problem=problem[0] if problem else DEFAULT_PROBLEM, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,
             jobs=jobs, gpus=gpus, ahead=ahead, executor=executor, ray_address=ray_address, lanes=lanes, seed=seed,
-            baselines=split_baselines(baselines),
+            baselines=split_baselines(baselines), baseline_every=baseline_every,
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
             **{k: v for k, v in (("shaky_spread", shaky_spread), ("shaky_drift", shaky_drift)) if v is not None},
         )
