@@ -3,11 +3,10 @@ verdict in full), `harness compare` (runs side by side), `harness problems`, and
 on a synthetic store (tests/test_turns_board.py's, nothing evaluated)."""
 
 import json
-
-import pytest
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
