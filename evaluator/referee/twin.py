@@ -59,7 +59,7 @@ def request(made: bytes) -> JudgeRequest:
 
 def figure(verdict: Verdict) -> tuple[TimingStats | None, str | None]:
     """(the twin's figure, None) where it stands as eager's; else (None, why not)."""
-    said = f"the reference judged as a candidate (eager timed the candidates' way)"
+    said = "the reference judged as a candidate (eager timed the candidates' way)"
     if verdict.status != Status.correct:
         return None, f"{said} was {verdict.status.value}: {verdict.error}"[:400]
     untimed = [f for f in verdict.flags if f.name in UNTIMED_FLAGS]
