@@ -51,7 +51,7 @@ from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
 from evaluator.wire.exchange import Exchange, capacity_for, dtype_name
-from evaluator.wire.problem import import_file, load_problem
+from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
 from evaluator.wire.protocol import (
     VERDICT_TAIL_CHARS, BaselineRound, Construct, JudgeReply, JudgeRequest, RefereeConfig, TensorSlot, pack)
 from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
@@ -86,9 +86,9 @@ class Referee:
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
         self.module = import_file(self.problem.reference_path, "kh_reference")
-        # eager: the reference judged as a candidate in every round (evaluator.referee.twin), its source as read now
-        self.twin_source = (twin.source(self.problem.reference_path.read_text(), self.problem, self.size)
-                            if config.eager_as_candidate and twin.TIMED in config.baselines else None)
+        wanted = config.eager_as_candidate and twin.TIMED in config.baselines  # eager's twin (evaluator.referee.twin)
+        self.twin_source = reference_as_candidate(self.problem.reference_path.read_text(),
+                                                  self.problem.size_values(self.size)) if wanted else None
         self.twin = twin.request(self.twin_source) if self.twin_source is not None else None
         for name, value in self.problem.size_values(self.size).items():
             setattr(self.module, name, value)

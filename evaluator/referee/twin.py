@@ -28,29 +28,11 @@ from evaluator.wire.records import Status, TimingStats, Verdict
 
 NAME = "reference twin"
 TIMED = "eager"  # the baseline the twin's figure stands for
-PATH = "<reference twin>"  # its key among the executors started ahead: no file, its source is made here
-
-# The reference's source as the referee read it at its start (never read again from its file: a file changed in the
-# batch would change eager, and every speedup after), its sizes set as the referee sets them, then ModelNew.
-SOURCE = '''%(reference)s
-
-# --- the reference judged as a candidate, by the referee (evaluator.referee.twin): its Model unchanged, its sizes
-for _name, _value in %(sizes)r.items():
-    globals()[_name] = _value
-
-
-class ModelNew(Model):
-    """The reference, unchanged."""
-'''
+PATH = "<reference twin>"  # its key among the executors started ahead: no file (its source: reference_as_candidate)
 
 # A twin verdict with one of these has no figure to divide by (the clock disagreed with its own times, or saw
 # a time under the physical floor, or could not take off what a window costs).
 UNTIMED_FLAGS = ("timing_mismatch", "implausible", "uncalibrated")
-
-
-def source(reference: str, problem, size: str) -> bytes:
-    """The twin's source: `reference` (the reference's source, as the referee read it), then its sizes and ModelNew."""
-    return (SOURCE % {"reference": reference, "sizes": problem.size_values(size)}).encode()
 
 
 def request(made: bytes) -> JudgeRequest:
@@ -78,10 +60,11 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
     in for it. Its drift is the twin's against the last round's twin."""
     request = referee.twin
     process = referee.waiting.pop((request.path, request.digest), None)
+    baselines = {k: v for k, v in timed.baselines.items() if k != TIMED}
+    failed = {k: v for k, v in timed.failed.items() if k != TIMED}
     # until the twin has a figure, the round has no eager: nothing that escapes here leaves the referee's own in its place
-    pending = {TIMED: "the reference judged as a candidate did not finish"}
     referee.current_round = dataclasses.replace(
-        timed, baselines={k: v for k, v in timed.baselines.items() if k != TIMED}, failed={**timed.failed, **pending})
+        timed, baselines=dict(baselines), failed={**failed, TIMED: "the reference judged as a candidate did not finish"})
     try:
         if process is None:
             process = referee.executor_for(request)
@@ -100,8 +83,6 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
     finally:
         if process is not None:
             referee.close_later(process)
-    baselines = {k: v for k, v in timed.baselines.items() if k != TIMED}
-    failed = {k: v for k, v in timed.failed.items() if k != TIMED}
     moved = {k: v for k, v in timed.moved.items() if k != TIMED}
     before = previous.baselines.get(TIMED) if previous is not None else None
     if stats is not None:

@@ -307,6 +307,27 @@ def import_file(path: Path, module_name: str):
     return module
 
 
+# The reference as a candidate: its source (as read once: eager's twin, evaluator.referee.twin, never reads its file
+# again, so a file changed in the batch changes no eager and no speedup after), a size preset's values set as the
+# referee sets them, then ModelNew its Model unchanged. Also `harness bench`'s control.
+REFERENCE_AS_CANDIDATE = '''%(reference)s
+
+# --- the reference judged as a candidate (evaluator.wire.problem.reference_as_candidate): its Model unchanged, its sizes
+for _name, _value in %(sizes)r.items():
+    globals()[_name] = _value
+
+
+class ModelNew(Model):
+    """The reference, unchanged."""
+'''
+
+
+def reference_as_candidate(reference: str, sizes: dict) -> bytes:
+    """A candidate's source that is the reference itself: `reference` (its source text), then `sizes` (a size preset's
+    values, ProblemSpec.size_values; {}: the file's own) and `ModelNew` = its `Model`."""
+    return (REFERENCE_AS_CANDIDATE % {"reference": reference, "sizes": sizes}).encode()
+
+
 def problems_root() -> Path:
     return asset_dir("reference")
 

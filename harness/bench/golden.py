@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evaluator.wire.assets import golden_files
-from evaluator.wire.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem
+from evaluator.wire.problem import DEFAULT_PROBLEM, BenchTarget, ProblemSpec, load_problem, reference_as_candidate
 from evaluator.wire.records import Status, Verdict
 from evaluator.parent.lanes import resolve_device
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_baselines
@@ -48,13 +48,14 @@ def golden_candidates() -> list[CandidateFile]:
 CONTROL = "control/reference"
 
 
-def control_candidate(spec: ProblemSpec, folder: Path) -> CandidateFile:
-    """The problem's reference itself as a candidate (its source, then `ModelNew` = its `Model`), judged in every
-    bench batch: its speedup over eager is the judge's own error on like-for-like calls at that size (docs/timing.md:
-    1.27x at `small` on an H100 against the referee's own loop; against eager judged as a candidate, 1.000x at
-    `kernelbench` and 0.999x at `wide` on an H200)."""
+def control_candidate(spec: ProblemSpec, folder: Path, size: str | None = None) -> CandidateFile:
+    """The problem's reference itself as a candidate, as eager's twin is judged (reference_as_candidate: its source,
+    `size`'s values where given, then `ModelNew` = its `Model`), judged in every bench batch: its speedup
+    over eager is the judge's own error on like-for-like calls at that size (docs/timing.md: 1.27x at `small` on an
+    H100 against the referee's own loop; against eager judged as a candidate, 1.000x at `kernelbench` and 0.999x at
+    `wide` on an H200)."""
     path = folder / "control_reference.py"
-    path.write_text(spec.reference_path.read_text() + '\n\nclass ModelNew(Model):\n    """The reference, unchanged."""\n')
+    path.write_bytes(reference_as_candidate(spec.reference_path.read_text(), spec.size_values(size) if size else {}))
     return CandidateFile(name=CONTROL, path=path)
 
 
@@ -176,8 +177,8 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
 
         store = default_store_path()  # where the verdicts go, and unreadable from every executor either way
     with tempfile.TemporaryDirectory(prefix="kh-control-") as controls:  # the control's source, for the batch's life
-        control = control_candidate(spec, Path(controls))
         for size in sizes:
+            control = control_candidate(spec, Path(controls), size)
             options = EvalOptions(problem=str(spec.location), size=size, device=device,
                                   baselines=bench_baselines(spec, device), jobs=len(candidates), store=store)
             evaluator = Evaluator(options)
