@@ -31,3 +31,8 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
         paired = [(w - (cw - crep)) / calls for (w, _), (cw, crep) in zip(cand, cal) if crep is not None]
         events = [rep / calls for _, rep in cand if rep is not None]
         print(r["name"], "calls", calls, "events", quart(events), "median cost", quart(ruled), "paired", quart(paired))
+        e = quart(events)
+        for label, figures in (("median cost", ruled), ("paired", paired)):  # against the events: issue 33's goals
+            f = quart(figures)
+            if e and f and e[2] > e[0]:
+                print(f"   {label}: median/events {f[1] / e[1]:.4f}, IQR/events' {(f[2] - f[0]) / (e[2] - e[0]):.2f}")

@@ -35,6 +35,10 @@ def profile_windows(name: str, candidate: list, calibrator: list) -> None:
         steps = [w.steps for w in windows if len(w.steps) == 4]
         record[role] = {step: quartiles([s[i] for s in steps])
                         for i, step in enumerate(("staged", "go", "put", "copied"))}
+        if any(w.handed_off for w in windows):  # each window and its reports, in order (the pairs' estimators:
+            # .ci/handoff_profile.py), through host memory and on the device alike
+            record[role]["windows"] = [[round(w.ms, 4), round(w.reported_ms, 4) if w.reported_ms is not None else None]
+                                       for w in windows if w.handed_off]
         handed = [w for w in windows if w.handed_off and len(w.steps) == 3]  # per call, medians over a window's calls
         if handed:
             record[role]["handoff"] = {step: quartiles([w.steps[i] for w in handed])
@@ -43,8 +47,6 @@ def profile_windows(name: str, candidate: list, calibrator: list) -> None:
                                             for i, step in enumerate(("waited", "inputs", "forward", "written", "synced"))})
             record[role]["per_call"] = quartiles([w.per_call_ms for w in handed])
             record[role]["events_per_call"] = quartiles([statistics.fmean(w.go.events_ms) for w in handed if w.go.events_ms])
-            record[role]["windows"] = [[round(w.ms, 4), round(w.reported_ms, 4) if w.reported_ms is not None else None]
-                                       for w in handed]  # each window and its reports, in order (the pairs' estimators)
         record[role]["window"] = quartiles([w.ms for w in windows])
         record[role]["events"] = quartiles([w.go.events_ms[0] for w in windows if w.go.events_ms])
         record[role]["host"] = quartiles([w.go.host_ms[0] for w in windows if w.go.host_ms])
