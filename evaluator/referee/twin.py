@@ -60,6 +60,7 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
     in for it. Its drift is the twin's against the last round's twin."""
     request = referee.twin
     process = referee.waiting.pop((request.path, request.digest), None)
+    own = timed.baselines.get(TIMED)  # the referee's own loop's eager, kept on the round's record
     baselines = {k: v for k, v in timed.baselines.items() if k != TIMED}
     failed = {k: v for k, v in timed.failed.items() if k != TIMED}
     # until the twin has a figure, the round has no eager: nothing that escapes here leaves the referee's own in its place
@@ -73,7 +74,7 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
         verdict = phases.judge(session, compile_only=False)
         stats, why = figure(verdict)
         profile_log({"event": "twin", "round": timed.source.round, "phases": verdict.phase_seconds,
-                     "ms": verdict.runtime_ms, "in_referee_ms": own.median_ms if (own := timed.baselines.get(TIMED)) else None,
+                     "ms": verdict.runtime_ms, "in_referee_ms": own.median_ms if own else None,
                      "events_ms": verdict.timing_check.reported_median_ms if verdict.timing_check else None})
     except Exception as err:  # noqa: BLE001 - the referee's own executor: recorded with the round, the batch goes on
         if isinstance(err, StreamStuck):  # its device would hang every later synchronize: the lane starts another
@@ -91,7 +92,6 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
             moved[TIMED] = stats.median_ms / before.median_ms - 1
     else:
         failed[TIMED] = why
-    own = timed.baselines.get(TIMED)
     referee.rounds[-1] = referee.rounds[-1].model_copy(update={
         "baselines": {k: v.model_dump() for k, v in baselines.items()}, "failed": failed,
         "in_referee": {TIMED: own.model_dump() if own is not None else None}})  # the mark of a twin's round
