@@ -33,6 +33,49 @@ def test_the_golden_files_are_what_their_generator_writes(tmp_path):
         assert (tmp_path / f"{name}.py").read_text() == GOLDEN[name].read_text(), f"regenerate {name}.py with _src/gen.py"
 
 
+def arch_flags(name: str, arch_list: str | None, gpu: tuple[int, int] | None, monkeypatch) -> list[str]:
+    """The golden file's `_arch_flags()` (taken out of its source: importing it builds), with TORCH_CUDA_ARCH_LIST
+    `arch_list` and a GPU of capability `gpu` visible, or none."""
+    import ast
+    import os
+    import re
+    import types
+
+    tree = ast.parse(GOLDEN[name].read_text())
+    [function] = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "_arch_flags"]
+    cuda = types.SimpleNamespace(is_available=lambda: gpu is not None, get_device_capability=lambda: gpu)
+    namespace = {"os": os, "re": re, "torch": types.SimpleNamespace(cuda=cuda)}
+    exec(compile(ast.Module(body=[function], type_ignores=[]), str(GOLDEN[name]), "exec"), namespace)
+    if arch_list is None:
+        monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch_list)
+    return namespace["_arch_flags"]()
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_TIER))
+@pytest.mark.parametrize("arch_list", ["9.0a", "9.0", "9.0+PTX", "Hopper;9.0a", "8.0;9.0"])
+def test_a_golden_kernel_built_without_the_gpu_is_up_to_date_on_it(name, arch_list, monkeypatch):
+    """A build sees no GPU and inherits TORCH_CUDA_ARCH_LIST (the user's, or the GPU's architecture the harness sets):
+    the flags it builds with must be the ones the import on the GPU asks for, or the lane builds it again before it
+    is judged (an H200 whose machine set TORCH_CUDA_ARCH_LIST=9.0a: 66.7 and 75.6 s, issue 36)."""
+    built = arch_flags(name, arch_list, None, monkeypatch)
+    assert built == arch_flags(name, arch_list, (9, 0), monkeypatch)
+    assert "-gencode=arch=compute_90a,code=sm_90a" in built
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_TIER))
+@pytest.mark.parametrize("capability", [(9, 0), (8, 0), (8, 9)])
+def test_a_golden_kernel_is_built_for_the_list_the_harness_sets_where_the_user_set_none(name, capability, monkeypatch):
+    from evaluator.referee import environment
+
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.setattr(environment, "toolchain", lambda device: {"arch": "%d.%d" % capability})
+    on_the_gpu = arch_flags(name, None, capability, monkeypatch)
+    assert arch_flags(name, environment.build_arch_list("cuda"), None, monkeypatch) == on_the_gpu
+    assert arch_flags(name, None, None, monkeypatch) != on_the_gpu  # neither list nor GPU: not this one's flags
+
+
 @pytest.mark.slow
 def test_each_golden_kernel_builds(tmp_path):
     verdicts = list(evaluate(golden_batch(), EvalOptions(device="cpu", compile_only=True, jobs=2, log_root=tmp_path)))

@@ -1,5 +1,6 @@
 """@@DOC@@"""
 import os
+import re
 
 import torch
 import torch.nn as nn
@@ -19,21 +20,23 @@ torch::Tensor gemm_scale_bn_forward(torch::Tensor x, torch::Tensor weight, torch
 
 
 def _arch_flags():
-    """The GPU's own target, asked of the GPU; in a build that sees none (the harness builds without a GPU and sets
-    TORCH_CUDA_ARCH_LIST to the GPU's architecture there), read from that list, so that the import on the GPU finds
-    the same flags and the build up to date instead of building again before it is judged."""
-    if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-    else:
-        listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
-        arch = listed[0].split("+")[0] if len(listed) == 1 else ""
-        if not (arch.count(".") == 1 and arch.replace(".", "").isdigit()):
-            # compile-only machine: Ampere path + Hopper path
-            return ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
-        major, minor = (int(part) for part in arch.split("."))
-    if (major, minor) == (9, 0):  # Hopper: wgmma / setmaxnreg need the arch-specific target
-        return ["-gencode=arch=compute_90a,code=sm_90a"]
-    return [f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"]
+    """The targets to build for: those TORCH_CUDA_ARCH_LIST names where it is set (read as torch reads it: `9.0`,
+    `9.0a`, `9.0+PTX`, `;` or spaces between), else the GPU's own, else (a build on a machine with neither) Ampere and
+    Hopper. The list first, the GPU only without one: the harness builds without a GPU and passes the list (the
+    user's, or the GPU's architecture it sets), so the import on the GPU finds the same flags and the build up to date
+    instead of building again before it is judged. Hopper gets its arch-specific target (wgmma, setmaxnreg)."""
+    listed = [re.fullmatch(r"(\d+)\.(\d+)[af]?(\+PTX)?", entry)
+              for entry in os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()]
+    targets = [(int(m[1]), int(m[2])) for m in listed if m]
+    if not targets and torch.cuda.is_available():
+        targets = [torch.cuda.get_device_capability()]
+    if not targets:
+        targets = [(8, 0), (9, 0)]
+    flags = []
+    for major, minor in dict.fromkeys(targets):
+        target = f"{major}{minor}a" if (major, minor) == (9, 0) else f"{major}{minor}"
+        flags.append(f"-gencode=arch=compute_{target},code=sm_{target}")
+    return flags
 
 
 _ext = load_inline(
