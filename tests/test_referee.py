@@ -859,8 +859,14 @@ def test_each_calibrator_window_is_paced_to_the_candidates_last_calls():
     series.costs, series.paces, series.windows = [], [], []
 
     def beside(window_ms: float) -> float:
-        series.windows.append(clocked(window_ms, 0.0))
-        return series.pace_for()
+        window = clocked(window_ms, 0.0)
+        pace = series.pace_for(window)  # before the window joins the series (kept only once its calibrator's is)
+        series.windows.append(window)
+        return pace
+
+    def last() -> float:  # the pace beside the series' last window
+        *series.windows, window = series.windows
+        return beside(window.ms)
 
     assert beside(6.5) == pytest.approx(4.5)  # no paced window yet: the round's cost
     # the calibrator's windows beside the last ones: each cost 2.5 ms around its pace and a copy of 0.2 ms
@@ -872,9 +878,9 @@ def test_each_calibrator_window_is_paced_to_the_candidates_last_calls():
     assert beside(40.0) == pytest.approx(4.3) and beside(40.0) == pytest.approx(4.3)  # two slow windows: no longer
     assert beside(40.0) == pytest.approx(40.0 - 2.5 - 0.2)  # most of the last five slow: the pace follows
     series.windows += [clocked(500.0, 0.0)] * 5
-    assert series.pace_for() == time_phase.PACE_CAP_MS
+    assert last() == time_phase.PACE_CAP_MS
     series.windows += [clocked(1.0, 0.0)] * 5
-    assert series.pace_for() == 0.0  # shorter than a window costs: no pace, never negative
+    assert last() == 0.0  # shorter than a window costs: no pace, never negative
     series.windows += [clocked(40.0, 0.0)] * 4
     assert beside(7.0) == pytest.approx(4.3)  # a fast window after slow ones: never paced longer than itself
     series.session.referee.device = "cpu"
@@ -897,8 +903,9 @@ def test_slow_windows_in_a_pattern_pace_no_more_calibrator_windows_than_they_are
     fast, slow = 7.0, 50.0
     pattern = [slow] * 4 + [fast if c == "0" else slow for c in "0011100100" * 6]
     for window_ms in pattern:
-        series.windows.append(clock.Clocked(ms=window_ms, go=Reply(id=1), put=Reply(id=2), offset=0, capture=None))
-        pace = series.pace_for()
+        window = clock.Clocked(ms=window_ms, go=Reply(id=1), put=Reply(id=2), offset=0, capture=None)
+        pace = series.pace_for(window)
+        series.windows.append(window)
         cost = 2.5 + 0.01 * pace  # a longer pace makes the calibrator's window dearer (docs/timing.md)
         series.costs.append(clock.Clocked(ms=cost + pace + 0.2, go=Reply(id=1, events_ms=[pace + 0.2]), put=Reply(id=2),
                                           offset=0, capture=None))

@@ -284,7 +284,9 @@ def test_clients_see_their_own_jobs_and_one_judgement_answers_both(tmp_path):
         while (body := client.get(f"/v1/evaluations/{theirs}", headers=other).json())["state"] != "done":
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert body["verdict"] == done["verdict"]  # answered from the store
+        # answered from the store, as their own job: nothing names mine
+        assert body["verdict"] == {**done["verdict"], "candidate": f"job/{theirs}", "log_dir": None}
+        assert mine not in json.dumps(body)
     assert CountingJudge.calls == ["same"]
     with Store(tmp_path / "r.sqlite") as db:
         assert db.db.execute("SELECT SUM(judged) FROM jobs").fetchone()[0] == 1
@@ -343,3 +345,130 @@ def test_on_ray_one_judge_at_a_time_holds_the_clusters_gpus(tmp_path):
     svc.done_with("P", "small", "cpu")
     waiting.join(timeout=10)
     assert not waiting.is_alive() and events == [("made", "P"), ("closed", "P"), ("made", "Q")]
+
+
+# -- integrity round 4: the key before the body, one client's jobs invisible to another ----------------------------
+
+class _Raw:
+    """A raw HTTP/1.1 exchange with a real server: what it answers, and how many bytes of the body it took."""
+
+    @staticmethod
+    def post(port: int, headers: dict[str, str], body_bytes: int, chunked: bool = False) -> tuple[int, str, int]:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        lines = [f"POST /v1/evaluations HTTP/1.1", "Host: x", "Content-Type: application/json",
+                 *(f"{k}: {v}" for k, v in headers.items())]
+        lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {body_bytes}")
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        sent, chunk = 0, b"x" * (1 << 16)
+        sock.settimeout(0.2)
+        answer = b""
+        try:
+            while sent < body_bytes and b"\r\n\r\n" not in answer:
+                piece = chunk[:body_bytes - sent]
+                sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                sent += len(piece)
+                try:
+                    answer += sock.recv(65536)
+                except socket.timeout:
+                    pass
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        sock.settimeout(30)
+        try:
+            while True:  # the server closes the connection after a refusal
+                more = sock.recv(65536)
+                if not more:
+                    break
+                answer += more
+        except (ConnectionResetError, socket.timeout):
+            pass
+        sock.close()
+        status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else 0
+        return status, answer.decode(errors="replace"), sent
+
+
+@pytest.fixture
+def live_server(tmp_path):
+    """The service's application under a real uvicorn on a free port (stand-in judge)."""
+    uvicorn = pytest.importorskip("uvicorn")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(service(tmp_path / "r.sqlite")), host="127.0.0.1", port=port,
+                                           log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield port
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def test_no_byte_of_a_body_is_read_before_the_key(live_server):
+    """An attacker's review: 300 and 600 MiB bodies from a client without a key were read and parsed (2.34 GB of the
+    server's memory) before their 401. Now the 401 comes before the body: a client without a key sending 256 MiB is
+    answered after a small part of it, and so is a keyed one whose body is over the limit, sent plainly or chunked."""
+    from harness.service.server import MAX_BODY_BYTES
+
+    huge = 256 << 20
+    status, answer, sent = _Raw.post(live_server, {}, huge)
+    assert status == 401 and "Bearer" in answer and sent < huge // 4, (status, sent)
+    status, answer, sent = _Raw.post(live_server, {"Authorization": "Bearer wrong"}, huge, chunked=True)
+    assert status == 401 and sent < huge // 4, (status, sent)
+    status, answer, sent = _Raw.post(live_server, AUTH, huge)  # declared over the limit: refused unread
+    assert status == 413 and "Content-Length" in answer and sent < huge // 4, (status, sent)
+    status, answer, sent = _Raw.post(live_server, AUTH, huge, chunked=True)  # chunked: cut at the limit
+    assert status == 413 and "over the limit" in answer and sent < MAX_BODY_BYTES + huge // 4, (status, sent)
+
+
+def test_a_bad_body_without_a_key_is_401_and_the_docs_are_off_or_behind_the_key(tmp_path):
+    with TestClient(create_app(service(tmp_path / "r.sqlite"))) as client:
+        assert client.post("/v1/evaluations", content=b"{not json").status_code == 401
+        assert client.post("/v1/evaluations", json={"colour": "red"}).status_code == 401
+        for path in ("/docs", "/openapi.json", "/redoc"):
+            assert client.get(path).status_code == 401
+            assert client.get(path, headers=AUTH).status_code == 404  # off unless asked for
+    with TestClient(create_app(service(tmp_path / "d.sqlite"), docs=True)) as client:
+        assert client.get("/openapi.json").status_code == 401
+        assert client.get("/openapi.json", headers=AUTH).json()["info"]["title"] == "kernelharness"
+
+
+class _VerdictJudge(CountingJudge):
+    """A stand-in whose verdicts are as `verdict` says (ranked or not, void windows or not)."""
+
+    verdict: dict = {}
+
+    def evaluate(self, source: str, name: str | None = None, lane: int | None = None):
+        CountingJudge.calls.append(source)
+        record = {**_VerdictJudge.verdict, "candidate": name, "log_dir": f"/logs/{name}"}
+        return type("V", (), {"model_dump": lambda self, mode="json": record})()
+
+
+@pytest.mark.parametrize("verdict, reused", [
+    ({"status": "correct", "ranked": True, "timing_check": {"void_windows": []}}, True),
+    ({"status": "correct", "ranked": False, "why": "shaky"}, False),                   # not ranked: judged again
+    ({"status": "runtime_error", "ranked": False}, False),                             # a failure: judged again
+    ({"status": "correct", "ranked": True, "timing_check": {"void_windows": ["w"]}}, False),  # void windows
+    ({"status": "correct", "ranked": True, "timing_check": {"retimed": "short"}}, False),
+    ({"status": "correct", "ranked": True, "flags": [{"name": "own_bounds"}]}, False),
+])
+def test_another_clients_verdict_answers_only_where_it_ranked_cleanly_and_names_only_the_askers_job(
+        tmp_path, verdict, reused):
+    """An attacker's review: client B sending client A's source was answered with A's verdict, `job/<A's id>` in it,
+    and a verdict is reused forever (a hostile job degrading the judge just before a victim's source would fix the
+    victim's verdict for good). Reused now only where it ranked cleanly, and as B's own job."""
+    CountingJudge.calls = []
+    _VerdictJudge.verdict = verdict
+    svc = Service(tmp_path / "r.sqlite", keys=key_digests({"HARNESS_API_KEYS": f"{KEY}, other"}),
+                  judge_factory=lambda *where: _VerdictJudge(), gpu=False)
+    other = {"Authorization": "Bearer other"}
+    with TestClient(create_app(svc)) as client:
+        mine = client.post("/v1/evaluations", json=request("same"), headers=AUTH).json()["id"]
+        wait_done(client, mine)
+        theirs = client.post("/v1/evaluations", json=request("same"), headers=other).json()["id"]
+        body = wait_done(client, theirs, headers=other)
+    assert mine not in json.dumps(body) and body["verdict"]["candidate"] == f"job/{theirs}"
+    assert CountingJudge.calls == (["same"] if reused else ["same", "same"])

@@ -96,8 +96,9 @@ def pause_all(processes: list[ExecutorProcess]) -> None:
     for process in [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]:
         process.paused = True
         process.reading.clear()
+        process.paused_times = {}
         try:
-            process.paused_pids = process.stop_all()
+            process.paused_pids = process.stop_all(process.paused_times)
         except holding.NotHeld:  # still forking after seconds: its group and session, as they are now
             if process.frozen_by_group:
                 process.group.freeze(0.0)  # each task freezes as it leaves the kernel
@@ -157,6 +158,8 @@ class ExecutorProcess:
         self.paused_pids: list[int] | None = None  # its processes, while paused (pause_all)
         self.held_pids: list[int] | None = None  # its processes, while held (hold)
         self.held_times: dict = {}               # their stopped threads' run times, as held (hold)
+        self.paused_times: dict = {}             # the same, as paused (pause_all)
+        self.group_held: cgroups.Held | None = None  # its frozen cgroup, as held or paused (stop_all)
         self.by_tree_known = False               # its process tree holds all of them (by_tree)
         self.reading = threading.Event()         # its output is read (not while it is held)
         self.reading.set()
@@ -283,27 +286,60 @@ class ExecutorProcess:
             self.reading.set()
             raise
 
-    def ran_while_held(self) -> list[int]:
-        """Its processes that ran since this hold stopped them (something continued them meanwhile): none can
-        while its cgroup is frozen."""
-        if not self.held_pids:
-            return []
+    def ran_while_held(self) -> str | None:
+        """What its processes did while this hold held them (None: nothing): see `hold_broken`."""
+        return self.hold_broken(self.held_times) if self.held_pids is not None else None
+
+    def hold_broken(self, times: dict) -> str | None:
+        """What its processes did since `stop_all` held them, although held (None: nothing). Frozen: a task that
+        ended or appeared, or CPU time charged to its cgroup (evaluator.wire.cgroups.Group.changed_since: a fatal
+        signal ends a frozen task, and its exit runs on a core). Stopped: a thread whose run time moved, or that is
+        gone or new (evaluator.referee.holding.ran_since). Where something did, it is held again as it is now, so
+        that the next check starts from there (an executor paused across many windows)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is not None:  # said once
+            ended = self.group_held is not None or bool(times)
+            self.group_held = None
+            times.clear()
+            return "it ended while held" if ended else None
+        if self.frozen_by_group:
+            if self.group_held is None:
+                return None
+            why = self.group.changed_since(self.group_held)
+            if why is not None:
+                self.group_held = self.group.settle(holding.HOLD_WAIT_S)
+            return why
+        if not times:
+            return None
         now: dict = {}
         holding.processes(self.proc.pid, self.by_tree(), now)  # a process born meanwhile ran to be born
-        return holding.ran_since(self.held_times, now)
+        ran = holding.ran_since(times, now)
+        if not ran:
+            return None
+        times.clear()
+        try:
+            holding.stop_all(self.proc.pid, self.by_tree(), times)
+        except holding.NotHeld:
+            signal_groups([self.proc], signal.SIGSTOP)
+        return f"its processes {ran} ran (something continued them)"
 
     def stop_all(self, times: dict | None = None) -> list[int]:
         """Every process of it held (its cgroup frozen, else evaluator.referee.holding's SIGSTOP); the processes
-        to continue (none for a frozen cgroup); raises holding.NotHeld."""
+        to continue (none for a frozen cgroup: what the frozen group was goes in `group_held`); raises
+        holding.NotHeld."""
         if self.frozen_by_group:
             if not self.group.freeze(holding.HOLD_WAIT_S):
                 self.group.thaw()
                 raise holding.NotHeld(f"its cgroup was not all frozen within {holding.HOLD_WAIT_S:g} s (a process "
                                       "of it stayed in the kernel)")
+            self.group_held = self.group.settle(holding.HOLD_WAIT_S)
             return []
+        self.group_held = None
         return holding.stop_all(self.proc.pid, self.by_tree(), times)
 
     def continue_all(self, pids: list[int] | None) -> None:
+        self.group_held = None
         if self.frozen_by_group:
             self.group.thaw()
         elif pids is None:

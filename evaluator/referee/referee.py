@@ -82,6 +82,8 @@ class Referee:
         # the batch's builds, frozen while anything is timed (where they do not run on cores of their own)
         self.builds = cgroups.Group(Path(config.builds_group)) if config.builds_group else None
         self.builds_late = 0  # times the builds were not all frozen within BUILDS_FREEZE_S (said in verdicts)
+        self.builds_held: cgroups.Held | None = None  # the builds' frozen cgroup as `exclusive` found it
+        self.paused: list[ExecutorProcess] = []       # the executors started ahead that `exclusive` holds
         self.tolerances = self.problem.tolerances
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
@@ -405,15 +407,36 @@ class Referee:
         waiting = list(self.waiting.values())
         for process in waiting:
             process.wait_pinned()
-        if self.builds is not None and not self.builds.freeze(BUILDS_FREEZE_S):  # each freezes as it leaves the kernel
-            self.builds_late += 1
+        self.builds_held = None
+        if self.builds is not None:
+            if self.builds.freeze(BUILDS_FREEZE_S):  # each freezes as it leaves the kernel
+                self.builds_held = self.builds.settle(BUILDS_FREEZE_S)
+            else:
+                self.builds_late += 1
         pause_all(waiting)
+        self.paused = waiting
         try:
             yield
         finally:
+            self.paused, self.builds_held = [], None
             resume_all(waiting)
             if self.builds is not None:
                 self.builds.thaw()
+
+    def held_elsewhere_broken(self) -> str | None:
+        """What was held while this referee timed, beyond the executor being timed, and ran or died although held
+        since the last look (None: nothing): the builds' cgroup, and the executors started ahead (each then held
+        again as it is now, so that the next look starts from there). A window this says something of is void:
+        a process tearing down its memory on a core, or running, inside it (evaluator.referee.time_phase)."""
+        why = []
+        if self.builds is not None and self.builds_held is not None:
+            if (broken := self.builds.changed_since(self.builds_held)) is not None:
+                why.append(f"the builds: {broken}")
+                self.builds_held = self.builds.settle(BUILDS_FREEZE_S)
+        for process in self.paused:
+            if (broken := process.hold_broken(process.paused_times)) is not None:
+                why.append(f"an executor started ahead: {broken}")
+        return "; ".join(why) or None
 
     def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> Callable[[], JudgeReply]:
         """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its

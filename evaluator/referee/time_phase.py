@@ -45,6 +45,9 @@ BACK_TO_BACK_WINDOWS = 2
 PACE_CAP_MS = float(os.environ.get("KH_PACE_CAP_MS", "50"))  # the variable: for tuning (.ci/window_gap.py) alone
 # The cost a pace is worked out with: the median of the calibrator's last windows (each paced already).
 PACE_COSTS = 5
+# Void windows (something held beside them ran or died inside them) a candidate's series times again; past these, the
+# verdict is `shaky_timing` (Series.retime). The candidate's own processes voiding one are its verdict at once.
+MAX_VOID_WINDOWS = 4
 
 # ------------------------------------------------------------------------------------------ time
 
@@ -69,10 +72,14 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         # never the candidate's warm-up (a candidate slow there alone would choose windows of one call, where its copies
         # are in the cost taken off: an attacker's review); how many calls a window holds: the reference's call and the
         # candidate's, at least 2 (a slow candidate's windows of 8 or 40 calls took CI's suite a minute longer)
-        by_reference = window_calls(referee, beside, reference_call_ms(referee))
+        # how many calls a window holds: the referee's count, from the reference's call and the calibrator's cost, at
+        # least 2; fewer for a candidate slower in its warm-up (a slow candidate's windows of 8 or 40 calls took CI's
+        # suite a minute longer), kept only where its ranked windows then last WINDOW_OVER_COST times their cost
+        # (`Series.short`): a candidate slow in its warm-up alone is timed again with the referee's count
+        referees = max(2, window_calls(referee, beside, reference_call_ms(referee)))
         by_candidate = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
         plan = referee.handoff_plan
-        together = max(2, min(by_reference, by_candidate))
+        together = min(referees, by_candidate)
         calls = relay.window_calls(plan, together, referee.device) if plan is not None else 1
         if plan is not None:  # calls back to back, handed off one by one: they rank (evaluator.referee.relay)
             try:
@@ -83,11 +90,19 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
             if plan is None or not series.calibrator_queued(relay.HANDOFF_WARMUP):
                 plan, calls = None, 1  # its cost would not be the candidate's: windows of one call rank
         timed = series.timed(calls, plan)
+        full = relay.window_calls(plan, referees, referee.device) if plan is not None else 1
+        retimed = None
+        if calls < full and (short := series.short(timed)) is not None:
+            retimed = (f"its windows of {calls} calls lasted {short}; timed again with {full} calls a window, as the "
+                       "reference's calls are")
+            calls, together = full, referees
+            timed = series.timed(calls, plan)
         timing, cost = series.figures(timed)
         series.run(BACK_TO_BACK_WINDOWS, min(together, referee.layout.sets), beside=False)
     sm_clock = referee.sm_clock()
     check = clock.cross_check(series.windows[timed], cost, referee.device)
     check.hold = getattr(session.link, "hold_mechanism", None)
+    check.void_windows, check.retimed = series.void, retimed
     check.builds = referee.config.builds
     if getattr(referee, "builds_late", 0) and check.builds:
         check.builds += f" (in {referee.builds_late} of this batch's holds, not all frozen within a second)"
@@ -144,6 +159,7 @@ class Series:
         self.paces: list[float] = []          # the device time each of the calibrator's calls was to take (`pace_for`)
         self.count = 0                        # clocked calls made
         self.room_known = False               # whether windows on the device were tried (`NoRoom` before that only)
+        self.void: list[str] = []             # the windows timed again, each with why it was void (`retime`)
 
     def timed(self, calls: int = 1, plan: handoff.Plan | None = None) -> slice:
         """The ranked series, windows of `calls` calls (handed off one by one where `plan` says where, else one call a
@@ -158,6 +174,18 @@ class Series:
             fit = min(fit, max(1, relay.HANDOFF_SERIES_CALLS // calls))
         self.run(timer.reps_for(estimate, cap=fit), calls, plan=plan)
         return slice(first, len(self.windows))
+
+    def short(self, timed: slice) -> str | None:
+        """How long the windows of `timed` lasted against what the calibrator measured a window to cost, where the
+        median window is under WINDOW_OVER_COST times that cost (None where it is not): the cost, taken off each
+        window over its calls, would weigh more than the referee's count of calls lets it."""
+        beside = self.costs[timed] if len(self.costs) == len(self.windows) else []
+        cost = clock.window_cost(beside) if beside else None
+        median = statistics.median(w.ms for w in self.windows[timed])
+        if cost is not None and median >= WINDOW_OVER_COST * cost.cost_ms:
+            return None
+        what = f"{cost.cost_ms:.4g} ms" if cost is not None else "unmeasured"
+        return f"{median:.4g} ms (median), under {WINDOW_OVER_COST} times their cost ({what})"
 
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
         """The series' per-call figures (each window less the cost beside it, over its calls), and that cost:
@@ -189,8 +217,11 @@ class Series:
         session = self.session
         referee = session.referee
         stage = session.link.stage
-        for _ in range(count):
+        made = 0
+        while made < count:
             input_sets = [referee.draw(referee.problem.distributions[0], session.seed()) for _ in range(calls)]
+            if beside:
+                referee.held_elsewhere_broken()  # what happened before this window is no part of it
             # the calibrator held through the candidate's window as the candidate is through the calibrator's:
             # each window then starts with its executor just continued, the pattern a window's cost depends on
             with held(referee.calibrator.link):
@@ -200,6 +231,7 @@ class Series:
                 else:
                     clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
                                            referee.timer.flush, session.keys.next_unit("place"))
+            void = [f"in it, {why}" for why in [referee.held_elsewhere_broken()] if why and beside]
             first = self.count + 1
             what = f"clocked call {first}" if calls == 1 else f"the window of clocked calls {first}-{first + calls - 1}"
             if clocked.go.error_kind == "room" and plan is not None and plan.on_device and not self.room_known:
@@ -217,23 +249,41 @@ class Series:
                 self.room_known = True  # a window on the device ended: a `room` reply later is the candidate's own
             if not beside:
                 self.compare(clocked, input_sets)
+                made += 1
                 continue
-            self.windows.append(clocked)
             with held(session.link):
                 idle(session, f"after {what} had returned")
-                paced = self.pace_for()
+                paced = self.pace_for(clocked)
                 calibrated = referee.calibrator.window(input_sets, paced, plan)
                 idle(session, f"through the calibrator's window after {what}")
-                ran = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else []
-                if ran:
+                own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
+                if own:
                     raise Judged(Status.runtime_error, Phase.time, (
-                        f"its processes {ran} ran while they were held around the calibrator's window after "
-                        f"{what} (something woke them): that window's cost, subtracted from every call, cannot "
-                        "be trusted"))
+                        f"held around the calibrator's window after {what}, its processes did what held processes "
+                        f"cannot unless they arranged it ({own}): a window void on purpose (that window's cost, "
+                        "taken off every call, cannot be trusted)"))
+                void += [f"in the calibrator's window beside it, {why}" for why in [referee.held_elsewhere_broken()] if why]
+            self.compare(clocked, input_sets)
+            if void and self.retime(what, void):
+                continue  # neither the window nor the calibrator's beside it is kept: timed again
+            self.windows.append(clocked)
             if calibrated is not None:
                 self.costs.append(calibrated)
                 self.paces.append(paced)
-            self.compare(clocked, input_sets)
+            made += 1
+
+    def retime(self, what: str, void: list[str]) -> bool:
+        """A void window (something held beside it, not the candidate's own, ran or died inside it or inside the
+        calibrator's window beside it): whether it is timed again (up to MAX_VOID_WINDOWS a candidate); past them it
+        is kept and the verdict flagged `shaky_timing`, never ranked."""
+        self.void.append(f"{what}: {'; '.join(void)}")
+        if len(self.void) <= MAX_VOID_WINDOWS:
+            return True
+        if len(self.void) == MAX_VOID_WINDOWS + 1:
+            self.session.add([Flag(name="shaky_timing", reason=(
+                f"{len(self.void)} windows were void, something held beside them running or dying inside them "
+                f"(first: {self.void[0]}); after {MAX_VOID_WINDOWS} were timed again the rest were kept: not ranked"))])
+        return False
 
     def calibrator_queued(self, last: int) -> bool:
         """Whether the calibrator's last `last` windows (handed off) had their calls queued on the device as a GPU
@@ -244,7 +294,7 @@ class Series:
         recent = self.costs[-last:]
         return len(recent) == last and all(c.go.queued for c in recent)
 
-    def pace_for(self) -> float:
+    def pace_for(self, clocked: clock.Clocked) -> float:
         """How long each call of the calibrator's window beside the last window is to keep the device busy (CUDA): the
         candidate's call by the referee's clock (the median of its last PACE_COSTS windows, that one included, and
         never more than that one, less the median cost of the calibrator's last windows, else the round's), less the
@@ -260,7 +310,7 @@ class Series:
         if referee.device != "cuda":
             return 0.0
         # per call, from the calibrator's last windows of as many calls as this one (handed off or not)
-        calls = self.windows[-1].calls
+        calls = clocked.calls
         recent = [((c.ms - c.reported_ms) / c.calls, c.reported_ms / c.calls - pace)
                   for c, pace in zip(self.costs[-PACE_COSTS:], self.paces[-PACE_COSTS:])
                   if c.reported_ms is not None and c.calls == calls]
@@ -269,8 +319,8 @@ class Series:
             return 0.0
         # never longer than the window beside it: only a slow window gets a long pace, so long paces never outnumber
         # slow windows, and the median cost is never one of paces longer than the median window's
-        call = min(self.windows[-1].per_call_ms,
-                   statistics.median(w.per_call_ms for w in self.windows[-PACE_COSTS:] if w.calls == calls))
+        call = min(clocked.per_call_ms,
+                   statistics.median(w.per_call_ms for w in [*self.windows[-PACE_COSTS + 1:], clocked] if w.calls == calls))
         own = recent[-1][1] if recent else 0.0  # the calibrator's own device work beyond its pace (its copy)
         return min(PACE_CAP_MS, max(0.0, call - cost - max(own, 0.0)))
 

@@ -22,9 +22,24 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 FREEZE_POLL_S = 0.0002
+# A task's last run before it froze is charged to its group as it switches out, a moment after the kernel may
+# report the group frozen: what a hold begins with is read again until two reads this far apart agree.
+SETTLE_S = 0.0005
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a frozen group was once it had settled (`Group.settle`): its tasks, and the CPU time charged to it
+    and the groups below it. A frozen task runs nothing, so both stay as they are until the group is thawed,
+    unless a task dies (a fatal signal ends a frozen task: a candidate's own timer can carry SIGKILL, and its
+    exit, tearing down its memory, runs on a core meanwhile) or something else moves tasks in or out."""
+
+    tasks: frozenset[int]
+    usage_usec: int | None
 
 
 def _mount_point() -> Path | None:
@@ -117,6 +132,57 @@ class Group:
         except (OSError, ValueError):
             return False
 
+    def tasks(self) -> frozenset[int]:
+        """Every thread in this group and the groups below it."""
+        found: set[int] = set()
+        for folder, _, _ in os.walk(self.path):
+            try:
+                found.update(int(t) for t in Path(folder, "cgroup.threads").read_text().split())
+            except (OSError, ValueError):
+                continue
+        return frozenset(found)
+
+    def usage_usec(self) -> int | None:
+        """CPU time charged to this group and every group below it (`cpu.stat`, there with or without the cpu
+        controller), in microseconds; None where it cannot be read."""
+        try:
+            for line in (self.path / "cpu.stat").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "usage_usec":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def settle(self, wait_s: float) -> Held:
+        """What the group is once frozen and settled: its CPU time read until two reads SETTLE_S apart agree (at
+        most `wait_s`), then its tasks."""
+        usage = self.usage_usec()
+        deadline = time.monotonic() + wait_s
+        while usage is not None and time.monotonic() < deadline:
+            time.sleep(SETTLE_S)
+            again = self.usage_usec()
+            if again == usage:
+                break
+            usage = again
+        return Held(tasks=self.tasks(), usage_usec=usage)
+
+    def changed_since(self, held: Held) -> str | None:
+        """What the group did since `held` although frozen (None: nothing): tasks that ended or appeared, CPU time
+        charged to it, or the group no longer frozen."""
+        what = []
+        if not self.frozen():
+            what.append("its cgroup was no longer frozen")
+        usage = self.usage_usec()
+        if usage is not None and held.usage_usec is not None and usage != held.usage_usec:
+            what.append(f"{usage - held.usage_usec} us of CPU time was charged to it")
+        tasks = self.tasks()
+        if ended := sorted(held.tasks - tasks):
+            what.append(f"{len(ended)} of its task(s) ended ({_few(ended)})")
+        if born := sorted(tasks - held.tasks):
+            what.append(f"{len(born)} task(s) appeared in it ({_few(born)})")
+        return "; ".join(what) or None
+
     def frozen(self) -> bool:
         try:
             return "frozen 1" in (self.path / "cgroup.events").read_text()
@@ -166,6 +232,10 @@ class Group:
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.01)
+
+
+def _few(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:5])) + (", ..." if len(ids) > 5 else "")
 
 
 def root_group(name: str) -> Group | None:

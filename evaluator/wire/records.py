@@ -256,8 +256,16 @@ class TimingCheck(Record):
         "Calls the executor reported as longer than the referee's whole window around them (at most 16)."))
     hold: str | None = Field(None, description=(
         "How the candidate's processes were held around the calibrator's windows: `cgroup_freezer` (its cgroup "
-        "frozen: nothing of it runs until thawed) or `sigstop` (every process stopped, every thread's run time "
-        "read before and after); null on verdicts made before it was recorded."))
+        "frozen; its tasks and the CPU time charged to it read before and after) or `sigstop` (every process "
+        "stopped, every thread's run time read before and after); null on verdicts made before it was recorded."))
+    void_windows: list[str] = Field(default_factory=list, description=(
+        "Windows timed again because something held beside them (the builds, executors started ahead) ran or died "
+        "inside them or inside the calibrator's window beside them, each with what: never ranked. Past "
+        "MAX_VOID_WINDOWS the rest are kept and the verdict is `shaky_timing`."))
+    retimed: str | None = Field(None, description=(
+        "Why the ranked series was timed again with the referee's own count of calls a window (its windows, of fewer "
+        "calls for a candidate slower in its warm-up than the reference, came out shorter than WINDOW_OVER_COST "
+        "times their cost); null where it was not."))
     builds: str | None = Field(None, description=(
         "How builds were kept away from the clock while it was timed: on cores apart from the lane's, frozen "
         "whenever anything is timed, or neither (niced only), as the parent set it up."))

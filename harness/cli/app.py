@@ -443,6 +443,7 @@ def serve_cli(
     executor: str = typer.Option("local", help="`local`, or `ray`: each lane a Ray actor on the cluster."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (default RAY_ADDRESS, else a local one)."),
     lanes: Optional[int] = typer.Option(None, min=1, help="Ray only: lanes (default: the cluster's GPUs)."),
+    docs: bool = typer.Option(False, "--docs", help="Serve /docs and /openapi.json (behind the key; off by default)."),
 ) -> None:
     """An evaluation service: POST /v1/evaluations, GET /v1/evaluations/{id} (harness.service.server)."""
     try:
@@ -469,4 +470,4 @@ def serve_cli(
                       lanes=dict(gpus=gpus, executor=executor, ray_address=ray_address, lanes=lanes))
     err_console.print(f"[dim]serving {len(service.registry)} problem(s) on http://{host}:{port} with {workers} "
                       f"lane(s) ({executor}), jobs in {service.store}[/]", highlight=False)
-    uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(service, docs=docs), host=host, port=port, log_level="warning")

@@ -12,8 +12,13 @@
 - Jobs live in the result store (table `jobs`). A job is `running` while judged; a server killed and started
   again puts its `running` jobs back in the queue (their judgement never finished, so none has two verdicts)
   and finishes every job it had accepted.
-- The same source, problem, size, device and judge is judged once: a client asking again gets its job's id, and
-  another client's job of it is answered with that verdict. A finished job keeps its verdict, not its source.
+- The key is checked before any byte of a body is read (`KeyFirst`): a request without a valid key is 401 whatever
+  its body, a `Content-Length` over MAX_BODY_BYTES is 413 unread, and a body sent in chunks is cut there (413).
+  `/docs` and `/openapi.json` are off unless asked for (`docs=True`), and then behind the key too.
+- The same source, problem, size, device and judge is judged once for a client: asking again gets its job's id.
+  Another client's job of it is answered with that verdict only where it ranked cleanly (`reusable`), and then
+  carries the asking job's name, never the other's; otherwise it is judged again. A finished job keeps its
+  verdict, not its source.
 - A worker per lane judges the queue in order (one by default; `--gpus` one per GPU named, `--executor ray` one
   per GPU of the cluster), with a warm `harness.Judge` per problem, size and device holding a lane per GPU (at
   most MAX_JUDGES held, the least recently used closed): worker i judges on lane i of every judge, so a GPU judges
@@ -43,6 +48,8 @@ from harness.problems.suite import Suite, load_suite, suite_of
 from harness.service.judge import MAX_SOURCE_BYTES
 
 JOB_STATES = ("queued", "running", "done")
+# A request's body: the source at its limit, JSON-escaped (a character of it up to six bytes, `\\uXXXX`), and the rest.
+MAX_BODY_BYTES = 6 * MAX_SOURCE_BYTES + (64 << 10)
 MAX_JUDGES = 4  # warm judges held at once (problem, size, device): the least recently used is closed past it
 
 
@@ -132,8 +139,9 @@ class Jobs:
             if not taken:
                 return None
             done = store.db.execute("SELECT verdict FROM jobs WHERE key = ? AND state = 'done' AND verdict IS NOT NULL "
-                                    "LIMIT 1", (row[2],)).fetchone()
-            return row[0], json.loads(row[1]), json.loads(done[0]) if done else None
+                                    "AND judged > 0 ORDER BY updated DESC", (row[2],)).fetchall()
+            known = next((v for v in map(json.loads, (d[0] for d in done)) if reusable(v)), None)
+            return row[0], json.loads(row[1]), known
 
     def finish(self, job_id: str, verdict: dict[str, Any] | None, error: str | None = None, judged: bool = True) -> None:
         """Done: its verdict (`judged`: made for it, not another job's), its source no longer kept."""
@@ -154,6 +162,21 @@ class Jobs:
         with self.open() as store, store.db:
             return store.db.execute("UPDATE jobs SET state = 'queued', updated = ? WHERE state = 'running'",
                                     (utc_now(),)).rowcount
+
+
+def reusable(verdict: dict[str, Any]) -> bool:
+    """Whether another client's verdict of the same key may answer a job: it ranked (correct at the tier, its own
+    series and every baseline within the published bounds, no drift between rounds, no reject flag), under the
+    published bounds (not `own_bounds`), with no void window and no series timed again. Anything else (a failure
+    too: a job judged just after a hostile one could have been made to fail) is judged again for the asker."""
+    check = verdict.get("timing_check") or {}
+    return (verdict.get("ranked") is True and not check.get("void_windows") and not check.get("retimed")
+            and not any(f.get("name") == "own_bounds" for f in verdict.get("flags") or []))
+
+
+def as_job(verdict: dict[str, Any], job_id: str) -> dict[str, Any]:
+    """Another job's verdict as this job's: its name this job's, nothing left that names the other's."""
+    return {**verdict, "candidate": f"job/{job_id}", "log_dir": None}
 
 
 JudgeFactory = Callable[[str, str | None, str], Any]  # (problem location, size, device) -> an entered Judge
@@ -331,8 +354,8 @@ class Service:
             self.wake.clear()
             return
         job_id, request, known = claimed
-        if known is not None:  # the same source, problem, size, device and judge: answered from the store
-            self.jobs.finish(job_id, known, judged=False)
+        if known is not None:  # the same source, problem, size, device and judge, ranked cleanly: from the store
+            self.jobs.finish(job_id, as_job(known, job_id), judged=False)
             return
         where = (request["location"], request["size"], request["device"])
         try:
@@ -353,8 +376,58 @@ class Service:
             self.wake.set()  # a job held back behind this one's key may go now
 
 
-def create_app(service: Service):
-    """The FastAPI application over `service` (started and stopped with the app)."""
+class KeyFirst:
+    """ASGI middleware around the whole application: the key before any byte of the body. A request without a valid
+    key is 401 unread; with one, a `Content-Length` over `limit` is 413 unread, and the body is read here up to
+    `limit` (a chunked one cut there: 413) before the application sees it."""
+
+    def __init__(self, app, service: Service, limit: int = MAX_BODY_BYTES):
+        self.app, self.service, self.limit = app, service, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {name.lower(): value for name, value in scope.get("headers", [])}
+        try:
+            self.service.client(headers.get(b"authorization", b"").decode("latin-1"))
+        except ServiceError as err:
+            return await self.refuse(send, err.status, err.reason)
+        length = headers.get(b"content-length")
+        if length is not None and (not length.strip().isdigit() or int(length) > self.limit):
+            return await self.refuse(send, 413, f"the body is over the limit of {self.limit} bytes (Content-Length)")
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                return await self.refuse(send, 413, f"the body is over the limit of {self.limit} bytes")
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body, given = b"".join(chunks), False
+
+        async def replay():
+            nonlocal given
+            if given:
+                return await receive()
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    @staticmethod
+    async def refuse(send, status: int, reason: str) -> None:
+        content = json.dumps({"error": reason}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": content})
+
+
+def create_app(service: Service, docs: bool = False):
+    """The FastAPI application over `service` (started and stopped with the app), inside `KeyFirst`; `docs`: serve
+    `/docs` and `/openapi.json` (behind the key as every route)."""
     import contextlib
 
     from fastapi import FastAPI, Header, Request
@@ -368,7 +441,8 @@ def create_app(service: Service):
         yield
         service.stop()
 
-    app = FastAPI(title="kernelharness", lifespan=lifespan)
+    app = FastAPI(title="kernelharness", lifespan=lifespan, docs_url="/docs" if docs else None, redoc_url=None,
+                  openapi_url="/openapi.json" if docs else None)
 
     @app.exception_handler(ServiceError)
     async def refused(request: Request, err: ServiceError):
@@ -397,4 +471,6 @@ def create_app(service: Service):
             raise ServiceError(404, f"no evaluation {job_id!r}")
         return job
 
-    return app
+    wrapped = KeyFirst(app, service)
+    wrapped.fastapi = app
+    return wrapped
