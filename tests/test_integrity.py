@@ -910,3 +910,89 @@ def test_a_call_shorter_than_a_windows_cost_is_never_a_figure_below_its_floor(tm
         assert classify(verdict, "loose")[0].value in ("shaky", "rejected"), classify(verdict, "loose")
     else:  # a figure that ranks is of the call's order
         assert 0 < verdict.runtime_ms < 1.0 and 0.05 < verdict.speedup["eager"] < 20, (verdict.runtime_ms, verdict.speedup)
+
+
+# --------------------------------------------------------------------------- integrity round 4: the hold, the windows
+
+def test_helpers_dying_inside_the_hold_void_it_and_that_is_the_candidates_verdict(cpu_verdicts):
+    """An attacker's review: under the cgroup freezer the hold could not fail (no pids to check), yet a fatal signal
+    ends a frozen task: helpers re-arming their own SIGALRM died inside the calibrator's windows, 100-160 times an
+    evaluation, and nothing said so."""
+    verdict = cpu_verdicts["freeze_kill"]
+    assert verdict.status == Status.runtime_error and verdict.phase.value == "time", verdict.error
+    assert "void on purpose" in verdict.error and ("ended" in verdict.error or "ran" in verdict.error), verdict.error
+
+
+def test_a_candidate_slow_in_its_warmup_alone_gets_the_referees_windows(cpu_verdicts):
+    """An attacker's review: 40 ms warm-up calls bought ranked windows of 2 calls (the cost taken off each window
+    weighing 4-16 times more). Its windows came out shorter than 20 times their cost: timed again with the referee's
+    count, as an honest candidate as fast as the reference gets."""
+    slow, honest = cpu_verdicts["slow_warmup"], cpu_verdicts["good-torch_ops_correct"]
+    assert slow.status == Status.correct and honest.status == Status.correct
+    assert honest.timing_check.calls_per_window > 2, honest.timing_check  # else this machine tests nothing here
+    assert slow.timing_check.retimed and "timed again" in slow.timing_check.retimed, slow.timing_check
+    assert slow.timing_check.calls_per_window > 2, slow.timing_check
+
+
+def _planted_alive() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "kh-planted":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_frozen_groups_deaths_and_cpu_time_are_seen():
+    """The check behind every hold: a task of a frozen group that dies of its own timer, and the CPU time its exit is
+    charged, are seen; a group left alone frozen shows nothing."""
+    import subprocess
+    import sys
+
+    from evaluator.wire import cgroups
+
+    if not cgroups.usable()[0]:
+        pytest.skip(f"no cgroup here: {cgroups.usable()[1]}")
+    group = cgroups.Group.create(None, "test")
+    script = ("import signal, time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+              "print('ready', flush=True)\nwhile True:\n    signal.setitimer(signal.ITIMER_REAL, 0.3)\n    time.sleep(0.001)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        group.join(child.pid)
+        child.stdout.readline()
+        assert group.freeze(2.0)
+        held = group.settle(1.0)
+        assert child.pid in held.tasks and group.changed_since(held) is None  # frozen: nothing moves
+        child.wait(timeout=10)  # its timer fires inside the hold: a fatal signal ends a frozen task
+        why = group.changed_since(held)
+        assert why is not None and "ended" in why and "CPU time" in why, why
+    finally:
+        group.thaw()
+        child.kill()
+        child.wait()
+        group.remove(wait_s=5)
+
+
+@pytest.mark.slow
+def test_helpers_a_build_plants_void_other_candidates_windows_and_die_with_their_build(tmp_path, monkeypatch):
+    """The review's follow-up: the freeze-kill planted from a build, whose cgroup is frozen whenever the lane times
+    anything, so that the deaths land inside another candidate's windows. The honest control judged meanwhile keeps
+    its figure (its void windows timed again, each named); nothing the build started outlives it."""
+    from evaluator.wire import cgroups
+
+    if not cgroups.usable()[0]:
+        pytest.skip(f"no cgroup here: {cgroups.usable()[1]}")
+    monkeypatch.setenv("HARNESS_BUILD_ISOLATION", "frozen")
+    hacks = FIXTURES / "hacks" / "builds"
+    batch = [CandidateFile(name="control", path=hacks / "padded_control.py"),
+             CandidateFile(name="planter", path=hacks / "build_freeze_kill.py")]
+    verdicts = {v.candidate: v for v in evaluate(batch, options(tmp_path, run_rejected=True, ahead=0))}
+    control = verdicts["control"]
+    assert control.status == Status.correct, control.error
+    assert control.timing_check.builds.startswith("frozen"), control.timing_check.builds
+    void = control.timing_check.void_windows
+    assert void and all("the builds" in why for why in void), control.timing_check
+    assert control.runtime_ms is None or control.runtime_ms > 0.8 * 3.0, control.timing_check  # padded_control.PAD_MS
+    assert not _planted_alive()

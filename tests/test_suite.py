@@ -99,6 +99,31 @@ def test_candidates_go_to_the_problem_their_folder_or_name_starts_with(tmp_path)
     assert unassigned == [files[3], files[4]]
 
 
+def test_only_the_path_from_what_the_user_named_counts_and_the_nearest_folder_wins(tmp_path):
+    """An attacker's review: the whole resolved path counted and the longest name won, so
+    `.../5_Matmul-notes/out/1_ReLU/a.py` was judged as 5_Matmul and `out2/9_Attention/10_Swish_Scale_try.py` as
+    10_Swish_Scale."""
+    from harness.problems.suite import Suite, SuiteProblem
+
+    suite = Suite(name="s", source="-", problems=[SuiteProblem(name=n, location=n) for n in (
+        "1_ReLU", "5_Matmul", "9_Attention", "10_Swish_Scale", "2_Add", "2_Add_v2")])
+    notes = tmp_path / "5_Matmul-notes"
+    out, out2 = notes / "out", notes / "out2"
+    files = [out / "1_ReLU" / "a.py", out2 / "9_Attention" / "10_Swish_Scale_try.py", out / "5_Matmul_x.py"]
+    for file in files:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text("")
+    by_problem, unassigned = assign_candidates(suite, files, named=[out, out2])
+    assert by_problem == {"1_ReLU": [files[0]], "5_Matmul": [files[2]], "9_Attention": [files[1]]} and not unassigned
+    # named above the notes folder: its own name is a folder on the path, but the nearest one wins
+    assert assign_candidates(suite, files[:2], named=[tmp_path])[0] == {"1_ReLU": [files[0]], "9_Attention": [files[1]]}
+    # a file named itself: its path as given, never resolved (no folder above it counts)
+    bare = Path("10_Swish_Scale_try.py")
+    assert assign_candidates(suite, [bare])[0] == {"10_Swish_Scale": [bare]}
+    with pytest.raises(SuiteError, match="'2_Add' and '2_Add_v2'"):
+        assign_candidates(suite, [Path("2_Add_v2_sample_0.py")])
+
+
 # -- the suite board --------------------------------------------------------------------------------
 
 def _entry(problem: str, outcome: Outcome, eager: float | None = None, compile_: float | None = None,

@@ -42,7 +42,7 @@ class Placement:
     lane_cores: list[list[int]] = field(default_factory=list)   # mode `cores`: lane i's cores
     build_cores: list[int] | None = None                         # mode `cores`: the builds'
     lane_groups: list[cgroups.Group] = field(default_factory=list)  # mode `frozen`: lane i freezes its group
-    builds: cgroups.Group | None = None                          # mode `frozen`: each build's group lies below it
+    builds: cgroups.Group | None = None  # each build's group lies below it (mode `frozen`: frozen with the lanes')
     why: str = ""
 
     def describe(self, lane: int) -> str:
@@ -61,7 +61,8 @@ class Placement:
         return self.lane_groups[lane] if self.mode == "frozen" and lane < len(self.lane_groups) else None
 
     def build_group(self) -> cgroups.Group | None:
-        """A group of its own for one build, below the builds' (mode `frozen`)."""
+        """A group of its own for one build, below the builds' (where groups can be made): killed whole when the
+        build ends (evaluator.referee.process.ExecutorProcess.kill), so nothing it started outlives it."""
         if self.builds is None:
             return None
         try:
@@ -72,6 +73,8 @@ class Placement:
     def close(self) -> None:
         if self.lane_groups:
             self.lane_groups[0].remove(wait_s=5.0)
+        elif self.builds is not None:
+            self.builds.remove(wait_s=5.0)
 
 
 def plan(lanes: int) -> Placement:
@@ -83,7 +86,9 @@ def plan(lanes: int) -> Placement:
     why = []
     if wanted in ("", "cores") and enough:
         taken = [cores[i * per_lane:(i + 1) * per_lane] for i in range(lanes)]
-        return Placement("cores", lane_cores=taken, build_cores=cores[lanes * per_lane:])
+        # a group each all the same (never frozen here): a build's whole group is killed when it ends
+        return Placement("cores", lane_cores=taken, build_cores=cores[lanes * per_lane:],
+                         builds=cgroups.root_group("builds"))
     if wanted == "cores":
         why.append(f"{len(cores)} cores are too few for {lanes} lane(s) of {per_lane} and {MIN_BUILD_CORES} for builds")
     if wanted in ("", "cores", "frozen"):

@@ -387,7 +387,7 @@ class ExecutorProcess:
         if self.proc is None:
             return True
         self.reading.set()
-        if self.frozen_by_group:  # every process of it, wherever it went (a frozen one dies of SIGKILL too)
+        if self.group is not None:  # every process of it, wherever it went (a frozen one dies of SIGKILL too)
             self.group.kill()
         kill_group(self.proc)
         resume_all([self])  # a stopped process dies of SIGKILL too; its group is continued all the same

@@ -74,8 +74,8 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         # candidate's, at least 2 (a slow candidate's windows of 8 or 40 calls took CI's suite a minute longer)
         # how many calls a window holds: the referee's count, from the reference's call and the calibrator's cost, at
         # least 2; fewer for a candidate slower in its warm-up (a slow candidate's windows of 8 or 40 calls took CI's
-        # suite a minute longer), kept only where its ranked windows then last WINDOW_OVER_COST times their cost
-        # (`Series.short`): a candidate slow in its warm-up alone is timed again with the referee's count
+        # suite a minute longer), kept only where its ranked windows then last as long as the reference's calls in a
+        # window of the referee's count (`Series.short`): one slow in its warm-up alone is timed again with that count
         referees = max(2, window_calls(referee, beside, reference_call_ms(referee)))
         by_candidate = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
         plan = referee.handoff_plan
@@ -92,7 +92,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         timed = series.timed(calls, plan)
         full = relay.window_calls(plan, referees, referee.device) if plan is not None else 1
         retimed = None
-        if calls < full and (short := series.short(timed)) is not None:
+        if calls < full and (short := series.short(timed, full * reference_call_ms(referee))) is not None:
             retimed = (f"its windows of {calls} calls lasted {short}; timed again with {full} calls a window, as the "
                        "reference's calls are")
             calls, together = full, referees
@@ -175,17 +175,14 @@ class Series:
         self.run(timer.reps_for(estimate, cap=fit), calls, plan=plan)
         return slice(first, len(self.windows))
 
-    def short(self, timed: slice) -> str | None:
-        """How long the windows of `timed` lasted against what the calibrator measured a window to cost, where the
-        median window is under WINDOW_OVER_COST times that cost (None where it is not): the cost, taken off each
-        window over its calls, would weigh more than the referee's count of calls lets it."""
-        beside = self.costs[timed] if len(self.costs) == len(self.windows) else []
-        cost = clock.window_cost(beside) if beside else None
+    def short(self, timed: slice, reference_window_ms: float) -> str | None:
+        """How long the windows of `timed` lasted, where the median is under `reference_window_ms` (what the
+        reference's calls last in a window of the referee's count); None where it is not. Shorter windows would weigh
+        the cost taken off each one more than in the reference's windows: a multiplier of the candidate's choosing."""
         median = statistics.median(w.ms for w in self.windows[timed])
-        if cost is not None and median >= WINDOW_OVER_COST * cost.cost_ms:
+        if median >= reference_window_ms:
             return None
-        what = f"{cost.cost_ms:.4g} ms" if cost is not None else "unmeasured"
-        return f"{median:.4g} ms (median), under {WINDOW_OVER_COST} times their cost ({what})"
+        return f"{median:.4g} ms (median), under the {reference_window_ms:.4g} ms of the reference's calls in a window"
 
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
         """The series' per-call figures (each window less the cost beside it, over its calls), and that cost:

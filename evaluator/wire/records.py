@@ -264,8 +264,8 @@ class TimingCheck(Record):
         "MAX_VOID_WINDOWS the rest are kept and the verdict is `shaky_timing`."))
     retimed: str | None = Field(None, description=(
         "Why the ranked series was timed again with the referee's own count of calls a window (its windows, of fewer "
-        "calls for a candidate slower in its warm-up than the reference, came out shorter than WINDOW_OVER_COST "
-        "times their cost); null where it was not."))
+        "calls for a candidate slower in its warm-up than the reference, came out shorter than the reference's calls "
+        "in a window of that count); null where it was not."))
     builds: str | None = Field(None, description=(
         "How builds were kept away from the clock while it was timed: on cores apart from the lane's, frozen "
         "whenever anything is timed, or neither (niced only), as the parent set it up."))

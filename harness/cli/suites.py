@@ -58,7 +58,11 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
     from evaluator.parent.lanes import resolve_device
 
     found = candidate_files(files)
-    by_problem, unassigned = assign_candidates(suite, found)
+    try:
+        by_problem, unassigned = assign_candidates(suite, found, named=files)
+    except SuiteError as err:
+        _err.print(f"[red]error:[/] {err}", soft_wrap=True)
+        return 2
     if unassigned:
         _err.print(f"[red]error:[/] {len(unassigned)} file(s) belong to no problem of suite {suite.name} (a file "
                    f"is a problem's where a folder on its path, or the start of its name, is the problem's name: "

@@ -183,20 +183,40 @@ def suite_of(locations: Sequence[str]) -> Suite:
     return _checked(Suite(name="+".join(p.name for p in problems), source="--problem", problems=problems))
 
 
-def assign_candidates(suite: Suite, files: Sequence[Path]) -> tuple[dict[str, list[Path]], list[Path]]:
-    """Each candidate file's problem: the one whose name is a folder on its path (`out/1_ReLU/a.py`, a suite
-    run's folder `candidates/1_ReLU-.../0/candidate.py`) or starts its file name (`1_ReLU_sample_0.py`,
-    KernelBench's generations named by problem). The longest name wins (`10_X` over `1_X`). Returns the files
-    by problem name, in the suite's order, and those that belong to none."""
-    names = sorted(suite.names(), key=len, reverse=True)
-    by_problem: dict[str, list[Path]] = {name: [] for name in suite.names()}
+def assign_candidates(suite: Suite, files: Sequence[Path],
+                      named: Sequence[Path] = ()) -> tuple[dict[str, list[Path]], list[Path]]:
+    """Each candidate file's problem, from its path from what the user named (`named`: the folders given on the
+    command line, their own names included; a file given itself counts by its path as given, never resolved, nor any
+    folder above what was named): the nearest folder named as a
+    problem (`out/1_ReLU/a.py`; a suite run's folder `candidates/1_ReLU-.../0/candidate.py`), else the problem its
+    file name starts with (`1_ReLU_sample_0.py`, KernelBench's generations named by problem). A folder or file name
+    that two problems match is an error naming both (SuiteError). Returns the files by problem name, in the suite's
+    order, and those that belong to none."""
+    names = suite.names()
+    by_problem: dict[str, list[Path]] = {name: [] for name in names}
     unassigned = []
+    roots = [r.resolve() for r in named if r.is_dir()]
     for file in files:
-        parts = file.resolve().parts
-        match = next((n for n in names if any(part == n or part.startswith(n + "-") for part in parts[:-1])
-                      or re.match(rf"{re.escape(n)}(\b|_|-|\.)", file.name)), None)
+        resolved = file.resolve()
+        below = max((r for r in roots if resolved.is_relative_to(r)), key=lambda r: len(r.parts), default=None)
+        parts = resolved.relative_to(below.parent).parts if below is not None else file.parts  # the folder's own name too
+        match = None
+        for folder in reversed(parts[:-1]):  # the nearest folder first
+            if found := [n for n in names if folder == n or folder.startswith(n + "-")]:
+                match = _one(found, file, f"folder {folder!r}")
+                break
+        if match is None and (found := [n for n in names if re.match(rf"{re.escape(n)}(\b|_|-|\.)", file.name)]):
+            match = _one(found, file, "its file name")
         if match is None:
             unassigned.append(file)
         else:
             by_problem[match].append(file)
     return {n: fs for n, fs in by_problem.items() if fs}, unassigned
+
+
+def _one(found: list[str], file: Path, where: str) -> str:
+    """The one problem `where` names; SuiteError where it names several."""
+    if len(found) > 1:
+        raise SuiteError(f"{file}: {where} matches problems {' and '.join(map(repr, found))}: rename it or put it in a "
+                         "folder named as one problem")
+    return found[0]
