@@ -155,14 +155,15 @@ class Group:
         return None
 
     def settle(self, wait_s: float) -> Held:
-        """What the group is once frozen and settled: its CPU time read until two reads SETTLE_S apart agree (at
-        most `wait_s`), then its tasks."""
+        """What the group is once frozen and settled: its CPU time read until two reads SETTLE_S apart agree with the
+        group frozen at both (a task dying of a signal leaves the frozen state until its exit, and its teardown, are
+        over), at most `wait_s`; then its tasks."""
         usage = self.usage_usec()
         deadline = time.monotonic() + wait_s
-        while usage is not None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             time.sleep(SETTLE_S)
             again = self.usage_usec()
-            if again == usage:
+            if again == usage and self.frozen():
                 break
             usage = again
         return Held(tasks=self.tasks(), usage_usec=usage)
