@@ -837,7 +837,7 @@ def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():
 @pytest.mark.parametrize("costs, flag", [((1.0, 1.0, 1.0, 1.0), "implausible"), ((0.6, 0.9, 1.0, 1.4), "shaky_timing")])
 def test_a_median_under_the_floor_is_implausible_unless_the_windows_cost_is_known_no_better(costs, flag):
     from evaluator.referee import clock
-    from evaluator.referee.time_phase import check_floor
+    from evaluator.referee.floor import check_floor
     from evaluator.referee.timing import summarize
 
     session, built, _ = local_executor.checked(local_executor.Honest)
@@ -878,7 +878,7 @@ def test_a_figure_the_clock_cannot_resolve_is_no_number():
     is shaky_timing and given as no number: no runtime, no speedup (issue 33; once printed as 0.0000 ms and
     111128x eager)."""
     from evaluator.referee import clock
-    from evaluator.referee.time_phase import check_floor
+    from evaluator.referee.floor import check_floor
     from evaluator.referee.timing import summarize
 
     session, built, _ = local_executor.checked(local_executor.Honest)

@@ -205,7 +205,7 @@ def window_cost(clocked: list[Clocked]) -> WindowCost | None:
 
 def referee_times(clocked: list[Clocked], cost_ms: float) -> list[float]:
     """Each window's time per call by the referee's clock: the window less the window's cost, over its calls
-    (at or below zero where the cost's error is as large as the calls: see time_phase.check_floor)."""
+    (at or below zero where the cost's error is as large as the calls: see evaluator.referee.floor.check_floor)."""
     return [(c.ms - cost_ms) / c.calls for c in clocked]
 
 

@@ -287,7 +287,7 @@ class ExecutorProcess:
             raise
 
     def ran_while_held(self) -> str | None:
-        """What its processes did while this hold held them (None: nothing): see `hold_broken`."""
+        """What its processes did while this hold held them (None: nothing): `hold_broken`."""
         return self.hold_broken(self.held_times) if self.held_pids is not None else None
 
     def hold_broken(self, times: dict) -> str | None:
@@ -310,19 +310,7 @@ class ExecutorProcess:
             if why is not None:
                 self.group_held = self.group.settle(holding.HOLD_WAIT_S)
             return why
-        if not times:
-            return None
-        now: dict = {}
-        holding.processes(self.proc.pid, self.by_tree(), now)  # a process born meanwhile ran to be born
-        ran = holding.ran_since(times, now)
-        if not ran:
-            return None
-        times.clear()
-        try:
-            holding.stop_all(self.proc.pid, self.by_tree(), times)
-        except holding.NotHeld:
-            signal_groups([self.proc], signal.SIGSTOP)
-        return f"its processes {ran} ran (something continued them)"
+        return holding.broken_since(self.proc.pid, self.by_tree(), times) if times else None
 
     def stop_all(self, times: dict | None = None) -> list[int]:
         """Every process of it held (its cgroup frozen, else evaluator.referee.holding's SIGSTOP); the processes

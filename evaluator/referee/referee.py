@@ -44,7 +44,8 @@ from evaluator.referee.session import Session, own_credit, release_cached, run_l
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
-from evaluator.referee.process import ExecutorProcess, pause_all, resume_all
+from evaluator.referee.beside import Beside
+from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import settle
 from evaluator.referee.timing import Timer
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
@@ -60,7 +61,6 @@ from evaluator.wire.stage import Layout
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
 EARLY_WARM_FRESH_S = 3.0  # a warm-up run this recently before the first round needs no second one (warm_seconds)
 ROUND_MAX_AGE_S = 600.0  # a candidate never divides by a round older than this (ensure_round)
-BUILDS_FREEZE_S = 1.0     # how long `exclusive` waits for every build to be frozen
 # A stage holds input sets for windows of up to MOST_CALLS calls back to back, within these bytes (each
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
 STAGE_BYTES = {"cuda": 3 << 30, "cpu": 32 << 20}
@@ -80,10 +80,9 @@ class Referee:
         # each executor's cgroup lies below this one (frozen to hold it), made with the first executor
         self.groups: cgroups.Group | None = None
         # the batch's builds, frozen while anything is timed (where they do not run on cores of their own)
-        self.builds = cgroups.Group(Path(config.builds_group)) if config.builds_group else None
-        self.builds_late = 0  # times the builds were not all frozen within BUILDS_FREEZE_S (said in verdicts)
-        self.builds_held: cgroups.Held | None = None  # the builds' frozen cgroup as `exclusive` found it
-        self.paused: list[ExecutorProcess] = []       # the executors started ahead that `exclusive` holds
+        # what `exclusive` holds beside the executor being timed: the builds' cgroup (if this lane freezes one), the
+        # executors started ahead
+        self.beside = Beside(cgroups.Group(Path(config.builds_group)) if config.builds_group else None)
         self.tolerances = self.problem.tolerances
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
@@ -407,36 +406,14 @@ class Referee:
         waiting = list(self.waiting.values())
         for process in waiting:
             process.wait_pinned()
-        self.builds_held = None
-        if self.builds is not None:
-            if self.builds.freeze(BUILDS_FREEZE_S):  # each freezes as it leaves the kernel
-                self.builds_held = self.builds.settle(BUILDS_FREEZE_S)
-            else:
-                self.builds_late += 1
-        pause_all(waiting)
-        self.paused = waiting
+        self.beside.hold(waiting)
         try:
             yield
         finally:
-            self.paused, self.builds_held = [], None
-            resume_all(waiting)
-            if self.builds is not None:
-                self.builds.thaw()
+            self.beside.release()
 
     def held_elsewhere_broken(self) -> str | None:
-        """What was held while this referee timed, beyond the executor being timed, and ran or died although held
-        since the last look (None: nothing): the builds' cgroup, and the executors started ahead (each then held
-        again as it is now, so that the next look starts from there). A window this says something of is void:
-        a process tearing down its memory on a core, or running, inside it (evaluator.referee.time_phase)."""
-        why = []
-        if self.builds is not None and self.builds_held is not None:
-            if (broken := self.builds.changed_since(self.builds_held)) is not None:
-                why.append(f"the builds: {broken}")
-                self.builds_held = self.builds.settle(BUILDS_FREEZE_S)
-        for process in self.paused:
-            if (broken := process.hold_broken(process.paused_times)) is not None:
-                why.append(f"an executor started ahead: {broken}")
-        return "; ".join(why) or None
+        return self.beside.broken()
 
     def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> Callable[[], JudgeReply]:
         """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its

@@ -246,7 +246,7 @@ class Timed:
     floor_ms: float | None
     sm_clock_mhz: int | None
     later: object = None      # compare.ModeAccumulator: every call compared after the checks, in every tier
-    resolved: bool = True     # whether the figure per call stands as a number (check_floor)
+    resolved: bool = True     # whether the figure per call stands as a number (evaluator.referee.floor.check_floor)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import statistics
 
 import torch
 
-from evaluator.referee import clock, compare, holding, relay, tuning
+from evaluator.referee import clock, compare, floor, holding, relay, tuning
 from evaluator.referee import inputs as draws
-from evaluator.referee.timing import physical_floor_ms, quantile, summarize
+from evaluator.referee.timing import summarize
 from evaluator.wire import handoff
 from evaluator.wire import tensors as cmp
 from evaluator.wire.exchange import ExchangeError
@@ -104,12 +104,13 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     check.hold = getattr(session.link, "hold_mechanism", None)
     check.void_windows, check.retimed = series.void, retimed
     check.builds = referee.config.builds
-    if getattr(referee, "builds_late", 0) and check.builds:
-        check.builds += f" (in {referee.builds_late} of this batch's holds, not all frozen within a second)"
+    late = referee.beside.builds_late if hasattr(referee, "beside") else 0
+    if late and check.builds:
+        check.builds += f" (in {late} of this batch's holds, not all frozen within a second)"
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     compare_state_after_timing(session, series.replay, series.count, series.later)
-    floor_ms, resolved = check_floor(session, built, timing, cost, calls)
+    floor_ms, resolved = floor.check_floor(session, built, timing, cost, calls)
     recheck(session, series.replay, series.later)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later,
                  resolved=resolved)
@@ -469,51 +470,6 @@ def compare_state_after_timing(session: Session, replayed: torch.nn.Module, call
             f"buffers wrong after {calls} timed calls (warm-up included; the reference replayed the same "
             f"calls on the same inputs): {describe_regression(acc, None)}"))
     later.merge(acc)
-
-
-def resolution_ms(cost: clock.WindowCost | None, calls: int) -> float:
-    """What the referee's clock resolves of one call: the spread (IQR) of the window's cost, over the calls a
-    window holds."""
-    if cost is None or not cost.costs:
-        return 0.0
-    return (quantile(list(cost.costs), 0.75) - quantile(list(cost.costs), 0.25)) / calls
-
-
-def floor_of(referee: RefereeView, built: Built) -> tuple[float | None, str]:
-    read = referee.input_nbytes + sum(p.numel() * p.element_size() for p in built.reference.parameters())
-    return physical_floor_ms(referee.problem.flop_count(referee.size), read, referee.device,
-                             referee.environment.device_name)
-
-
-def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock.WindowCost | None,
-                calls: int) -> tuple[float | None, bool]:
-    """(the physical floor, whether the figure stands as a number). A figure per call at or under what the
-    referee's clock resolves here (the spread of the window's cost over the calls a window holds: a window of
-    as many calls as the stage allows did not make it longer) is `shaky_timing` and shown as no number; one
-    under the physical floor is the same where the clock's resolution reaches the floor, else `implausible`
-    (reject): the timing cannot be real. (On an H100 at `small`, windows of one call once came out no dearer
-    than their cost: a median of 0, printed as 0.0000 ms and 111128x eager on a CPU.)"""
-    referee = session.referee
-    floor, how = floor_of(referee, built)
-    resolution = resolution_ms(cost, calls)
-    per_call = f"{timing.median_ms * 1e3:.4g} us per call"
-    resolves = (f"the window's cost ({cost.cost_ms * 1e3:.4g} us) spreads by {resolution * calls * 1e3:.4g} us, "
-                f"{resolution * 1e3:.4g} us a call over {calls} call(s) a window") if cost is not None else "uncalibrated"
-    if timing.median_ms <= resolution:
-        session.add([Flag(name="shaky_timing", reason=(
-            f"{per_call}, within what the referee's clock resolves here ({resolves}): too short a call to time; "
-            "no figure is given, not ranked"))])
-        return floor, False
-    if floor is None or timing.median_ms >= floor:
-        return floor, True
-    below = f"median {per_call} is below the physical floor {floor * 1e3:.4g} us ({how})"
-    if timing.median_ms + resolution >= floor:
-        session.add([Flag(name="shaky_timing", reason=(
-            f"{below}, within what the referee's clock resolves here ({resolves}): too short a call to time; no "
-            "figure is given, not ranked"))])
-        return floor, False
-    session.add([Flag(name="implausible", policy=FlagPolicy.reject, reason=f"{below}: the timing cannot be real")])
-    return floor, True
 
 
 def recheck(session: Session, replayed: torch.nn.Module, later: compare.ModeAccumulator) -> None:
