@@ -17,6 +17,7 @@ built, to show they compile.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -986,8 +987,10 @@ def test_helpers_a_build_plants_void_other_candidates_windows_and_die_with_their
         pytest.skip(f"no cgroup here: {cgroups.usable()[1]}")
     monkeypatch.setenv("HARNESS_BUILD_ISOLATION", "frozen")
     hacks = FIXTURES / "hacks" / "builds"
-    batch = [CandidateFile(name="control", path=hacks / "padded_control.py"),
-             CandidateFile(name="planter", path=hacks / "build_freeze_kill.py")]
+    # a source never built before, so that it is built in the pool (one built before is imported by its lane alone)
+    planter = tmp_path / "build_freeze_kill.py"
+    planter.write_text((hacks / "build_freeze_kill.py").read_text() + f"\n# {os.urandom(8).hex()}\n")
+    batch = [CandidateFile(name="control", path=hacks / "padded_control.py"), CandidateFile(name="planter", path=planter)]
     verdicts = {v.candidate: v for v in evaluate(batch, options(tmp_path, run_rejected=True, ahead=0))}
     control = verdicts["control"]
     assert control.status == Status.correct, control.error
