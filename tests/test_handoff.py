@@ -357,3 +357,23 @@ def test_no_executor_can_shrink_or_grow_the_exchange_or_a_host_stage():
     finally:
         exchange.close()
         stage.close()
+
+
+def test_a_baseline_drops_the_windows_something_held_beside_it_ran_or_died_in(monkeypatch):
+    """The referee-timed baselines are watched as a candidate's windows are (evaluator.referee.beside): a window in
+    which the builds or an executor started ahead ran or died although held is not part of the figure. Here every
+    odd timed window is said to be broken: the figure holds the even ones alone."""
+    judge = local_executor.referee()
+    timed, state = [], {"broken": False}
+    one = judge.timer.one
+
+    def watched_one(fn, call, before=None, after=None, calls=1):
+        state["broken"] = call.timed is not None and call.timed % 2 == 1
+        if call.timed is not None:
+            timed.append(call.timed)
+        return one(fn, call, before, after, calls)
+
+    monkeypatch.setattr(judge.timer, "one", watched_one)
+    monkeypatch.setattr(judge, "held_elsewhere_broken", lambda: "the builds: 1 task ended" if state["broken"] else None)
+    stats = judge.time_baseline("eager")
+    assert len(timed) >= 2 * judge.timer.min_reps and stats.reps == len([t for t in timed if t % 2 == 0])

@@ -361,3 +361,26 @@ def test_replies_asked_ahead_hand_their_extensions_to_the_batch_before_gated_by_
     monkeypatch.setattr(sandbox.Evaluator, "evaluate_all", lambda self, candidates, prebuild=(): taken.append(prebuild) or iter(()))
     assert list(verdicts._DefaultEvaluate(lambda: builds)([], sandbox.EvalOptions(device="cpu"))) == []
     assert taken == [builds]  # the batch's evaluator builds them after its own
+
+
+@pytest.mark.slow
+def test_the_readmes_first_command_judges_three_replies_on_a_cpu(tmp_path):
+    """The README's first minutes: `harness run --model replay:tests/fixtures/replays/cpu --device cpu --size small`
+    judges a correct C++ kernel, a wrong one and a real reply cut off before any code, each with its verdict, and
+    `harness leaderboard` shows the board."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    store = tmp_path / "r.sqlite"
+    run = subprocess.run([sys.executable, "-m", "harness", "run", "--model", "replay:tests/fixtures/replays/cpu",
+                          "--device", "cpu", "--size", "small", "--store", str(store), "--runs-dir", str(tmp_path / "runs")],
+                         cwd=root, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    board = subprocess.run([sys.executable, "-m", "harness", "leaderboard", "--size", "small", "--store", str(store)],
+                           cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert board.returncode == 0, board.stderr[-2000:]
+    for outcome in ("incorrect", "parse_error"):
+        assert outcome in board.stdout, board.stdout
+    assert "correct" in board.stdout.replace("incorrect", "") or "shaky" in board.stdout, board.stdout

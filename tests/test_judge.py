@@ -56,3 +56,32 @@ def test_what_a_judge_protects_no_executor_may_read(tmp_path):
     keys.write_text("k\n")
     judge = Judge(problem="gemm_scale_bn", size="small", device="cpu", protect=[keys])
     assert keys.absolute() in protected_paths(Evaluator(judge.options))
+
+
+def test_a_judge_takes_the_bounds_the_command_line_takes_and_one_tier():
+    from harness.core.reward import RewardPolicy
+
+    judge = Judge(problem="gemm_scale_bn", size="small", device="cpu", shaky_spread=0.5, shaky_drift=0.4, tier="strict",
+                  baselines=["eager"])
+    assert (judge.options.shaky_spread, judge.options.shaky_drift, judge.options.baselines) == (0.5, 0.4, ["eager"])
+    assert judge.policy.tier == "strict"
+    with pytest.raises(ValueError, match="reward policy's tier"):
+        Judge(problem="gemm_scale_bn", tier="strict", reward_policy=RewardPolicy(tier="loose"))
+
+
+@pytest.mark.slow
+def test_the_rl_example_gives_every_reply_a_reward_in_order_of_merit():
+    """examples/rl_reward.py over a correct reply, a wrong one and one of the real replies cut off before any code
+    (tests/fixtures/replies/real_truncated): a reward each, the correct one first, the unparsable one last."""
+    import subprocess
+    import sys
+
+    replies = Path(__file__).parent / "fixtures" / "replies"
+    files = [replies / "cpu_correct.md", replies / "cpu_incorrect.md", replies / "real_truncated" / "000_bfcaa64faa930e26.txt"]
+    proc = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "examples" / "rl_reward.py"), *map(str, files),
+                           "--device", "cpu", "--size", "small"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines() if "reward" in line]
+    assert [r[1] for r in rows] == ["correct", "incorrect", "parse_error"], proc.stdout
+    rewards = [float(r[r.index("reward") + 1]) for r in rows]
+    assert rewards[0] >= 0.3 > rewards[1] > rewards[2] == 0.0, proc.stdout

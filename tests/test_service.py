@@ -33,8 +33,10 @@ class FakeVerdict:
     def __init__(self, source: str, name: str):
         self.source, self.name = source, name
 
-    def model_dump(self, mode: str = "json") -> dict:
-        return {"candidate": self.name, "status": "correct", "ranked": True, "source_len": len(self.source)}
+    def model_dump(self, mode: str = "json") -> dict:  # a JudgedVerdict's fields; the source's length as its error
+        return {"candidate": self.name, "problem": "gemm_scale_bn", "size": "small", "device": "cpu", "source_sha256": "0" * 64,
+                "status": "correct", "ranked": True, "outcome": "correct", "reward": 0.5,
+                "error": f"source_len={len(self.source)}"}
 
 
 class CountingJudge:
@@ -139,7 +141,9 @@ def test_the_client_submits_waits_and_raises_the_servers_reason(tmp_path):
     with TestClient(create_app(service(tmp_path / "r.sqlite"))) as http:
         with Client("", KEY, http=http, poll_s=0.02) as client:
             verdict = client.evaluate("B", problem="gemm_scale_bn", size="small", device="cpu", timeout_s=30)
-            assert verdict["status"] == "correct" and verdict["source_len"] == 1
+            # the library's verdict type, as harness.Judge returns it (no dict to index)
+            assert type(verdict).__name__ == "JudgedVerdict" and verdict.status.value == "correct"
+            assert verdict.error == "source_len=1" and verdict.ranked and verdict.reward == 0.5
             with pytest.raises(ServiceRefused, match="413: source is over the limit"):
                 client.submit("x" * (MAX_SOURCE_BYTES + 1), problem="gemm_scale_bn")
         with Client("", "not-a-key", http=http) as stranger, pytest.raises(ServiceRefused) as refused:
@@ -191,7 +195,7 @@ def test_twenty_clients_hundreds_of_jobs_and_a_restart_lose_nothing_and_judge_no
         CountingJudge.delay_s = 0.0
     with TestClient(create_app(service(store))) as client:
         for source, job in accepted.items():
-            assert wait_done(client, job)["verdict"]["source_len"] == len(source)
+            assert wait_done(client, job)["verdict"]["error"] == f"source_len={len(source)}"
     assert len(accepted) == 240 and sorted(CountingJudge.calls) == sorted(accepted)  # none lost, none twice
     with Store(store) as db:
         assert db.db.execute("SELECT COUNT(*), SUM(judged), COUNT(DISTINCT key) FROM jobs").fetchone() == (240, 240, 240)
@@ -263,8 +267,10 @@ def test_a_real_server_killed_with_sigkill_finishes_its_cpu_jobs_when_started_ag
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
-    assert [v["status"] for v in verdicts] == ["correct", "incorrect", "parse_error"], json.dumps(verdicts)[:2000]
-    assert verdicts[1]["ranked"] is False and "tolerance" in verdicts[1]["why"]
+    assert [v.status.value for v in verdicts] == ["correct", "incorrect", "parse_error"], [v.error for v in verdicts]
+    assert verdicts[1].ranked is False and "tolerance" in verdicts[1].why
+    # a reward for every status: the correct one above both failures, the wrong one above the unparsable one
+    assert verdicts[0].reward >= 0.3 > verdicts[1].reward > verdicts[2].reward == 0.0
     with Store(store) as db:
         assert db.db.execute("SELECT SUM(judged) FROM jobs").fetchone()[0] == 3  # each judged to its end once
 

@@ -30,11 +30,15 @@ def callable_for(referee, name: str) -> torch.nn.Module:
     raise ValueError(f"unknown baseline {name!r}")
 
 
+VOID_SERIES = 3  # series a baseline is timed in at most, while void windows leave it fewer than the timer's fewest
+
+
 def time_baseline(referee, name: str) -> TimingStats:
     """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs drawn for every
     call outside the timed window. A call at a time, or where candidates' calls are handed off (`handed_off`), as
     theirs are: windows of calls back to back (relay.baseline_calls), each call's copies in its time (relay.CopiedCalls:
-    on the device, none)."""
+    on the device, none). A window in which something held beside it ran or died (evaluator.referee.beside) is
+    dropped from the figure."""
     model = callable_for(referee, name)
     referee.baseline_model.train(referee.problem.mode == "train")
     distribution = referee.problem.distributions[0]
@@ -54,11 +58,31 @@ def time_baseline(referee, name: str) -> TimingStats:
         return before
 
     fn = (lambda: copies.call(model)) if copies is not None else (lambda: model(*current["inputs"]))
+    void: set[int] = set()  # calls something held beside them ran or died in (evaluator.referee.beside): dropped
+
+    def watched(before):
+        def hook(call: Call) -> None:
+            before(call)
+            referee.held_elsewhere_broken()  # what happened before this call is no part of it
+        return hook
+
+    def after(call: Call, _result) -> None:
+        if referee.held_elsewhere_broken() is not None:
+            void.add(call.index)
+
     with torch.no_grad():
         warm = drawing(referee.keys.next_seed("baseline"))
         referee.timer.untimed(fn, referee.timer.warmup, warm)
         estimate = referee.timer.one(fn, Call(referee.timer.warmup), warm, calls=calls)[1]
-        # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens
-        events, _ = referee.timer.series(fn, referee.timer.reps_for(estimate * calls), drawing(referee.keys.next_seed("baseline")),
-                                      target_rel=0.005, calls=calls)
-    return summarize(events, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})
+        # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens; a series
+        # that void windows leave short is followed by another (at most VOID_SERIES in all)
+        kept: list[float] = []
+        for _ in range(VOID_SERIES):
+            void.clear()
+            events, _ = referee.timer.series(fn, referee.timer.reps_for(estimate * calls),
+                                             watched(drawing(referee.keys.next_seed("baseline"))), after,
+                                             target_rel=0.005, calls=calls)
+            kept += [e for i, e in enumerate(events) if i not in void]
+            if len(kept) >= referee.timer.min_reps:
+                break
+    return summarize(kept or events, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})

@@ -43,11 +43,15 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+MAX_SAMPLES = 256  # per-call figures a TimingStats keeps (a series has at most the timer's max_reps, 200)
+
+
 def summarize(times_ms: list[float], warmup: int) -> TimingStats:
+    step = max(1, math.ceil(len(times_ms) / MAX_SAMPLES))
     return TimingStats(
         median_ms=statistics.median(times_ms), mean_ms=statistics.fmean(times_ms), min_ms=min(times_ms),
         max_ms=max(times_ms), iqr_ms=quantile(times_ms, 0.75) - quantile(times_ms, 0.25),
-        reps=len(times_ms), warmup=warmup,
+        reps=len(times_ms), warmup=warmup, samples_ms=[round(t, 6) for t in times_ms[::step]],
     )
 
 

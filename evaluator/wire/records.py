@@ -168,6 +168,9 @@ class TimingStats(Record):
     iqr_ms: float = Field(description="Interquartile range, a robust spread.")
     reps: int = Field(description="Timed windows: calls, where a window holds one (`handed_off`: K calls each).")
     warmup: int = Field(description="Untimed calls before them.")
+    samples_ms: list[float] = Field(default_factory=list, description=(
+        "Each timed window's figure per call, in order (at most MAX_SAMPLES, evenly taken): what a speedup's "
+        "interval is drawn from (harness.core.intervals). Empty on verdicts made before they were kept."))
     handed_off: bool = Field(False, description=(
         "Calls timed back to back as handed-off windows make them (candidates' and baselines' alike where a call's "
         "bytes allow: evaluator.referee.relay): through host memory each call's copy of its inputs in and of its "

@@ -292,10 +292,21 @@ def bench_command(
     build_cost: bool = typer.Option(False, "--build-cost", help=(
         "Instead: build one candidate (FILES' first, default the throughput fixture) and print the CPU seconds "
         "of each translation unit and nvcc stage, and of the binding with the precompiled header.")),
+    judge_cost: Optional[int] = typer.Option(None, min=1, help=(
+        "Instead: a warm harness.Judge given N distinct copies of one correct candidate (FILES' first, default the "
+        "CPU PyTorch fixture), call by call: wall time, the verdict's own phases and the overhead (size: the first of "
+        "--sizes).")),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.parent.sandbox import CandidateFile
     from harness.bench.golden import BenchError, run_bench
+
+    if judge_cost:
+        from harness.bench.judge_cost import measure, print_cost
+
+        print_cost(measure(problem, sizes.split(",")[0].strip(), device, judge_cost,
+                           files[0].read_text() if files else None), console)
+        return
 
     if build_cost:
         from harness.bench.build_cost import run_build_cost
@@ -444,6 +455,10 @@ def serve_cli(
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster to join (default RAY_ADDRESS, else a local one)."),
     lanes: Optional[int] = typer.Option(None, min=1, help="Ray only: lanes (default: the cluster's GPUs)."),
     docs: bool = typer.Option(False, "--docs", help="Serve /docs and /openapi.json (behind the key; off by default)."),
+    tier: str = typer.Option("loose", help="The tier a verdict must pass to rank and earn the reward for correctness."),
+    baselines: Optional[str] = typer.Option(None, help=BASELINES_HELP),
+    shaky_spread: Optional[float] = typer.Option(None, help=SPREAD_HELP),
+    shaky_drift: Optional[float] = typer.Option(None, help=DRIFT_HELP),
 ) -> None:
     """An evaluation service: POST /v1/evaluations, GET /v1/evaluations/{id} (harness.service.server)."""
     try:
@@ -467,7 +482,9 @@ def serve_cli(
         raise usage_error("no API key: set HARNESS_API_KEYS (comma-separated) or --keys-file")
     service = Service(store or default_store_path(), registry=registry, keys=keys,
                       protect=[keys_file.resolve()] if keys_file is not None else [], workers=workers,
-                      lanes=dict(gpus=gpus, executor=executor, ray_address=ray_address, lanes=lanes))
+                      lanes=dict(gpus=gpus, executor=executor, ray_address=ray_address, lanes=lanes),
+                      judge_options=dict(tier=tier, shaky_spread=shaky_spread, shaky_drift=shaky_drift,
+                                         baselines=split_baselines(baselines)))
     err_console.print(f"[dim]serving {len(service.registry)} problem(s) on http://{host}:{port} with {workers} "
                       f"lane(s) ({executor}), jobs in {service.store}[/]", highlight=False)
     uvicorn.run(create_app(service, docs=docs), host=host, port=port, log_level="warning")

@@ -189,8 +189,12 @@ def candidate_files(paths: Sequence[Path]) -> list[Path]:
 def verdict_line(verdict: Verdict, *, line: int, index: int, replaces: int | None = None) -> str:
     """One line of `harness eval --json`: the verdict, with `line` (its line number in this output),
     `index` (the candidate's position among those the command judged, so that two copies of one file are
-    told apart) and, for a verdict printed again after the batch, `replaces` (the line it supersedes)."""
-    record = verdict.model_dump(mode="json")
+    told apart) and, for a verdict printed again after the batch, `replaces` (the line it supersedes). The verdict is
+    the library's type (harness.core.judged): `ranked`, `outcome`, `why`, `reward` (the default policy) and
+    `speedup_interval` with it."""
+    from harness.core.judged import judged
+
+    record = judged(verdict).model_dump(mode="json")
     record.update(line=line, index=index)
     if replaces is not None:
         record["replaces"] = replaces

@@ -2,10 +2,10 @@
 
     with Client("http://judge:8000", key) as client:
         verdict = client.evaluate(source, problem="gemm_scale_bn", size="small")
-        reward = verdict["speedup"]["eager"] if verdict["ranked"] else 0.0
+        print(verdict.reward, verdict.ranked, verdict.why)
 
 `submit` sends a source and returns the job's id, `result` polls one job until it is done, `evaluate` is both.
-The verdict is the service's: what `harness eval --json` prints, plus `ranked`, `outcome` and `why`. A refusal
+The verdict is the library's type (harness.core.judged.JudgedVerdict), as `harness.Judge` returns it. A refusal
 (a bad key, an unknown problem, a source over the limit) raises `ServiceRefused` with the server's reason.
 Uses httpx (the `serve` extra).
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 from typing import Any
+
+from harness.core.judged import JudgedVerdict
 
 
 class ServiceRefused(Exception):
@@ -67,7 +69,7 @@ class Client:
         """One job as the service holds it: `id`, `state` and, once done, `verdict`."""
         return self._answer(self._http.get(f"/v1/evaluations/{job_id}", headers=self._auth))
 
-    def result(self, job_id: str, timeout_s: float | None = None) -> dict[str, Any]:
+    def result(self, job_id: str, timeout_s: float | None = None) -> JudgedVerdict:
         """The verdict of a job, polled until it is done; TimeoutError after `timeout_s` (None: wait on)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -75,12 +77,12 @@ class Client:
             if job["state"] == "done":
                 if job.get("verdict") is None:
                     raise ServiceRefused(500, job.get("error") or "the job ended without a verdict")
-                return job["verdict"]
+                return JudgedVerdict.model_validate(job["verdict"])
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {job['state']} after {timeout_s} s")
             time.sleep(self.poll_s)
 
     def evaluate(self, source: str, *, problem: str, size: str | None = None, device: str | None = None,
-                 timeout_s: float | None = None) -> dict[str, Any]:
+                 timeout_s: float | None = None) -> JudgedVerdict:
         """Submit one source and wait for its verdict."""
         return self.result(self.submit(source, problem=problem, size=size, device=device), timeout_s)

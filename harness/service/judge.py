@@ -4,8 +4,7 @@
 
     with Judge(problem="gemm_scale_bn", size="small", device="cpu") as judge:
         verdict = judge.evaluate(source)          # source text defining ModelNew
-        reward = verdict.speedup["eager"] if verdict.ranked else 0.0
-        print(verdict.ranked, verdict.why)        # why not, when it does not rank
+        print(verdict.reward, verdict.ranked, verdict.why, verdict.speedup_interval)
 
 A `Judge` starts its referee once and keeps it, with its reference, calibrator and baseline rounds, until the
 `with` block ends (evaluator.parent.warm): a call costs the candidate's own executor and phases, and baselines are
@@ -13,8 +12,9 @@ timed in rounds every `baseline_every` candidates, not once a call. Given a resu
 from the figures stored for this problem, size, device and judge (harness.results.baseline_cache), a spot check a round,
 and the rounds it times are stored when it closes. `evaluate_many` yields verdicts as they come.
 
-A verdict is the evaluator's, as `harness eval --json` prints it, plus what the leaderboard makes of it:
-`ranked` (correct at `tier`, its timing trusted, no reject flag: harness.core.ranking.classify), `outcome` and `why`.
+A verdict is the one type everything hands out (harness.core.judged.JudgedVerdict): the evaluator's, as `harness
+eval --json` prints it, plus `ranked` (correct at `tier`, its timing trusted, no reject flag), `outcome`, `why`,
+`reward` (under `reward_policy`: harness.core.reward) and `speedup_interval` (95%, per baseline).
 """
 
 from __future__ import annotations
@@ -26,20 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from pydantic import Field
-
-from evaluator.wire.records import Verdict
-from harness.core.ranking import TIERS, classify
+from harness.core.judged import JudgedVerdict, judged
+from harness.core.ranking import TIERS
+from harness.core.reward import RewardPolicy
 
 MAX_SOURCE_BYTES = 1 << 20  # a candidate's source; a longer one is refused before any work
-
-
-class JudgedVerdict(Verdict):
-    """A verdict and whether it ranks."""
-
-    ranked: bool = Field(description="Correct at the judge's tier, its timing trusted, no reject flag: a number to use.")
-    outcome: str = Field(description="What the leaderboard calls it (harness.core.outcomes): correct, shaky, incorrect...")
-    why: str | None = Field(None, description="Why it does not rank (None when it does).")
 
 
 class Judge:
@@ -52,15 +43,20 @@ class Judge:
                  tier: str = "loose", store: Path | str | None = None, seed: int | None = None,
                  run_timeout_s: float | None = None, baselines: list[str] | None = None, protect: list[Path] = (),
                  gpus: str | None = None, executor: str = "local", ray_address: str | None = None,
-                 lanes: int | None = None):
+                 lanes: int | None = None, shaky_spread: float | None = None, shaky_drift: float | None = None,
+                 reward_policy: RewardPolicy | None = None):
         from evaluator.parent.sandbox import EvalOptions
 
         if tier not in TIERS:
             raise ValueError(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
+        if reward_policy is not None and reward_policy.tier != tier:
+            raise ValueError(f"the reward policy's tier ({reward_policy.tier}) is not the judge's ({tier})")
         self.tier, self.store_path = tier, Path(store) if store is not None else None
+        self.policy = reward_policy or RewardPolicy(tier=tier)
+        bounds = {k: v for k, v in (("shaky_spread", shaky_spread), ("shaky_drift", shaky_drift)) if v is not None}
         self.options = EvalOptions(problem=problem, size=size, device=device, seed=seed, run_timeout_s=run_timeout_s,
                                    baselines=baselines, store=self.store_path, protect=list(protect), gpus=gpus,
-                                   executor=executor, ray_address=ray_address, lanes=lanes)
+                                   executor=executor, ray_address=ray_address, lanes=lanes, **bounds)
         self.warm = None
         self.folder: tempfile.TemporaryDirectory | None = None
         self.lock = threading.Lock()
@@ -120,9 +116,30 @@ class Judge:
             verdict = self.warm.judge(CandidateFile(name=name or f"judge/{number}", path=path), lane=lane)
         finally:
             path.unlink(missing_ok=True)
-        outcome, why = classify(verdict, self.tier)
-        ranked = outcome.value == "correct"
-        return JudgedVerdict(**verdict.model_dump(), ranked=ranked, outcome=outcome.value, why=None if ranked else why)
+        return judged(verdict, self.policy)
+
+    def evaluate_reply(self, reply: str, finish_reason: str | None = None, name: str | None = None) -> JudgedVerdict:
+        """Judge a model's whole reply: its code taken out as `harness run` takes it (harness.generation.parsing); a
+        reply with none is a `parse_error` verdict saying why (cut off mid-code, no ModelNew...), judged by no one,
+        with the policy's reward for it. A reward function's body: `[judge.evaluate_reply(c).reward for c in
+        completions]`."""
+        import hashlib
+
+        from evaluator.wire.records import Phase, Status, Verdict
+        from harness.generation.parsing import parse_reply
+
+        parsed = parse_reply(reply, finish_reason)
+        if parsed.ok:
+            return self.evaluate(parsed.source, name=name)
+        if self.warm is None:
+            raise RuntimeError("a Judge judges inside its `with` block (or after __enter__)")
+        evaluator = self.warm.evaluator
+        verdict = Verdict(candidate=name or "judge/reply", problem=evaluator.problem.name, size=evaluator.size,
+                          device=evaluator.device, status=Status.parse_error, phase=Phase.parse,
+                          source_sha256=hashlib.sha256(reply.encode("utf-8", errors="replace")).hexdigest(),
+                          error=f"no candidate in the reply: {parsed.reason.value if parsed.reason else 'none'}"
+                                + (f" ({parsed.detail})" if parsed.detail else ""))
+        return judged(verdict, self.policy)
 
     @property
     def lanes(self) -> int:

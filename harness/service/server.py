@@ -24,7 +24,8 @@
   most MAX_JUDGES held, the least recently used closed): worker i judges on lane i of every judge, so a GPU judges
   one candidate at a time whatever the problem. A job whose key another worker is judging waits for its verdict.
 
-The verdict is what `harness eval --json` prints, plus `ranked`, `outcome` and `why` (harness.service.judge).
+The verdict is the library's (harness.core.judged.JudgedVerdict): what `harness eval --json` prints, with `ranked`,
+`outcome`, `why`, `reward` and `speedup_interval`, under the server's tier, bounds and reward policy (`judge_options`).
 """
 
 from __future__ import annotations
@@ -183,10 +184,11 @@ JudgeFactory = Callable[[str, str | None, str], Any]  # (problem location, size,
 
 
 def real_judge(location: str, size: str | None, device: str, store: Path, protect: list[Path],
-               lanes: dict[str, Any]) -> Any:
+               lanes: dict[str, Any], options: dict[str, Any]) -> Any:
     from harness.service.judge import Judge
 
-    return Judge(problem=location, size=size, device=device, store=store, protect=protect, **lanes).__enter__()
+    return Judge(problem=location, size=size, device=device, store=store, protect=protect, **lanes,
+                 **options).__enter__()
 
 
 def lane_count(gpus: str | None, executor: str, ray_address: str | None, lanes: int | None) -> int:
@@ -213,7 +215,9 @@ class Service:
 
     def __init__(self, store: Path, *, registry: Suite | None = None, keys: set[str] | None = None,
                  judge_factory: JudgeFactory | None = None, gpu: bool | None = None, protect: list[Path] = (),
-                 workers: int = 1, lanes: dict[str, Any] | None = None):
+                 workers: int = 1, lanes: dict[str, Any] | None = None, judge_options: dict[str, Any] | None = None):
+        """`judge_options`: what every Judge is made with beyond its problem, size and device (`tier`, `baselines`,
+        `shaky_spread`, `shaky_drift`, `reward_policy`: harness.service.judge.Judge)."""
         from evaluator.wire.identity import gpu_hardware
 
         self.store = Path(store)
@@ -222,8 +226,8 @@ class Service:
         self.jobs = Jobs(self.store)
         self.gpu = gpu_hardware() is not None if gpu is None else gpu
         # the keys file among what no executor may read (a candidate could print it into its verdict's output)
-        self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(loc, size, device, self.store,
-                                                                                     list(protect), lanes or {}))
+        self.judge_factory = judge_factory or (lambda loc, size, device: real_judge(
+            loc, size, device, self.store, list(protect), lanes or {}, judge_options or {}))
         self.judges: dict[tuple[str, str | None, str], Any] = {}  # None while one is being made
         self.in_use: dict[tuple[str, str | None, str], int] = {}
         self.judges_changed = threading.Condition()
