@@ -302,7 +302,7 @@ def bench_command(
     from harness.bench.golden import BenchError, run_bench
 
     if judge_cost:
-        from harness.bench.judge_cost import measure, print_cost
+        from harness.service.judge_cost import measure, print_cost
 
         print_cost(measure(problem, sizes.split(",")[0].strip(), device, judge_cost,
                            files[0].read_text() if files else None), console)

@@ -2,9 +2,10 @@
 
 A Judge is entered, then given N sources in turn (by default the correct PyTorch candidate of the fixtures, each
 made distinct by a comment so that nothing is answered from a cache), then closed. For each call: its wall time, the
-verdict's own phases (`phase_seconds`: the executor's import, its checks and its timed calls, as the referee
-counted them) and the overhead, the wall time less those phases (the executor's start and end, a baseline round
-where one falls due, the harness's own steps). Printed as a table with the machine; nothing is stored.
+verdict's phases (`phase_seconds`: import, checks, the time phase, as the referee counted them), the candidate's own
+clocked calls (`timing_check.wall_ms`: its windows by the referee's clock) and the overhead, the wall time less those
+calls (the calibrator's windows beside them, the float64 replays, the checks, the executor's start and end, a
+baseline round where one falls due). Printed as a table with the machine; nothing is stored.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ def measure(problem: str, size: str | None, device: str | None, calls: int, sour
             begin = time.perf_counter()
             verdict = judge.evaluate(f"{text}\n# call {number}\n")
             wall = time.perf_counter() - begin
-            phases = sum(verdict.phase_seconds.values())
-            rows.append({"wall_s": wall, "phases_s": phases, "overhead_s": wall - phases, "status": verdict.status.value,
-                         "reward": verdict.reward, "phase_seconds": verdict.phase_seconds})
+            phases = verdict.phase_seconds.get("total", sum(verdict.phase_seconds.values()))
+            own = verdict.timing_check.wall_ms / 1e3 if verdict.timing_check is not None else 0.0
+            rows.append({"wall_s": wall, "phases_s": phases, "own_s": own, "overhead_s": wall - own,
+                         "status": verdict.status.value, "reward": verdict.reward,
+                         "phase_seconds": {k: v for k, v in verdict.phase_seconds.items() if k != "total"}})
     finally:
         closing = time.perf_counter()
         judge.close()
@@ -47,17 +50,19 @@ def measure(problem: str, size: str | None, device: str | None, calls: int, sour
 
 def print_cost(result: dict, console: Console) -> None:
     table = Table(title=f"a warm Judge, call by call ({platform.processor() or platform.machine()} x{os.cpu_count()})")
-    for column in ("call", "wall s", "its phases s", "overhead s", "phases", "status", "reward"):
-        table.add_column(column, justify="right" if column.endswith("s") or column in ("call", "reward") else "left")
+    for column in ("call", "wall s", "phases s", "its calls s", "overhead s", "phases", "status", "reward"):
+        table.add_column(column, justify="left" if column in ("phases", "status") else "right")
     for number, row in enumerate(result["calls"]):
         phases = " ".join(f"{k} {v:.2f}" for k, v in row["phase_seconds"].items())
-        table.add_row(str(number), f"{row['wall_s']:.2f}", f"{row['phases_s']:.2f}", f"{row['overhead_s']:.2f}", phases,
-                      row["status"], f"{row['reward']:.3f}")
+        table.add_row(str(number), f"{row['wall_s']:.2f}", f"{row['phases_s']:.2f}", f"{row['own_s']:.2f}",
+                      f"{row['overhead_s']:.2f}", phases, row["status"], f"{row['reward']:.3f}")
     console.print(table)
     later = result["calls"][1:]
     if later:
         wall = statistics.median(r["wall_s"] for r in later)
-        own = statistics.median(r["phases_s"] for r in later)
+        phases = statistics.median(r["phases_s"] for r in later)
+        own = statistics.median(r["own_s"] for r in later)
         console.print(f"enter {result['enter_s']:.2f} s, first call {result['calls'][0]['wall_s']:.2f} s, then median "
-                      f"{wall:.2f} s a call ({own:.2f} s its phases, overhead {wall - own:.2f} s: "
-                      f"{(wall - own) / own if own else float('nan'):.2f}x its own), close {result['close_s']:.2f} s")
+                      f"{wall:.2f} s a call ({phases:.2f} s in the verdict's phases; its clocked calls {own:.2f} s, "
+                      f"overhead {wall - own:.2f} s: {(wall - own) / own if own else float('nan'):.1f}x its calls), "
+                      f"close {result['close_s']:.2f} s")
