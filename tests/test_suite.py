@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from harness.cli.app import app
 from harness.cli.suites import resolve_suite
+from evaluator.wire.records import Status, Verdict
 from harness.core.outcomes import Outcome
 from harness.problems.suite import SuiteError, assign_candidates, load_suite, suite_of
 from harness.results.board import Board, Entry, Filters
@@ -278,3 +279,70 @@ def test_the_next_problems_extensions_are_built_by_the_batch_before_it_gated_by_
     assert list(before.evaluate_all([], prebuild=items)) == []  # built, never judged or yielded
     assert built == ["cpp_correct"] and gate.built_before(items[0][2])
     assert gate.to_prebuild([CandidateFile(name="cpp_correct", path=files[0])]) == []  # built: not again
+
+
+# -- a KernelBench run folder, as it lies -------------------------------------------------------------------------
+
+KERNELBENCH_RUN = Path(__file__).parent / "fixtures" / "kernelbench_run"
+
+
+def test_kernelbench_samples_go_to_the_problem_of_their_level_and_id():
+    suite = load_suite(MINIBENCH)
+    files = [Path("runs/r/level_1_problem_1_sample_0_kernel.py"), Path("runs/r/level_2_problem_7_sample_3_kernel.py"),
+             Path("runs/r/level_1_problem_1_sample_1_kernel.py")]
+    by_problem, unassigned = assign_candidates(suite, files)
+    assert by_problem == {"1_ReLU": [files[0], files[2]], "7_Gemm_Bias_GELU": [files[1]]} and not unassigned
+    with pytest.raises(SuiteError, match="level 1, problem 7: suite minibench has no problem of level 1 named 7_"):
+        assign_candidates(suite, [Path("level_1_problem_7_sample_0_kernel.py")])  # 7 is level 2's
+
+
+def test_kernelbench_verdicts_are_read_and_every_disagreement_listed_worst_first():
+    from harness.results.kernelbench import KINDS, disagreements, read_eval_results
+
+    theirs = read_eval_results(KERNELBENCH_RUN / "eval_results.json")
+    assert theirs[(1, 1)].correctness is True and theirs[(3, 1)].correctness is False
+    assert theirs[(3, 1)].runtime_ms is None and theirs[(1, 0)].runtime_interval[0] < 0.05 < theirs[(1, 0)].runtime_interval[1]
+
+    def verdict(status: Status, runtime_ms: float | None = None) -> Verdict:
+        from evaluator.referee.timing import summarize
+        from evaluator.wire.records import Correctness, ModeCheck
+
+        ok = status == Status.correct
+        check = ModeCheck(mode="train", trials=4, tiers={"strict": ok, "loose": ok})
+        timing = summarize([runtime_ms * (1 + 0.01 * (i - 5)) for i in range(11)], 3) if runtime_ms else None
+        return Verdict(candidate="c", problem="p", size="default", device="cpu", status=status, source_sha256="0" * 64,
+                       error=None if ok else "outside every tolerance tier", runtime_ms=runtime_ms, timing=timing,
+                       correctness=Correctness(tiers=check.tiers, main=check, distributions=["randn"], seeds=[1],
+                                               buffers_checked=[]))
+
+    pairs = [("s0", "1_ReLU", theirs[(1, 0)], verdict(Status.correct, 0.05)),  # agree, runtimes too
+             ("s1", "1_ReLU", theirs[(1, 1)], verdict(Status.incorrect)),       # KernelBench's correct, not ours
+             ("s2", "3_Softmax", theirs[(3, 0)], verdict(Status.correct, 0.5)),  # both correct, runtimes apart
+             ("s3", "3_Softmax", theirs[(3, 1)], verdict(Status.correct, 0.3))]  # ours correct alone
+    found = disagreements(pairs)
+    assert [(d.file, d.kind) for d in found] == [("s1", KINDS[0]), ("s3", KINDS[1]), ("s2", KINDS[2])]
+    assert "correct, 0.004 ms" in found[0].kernelbench and found[0].ours.startswith("incorrect")
+
+
+@pytest.mark.slow
+def test_a_kernelbench_run_folder_is_judged_as_it_lies_and_compared(tmp_path):
+    """`harness eval --problems reference/minibench <run folder>`: every sample judged against its problem (by level and
+    id), then KernelBench's verdicts beside ours: the hack KernelBench passed is the first disagreement."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "harness", "eval", "--problems", str(MINIBENCH), str(KERNELBENCH_RUN),
+                           "--device", "cpu", "--json", "--store", str(tmp_path / "r.sqlite")],
+                          cwd=root, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    verdicts = {Path(v["candidate"]).name: v for v in lines if "candidate" in v}
+    assert verdicts["level_1_problem_1_sample_1_kernel.py"]["status"] == "incorrect"
+    assert verdicts["level_1_problem_3_sample_1_kernel.py"]["status"] == "incorrect"
+    assert {verdicts[f"level_1_problem_{p}_sample_0_kernel.py"]["status"] for p in (1, 3)} == {"correct"}
+    [comparison] = [line["kernelbench"] for line in lines if "kernelbench" in line]
+    assert len(comparison["samples"]) == 4
+    first = comparison["disagreements"][0]
+    assert first["kind"] == "kernelbench_only_correct" and first["file"].endswith("level_1_problem_1_sample_1_kernel.py")

@@ -175,14 +175,16 @@ def interrupted(console: Console, kept: str) -> int:
 def candidate_files(paths: Sequence[Path]) -> list[Path]:
     """Files as given; a folder stands for the candidates in it: a run's folder (`candidates/<run>/`) for
     each sample's `candidate.py` (later turns included), any other for its `*.py` files except helpers
-    named `_*.py`. Sorted, so a folder is judged in the same order every time."""
+    named `_*.py`, or where it has none, those of its subfolders (`out/19_ReLU/x.py`: a folder per problem).
+    Sorted, so a folder is judged in the same order every time."""
     found: list[Path] = []
     for path in paths:
         if not path.is_dir():
             found.append(path)
             continue
         samples = sorted(path.rglob("candidate.py"))
-        found += samples or sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+        found += samples or sorted(p for p in path.glob("*.py") if not p.name.startswith("_")) or sorted(
+            p for p in path.glob("*/*.py") if not p.name.startswith("_"))
     return found
 
 

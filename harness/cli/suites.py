@@ -86,7 +86,56 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
                                       prebuild=ahead))
     if record and not json_lines:
         print_suite_board(suite, store, [f for fs in by_problem.values() for f in fs], sizes, console)
+    results = [f / "eval_results.json" for f in files if (f / "eval_results.json").is_file()]
+    if record and results:
+        compare_with_kernelbench(results, by_problem, store, suite.tier, console, json_lines)
     return code
+
+
+def compare_with_kernelbench(results: list[Path], by_problem: dict[str, list[Path]], store: Path | None, tier: str,
+                             console: Console, json_lines: bool) -> None:
+    """KernelBench's verdict beside ours for every sample of its run folders (harness.results.kernelbench), and where
+    they differ, worst first: a table, or with `--json` one line `{"kernelbench": {...}}`."""
+    import json
+    import sys
+
+    from rich.table import Table
+
+    from harness.core.config import default_store_path
+    from harness.core.store import open_store
+    from harness.problems.suite import kernelbench_sample
+    from harness.results.kernelbench import describe_kernelbench, describe_ours, disagreements, read_eval_results
+
+    theirs = {}
+    for path in results:
+        try:
+            theirs.update(read_eval_results(path))
+        except (ValueError, OSError) as err:
+            _err.print(f"[yellow]warning:[/] {path}: {err}", soft_wrap=True)
+    with open_store(store or default_store_path()) as db:
+        ours = {row.sample: row.verdict for row in db.list_verdicts(run=EVAL_RUN)}
+    pairs = []
+    for problem, files in by_problem.items():
+        for file in files:
+            sample = kernelbench_sample(file.name)
+            key = (sample[1], sample[2]) if sample else None
+            pairs.append((eval_sample_name(file, False), problem, theirs.get(key), ours.get(eval_sample_name(file, False))))
+    found = disagreements(pairs, tier)
+    if json_lines:
+        sys.stdout.write(json.dumps({"kernelbench": {
+            "samples": [{"file": f, "problem": p, "kernelbench": describe_kernelbench(k), "ours": describe_ours(v, tier)}
+                        for f, p, k, v in pairs],
+            "disagreements": [d.model_dump() for d in found]}}) + "\n")
+        return
+    table = Table(title=f"KernelBench's verdicts beside ours: {len(found)} disagreement(s) of {len(pairs)} sample(s)")
+    for column in ("file", "problem", "KernelBench", "ours", "disagreement"):
+        table.add_column(column)
+    shown = {d.file: d for d in found}
+    for file, problem, kb, verdict in sorted(pairs, key=lambda p: (p[0] not in shown, p[0])):
+        d = shown.get(file)
+        table.add_row(file, problem, describe_kernelbench(kb), describe_ours(verdict, tier),
+                      f"{d.kind}: {d.detail}"[:200] if d else "")
+    console.print(table)
 
 
 def next_builds(name: str, by_problem: dict[str, list[Path]], settings: dict[str, Any]) -> list[tuple[str, bytes, str]]:

@@ -200,8 +200,8 @@ def assign_candidates(suite: Suite, files: Sequence[Path],
         resolved = file.resolve()
         below = max((r for r in roots if resolved.is_relative_to(r)), key=lambda r: len(r.parts), default=None)
         parts = resolved.relative_to(below.parent).parts if below is not None else file.parts  # the folder's own name too
-        match = None
-        for folder in reversed(parts[:-1]):  # the nearest folder first
+        match = kernelbench_problem(suite, file.name)
+        for folder in reversed(parts[:-1]) if match is None else ():  # the nearest folder first
             if found := [n for n in names if folder == n or folder.startswith(n + "-")]:
                 match = _one(found, file, f"folder {folder!r}")
                 break
@@ -212,6 +212,35 @@ def assign_candidates(suite: Suite, files: Sequence[Path],
         else:
             by_problem[match].append(file)
     return {n: fs for n, fs in by_problem.items() if fs}, unassigned
+
+
+# KernelBench's generations (scripts/generate_samples.py): runs/<run>/level_{L}_problem_{ID}_sample_{S}_kernel.py
+KERNELBENCH_SAMPLE = re.compile(r"level_(\w+?)_problem_(\d+)_sample_(\d+)_kernel\.py")
+
+
+def kernelbench_sample(name: str) -> tuple[str, int, int] | None:
+    """(level, problem id, sample id) of a file KernelBench's generation wrote; None for any other name."""
+    match = KERNELBENCH_SAMPLE.fullmatch(name)
+    return (match.group(1), int(match.group(2)), int(match.group(3))) if match else None
+
+
+def kernelbench_problem(suite: Suite, name: str) -> str | None:
+    """The suite's problem of a KernelBench sample file (`level_1_problem_19_sample_0_kernel.py`: the problem of
+    level 1 whose name starts with `19_`); None for another name; SuiteError where the suite has no such problem,
+    or more than one, saying which."""
+    sample = kernelbench_sample(name)
+    if sample is None:
+        return None
+    level, number, _ = sample
+    found = [p.name for p in suite.problems if p.name.split("_", 1)[0] == str(number) and (p.level == level or (
+        p.level is None and len({q.level for q in suite.problems}) == 1))]
+    if len(found) != 1:
+        levels = sorted({str(p.level) for p in suite.problems})
+        what = "no problem" if not found else f"problems {' and '.join(map(repr, found))}"
+        raise SuiteError(f"{name}: KernelBench's sample of level {level}, problem {number}: suite {suite.name} has "
+                         f"{what} of level {level} named {number}_... (its levels: {', '.join(levels)}; give "
+                         "--problems the KernelBench folder holding level{L}/, or the level's own folder)")
+    return found[0]
 
 
 def _one(found: list[str], file: Path, where: str) -> str:
