@@ -154,12 +154,16 @@ def test_fast_p_counts_each_attempted_problem_once_by_its_best_candidate():
     assert [r.status for r in suite.rows] == ["correct", "incorrect", "correct", "shaky"]
     assert suite.rows[0].best.name == "A/best"
     stats = suite.stats
-    assert stats.problems == 4 and stats.correct == 2
-    assert stats.fast_p["eager"] == {"0": 0.5, "1": 0.5, "1.5": 0.25, "2": 0.25}
-    assert stats.fast_p["compile"] == {"0": 0.5, "1": 0.25, "1.5": 0.25, "2": 0.0}  # shaky D counts as not faster
-    assert stats.geomean["eager"] == pytest.approx((1.2 * 2.5) ** 0.5)
+    # KernelBench's fast_p: correct (shaky D too: its timing is shaky, its answers are right) and the point estimate
+    # over p; fast_0 the correct share
+    assert stats.problems == 4 and stats.correct == 3
+    assert stats.fast_p["eager"] == {"0": 0.75, "1": 0.75, "1.5": 0.5, "2": 0.5}
+    assert stats.fast_p["compile"] == {"0": 0.75, "1": 0.5, "1.5": 0.5, "2": 0.25}
+    # the significant one: these rows have no per-call figures, so no interval: correct, and faster by nothing known
+    assert stats.fast_p_significant["eager"] == {"0": 0.75, "1": 0.0, "1.5": 0.0, "2": 0.0}
+    assert stats.geomean["eager"] == pytest.approx((1.2 * 2.5) ** 0.5)  # over the ranked ones
     assert stats.counts == {"correct": 2, "shaky": 1, "incorrect": 1}
-    assert suite.levels["1"].fast_p["eager"]["1"] == 0.5 and suite.levels["2"].fast_p["eager"]["2"] == 0.5
+    assert suite.levels["1"].fast_p["eager"]["1"] == 0.5 and suite.levels["2"].fast_p["eager"]["2"] == 1.0
 
 
 def test_the_leaderboard_formats_carry_the_suite():
@@ -169,8 +173,9 @@ def test_the_leaderboard_formats_carry_the_suite():
     suite = document["suite"]
     assert [(p["problem"], p["status"]) for p in suite["problems"]] == [
         ("A", "correct"), ("B", "incorrect"), ("C", "correct"), ("D", "shaky")]
-    assert suite["fast_p"] == {"0": 0.5, "1": 0.5, "1.5": 0.25, "2": 0.25}
-    assert suite["fast_p_compile"]["1"] == 0.25 and suite["problems"][1]["speedup"] == {}
+    assert suite["fast_p"] == {"0": 0.75, "1": 0.75, "1.5": 0.5, "2": 0.5}
+    assert suite["fast_p_compile"]["1"] == 0.5 and suite["problems"][1]["speedup"] == {}
+    assert suite["fast_p_significant"]["1"] == 0.0
     csv_text = to_csv(boards, suites)
     assert "gpu,problem,level,size,candidates,status,best" in csv_text and "gpu,scope,problems,correct" in csv_text
     assert json.loads(to_json([], Filters(), "loose", None, []))["suite"] is None
@@ -248,7 +253,7 @@ def test_a_suite_counts_every_problem_of_it_those_without_a_candidate_as_not_cor
                            expected=["A", "B", "C", "D", "F"])
     assert [r.problem for r in suite.rows] == ["A", "B", "C", "D", "F"]
     assert suite.rows[-1].status == "no_candidate" and suite.rows[-1].candidates == 0
-    assert suite.stats.problems == 5 and suite.stats.fast_p["eager"]["0"] == 2 / 5
+    assert suite.stats.problems == 5 and suite.stats.fast_p["eager"]["0"] == 3 / 5  # A, C and shaky D correct
     assert suite.levels["2"].problems == 3 and suite.stats.counts["no_candidate"] == 1
 
 
@@ -346,3 +351,35 @@ def test_a_kernelbench_run_folder_is_judged_as_it_lies_and_compared(tmp_path):
     assert len(comparison["samples"]) == 4
     first = comparison["disagreements"][0]
     assert first["kind"] == "kernelbench_only_correct" and first["file"].endswith("level_1_problem_1_sample_1_kernel.py")
+
+
+def test_the_reference_as_a_candidate_is_not_significantly_faster_and_the_best_is_the_highest_lower_end():
+    """An H200's controls read 1.003x and 1.023x eager and KernelBench's fast_1 counted them as faster: the significant
+    fast_1 does not, where the interval holds 1. Of two ranked candidates, the one whose interval's lower end is
+    higher is the problem's best, whatever the point estimates say."""
+    from evaluator.referee.timing import summarize
+    from evaluator.wire.records import Correctness, ModeCheck
+
+    def entry(problem: str, name: str, ms: float, spread: float) -> Entry:
+        timing = summarize([ms * (1 + spread * (i / 40 - 0.5)) for i in range(41)], 3)  # its median: ms
+        eager = summarize([1.0 * (1 + 0.01 * (i / 40 - 0.5)) for i in range(41)], 3)
+        check = ModeCheck(mode="train", trials=4, tiers={"strict": True, "loose": True})
+        verdict = Verdict(candidate=name, problem=problem, size="default", device="cpu", status=Status.correct,
+                          source_sha256="0" * 64, runtime_ms=timing.median_ms, timing=timing, baselines={"eager": eager},
+                          speedup={"eager": eager.median_ms / timing.median_ms},
+                          correctness=Correctness(tiers=check.tiers, main=check, distributions=["randn"], seeds=[1],
+                                                  buffers_checked=[]))
+        return Entry(kind="candidate", name=f"{problem}/{name}", gpu="H200", problem=problem, size="default",
+                     status="correct", outcome=Outcome.correct, speedup=dict(verdict.speedup), runtime_ms=timing.median_ms,
+                     verdict=verdict)
+
+    control = Board(gpu="H200", tier="loose", problem="control", size="default", ranked=[entry("control", "ref", 0.99, 0.3)])
+    noisy, steady = entry("fast", "noisy", 0.4, 1.8), entry("fast", "steady", 0.45, 0.02)
+    fast = Board(gpu="H200", tier="loose", problem="fast", size="default", ranked=[noisy, steady])
+    [suite] = suite_boards([control, fast], {}, "s")
+    assert suite.rows[0].speedup("eager") > 1.0  # KernelBench's fast_1 counts the control as faster...
+    assert suite.stats.fast_p["eager"]["1"] == 1.0
+    assert suite.stats.fast_p_significant["eager"]["1"] == 0.5  # ...the significant one does not
+    low, high = suite.rows[0].interval("eager")
+    assert low < 1.0 < high
+    assert suite.rows[1].best.name == "fast/steady"  # the higher lower end, not the higher point estimate

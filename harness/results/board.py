@@ -66,6 +66,14 @@ class Entry:
     spend: Spend | None = None    # its sample's requests (salvage included); None for golden kernels, baselines
     salvage: Salvage | None = None  # what was done about its reply, cut off by the token limit
 
+    def speedup_interval(self, baseline: str) -> tuple[float, float] | None:
+        """The 95% interval of its speedup over `baseline` (harness.core.intervals), where its verdict has one."""
+        if self.verdict is None or baseline not in self.speedup:
+            return None
+        from harness.core.intervals import speedup_interval
+
+        return speedup_interval(self.verdict.timing, self.verdict.baselines.get(baseline))
+
     @property
     def salvage_text(self) -> str | None:
         """`truncated -> salvaged by continue after 2 extra requests`, or None."""

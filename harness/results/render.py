@@ -208,7 +208,8 @@ def suite_tables(suite: SuiteBoard) -> list[Table]:
     for title, cols, rows in (
             (f"{name}on {suite.gpu}: each problem's best candidate (tier {suite.tier})", problem_columns, suite.rows),
             (f"{name}on {suite.gpu}: fast_p = share of the problems attempted whose best candidate is correct and "
-             "faster than the baseline by more than p", stats_columns, stats_rows(suite))):
+             "faster than the baseline by more than p (KernelBench's: its point estimate; (95%): the lower end of its "
+             "interval); fast_0: correct, shaky timing included", stats_columns, stats_rows(suite))):
         table = Table(title=title, title_justify="left")
         for c in cols:
             table.add_column(c.header, justify="right" if c.numeric else "left")

@@ -6,9 +6,14 @@ holds a candidate (a golden kernel or a baseline alone is not an attempt). Its b
 first ranked row (ranked: correct at the tier, its timing trusted, not rejected), else its best outcome. Boards
 of different GPUs are never mixed: one summary a GPU.
 
-- fast_p (KernelBench's definition, over problems): the share of the problems attempted whose best candidate is
-  correct and faster than the baseline by more than p, at p = 0, 1, 1.5 and 2; over eager and over compile.
-  A problem whose baseline was never timed counts as not faster.
+- fast_p, two ways, over problems, at p = 0, 1, 1.5 and 2, over eager and over compile: KernelBench's (the share
+  of the problems attempted whose best candidate is correct and whose speedup's point estimate is over p: for
+  comparison with published tables) and the significant one (the lower end of its 95% interval over p: noise
+  does not count; the reference itself as a candidate reads about 1.00x and is not significantly faster).
+  fast_0 is the correct share: a correct candidate whose timing is shaky counts as correct in both. A problem
+  whose baseline was never timed counts as not faster.
+- A problem's best candidate: among its ranked candidates, the one whose speedup over eager has the highest lower
+  end (its point estimate where it has no interval); else its best outcome.
 - geomean: the geometric mean, over the problems with a correct candidate, of the best one's speedup.
 - counts: problems by their best outcome.
 - levels: the same per level, where the problems carry one (harness.problems.suite).
@@ -52,8 +57,20 @@ class ProblemRow:
     def correct(self) -> bool:
         return self.outcome == Outcome.correct
 
+    @property
+    def correct_or_shaky(self) -> bool:
+        """Correct at the tier, its timing trusted or not: KernelBench's `correct` (fast_0)."""
+        return self.outcome in (Outcome.correct, Outcome.shaky)
+
     def speedup(self, baseline: str) -> float | None:
         return self.best.speedup.get(baseline) if self.best is not None and self.correct else None
+
+    def point(self, baseline: str) -> float | None:
+        """The speedup's point estimate of a correct best candidate, shaky or not (KernelBench's fast_p)."""
+        return self.best.speedup.get(baseline) if self.best is not None and self.correct_or_shaky else None
+
+    def interval(self, baseline: str) -> tuple[float, float] | None:
+        return self.best.speedup_interval(baseline) if self.best is not None and self.correct_or_shaky else None
 
     def to_dict(self) -> dict[str, Any]:
         best = self.best
@@ -63,7 +80,9 @@ class ProblemRow:
                 "candidate_id": best.candidate_id if best is not None else None,
                 "runtime_ms": best.runtime_ms if best is not None and self.correct else None,
                 "speedup": {b: self.speedup(b) for b in ("eager", "compile", "eager_tf32", "compile_tf32")
-                            if self.speedup(b) is not None}}
+                            if self.speedup(b) is not None},
+                "speedup_interval": {b: self.interval(b) for b in ("eager", "compile", "eager_tf32", "compile_tf32")
+                                     if self.speedup(b) is not None and self.interval(b) is not None}}
 
 
 @dataclass
@@ -72,29 +91,37 @@ class SuiteStats:
 
     problems: int
     correct: int
-    fast_p: dict[str, dict[str, float | None]]   # baseline -> threshold -> share
+    fast_p: dict[str, dict[str, float | None]]   # baseline -> threshold -> share (KernelBench's: point estimates)
     geomean: dict[str, float | None]             # baseline -> geometric mean over correct problems
     counts: dict[str, int]                       # outcome -> problems
+    fast_p_significant: dict[str, dict[str, float | None]] = field(default_factory=dict)  # the interval's low end
 
     @classmethod
     def over(cls, rows: Sequence[ProblemRow], timed: set[str]) -> SuiteStats:
         """`timed`: the baselines timed for any of these problems (fast_p against one never timed is None,
         not 0)."""
-        fast = {b: {threshold_key(p): (sum(1 for r in rows if r.correct and (r.speedup(b) or 0) > p) / len(rows)
-                                       if rows and b in timed else None) for p in FAST_P} for b in FAST_P_BASELINES}
+        def share(faster) -> dict[str, dict[str, float | None]]:
+            return {b: {threshold_key(p): (sum(1 for r in rows if r.correct_or_shaky and (p == 0 or faster(r, b, p)))
+                                           / len(rows) if rows and b in timed else None) for p in FAST_P}
+                    for b in FAST_P_BASELINES}
+
+        fast = share(lambda r, b, p: (r.point(b) or 0) > p)
+        significant = share(lambda r, b, p: (r.interval(b) or (0, 0))[0] > p)
         counts: dict[str, int] = {}
         for r in sorted(rows, key=lambda r: r.outcome.order):
             label = r.status if r.candidates == 0 else r.outcome.value  # `no_candidate`: none was judged
             counts[label] = counts.get(label, 0) + 1
-        return cls(problems=len(rows), correct=sum(r.correct for r in rows), fast_p=fast,
+        return cls(problems=len(rows), correct=sum(r.correct_or_shaky for r in rows), fast_p=fast,
                    geomean={b: geomean(r.speedup(b) for r in rows if r.correct) if b in timed else None
                             for b in FAST_P_BASELINES},
-                   counts=counts)
+                   counts=counts, fast_p_significant=significant)
 
     def to_dict(self) -> dict[str, Any]:
         return {"problems": self.problems, "correct": self.correct, "fast_p": self.fast_p["eager"],
-                "fast_p_compile": self.fast_p["compile"], "geomean_speedup": self.geomean["eager"],
-                "geomean_speedup_compile": self.geomean["compile"], "counts": self.counts}
+                "fast_p_compile": self.fast_p["compile"], "fast_p_significant": self.fast_p_significant["eager"],
+                "fast_p_significant_compile": self.fast_p_significant["compile"],
+                "geomean_speedup": self.geomean["eager"], "geomean_speedup_compile": self.geomean["compile"],
+                "counts": self.counts}
 
 
 @dataclass
@@ -119,9 +146,17 @@ def problem_row(board: Board, level: str | None) -> ProblemRow | None:
     cands = board.ranked + board.unranked
     if not cands:
         return None
-    best = board.ranked[0] if board.ranked else min(board.unranked, key=lambda e: (e.outcome.order, e.name))
+    best = max(board.ranked, key=_lower_end) if board.ranked else min(board.unranked, key=lambda e: (e.outcome.order, e.name))
     return ProblemRow(problem=board.problem, size=board.size, level=level, candidates=len(cands), best=best,
                       outcome=best.outcome)
+
+
+def _lower_end(entry: Entry) -> tuple[float, float]:
+    """A ranked candidate's claim to be its problem's best: the lower end of its speedup's interval over eager (its
+    point estimate where it has none), then the point estimate."""
+    point = entry.speedup.get("eager", 0.0)
+    interval = entry.speedup_interval("eager")
+    return (interval[0] if interval is not None else point, point)
 
 
 def suite_boards(boards: Sequence[Board], levels: Mapping[str, str | None] | None = None,
@@ -190,6 +225,9 @@ def suite_columns(suite: SuiteBoard | None = None) -> tuple[list, list]:
                numeric=True),
         *[Column(f"speedup_{b}", f"× {b}", lambda r, b=b: fmt_speedup(r.speedup(b)), raw=lambda r, b=b: r.speedup(b),
                  numeric=True) for b in baselines],
+        *[Column(f"interval_{b}", f"95% × {b}", lambda r, b=b: _interval_text(r, b),
+                 raw=lambda r, b=b: _interval_text(r, b) if r.speedup(b) is not None and r.interval(b) else None)
+          for b in baselines],
     ]
     stats = [
         Column("scope", "problems of", lambda s: s[0]),
@@ -199,11 +237,20 @@ def suite_columns(suite: SuiteBoard | None = None) -> tuple[list, list]:
                  lambda s, b=b, p=p: fmt_share(s[1].fast_p[b][threshold_key(p)]),
                  raw=lambda s, b=b, p=p: s[1].fast_p[b][threshold_key(p)], numeric=True)
           for b in baselines for p in FAST_P],
+        *[Column(f"fast_{threshold_key(p)}_{b}_significant", f"fast_{threshold_key(p)} {b} (95%)",
+                 lambda s, b=b, p=p: fmt_share(s[1].fast_p_significant[b][threshold_key(p)]),
+                 raw=lambda s, b=b, p=p: s[1].fast_p_significant[b][threshold_key(p)], numeric=True)
+          for b in baselines for p in FAST_P if p > 0],
         *[Column(f"geomean_{b}", f"geomean × {b}", lambda s, b=b: fmt_speedup(s[1].geomean[b]),
                  raw=lambda s, b=b: s[1].geomean[b], numeric=True) for b in baselines],
         Column("counts", "best outcomes", lambda s: ", ".join(f"{k} {v}" for k, v in s[1].counts.items())),
     ]
     return rows, stats
+
+
+def _interval_text(row: ProblemRow, baseline: str) -> str:
+    interval = row.interval(baseline) if row.speedup(baseline) is not None else None
+    return f"{interval[0]:.2f}-{interval[1]:.2f}" if interval is not None else "-"
 
 
 def stats_rows(suite: SuiteBoard) -> list[tuple[str, SuiteStats]]:
