@@ -256,3 +256,12 @@ def test_the_report_loads_in_chromium_through_playwright_with_no_error(report, t
     caught = _read_in_playwright(control.as_uri())
     assert "control error" in caught["errors"] and not caught["images"][0]["decoded"]
     assert caught["dead_links"] == ["#nowhere"]
+
+
+def test_no_negative_time_is_ever_shown():
+    """A figure per call is a window less its cost; where the clock cannot resolve a call it may come out at or under
+    zero (`min -0.0279 ms` once reached the report): shown as under the clock's floor."""
+    from harness.core.text import fmt_call_ms
+
+    assert fmt_call_ms(-0.0279) == "<floor" and fmt_call_ms(0.0) == "<floor"
+    assert fmt_call_ms(0.5) == "0.5000" and fmt_call_ms(None) == "-"

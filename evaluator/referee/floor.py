@@ -35,7 +35,8 @@ def check_floor(session: Session, built: Built, timing: TimingStats, cost: clock
     referee = session.referee
     floor, how = floor_of(referee, built)
     resolution = resolution_ms(cost, calls)
-    per_call = f"{timing.median_ms * 1e3:.4g} us per call"
+    per_call = (f"{timing.median_ms * 1e3:.4g} us per call" if timing.median_ms > 0 else
+                "a figure per call at or under zero (the window no longer than its cost)")
     resolves = (f"the window's cost ({cost.cost_ms * 1e3:.4g} us) spreads by {resolution * calls * 1e3:.4g} us, "
                 f"{resolution * 1e3:.4g} us a call over {calls} call(s) a window") if cost is not None else "uncalibrated"
     if timing.median_ms <= resolution:

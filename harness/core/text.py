@@ -31,6 +31,14 @@ def fmt_ms(value: float | None) -> str:
     return f"{value:.4f}" if value < 10 else f"{value:.2f}"
 
 
+def fmt_call_ms(value: float | None) -> str:
+    """A time per call: one at or under zero (a window less its cost, where the clock cannot resolve the call) is
+    shown as under the clock's floor, never as a negative time."""
+    if value is not None and value <= 0:
+        return "<floor"
+    return fmt_ms(value)
+
+
 def fmt_err(value: float | None) -> str:
     return f"{value:.2e}" if value is not None else "-"
 

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from evaluator.wire.problem import available_problems, load_problem
 from evaluator.wire.records import Verdict
+from harness.core.text import fmt_call_ms
 from harness.core.records import Candidate
 from harness.core.store import Store, StoreError, VerdictRow, open_store
 from harness.feedback.compile_error import at_candidate_lines
@@ -84,8 +85,8 @@ def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
         lines.append(("buffers checked", ", ".join(c.buffers_checked) or "none"))
     if verdict.timing is not None:
         t = verdict.timing
-        lines.append(("time", f"median {t.median_ms:.4f} ms (IQR {t.iqr_ms:.4f}, min {t.min_ms:.4f}, max "
-                              f"{t.max_ms:.4f}) over {t.reps} calls after {t.warmup} warm-up"))
+        lines.append(("time", f"median {fmt_call_ms(t.median_ms)} ms (IQR {t.iqr_ms:.4f}, min {fmt_call_ms(t.min_ms)}, "
+                              f"max {fmt_call_ms(t.max_ms)}) over {t.reps} calls after {t.warmup} warm-up"))
     if verdict.timing_check is not None:
         tc = verdict.timing_check
         lines.append(("timing check", f"{'agrees' if tc.agrees else 'MISMATCH'}: referee {tc.referee_ms:.4f} ms "

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.store import NO_MODEL
-from harness.core.text import fmt_cost, fmt_err, fmt_flags, fmt_ms, fmt_share, fmt_speedup, fmt_tokens
+from harness.core.text import fmt_call_ms, fmt_cost, fmt_err, fmt_flags, fmt_ms, fmt_share, fmt_speedup, fmt_tokens
 from harness.results.board import FAST_P, FAST_P_BASELINES, SPEEDUP_BASELINES, Board, ChainRow, Entry, SummaryRow
 
 
@@ -74,7 +74,7 @@ _ENTRY_COLUMNS = [
     Column("max_abs_err", "max abs err", lambda e: fmt_err(e.max_abs_err), raw=lambda e: e.max_abs_err,
            numeric=True, short_header="max err"),
     Column("max_rel_err", "max rel err", lambda e: fmt_err(e.max_rel_err), raw=lambda e: e.max_rel_err, numeric=True),
-    Column("runtime_ms", "ms", lambda e: fmt_ms(e.runtime_ms), raw=lambda e: e.runtime_ms, numeric=True),
+    Column("runtime_ms", "ms", lambda e: fmt_call_ms(e.runtime_ms), raw=lambda e: e.runtime_ms, numeric=True),
     # the eager time this row's speedups divide by: its own batch's, not the baseline row's median of every batch
     Column("eager_ms", "its eager ms", lambda e: fmt_ms(_eager_ms(e)), raw=_eager_ms, numeric=True,
            short_header="eager ms"),

@@ -29,7 +29,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from harness.core.outcomes import Outcome
 from harness.core.records import utc_now
 from harness.core.store import Store
-from harness.core.text import fmt_cost, fmt_err, fmt_ms, fmt_speedup
+from harness.core.text import fmt_call_ms, fmt_cost, fmt_err, fmt_ms, fmt_speedup
 from harness.results.board import Board, ChainRow, Entry, Filters, SummaryRow
 from harness.results.columns import (
     CHAINS_CAPTION,
@@ -399,7 +399,7 @@ def board_view(board: Board, index: int, store: Store | None) -> BoardView:
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
                       undefined=StrictUndefined, keep_trailing_newline=True)
-    env.globals.update(fmt_err=fmt_err, fmt_ms=fmt_ms, fmt_speedup=fmt_speedup)
+    env.globals.update(fmt_err=fmt_err, fmt_ms=fmt_ms, fmt_call_ms=fmt_call_ms, fmt_speedup=fmt_speedup)
     return env
 
 
