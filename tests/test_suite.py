@@ -383,3 +383,12 @@ def test_the_reference_as_a_candidate_is_not_significantly_faster_and_the_best_i
     low, high = suite.rows[0].interval("eager")
     assert low < 1.0 < high
     assert suite.rows[1].best.name == "fast/steady"  # the higher lower end, not the higher point estimate
+
+
+def test_a_file_outside_the_working_folder_is_named_relative_to_it_never_absolute(tmp_path):
+    from harness.runs.eval_records import eval_sample_name
+
+    here, there = tmp_path / "here", tmp_path / "runs" / "r" / "level_1_problem_1_sample_0_kernel.py"
+    here.mkdir()
+    assert eval_sample_name(there, False, cwd=here) == "../runs/r/level_1_problem_1_sample_0_kernel.py"
+    assert eval_sample_name(here / "a.py", False, cwd=here) == "a.py"

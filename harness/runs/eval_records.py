@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ def is_golden_path(path: Path) -> bool:
 
 def eval_sample_name(path: Path, golden: bool, cwd: Path | None = None) -> str:
     """How a `harness eval` file is named in its run: a golden file's path under golden/ without
-    `.py`; another file's path relative to the working folder (absolute when outside it)."""
+    `.py`; another file's path relative to the working folder (`../runs/x.py` when outside it: never an absolute
+    path, which is long to read and names the machine)."""
     resolved = path.resolve()
     if golden:
         parts = resolved.parts
@@ -48,10 +50,7 @@ def eval_sample_name(path: Path, golden: bool, cwd: Path | None = None) -> str:
             if parts[i] == "candidates" and parts[i + 1] == "golden":
                 return str(Path(*parts[i + 2:]).with_suffix(""))
         return resolved.stem
-    try:
-        return str(resolved.relative_to((cwd or Path.cwd()).resolve()))
-    except ValueError:
-        return str(resolved)
+    return os.path.relpath(resolved, (cwd or Path.cwd()).resolve())
 
 
 def _eval_candidate(run_id: str, path: Path, verdict: Verdict, scope: str) -> Candidate:
