@@ -392,3 +392,15 @@ def test_a_file_outside_the_working_folder_is_named_relative_to_it_never_absolut
     here.mkdir()
     assert eval_sample_name(there, False, cwd=here) == "../runs/r/level_1_problem_1_sample_0_kernel.py"
     assert eval_sample_name(here / "a.py", False, cwd=here) == "a.py"
+
+
+def test_a_problem_judged_at_two_sizes_is_never_counted_twice_under_one_fast_p():
+    """`leaderboard --problems level1` counted 10 problems (5 at 2 sizes) under one fast_p: now one board a size."""
+    boards = _boards()
+    small = [Board(gpu=b.gpu, tier=b.tier, problem=b.problem, size="small", ranked=list(b.ranked),
+                   unranked=list(b.unranked), references=list(b.references)) for b in boards]
+    suites = suite_boards(boards + small, {"A": "1", "B": "1", "C": "2", "D": "2"}, "mini")
+    assert sorted(s.where for s in suites) == ["H100 at size default", "H100 at size small"]
+    assert all(s.stats.problems == 4 for s in suites)
+    [one] = suite_boards(boards, {}, "mini")
+    assert one.where == "H100 at size default" and one.to_dict()["sizes"] == ["default"]

@@ -206,8 +206,8 @@ def suite_tables(suite: SuiteBoard) -> list[Table]:
     name = f"suite {suite.name} " if suite.name else "suite "
     tables = []
     for title, cols, rows in (
-            (f"{name}on {suite.gpu}: each problem's best candidate (tier {suite.tier})", problem_columns, suite.rows),
-            (f"{name}on {suite.gpu}: fast_p = share of the problems attempted whose best candidate is correct and "
+            (f"{name}on {suite.where}: each problem's best candidate (tier {suite.tier})", problem_columns, suite.rows),
+            (f"{name}on {suite.where}: fast_p = share of the problems attempted whose best candidate is correct and "
              "faster than the baseline by more than p (KernelBench's: its point estimate; (95%): the lower end of its "
              "interval); fast_0: correct, shaky timing included", stats_columns, stats_rows(suite))):
         table = Table(title=title, title_justify="left")
@@ -223,7 +223,7 @@ def suite_markdown(suites: Sequence[SuiteBoard]) -> str:
     parts = []
     for suite in suites:
         problem_columns, stats_columns = suite_columns(suite)
-        parts.append(f"## Suite {suite.name or ''} on {suite.gpu} (tier {suite.tier})\n")
+        parts.append(f"## Suite {suite.name or ''} on {suite.where} (tier {suite.tier})\n")
         parts.append(md_table(problem_columns, suite.rows) + "\n")
         parts.append(md_table(stats_columns, stats_rows(suite)) + "\n")
     return "\n".join(parts)

@@ -126,7 +126,7 @@ class SuiteStats:
 
 @dataclass
 class SuiteBoard:
-    """A suite's problems on one GPU."""
+    """A suite's problems on one GPU, each problem once (at one size)."""
 
     gpu: str
     tier: str
@@ -135,8 +135,18 @@ class SuiteBoard:
     stats: SuiteStats
     levels: dict[str, SuiteStats] = field(default_factory=dict)
 
+    @property
+    def sizes(self) -> list[str]:
+        return sorted({r.size for r in self.rows if r.candidates})
+
+    @property
+    def where(self) -> str:
+        """`H200 at size small`, or `H200, sizes mixed: a, b` (a suite whose problems each have their own)."""
+        sizes = self.sizes
+        return f"{self.gpu} at size {sizes[0]}" if len(sizes) == 1 else f"{self.gpu}, sizes mixed: {', '.join(sizes)}"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "gpu": self.gpu, "tier": self.tier, **self.stats.to_dict(),
+        return {"name": self.name, "gpu": self.gpu, "sizes": self.sizes, "tier": self.tier, **self.stats.to_dict(),
                 "problems": [r.to_dict() for r in self.rows],
                 "levels": {level: stats.to_dict() for level, stats in self.levels.items()}}
 
@@ -166,21 +176,22 @@ def suite_boards(boards: Sequence[Board], levels: Mapping[str, str | None] | Non
     several GPUs give several; the one with the most problems first. `expected`: every problem of the suite,
     each one without a candidate on a GPU given a row there (no candidate: not correct, in the denominator)."""
     levels = levels or {}
-    by_gpu: dict[str, list[ProblemRow]] = {}
+    by_gpu: dict[tuple[str, str], list[ProblemRow]] = {}
     tiers = {b.tier for b in boards}
     order = {name: i for i, name in enumerate(levels)}  # the suite's order, where one is given
     for board in sorted(boards, key=lambda b: (order.get(b.problem, len(order)), natural_name(b.problem), b.size)):
         row = problem_row(board, levels.get(board.problem))
         if row is not None:
-            by_gpu.setdefault(board.gpu, []).append(row)
-    for gpu, rows in by_gpu.items():
+            by_gpu.setdefault((board.gpu, ""), []).append(row)
+    by_gpu = {key: rows for (gpu, _), all_rows in by_gpu.items() for key, rows in _one_size_each(gpu, all_rows).items()}
+    for (gpu, _), rows in by_gpu.items():
         present = {r.problem for r in rows}
         rows += [ProblemRow(problem=p, size="-", level=levels.get(p), candidates=0, best=None,
                             outcome=Outcome.not_evaluated) for p in expected if p not in present]
         rows.sort(key=lambda r: (order.get(r.problem, len(order)), natural_name(r.problem)))
     out = []
-    for gpu, rows in by_gpu.items():
-        mine = [e for b in boards if b.gpu == gpu for e in b.candidates]
+    for (gpu, size), rows in by_gpu.items():
+        mine = [e for b in boards if b.gpu == gpu and (not size or b.size == size) for e in b.candidates]
         timed = timed_baselines(mine) | {name for e in mine for name in e.speedup}
         per_level: dict[str, list[ProblemRow]] = {}
         for r in rows:
@@ -190,6 +201,19 @@ def suite_boards(boards: Sequence[Board], levels: Mapping[str, str | None] | Non
                               stats=SuiteStats.over(rows, timed),
                               levels={lv: SuiteStats.over(rs, timed) for lv, rs in sorted(per_level.items(), key=_level_key)}))
     return sorted(out, key=lambda s: (-len(s.rows), s.gpu))
+
+
+def _one_size_each(gpu: str, rows: list[ProblemRow]) -> dict[tuple[str, str], list[ProblemRow]]:
+    """A GPU's rows as suite boards that hold each problem once: one board where they do (its problems' sizes may
+    differ: a suite's problems each at its own), else one a size (a problem judged at two sizes is two attempts,
+    never counted twice under one fast_p)."""
+    problems = [r.problem for r in rows]
+    if len(problems) == len(set(problems)):
+        return {(gpu, ""): rows}
+    by_size: dict[tuple[str, str], list[ProblemRow]] = {}
+    for row in rows:
+        by_size.setdefault((gpu, row.size), []).append(row)
+    return by_size
 
 
 def _level_key(item: tuple[str, Any]) -> tuple:
