@@ -201,7 +201,7 @@ def test_a_suite_run_judges_each_problem_and_ranks_them_together_then_resumes(tm
     status = {p["problem"]: p["status"] for p in suite["problems"]}
     assert status["5_Matmul"] == "incorrect" and status["8_Conv2d_ReLU_BiasAdd"] == "parse_error"
     assert status["1_ReLU"] in ("correct", "shaky")  # shaky: a 2-core machine's timing beyond the bounds
-    assert suite["fast_p"]["0"] == pytest.approx((status["1_ReLU"] == "correct") / 3)
+    assert suite["fast_p"]["0"] == pytest.approx(1 / 3)  # fast_0: the correct share, shaky timing included
     assert [p["level"] for p in suite["problems"]] == ["1", "1", "2"] and set(suite["levels"]) == {"1", "2"}
     again = invoke(*args)  # every reply and verdict from the store
     assert again.exit_code == 0 and again.output.count("0 request(s), 0 evaluation(s) this time") == 3, again.output
@@ -241,9 +241,26 @@ def test_the_html_report_opens_with_the_suite_board():
     boards = _boards()
     html = render_report(boards, tier="loose", suites=suite_boards(boards, {"A": "1", "B": "1", "C": "2", "D": "2"},
                                                                    "mini"))
-    assert "Suite mini on H100: 4 problem(s), 2 with a correct candidate" in html
+    assert "Suite mini on H100 at size default: 4 problem(s), 3 with a correct candidate" in html
     assert html.index("Suite mini") < html.index("<h2 id='gpu-0'>")
     assert "fast_1.5 eager" in html and "level 2" in html and "A/best" in html
+    # one set of pictures for the suite, none a problem
+    assert html.count("<figure class='suite-plot'>") == 3 and "fast_p against p" in html
+    assert "Speedup vs eager: A / default" not in html
+
+
+@pytest.mark.slow  # draws three figures
+def test_the_suite_pictures_are_written_as_png_files(tmp_path):
+    from harness.results.plots import fast_p_curve, write_plots
+
+    [suite] = suite_boards(_boards(), {"A": "1", "B": "1", "C": "2", "D": "2"}, "mini")
+    written = write_plots([suite], tmp_path / "plots")
+    assert len(written) == 3 and {n for n in ("fast_p.png", "best_speedups.png", "per_call_times.png")
+                                  if any(p.name.endswith(n) for p in written)} == {"fast_p.png", "best_speedups.png",
+                                                                                    "per_call_times.png"}
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+    curve = fast_p_curve(suite, significant=False)
+    assert curve[0] == 0.75 and curve[20] == 0.75 and curve[-1] == 0.0  # p = 0, 1, 4: A 1.2, C 2.5, D 3.0
 
 
 def test_a_suite_counts_every_problem_of_it_those_without_a_candidate_as_not_correct():

@@ -24,14 +24,11 @@ EVALUATOR_VERSION = "0.1.0"
 SPEEDUP_RULE = (
     "A speedup divides a baseline's median time by the candidate's, both measured by the referee on the same GPU in "
     "the same batch: the candidate's by the referee's clock around each call, less what that clock's window costs "
-    "(measured by the referee's calibrator beside each window), never by anything the candidate's process reports. "
-    "Eager is timed the same way: in every baseline round the referee judges the reference itself as a candidate (its "
-    "Model unchanged, in an executor, through the same checks and windows), and eager's figure is that one; the other "
-    "baselines (TF32, torch.compile, the ceilings) are timed by device events in the referee's own process. Where "
-    "windows hold calls back to back (a call's bytes up to 16 MiB on a CPU, 1 GiB on a GPU), calls are handed off "
-    "back to back: on a CPU through host memory, each call's copies in its time; on a GPU on the device, where a "
-    "candidate's figure (eager's too) holds its copy out and the referee-timed baselines' none, so a speedup over "
-    "those can read low by that copy, never high.")
+    "(measured by its calibrator beside each window), never by anything the candidate's process reports. Eager is the "
+    "reference itself judged as a candidate in every baseline round, through the same checks and windows; the other "
+    "baselines (TF32, torch.compile, the ceilings) are timed by device events in the referee's own process, so where "
+    "calls are bound by their launches a speedup over those can read high, and where a GPU candidate's calls are "
+    "handed off on the device it holds its copy out and theirs none, so it can read low by that copy.")
 
 
 class Hardware(BaseModel):

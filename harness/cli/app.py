@@ -374,6 +374,9 @@ def report_cli(
     problems: Optional[Path] = typer.Option(None, help="Only a suite's problems (a folder of problems or a suite file), its board first."),
     store: Optional[Path] = typer.Option(None, help="Result store (default: .harness/results.sqlite; env HARNESS_STORE)."),
     config: Optional[Path] = typer.Option(None, help="Config file with token prices (default: ./harness.toml; env HARNESS_CONFIG)."),
+    plots: Optional[Path] = typer.Option(None, help=(
+        "Also write each suite board's pictures (fast_p against p, the best speedups with their intervals, per-call "
+        "times beside eager's) as PNG files in this folder.")),
 ) -> None:
     """Write one self-contained HTML report (summary, leaderboard, charts, every candidate)."""
     from harness.cli.commands import report_command
@@ -386,7 +389,7 @@ def report_cli(
         raise usage_error(str(err))
     filters = Filters(run=run, model=model, problem=problem, size=size, variant=variant, gpu=gpu)
     raise typer.Exit(report_command(store=store, filters=filters, tier=tier or (suite.tier if suite else "loose"),
-                                    out=out, console=console, config_file=config, suite=suite))
+                                    out=out, console=console, config_file=config, suite=suite, plots=plots))
 
 
 @app.command("show")

@@ -116,8 +116,10 @@ def leaderboard_command(*, store: Path | None, filters: Filters, tier: str = "lo
 
 
 def report_command(*, store: Path | None, filters: Filters, tier: str = "loose", out: Path = Path("report.html"),
-                   console: Console | None = None, config_file: Path | None = None, suite: Suite | None = None) -> int:
-    """`harness report`: write the HTML file. Returns the exit code (0, or 2 for a bad option or store)."""
+                   console: Console | None = None, config_file: Path | None = None, suite: Suite | None = None,
+                   plots: Path | None = None) -> int:
+    """`harness report`: write the HTML file (and with `plots`, each suite board's pictures as PNG files there).
+    Returns the exit code (0, or 2 for a bad option or store)."""
     from harness.results.report import render_report
 
     console = console or Console()
@@ -135,6 +137,11 @@ def report_command(*, store: Path | None, filters: Filters, tier: str = "loose",
         return 2
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(document, encoding="utf-8")
+    if plots is not None:
+        from harness.results.plots import write_plots
+
+        written = write_plots(list(suites), plots)
+        console.print(f"wrote {len(written)} picture(s) of {len(suites)} suite board(s) to {plots}")
     count = sum(len(b.candidates) for b in boards)
     console.print(f"wrote {out} ({count} candidate(s) on {len(boards)} board(s): "
                   f"{'; '.join(b.scope for b in boards) or 'none'})")

@@ -17,9 +17,7 @@ and a chart of speedup against turn per problem and size, one line per chain. Th
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +40,7 @@ from harness.results.columns import (
     outcome_view,
     summary_view,
 )
+from harness.results.plots import data_uri, figure, suite_figures
 from harness.results.suite_board import SuiteBoard, stats_rows, suite_columns
 
 from evaluator.wire.records import SPEEDUP_RULE
@@ -93,21 +92,6 @@ def reference_line(draw, entry: Entry, value: float, width: float) -> None:
         draw(value, color="#6a1b9a", linestyle=":", linewidth=width + 0.2, label=f"{entry.name} {value:.2f}×")
 
 
-def _png(fig) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # the Agg backend, no global pyplot state
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def speedup_charts(board: Board) -> list[tuple[str, str]]:
     """(caption, data URI) per problem/size of `board`: a horizontal bar per timed candidate
     (speedup vs eager), the baselines and golden kernels as vertical lines."""
@@ -123,7 +107,7 @@ def speedup_charts(board: Board) -> list[tuple[str, str]]:
     for key in sorted(set(groups) | set(refs)):
         bars = sorted(groups.get(key, []), key=lambda e: e.speedup["eager"])
         lines = refs.get(key, [])
-        fig = _figure(9.5, 1.6 + 0.32 * max(len(bars), 1))
+        fig = figure(9.5, 1.6 + 0.32 * max(len(bars), 1))
         ax = fig.add_subplot(1, 1, 1)
         if bars:
             names = [e.name if len(e.name) <= 48 else "…" + e.name[-47:] for e in bars]
@@ -152,7 +136,7 @@ def speedup_charts(board: Board) -> list[tuple[str, str]]:
             handles += [Patch(color=o.color, label=o.value) for o in shown]
         if handles:
             ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        charts.append((f"Speedup vs eager: {key[0]} / {key[1]}", _png(fig)))
+        charts.append((f"Speedup vs eager: {key[0]} / {key[1]}", data_uri(fig)))
     return charts
 
 
@@ -179,7 +163,7 @@ def turn_charts(board: Board) -> list[tuple[str, str]]:
         chains = groups[key]
         runs = len({c.run_id for c in chains})
         last_turn = max(c.turns for c in chains)
-        fig = _figure(9.5, 4.2)
+        fig = figure(9.5, 4.2)
         ax = fig.add_subplot(1, 1, 1)
         top = 0.0
         for i, chain in enumerate(chains):
@@ -229,7 +213,7 @@ def turn_charts(board: Board) -> list[tuple[str, str]]:
                     Line2D([], [], color="#616161", marker="o", markerfacecolor="none", markersize=10, linestyle="",
                            label="best of its chain")]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        charts.append((f"Speedup vs eager by turn: {key[0]} / {key[1]}", _png(fig)))
+        charts.append((f"Speedup vs eager by turn: {key[0]} / {key[1]}", data_uri(fig)))
     return charts
 
 
@@ -243,7 +227,7 @@ def outcome_chart(board: Board) -> str | None:
     if not groups:
         return None
     labels = sorted(groups, key=lambda g: (g == "golden", g))
-    fig = _figure(9.5, 1.4 + 0.45 * len(labels))
+    fig = figure(9.5, 1.4 + 0.45 * len(labels))
     ax = fig.add_subplot(1, 1, 1)
     left = [0] * len(labels)
     for outcome in Outcome:
@@ -262,7 +246,7 @@ def outcome_chart(board: Board) -> str | None:
     ax.set_title(f"Outcomes on {board.scope} (tier {board.tier})", fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _png(fig)
+    return data_uri(fig)
 
 
 # -- what the page shows -------------------------------------------------------------------------
@@ -365,7 +349,9 @@ class BoardView:
     turn_charts: list[tuple[str, str]]
 
 
-def board_view(board: Board, index: int, store: Store | None) -> BoardView:
+def board_view(board: Board, index: int, store: Store | None, charts: bool = True) -> BoardView:
+    """One board's tables, and unless `charts` is off (a suite's report: its pictures are the suite's, not one
+    near-empty chart a problem), its charts."""
     rows = []
     for e in board.rows:
         row = RowView(entry=e)
@@ -392,8 +378,9 @@ def board_view(board: Board, index: int, store: Store | None) -> BoardView:
                         lambda c: "chain-row" + (" chain-rescued" if c.rescued else ""), "summary chains"),
         ]
     return BoardView(board=board, columns=compact_view(board), rows=rows, summaries=summaries,
-                     speedup_charts=speedup_charts(board), outcome_chart=outcome_chart(board),
-                     turn_charts=turn_charts(board))
+                     speedup_charts=speedup_charts(board) if charts else [],
+                     outcome_chart=outcome_chart(board) if charts else None,
+                     turn_charts=turn_charts(board) if charts else [])
 
 
 def _environment() -> Environment:
@@ -424,5 +411,5 @@ def render_report(boards: Sequence[Board], store: Store | None = None, *, store_
     return _environment().get_template("report.html.j2").render(
         gpus=", ".join(b.gpu for b in boards) or "none", tier=tier, store_path=store_path,
         filters=filters.to_dict() or "none", generated=utc_now(), version=harness.__version__, css=CSS,
-        boards=[board_view(b, i, store) for i, b in enumerate(boards)], speedup_rule=SPEEDUP_RULE,
-        suites=[(s, suite_views(s)) for s in suites])
+        boards=[board_view(b, i, store, charts=not suites) for i, b in enumerate(boards)], speedup_rule=SPEEDUP_RULE,
+        suites=[(s, suite_views(s), [(caption, data_uri(fig)) for _, caption, fig in suite_figures(s)]) for s in suites])
