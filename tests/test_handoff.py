@@ -368,12 +368,17 @@ def test_a_baseline_drops_the_windows_something_held_beside_it_ran_or_died_in(mo
     one = judge.timer.one
 
     def watched_one(fn, call, before=None, after=None, calls=1):
-        state["broken"] = call.timed is not None and call.timed % 2 == 1
+        result = one(fn, call, before, after, calls)
         if call.timed is not None:
             timed.append(call.timed)
-        return one(fn, call, before, after, calls)
+            state["broken"] = call.timed % 2 == 1  # seen at the next look: as the next window begins, or at the end
+        return result
+
+    def broken():
+        said, state["broken"] = state["broken"], False
+        return "the builds: 1 task ended" if said else None
 
     monkeypatch.setattr(judge.timer, "one", watched_one)
-    monkeypatch.setattr(judge, "held_elsewhere_broken", lambda: "the builds: 1 task ended" if state["broken"] else None)
+    monkeypatch.setattr(judge, "held_elsewhere_broken", broken)
     stats = judge.time_baseline("eager")
     assert len(timed) >= 2 * judge.timer.min_reps and stats.reps == len([t for t in timed if t % 2 == 0])

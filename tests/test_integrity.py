@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -947,8 +949,8 @@ def _planted_alive() -> list[int]:
 
 
 def test_a_frozen_groups_deaths_and_cpu_time_are_seen():
-    """The check behind every hold: a task of a frozen group that dies of its own timer, and the CPU time its exit is
-    charged, are seen; a group left alone frozen shows nothing."""
+    """The check behind every hold: a task of a frozen group that dies (a fatal signal ends even a frozen task), and
+    the CPU time its exit is charged, are seen; a group left alone frozen shows nothing."""
     import subprocess
     import sys
 
@@ -957,16 +959,18 @@ def test_a_frozen_groups_deaths_and_cpu_time_are_seen():
     if not cgroups.usable()[0]:
         pytest.skip(f"no cgroup here: {cgroups.usable()[1]}")
     group = cgroups.Group.create(None, "test")
-    script = ("import signal, time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
-              "print('ready', flush=True)\nwhile True:\n    signal.setitimer(signal.ITIMER_REAL, 0.3)\n    time.sleep(0.001)\n")
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    script = "b = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ready', flush=True)\ninput()\n"
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         group.join(child.pid)
         child.stdout.readline()
         assert group.freeze(2.0)
         held = group.settle(1.0)
         assert child.pid in held.tasks and group.changed_since(held) is None  # frozen: nothing moves
-        child.wait(timeout=10)  # its timer fires inside the hold: a fatal signal ends a frozen task
+        time.sleep(0.05)
+        assert group.changed_since(held) is None
+        os.kill(child.pid, signal.SIGKILL)  # as its own timer would send it
+        child.wait(timeout=10)
         why = group.changed_since(held)
         assert why is not None and "ended" in why and "CPU time" in why, why
     finally:
@@ -999,3 +1003,53 @@ def test_helpers_a_build_plants_void_other_candidates_windows_and_die_with_their
     assert void and all("the builds" in why for why in void), control.timing_check
     assert control.runtime_ms is None or control.runtime_ms > 0.8 * 3.0, control.timing_check  # padded_control.PAD_MS
     assert not _planted_alive()
+
+
+def test_a_build_that_breaks_the_hold_is_killed_and_a_build_begun_meanwhile_voids_nothing():
+    """An attacker's review of the hold beside the clock: a neighbour that keeps breaking it could void window after
+    window of an honest candidate's until it was shaky, and a build the parent began or ended inside a window voided
+    it. Each build's group is watched apart: one that breaks the hold is killed at once; one begun meanwhile was born
+    frozen, and is no part of the window."""
+    import subprocess
+    import sys
+
+    from evaluator.referee.beside import Beside
+    from evaluator.wire import cgroups
+
+    if not cgroups.usable()[0]:
+        pytest.skip(f"no cgroup here: {cgroups.usable()[1]}")
+    builds = cgroups.Group.create(None, "builds")
+    quiet = "import time\nprint('ready', flush=True)\ntime.sleep(600)\n"
+    procs = []
+    try:
+        def start(code: str, ready: bool = True) -> cgroups.Group:
+            group = cgroups.Group.create(builds, "b")
+            proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+            group.join(proc.pid)
+            if ready:  # (one joining a frozen group freezes before it can say so)
+                proc.stdout.readline()
+            procs.append(proc)
+            return group
+
+        honest = start(quiet)
+        hostile = start("import os, signal, time\nsignal.signal(signal.SIGUSR1, lambda *a: None)\n"
+                        "print('ready', flush=True)\ntime.sleep(600)\n")
+        beside = Beside(builds)
+        beside.hold([])
+        assert beside.broken() is None
+        start(quiet, ready=False)  # a build begun while held: born frozen
+        assert beside.broken() is None
+        os.kill(procs[1].pid, signal.SIGUSR1)  # its handler runs although frozen: CPU time charged to its group
+        time.sleep(0.05)
+        why = beside.broken()
+        assert why is not None and "a build" in why and "killed" in why, why
+        assert procs[1].wait(timeout=10) == -signal.SIGKILL and hostile.empty_within(10)
+        assert honest.populated() and beside.broken() is None
+        beside.release()
+    finally:
+        builds.thaw()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        builds.kill()
+        builds.remove(wait_s=5)

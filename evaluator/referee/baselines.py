@@ -58,17 +58,23 @@ def time_baseline(referee, name: str) -> TimingStats:
         return before
 
     fn = (lambda: copies.call(model)) if copies is not None else (lambda: model(*current["inputs"]))
-    void: set[int] = set()  # calls something held beside them ran or died in (evaluator.referee.beside): dropped
+    # windows something held beside them ran or died in (evaluator.referee.beside), dropped: looked at as the next one
+    # begins (on a GPU a window's device work ends at the synchronize after its last call, not at its `after` hook)
+    void: set[int] = set()
+    last: list[int] = []
 
     def watched(before):
         def hook(call: Call) -> None:
+            close()
             before(call)
-            referee.held_elsewhere_broken()  # what happened before this call is no part of it
+            referee.held_elsewhere_broken()  # what happened while its inputs were drawn is no part of it
+            last.append(call.index)
         return hook
 
-    def after(call: Call, _result) -> None:
-        if referee.held_elsewhere_broken() is not None:
-            void.add(call.index)
+    def close() -> None:
+        if referee.held_elsewhere_broken() is not None and last:
+            void.add(last[-1])
+        last.clear()
 
     with torch.no_grad():
         warm = drawing(referee.keys.next_seed("baseline"))
@@ -80,9 +86,13 @@ def time_baseline(referee, name: str) -> TimingStats:
         for _ in range(VOID_SERIES):
             void.clear()
             events, _ = referee.timer.series(fn, referee.timer.reps_for(estimate * calls),
-                                             watched(drawing(referee.keys.next_seed("baseline"))), after,
+                                             watched(drawing(referee.keys.next_seed("baseline"))),
                                              target_rel=0.005, calls=calls)
+            close()
             kept += [e for i, e in enumerate(events) if i not in void]
             if len(kept) >= referee.timer.min_reps:
                 break
-    return summarize(kept or events, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})
+    if not kept:
+        raise RuntimeError(f"every window of baseline {name!r} was void: something held beside it kept running or "
+                           "dying (evaluator.referee.beside)")
+    return summarize(kept, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})

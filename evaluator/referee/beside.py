@@ -8,28 +8,49 @@ again). `broken` is read before and after every window the referee times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from evaluator.referee.process import ExecutorProcess, pause_all, resume_all
 from evaluator.wire import cgroups
 
 BUILDS_FREEZE_S = 1.0  # how long `hold` waits for every build to be frozen
 
 
+def close_ahead(waiting: dict, process: ExecutorProcess) -> None:
+    """An executor started ahead closed and out of `waiting` (started again in its turn), nothing of it left before
+    anything is timed again: a CUDA context's teardown takes seconds, and would run inside the next windows."""
+    for key in [key for key, p in waiting.items() if p is process]:
+        del waiting[key]
+    process.close(wait_s=1)
+    if process.group is not None:
+        process.group.empty_within(10.0)
+
+
 class Beside:
-    def __init__(self, builds: cgroups.Group | None):
-        self.builds = builds
+    """What `hold` holds, and what broke its hold: each build's group apart, and each executor started ahead. A part that
+    ran or died although held is ended at once (`drop`: an executor started ahead, started again in its turn; a build
+    killed, its verdict the build's own): a neighbour can void one window of another candidate's, never keep voiding
+    them until that candidate is `shaky_timing`."""
+
+    def __init__(self, builds: cgroups.Group | None, drop: Callable[[ExecutorProcess], None] = lambda process: None):
+        self.builds, self.drop = builds, drop
         self.builds_late = 0  # times the builds were not all frozen within BUILDS_FREEZE_S (said in verdicts)
-        self.builds_held: cgroups.Held | None = None  # the builds' frozen cgroup as `hold` found it
-        self.paused: list[ExecutorProcess] = []       # the executors started ahead that `hold` holds
+        self.builds_held: dict[Path, cgroups.Held] | None = None  # each build's frozen group as `hold` found it
+        self.paused: list[ExecutorProcess] = []                    # the executors started ahead that `hold` holds
 
     def hold(self, waiting: list[ExecutorProcess]) -> None:
         self.builds_held = None
         if self.builds is not None:
             if self.builds.freeze(BUILDS_FREEZE_S):  # each freezes as it leaves the kernel
-                self.builds_held = self.builds.settle(BUILDS_FREEZE_S)
+                self.builds_held = self._settled()
             else:
                 self.builds_late += 1
         pause_all(waiting)
-        self.paused = waiting
+        self.paused = [p for p in waiting if p.proc is not None and p.proc.poll() is None]
+        for process in [p for p in self.paused if not p.held_still()]:  # it could not be held: not beside a clock
+            self.paused.remove(process)
+            self.drop(process)
 
     def release(self) -> None:
         waiting, self.paused, self.builds_held = self.paused, [], None
@@ -37,15 +58,30 @@ class Beside:
         if self.builds is not None:
             self.builds.thaw()
 
+    def _settled(self) -> dict[Path, cgroups.Held]:
+        return {child.path: child.settle(BUILDS_FREEZE_S) for child in self.builds.children()}
+
     def broken(self) -> str | None:
         """What was held beside the executor being timed and ran or died although held, since the last look (None:
-        nothing). Each part found so is held again as it is now, so that the next look starts from there."""
+        nothing). The builds' group not frozen (yet) is broken too. Each part found so is ended (see the class)."""
         why = []
-        if self.builds is not None and self.builds_held is not None:
-            if (broken := self.builds.changed_since(self.builds_held)) is not None:
-                why.append(f"the builds: {broken}")
-                self.builds_held = self.builds.settle(BUILDS_FREEZE_S)
-        for process in self.paused:
+        if self.builds is not None:
+            if self.builds_held is None:
+                if not self.builds.frozen():
+                    why.append("the builds: their cgroup is not all frozen")
+                else:
+                    self.builds_held = self._settled()  # frozen late: watched from now on
+            else:
+                for path, held in self.builds_held.items():  # a build begun meanwhile was born frozen: not its doing
+                    group = cgroups.Group(path)
+                    if (broken := group.changed_since(held) if path.exists() else
+                            ("its group was removed" if held.tasks else None)) is not None:
+                        why.append(f"a build: {broken} (killed)")
+                        group.kill()
+                self.builds_held = self._settled() if why else self.builds_held
+        for process in list(self.paused):
             if (broken := process.hold_broken(process.paused_times)) is not None:
-                why.append(f"an executor started ahead: {broken}")
+                why.append(f"an executor started ahead: {broken} (stopped, started again in its turn)")
+                self.paused.remove(process)
+                self.drop(process)
         return "; ".join(why) or None

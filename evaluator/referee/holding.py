@@ -154,20 +154,11 @@ def ran_since(times: dict[tuple[int, int], int], now: dict[tuple[int, int], int]
 
 def broken_since(root: int, by_tree: bool, times: dict) -> str | None:
     """What the executor whose launcher is `root` did since `stop_all` filled `times` (None: nothing): processes of
-    it that ran (`ran_since`; a process born meanwhile ran to be born). Those are stopped again, and `times` taken
-    anew, so that the next look starts from there."""
+    it that ran (`ran_since`; a process born meanwhile ran to be born)."""
     now: dict = {}
     processes(root, by_tree, now)
     ran = ran_since(times, now)
-    if not ran:
-        return None
-    times.clear()
-    try:
-        stop_all(root, by_tree, times)
-    except NotHeld:  # still running after seconds: stopped as they are now
-        for pid in processes(root, by_tree):
-            _send(pid, signal.SIGSTOP)
-    return f"its processes {ran} ran (something continued them)"
+    return f"its processes {ran} ran (something continued them)" if ran else None
 
 
 def continue_all(root: int, pids: list[int]) -> None:

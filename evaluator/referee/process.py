@@ -286,6 +286,10 @@ class ExecutorProcess:
             self.reading.set()
             raise
 
+    def held_still(self) -> bool:
+        """Whether `stop_all` held all of it (paused: its frozen group settled, or every process stopped)."""
+        return self.group_held is not None or self.paused_pids is not None
+
     def ran_while_held(self) -> str | None:
         """What its processes did while this hold held them (None: nothing): `hold_broken`."""
         return self.hold_broken(self.held_times) if self.held_pids is not None else None
@@ -294,22 +298,13 @@ class ExecutorProcess:
         """What its processes did since `stop_all` held them, although held (None: nothing). Frozen: a task that
         ended or appeared, or CPU time charged to its cgroup (evaluator.wire.cgroups.Group.changed_since: a fatal
         signal ends a frozen task, and its exit runs on a core). Stopped: a thread whose run time moved, or that is
-        gone or new (evaluator.referee.holding.ran_since). Where something did, it is held again as it is now, so
-        that the next check starts from there (an executor paused across many windows)."""
+        gone or new (evaluator.referee.holding.ran_since)."""
         if self.proc is None:
             return None
-        if self.proc.poll() is not None:  # said once
-            ended = self.group_held is not None or bool(times)
-            self.group_held = None
-            times.clear()
-            return "it ended while held" if ended else None
+        if self.proc.poll() is not None:
+            return "it ended while held" if self.group_held is not None or times else None
         if self.frozen_by_group:
-            if self.group_held is None:
-                return None
-            why = self.group.changed_since(self.group_held)
-            if why is not None:
-                self.group_held = self.group.settle(holding.HOLD_WAIT_S)
-            return why
+            return self.group.changed_since(self.group_held) if self.group_held is not None else None
         return holding.broken_since(self.proc.pid, self.by_tree(), times) if times else None
 
     def stop_all(self, times: dict | None = None) -> list[int]:

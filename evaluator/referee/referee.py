@@ -44,7 +44,7 @@ from evaluator.referee.session import Session, own_credit, release_cached, run_l
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
-from evaluator.referee.beside import Beside
+from evaluator.referee.beside import Beside, close_ahead
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import settle
 from evaluator.referee.timing import Timer
@@ -82,7 +82,8 @@ class Referee:
         # the batch's builds, frozen while anything is timed (where they do not run on cores of their own)
         # what `exclusive` holds beside the executor being timed: the builds' cgroup (if this lane freezes one), the
         # executors started ahead
-        self.beside = Beside(cgroups.Group(Path(config.builds_group)) if config.builds_group else None)
+        self.beside = Beside(cgroups.Group(Path(config.builds_group)) if config.builds_group else None,
+                             lambda process: close_ahead(self.waiting, process))
         self.tolerances = self.problem.tolerances
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
@@ -210,9 +211,9 @@ class Referee:
 
     def close_waiting(self) -> bool:
         """Close every executor started ahead (each is started again in its turn); whether there was one."""
-        waiting, self.waiting = list(self.waiting.values()), {}
+        waiting = list(self.waiting.values())
         for process in waiting:
-            process.close(wait_s=1)
+            close_ahead(self.waiting, process)
         return bool(waiting)
 
     def device_idle(self, limit_s: float) -> float | None:
@@ -395,9 +396,8 @@ class Referee:
 
     @contextlib.contextmanager
     def exclusive(self):
-        """The device and the CPU to one candidate (or to the baselines): every executor started ahead is held,
-        the builds too where they share this lane's cores (their cgroup frozen), and the referee's
-        page-locking of the exchanges is over."""
+        """The device and the CPU to one candidate (or to the baselines): every executor started ahead is held, the
+        builds too where they share this lane's cores (their cgroup frozen), the exchanges' page-locking is over."""
         for closed in self.closing:  # judged executors are gone (each within about two seconds)
             closed.wait()
         self.closing.clear()

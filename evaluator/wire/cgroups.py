@@ -184,6 +184,29 @@ class Group:
             what.append(f"{len(born)} task(s) appeared in it ({_few(born)})")
         return "; ".join(what) or None
 
+    def children(self) -> list[Group]:
+        """The groups directly below this one."""
+        try:
+            return [Group(entry) for entry in sorted(self.path.iterdir()) if entry.is_dir()]
+        except OSError:
+            return []
+
+    def populated(self) -> bool:
+        """Whether any task is left in it or below it (`cgroup.events`); False once it is gone."""
+        try:
+            return "populated 1" in (self.path / "cgroup.events").read_text()
+        except OSError:
+            return False
+
+    def empty_within(self, wait_s: float) -> bool:
+        """Wait until no task is left in it (a killed process's teardown included), at most `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while self.populated():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
     def frozen(self) -> bool:
         try:
             return "frozen 1" in (self.path / "cgroup.events").read_text()
