@@ -374,12 +374,12 @@ def test_the_readmes_first_command_judges_three_replies_on_a_cpu(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     store = tmp_path / "r.sqlite"
-    run = subprocess.run([sys.executable, "-m", "harness", "run", "--model", "replay:tests/fixtures/replays/cpu",
+    run = subprocess.run([sys.executable, "-m", "harness", "run", "--model", f"replay:{root}/tests/fixtures/replays/cpu",
                           "--device", "cpu", "--size", "small", "--store", str(store), "--runs-dir", str(tmp_path / "runs")],
-                         cwd=root, capture_output=True, text=True, timeout=900)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=900)  # its logs never in the checkout
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     board = subprocess.run([sys.executable, "-m", "harness", "leaderboard", "--size", "small", "--store", str(store)],
-                           cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert board.returncode == 0, board.stderr[-2000:]
     for outcome in ("incorrect", "parse_error"):
         assert outcome in board.stdout, board.stdout

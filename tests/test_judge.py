@@ -70,7 +70,7 @@ def test_a_judge_takes_the_bounds_the_command_line_takes_and_one_tier():
 
 
 @pytest.mark.slow
-def test_the_rl_example_gives_every_reply_a_reward_in_order_of_merit():
+def test_the_rl_example_gives_every_reply_a_reward_in_order_of_merit(tmp_path):
     """examples/rl_reward.py over a correct reply, a wrong one and one of the real replies cut off before any code
     (tests/fixtures/replies/real_truncated): a reward each, the correct one first, the unparsable one last."""
     import subprocess
@@ -79,7 +79,8 @@ def test_the_rl_example_gives_every_reply_a_reward_in_order_of_merit():
     replies = Path(__file__).parent / "fixtures" / "replies"
     files = [replies / "cpu_correct.md", replies / "cpu_incorrect.md", replies / "real_truncated" / "000_bfcaa64faa930e26.txt"]
     proc = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "examples" / "rl_reward.py"), *map(str, files),
-                           "--device", "cpu", "--size", "small"], capture_output=True, text=True, timeout=600)
+                           "--device", "cpu", "--size", "small"], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)  # its logs in the test's folder, never the checkout
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if "reward" in line]
     assert [r[1] for r in rows] == ["correct", "incorrect", "parse_error"], proc.stdout
