@@ -68,14 +68,13 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     with clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1)
         beside = series.costs[-1] if series.costs else None
-        # whether calls are handed off: a call's bytes decide (the referee's `handoff_plan`, as its baselines are timed),
-        # never the candidate's warm-up (a candidate slow there alone would choose windows of one call, where its copies
-        # are in the cost taken off: an attacker's review); how many calls a window holds: the reference's call and the
-        # candidate's, at least 2 (a slow candidate's windows of 8 or 40 calls took CI's suite a minute longer)
-        # how many calls a window holds: the referee's count, from the reference's call and the calibrator's cost, at
-        # least 2; fewer for a candidate slower in its warm-up (a slow candidate's windows of 8 or 40 calls took CI's
-        # suite a minute longer), kept only where its ranked windows then last as long as the reference's calls in a
-        # window of the referee's count (`Series.short`): one slow in its warm-up alone is timed again with that count
+        # whether calls are handed off: a call's bytes decide (the referee's `handoff_plan`, as its baselines are
+        # timed), never the candidate's warm-up (a candidate slow there alone would choose windows of one call, where
+        # its copies are in the cost taken off: an attacker's review). How many calls a window holds: the referee's
+        # count, from the reference's call and the calibrator's cost, at least 2; fewer for a candidate slower in its
+        # warm-up (a slow candidate's windows of 8 or 40 calls took CI's suite a minute longer), kept only where its
+        # ranked windows then last as long as the reference's calls in a window of the referee's count
+        # (`Series.short`): one slow in its warm-up alone is timed again with that count
         referees = max(2, window_calls(referee, beside, reference_call_ms(referee)))
         by_candidate = max(2, window_calls(referee, beside, series.windows[-1].ms - (warm_cost(referee, beside) or 0.0)))
         plan = referee.handoff_plan
@@ -229,7 +228,8 @@ class Series:
                 else:
                     clocked = clock.window(session.request, stage, referee.layout, input_sets, self.train,
                                            referee.timer.flush, session.keys.next_unit("place"))
-            void = [f"in it, {why}" for why in [referee.held_elsewhere_broken()] if why and beside]
+            why = referee.held_elsewhere_broken() if beside else None
+            void = [f"in it, {why}"] if why else []
             first = self.count + 1
             what = f"clocked call {first}" if calls == 1 else f"the window of clocked calls {first}-{first + calls - 1}"
             if clocked.go.error_kind == "room" and plan is not None and plan.on_device and not self.room_known:
@@ -260,7 +260,8 @@ class Series:
                         f"held around the calibrator's window after {what}, its processes did what held processes "
                         f"cannot unless they arranged it ({own}): a window void on purpose (that window's cost, "
                         "taken off every call, cannot be trusted)"))
-                void += [f"in the calibrator's window beside it, {why}" for why in [referee.held_elsewhere_broken()] if why]
+                if why := referee.held_elsewhere_broken():
+                    void.append(f"in the calibrator's window beside it, {why}")
             self.compare(clocked, input_sets)
             if void and self.retime(what, void):
                 continue  # neither the window nor the calibrator's beside it is kept: timed again

@@ -18,23 +18,45 @@ DRAWS = 2000
 MIN_SAMPLES = 3  # fewer figures than this on either side: no interval
 
 
+def _figures(stats: TimingStats | None) -> np.ndarray | None:
+    """A side's per-call figures, or None where they are too few (or any at or under zero: a median so close to the
+    clock's floor is no number to divide by)."""
+    figures = np.asarray(stats.samples_ms if stats is not None else [], float)
+    return figures if len(figures) >= MIN_SAMPLES and not (figures <= 0).any() else None
+
+
+def _medians(draw: np.random.Generator, figures: np.ndarray) -> np.ndarray:
+    """DRAWS medians of the figures resampled with replacement."""
+    return np.median(draw.choice(figures, (DRAWS, len(figures))), axis=1)
+
+
+def _ends(values: np.ndarray, level: float) -> tuple[float, float]:
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _seeded(*sides: np.ndarray) -> np.random.Generator:
+    """A generator seeded by the figures themselves: the same verdict, the same interval."""
+    digest = hashlib.sha256(b"".join(side.tobytes() for side in sides)).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
 def speedup_interval(candidate: TimingStats | None, baseline: TimingStats | None,
                      level: float = LEVEL) -> tuple[float, float] | None:
-    """(low, high) of baseline median / candidate median at `level`, or None where either side has too few figures
-    (or any figure at or under zero: a median so close to the clock's floor is no number to divide by)."""
-    if candidate is None or baseline is None:
+    """(low, high) of baseline median / candidate median at `level`, or None where either side has too few figures."""
+    ours, theirs = _figures(candidate), _figures(baseline)
+    if ours is None or theirs is None:
         return None
-    ours, theirs = np.asarray(candidate.samples_ms, float), np.asarray(baseline.samples_ms, float)
-    if len(ours) < MIN_SAMPLES or len(theirs) < MIN_SAMPLES or (ours <= 0).any() or (theirs <= 0).any():
-        return None
-    seed = int.from_bytes(hashlib.sha256(ours.tobytes() + theirs.tobytes()).digest()[:8], "little")
-    draw = np.random.default_rng(seed)
-    ours_medians = np.median(draw.choice(ours, (DRAWS, len(ours))), axis=1)
-    theirs_medians = np.median(draw.choice(theirs, (DRAWS, len(theirs))), axis=1)
-    ratios = theirs_medians / ours_medians
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(low), float(high)
+    draw = _seeded(ours, theirs)
+    ours_medians = _medians(draw, ours)
+    return _ends(_medians(draw, theirs) / ours_medians, level)
+
+
+def median_interval(stats: TimingStats | None, level: float = LEVEL) -> tuple[float, float] | None:
+    """(low, high) of a series' median per call at `level`, or None where it has too few figures."""
+    figures = _figures(stats)
+    return _ends(_medians(_seeded(figures), figures), level) if figures is not None else None
 
 
 def verdict_intervals(verdict: Verdict) -> dict[str, tuple[float, float]]:

@@ -18,10 +18,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from evaluator.wire.records import Verdict
+from harness.core.intervals import median_interval
 from harness.core.ranking import classify
 
 KINDS = ("kernelbench_only_correct", "ours_only_correct", "runtime")
@@ -75,17 +75,6 @@ def _sample(problem_id: int, entry: dict[str, Any]) -> KernelBenchSample:
                              runtime_ms=runtime, runtime_interval=interval)
 
 
-def median_interval(verdict: Verdict, level: float = 0.95) -> tuple[float, float] | None:
-    """The 95% interval of a verdict's median per call, a bootstrap over its per-call figures."""
-    samples = np.asarray(verdict.timing.samples_ms if verdict.timing else [], float)
-    if len(samples) < 3:
-        return None
-    draw = np.random.default_rng(len(samples))
-    medians = np.median(draw.choice(samples, (2000, len(samples))), axis=1)
-    low, high = np.percentile(medians, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return float(low), float(high)
-
-
 def describe_kernelbench(sample: KernelBenchSample | None) -> str:
     if sample is None:
         return "no line"
@@ -97,7 +86,7 @@ def describe_ours(verdict: Verdict | None, tier: str) -> str:
     if verdict is None:
         return "not judged"
     outcome, _ = classify(verdict, tier)
-    interval = median_interval(verdict)
+    interval = median_interval(verdict.timing)
     timing = (f", {verdict.runtime_ms:.4g} ms" + (f" ({interval[0]:.4g}-{interval[1]:.4g})" if interval else "")
               if verdict.runtime_ms is not None else "")
     return outcome.value + timing
@@ -116,8 +105,10 @@ def disagreements(pairs: list[tuple[str, str, KernelBenchSample | None, Verdict 
         if theirs.correctness and not correct:
             found.append(Disagreement(kind=KINDS[0], detail=why or ours.error or "", **row))
         elif correct and theirs.correctness is False:
-            found.append(Disagreement(kind=KINDS[1], detail="KernelBench found it incorrect or could not build it", **row))
-        elif correct and theirs.runtime_interval is not None and (interval := median_interval(ours)) is not None:
+            found.append(Disagreement(kind=KINDS[1], detail="KernelBench found it incorrect or could not build it",
+                                      **row))
+        elif (correct and theirs.runtime_interval is not None
+              and (interval := median_interval(ours.timing)) is not None):
             low, high = theirs.runtime_interval
             if interval[1] < low or interval[0] > high:
                 found.append(Disagreement(kind=KINDS[2], detail=(

@@ -135,7 +135,7 @@ class Judge:
             raise RuntimeError("a Judge judges inside its `with` block (or after __enter__)")
         evaluator = self.warm.evaluator
         verdict = Verdict(candidate=name or "judge/reply", problem=evaluator.problem.name, size=evaluator.size,
-                          device=evaluator.device, status=Status.parse_error, phase=Phase.parse,
+                          device=evaluator.device, status=Status.parse_error, phase=Phase.parse, judge=evaluator.judge,
                           source_sha256=hashlib.sha256(reply.encode("utf-8", errors="replace")).hexdigest(),
                           error=f"no candidate in the reply: {parsed.reason.value if parsed.reason else 'none'}"
                                 + (f" ({parsed.detail})" if parsed.detail else ""))
