@@ -50,6 +50,11 @@ _ext = load_inline(name="e", cpp_sources=_src, functions=["fused"])
 
 # (id, source, expected flag names). Policies are checked against DEFAULT_POLICIES.
 CASES: list[tuple[str, str, set[str]]] = [
+    # ------------------------------------------------------------------ Triton's machinery (evaluator.checks.triton_rules)
+    ("triton_self_timing", model("return _ext.fused(x)", top=EXT + "import triton\nfrom triton.testing import do_bench\n"),
+     {"triton_escape"}),
+    ("triton_knobs_spelled", model("getattr(triton, 'knobs').cache.dir = '/tmp'\nreturn _ext.fused(x)",
+                                   top=EXT + "import triton\n"), {"triton_escape", "monkeypatch"}),
     # ------------------------------------------------------------------ negatives: no flags
     ("clean_extension", model("return _ext.fused(x)", top=EXT), set()),
     ("elementwise_and_allocations", model("""
@@ -594,7 +599,8 @@ def test_flag_table(source: str, expected: set[str]) -> None:
 
 
 def test_every_flag_has_a_case_a_policy_and_a_description() -> None:
-    raised = set().union(*(expected for _, _, expected in CASES))
+    # no_custom_kernel is the triton backend's alone (tests/test_triton_backend.py)
+    raised = set().union(*(expected for _, _, expected in CASES)) | {"no_custom_kernel"}
     assert raised == set(DEFAULT_POLICIES), "each flag needs a case of CASES that raises it; cases name only known flags"
     assert set(DEFAULT_POLICIES.values()) == set(FlagPolicy)
     assert set(FLAG_DESCRIPTIONS) == set(DEFAULT_POLICIES)

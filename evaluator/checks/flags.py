@@ -36,6 +36,10 @@ DEFAULT_POLICIES: dict[str, FlagPolicy] = {
     # PyImport_, PyObject_, PyEval_ calls): Python the static checks never see, so every other rule
     # (torch_fallback, introspection, io_or_network) could be bypassed through it.
     "python_from_cpp": FlagPolicy.reject,
+    # Triton's timing and runtime machinery (evaluator.checks.triton_rules): self-timing, the driver, the cache.
+    "triton_escape": FlagPolicy.reject,
+    # Under the triton backend: no @triton.jit kernel at all (the referee also asks that one runs).
+    "no_custom_kernel": FlagPolicy.flag,
 }
 
 FLAG_DESCRIPTIONS: dict[str, str] = {
@@ -63,4 +67,8 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "python_from_cpp": "The candidate's C++/CUDA source drives Python (pybind11 exec, eval, module imports, "
     "attribute access, globals or an embedded interpreter; the Python C API's PyRun_, PyImport_, PyObject_, "
     "PyEval_ calls), code the static checks cannot read.",
+    "triton_escape": "The candidate uses Triton's timing or runtime machinery (triton.testing, triton.runtime.driver, "
+    "triton.runtime.cache, triton.knobs, triton.compiler, triton.tools): it could time itself, load kernels out of "
+    "sight, or reach the compile cache and the hooks the executor watches compiles with.",
+    "no_custom_kernel": "Under the triton backend, the source holds no @triton.jit kernel of its own.",
 }

@@ -30,8 +30,9 @@ STARTUP["torch"] = time.time()
 
 from evaluator.wire import tensors as cmp
 from evaluator.executor import guard as guards
+from evaluator.executor import triton_watch
 from evaluator.wire import handoff, kernels
-from evaluator.wire.exchange import Exchange, ExchangeError
+from evaluator.wire.exchange import DTYPES, Exchange, ExchangeError
 from evaluator.wire.problem import import_file
 from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, Handoff, LoadState, Profile,
                                      Put, Reply, SendState, ValueInfo, unpack)
@@ -45,8 +46,13 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", 
 MAX_KERNEL_NAMES = 256  # kernel launches reported (the referee counts what it is sent)
 
 
+CANDIDATE_SOURCE = ""  # the candidate's text, for Triton's compile errors at its own lines (triton_watch)
+
+
 def describe_exception(prefix: str) -> str:
-    return f"{prefix}: {traceback.format_exc()[-ERROR_CHARS:]}"
+    where = triton_watch.compile_error_at(sys.exc_info()[1], CANDIDATE_SOURCE) if CANDIDATE_SOURCE else None
+    trace = traceback.format_exc()[-ERROR_CHARS:]
+    return f"{prefix}: {where}\n\n{trace}" if where else f"{prefix}: {trace}"
 
 
 def describe_import_failure(err: BaseException) -> str:
@@ -116,13 +122,16 @@ class Executor:
     # -- the import ------------------------------------------------------------------------------
 
     def import_candidate(self) -> Reply:
-        source = Path(self.request.candidate_path).read_text(errors="replace")
+        global CANDIDATE_SOURCE
+        source = CANDIDATE_SOURCE = Path(self.request.candidate_path).read_text(errors="replace")
         # On CUDA the profiler of the kernel pass imports dynamo too; a build has none, and importing dynamo costs seconds.
         if (self.device == "cuda" and not self.request.compile_only) or any(
                 word in source for word in ("compile", "dynamo", "inductor")):
             guards.prepare_torch_compile()
         STARTUP["torch_compile"] = time.time()
         flags_before = guards.read_global_flags()
+        if self.device == "cuda" and not self.request.compile_only:
+            triton_watch.install()  # before the guard's look: the counting wrappers are ours
         # identities of torch's, the problem's and our functions, before the candidate exists
         self.guard = guards.StateGuard(self.request.watch, served=SERVED)
         try:
@@ -159,6 +168,7 @@ class Executor:
         except BaseException:  # the executor's own failure (or something the candidate broke)
             reply = Reply(id=command.id, error=describe_exception("the executor failed"), error_kind="internal")
         reply.flags = pending + reply.flags
+        reply.jit_events = triton_watch.events()
         return reply
 
     def settle_clocked(self) -> list[Flag]:
@@ -186,6 +196,8 @@ class Executor:
         torch.manual_seed(command.seed)
         try:
             model = self.module.ModelNew(*init_inputs)
+            if command.dtype != "float32" and isinstance(model, torch.nn.Module):
+                model = model.to(DTYPES[command.dtype])  # the problem's precision, as the reference is cast
         except BaseException:
             return Reply(id=command.id, error=describe_exception("ModelNew(*get_init_inputs()) raised"), error_kind="raised",
                          flags=self.guard_flags(flags_before, "constructing ModelNew"))
@@ -363,7 +375,8 @@ class Executor:
         problems = self.output_problems(out, inputs)
         reply = Reply(id=command.id, flags=flags, problems=problems, kernels=names[:MAX_KERNEL_NAMES],
                       kernel_times_us=times[:MAX_KERNEL_NAMES], kernel_count=len(names),
-                      libraries=kernels.candidate_libraries(), output=value_info(out))
+                      libraries=kernels.candidate_libraries(), output=value_info(out),
+                      autotuned=triton_watch.autotuned())
         return self.ship(reply, cmp.snapshot(out), [], state=False)
 
     def finish(self, command: Finish) -> Reply:

@@ -117,6 +117,7 @@ class RefereeClient:
         ev, options = self.evaluator, self.evaluator.options
         return RefereeConfig(
             problem=str(ev.problem.location), size=ev.size, device=ev.device, baselines=list(ev.baselines),
+            precision=ev.precision, backend=ev.backend,
             seed=options.seed, timing_budget_s=options.timing_budget_s, baseline_every=options.baseline_every,
             eager_as_candidate=options.eager_as_candidate, shaky_spread=options.shaky_spread, shaky_drift=options.shaky_drift,
             cached_baselines=options.cached_baselines, cached_note=options.cached_note,

@@ -29,7 +29,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evaluator.wire import identity
-from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
+from evaluator.wire.problem import (DEFAULT_PROBLEM, Backend, Precision, ProblemSpec, keyed_backend, load_problem,
+                                    resolve_backend)
 from evaluator.checks import static_flags
 from evaluator.parent.artifacts import place
 from evaluator.parent.build import BUILD_NICE, build_candidate
@@ -70,6 +71,8 @@ class EvalOptions(BaseModel):
     problem: str = Field(DEFAULT_PROBLEM, description="Problem name, folder or bare KernelBench-format .py file.")
     size: str | None = Field(None, description="Size preset; default depends on the device.")
     device: Literal["cuda", "cpu"] | None = Field(None, description="cuda when visible, else cpu.")
+    backend: Backend | None = Field(None, description="What candidates are written in (None: the problem's, else the device's).")
+    precision: Precision | None = Field(None, description="fp32, fp16 or bf16 (None: the problem's, fp32 unless it says).")
     compile_only: bool = Field(False, description="Build without running.")
     run_rejected: bool = Field(False, description=(
         "Run candidates whose static checks give a `reject` flag (contained, like any other), for people "
@@ -196,6 +199,9 @@ class Evaluator:
         self.problem: ProblemSpec = load_problem(options.problem)
         self.device = resolve_device(options.device)
         self.size = options.size or self.problem.default_size_for(self.device)
+        self.backend = resolve_backend(self.device, options.backend, self.problem.backend,
+                                       compile_only=options.compile_only)
+        self.precision = options.precision or self.problem.precision
         self.problem.size_values(self.size)  # fail now on an unknown size
         self.baselines = options.baselines if options.baselines is not None else default_baselines(self.problem,
                                                                                                     self.device)
@@ -239,7 +245,8 @@ class Evaluator:
         return identity.verdict_key(verdict.source_sha256, self.problem.name, self.size, self.device_name, self.judge,
                                     compile_only=compile_only, run_rejected=self.options.run_rejected,
                                     bounds=(self.options.shaky_spread, self.options.shaky_drift),
-                                    eager_in_referee=not self.options.eager_as_candidate)
+                                    eager_in_referee=not self.options.eager_as_candidate, precision=self.precision,
+                                    backend=keyed_backend(self.backend, self.device))
 
     def evaluate(self, candidate: CandidateFile, compile_only: bool | None = None) -> Verdict:
         """One candidate, with a referee of its own when it runs."""
@@ -253,7 +260,8 @@ class Evaluator:
         """Read and gate a candidate: its final verdict when it cannot run (unreadable, not a candidate, rejected by
         the static checks, unbuildable), else what running it needs (base fields, source, digest, static flags,
         whether it is only built)."""
-        base = dict(candidate=candidate.name, problem=self.problem.name, size=self.size, device=self.device)
+        base = dict(candidate=candidate.name, problem=self.problem.name, size=self.size, device=self.device,
+                    precision=self.precision, backend=self.backend)
         try:
             source_bytes = candidate.path.read_bytes()
             source = source_bytes.decode("utf-8")
@@ -265,7 +273,7 @@ class Evaluator:
         if reason:
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse,
                                        error=reason))
-        flags = merge_flags(static_flags(source, rules=self.problem.rules))
+        flags = merge_flags(static_flags(source, rules=self.problem.rules, backend=self.backend))
         if any(f.policy == FlagPolicy.reject for f in flags) and not self.options.run_rejected:
             # the static gate: a candidate the checks reject never runs (importing it would run it)
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,

@@ -12,6 +12,7 @@ from evaluator.referee import inputs as draws
 from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
 from evaluator.wire.protocol import Call, Reply, ValueInfo
+from evaluator.wire.problem import MATCHED_TIER
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status
 from evaluator.referee.session import Built, Checked, Judged, Session, Stop, release_cached
 
@@ -183,7 +184,8 @@ def check_phase(session: Session, built: Built) -> Checked:
         tiers=record.tiers, max_abs_err=record.max_abs_err, max_rel_err=record.max_rel_err, main=record,
         eval_mode=eval_check.record() if eval_check else None, distributions=list(problem.distributions),
         seeds=seeds, check_key=session.keys.hex, buffers_checked=list(reference64.state_dict()),
-        by_distribution={name: acc.record() for name, acc in by_distribution.items()})
+        by_distribution={name: acc.record() for name, acc in by_distribution.items()},
+        matched_bounds=dict(getattr(referee.tolerances.get(MATCHED_TIER), "by_tensor", {})))
     if eval_check is not None and not eval_check.passed:
         session.add([Flag(name="eval_mode_incorrect", policy=FlagPolicy.reject, reason=(
             "wrong in eval mode (after module.eval(); for BatchNorm: normalized with the running "

@@ -87,7 +87,8 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
             max_abs = max(max_abs, float(_item(_amax(diff))))
             max_rel = max(max_rel, float(_item(_amax(_div(diff, _clamp_min(ref_abs, rel_floor))))))
             for tier, tol in tolerances.items():
-                tiers[tier] = tiers[tier] and bool(_item(_all(_le(diff, _add(_mul(ref_abs, tol.rtol), tol.atol)))))
+                bound = _add(_mul(ref_abs, tol.rtol), tol.atol_for(name))
+                tiers[tier] = tiers[tier] and bool(_item(_all(_le(diff, bound))))
         if bad:
             return TensorCompare(float("inf"), float("inf"), failed, f"{name}: {bad} NaN/Inf values")
     return TensorCompare(max_abs, max_rel, tiers)

@@ -44,12 +44,15 @@ def call_seed(seed: int, index: int) -> int:
     return (seed + (index + 1) * SEED_STEP) & SEED_MASK
 
 
-def input_specs(templates: list) -> tuple[list[InputSpec], dict[int, torch.Tensor], dict[int, Any]]:
-    """(specs, fixed tensors by position, other values by position) of `get_inputs()`'s result."""
+def input_specs(templates: list, precision: torch.dtype = torch.float32
+                ) -> tuple[list[InputSpec], dict[int, torch.Tensor], dict[int, Any]]:
+    """(specs, fixed tensors by position, other values by position) of `get_inputs()`'s result. At a precision other
+    than fp32, every floating input is drawn in it (KernelBench casts every floating input to the precision)."""
     specs, fixed, values = [], {}, {}
     for position, item in enumerate(templates):
         if isinstance(item, _Tensor) and item.is_floating_point() and dtype_name(item.dtype):
-            specs.append(InputSpec(kind="random", shape=list(item.shape), dtype=dtype_name(item.dtype)))
+            dtype = item.dtype if precision == torch.float32 else precision
+            specs.append(InputSpec(kind="random", shape=list(item.shape), dtype=dtype_name(dtype)))
         elif isinstance(item, _Tensor):
             specs.append(InputSpec(kind="tensor"))
             fixed[position] = item

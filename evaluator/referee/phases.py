@@ -32,6 +32,7 @@ from evaluator.referee import compare
 from evaluator.referee.process import Ended
 from evaluator.referee.timing import roofline
 from evaluator.referee.view import RefereeView, Round
+from evaluator.checks.triton_rules import triton_kernel_names
 from evaluator.wire.kernels import kernel_base_name, own_kernels
 from evaluator.wire.protocol import Finish, LoadState, Profile
 from evaluator.wire.records import (
@@ -119,13 +120,20 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
                           roots=[str(p) for p in session.link.own_folders()])
     else:
         own = list(dict.fromkeys(names))
+    seen = (f"{count} launch(es): " + ", ".join(dict.fromkeys(kernel_base_name(n) for n in names))[:300]
+            if names else "none at all")
     if not own:
-        seen = (f"{count} launch(es): " + ", ".join(dict.fromkeys(kernel_base_name(n) for n in names))[:300]
-                if names else "none at all")
         where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
         session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
+    elif referee.config.backend == "triton":  # one of its own must be a kernel of its @triton.jit functions
+        jitted = set(triton_kernel_names(session.source))
+        if not any(kernel_base_name(n) in jitted for n in own):
+            session.add([Flag(name="no_custom_kernel", reason=(
+                f"one forward launched none of the candidate's @triton.jit kernels "
+                f"({', '.join(sorted(jitted)) or 'it has none'}; {seen})"))])
     check = spot(session, checked, reply, inputs, "the profiled call")
     return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own),
+                    autotuned=tuple(str(a)[:300] for a in reply.autotuned[:32]),
                     check=check)
 
 
@@ -212,6 +220,7 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         kernels=list(profiled.kernels) if profiled else [], kernel_count=profiled.kernel_count if profiled else None,
         kernel_times_us=list(profiled.kernel_times_us) if profiled else [],
         custom_kernels=list(profiled.custom_kernels) if profiled else [],
+        autotuned=list(profiled.autotuned) if profiled else [],
         runtime_floor_ms=timed.floor_ms if timed else None,
         roofline=forward_roofline(referee, figure.median_ms) if figure else None,
         phase_seconds=dict(session.phase_seconds), environment=environment)

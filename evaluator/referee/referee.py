@@ -52,7 +52,8 @@ from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
 from evaluator.wire.exchange import Exchange, capacity_for, dtype_name
-from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
+from evaluator.referee.matched import matched_tolerance
+from evaluator.wire.problem import MATCHED_TIER, import_file, load_problem, reference_as_candidate, tolerances_for
 from evaluator.wire.protocol import (
     VERDICT_TAIL_CHARS, BaselineRound, Construct, JudgeReply, JudgeRequest, RefereeConfig, TensorSlot, pack)
 from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
@@ -60,11 +61,20 @@ from evaluator.wire.stage import Layout
 
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
 EARLY_WARM_FRESH_S = 3.0  # a warm-up run this recently before the first round needs no second one (warm_seconds)
+PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 ROUND_MAX_AGE_S = 600.0  # a candidate never divides by a round older than this (ensure_round)
 # A stage holds input sets for windows of up to MOST_CALLS calls back to back, within these bytes (each
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
 STAGE_BYTES = {"cuda": 3 << 30, "cpu": 32 << 20}
 MOST_CALLS = 256
+
+
+def candidate_text(path: str) -> str:
+    """A candidate's source as text, to read (never run) in the referee; empty where it cannot be read."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 class Referee:
@@ -84,7 +94,9 @@ class Referee:
         # executors started ahead
         self.beside = Beside(cgroups.Group(Path(config.builds_group)) if config.builds_group else None,
                              lambda process: close_ahead(self.waiting, process))
-        self.tolerances = self.problem.tolerances
+        self.precision = config.precision
+        self.dtype = PRECISION_DTYPES[config.precision]  # what inputs, weights and buffers are cast to
+        self.tolerances = tolerances_for(self.problem.tolerances, self.precision)  # `matched` added once measured
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)
         self.module = import_file(self.problem.reference_path, "kh_reference")
@@ -95,7 +107,7 @@ class Referee:
         for name, value in self.problem.size_values(self.size).items():
             setattr(self.module, name, value)
         self.init_inputs = self.module.get_init_inputs()
-        self.specs, self.fixed, self.values = draws.input_specs(self.module.get_inputs())
+        self.specs, self.fixed, self.values = draws.input_specs(self.module.get_inputs(), self.dtype)
         self.input_sizes = draws.tensor_sizes(self.specs, self.fixed)
         self.input_nbytes = sum(self.input_sizes)
         self.timer = Timer(self.device, config.timing_budget_s, config.min_reps, config.max_reps, config.warmup)
@@ -123,6 +135,8 @@ class Referee:
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
         self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
         del probe, sample, out
+        self.tolerances[MATCHED_TIER] = matched_tolerance(self, self.dtype)
+        release_cached(self.device)  # its float64 copies: the executors' memory, not the referee's cache
         self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
         # where ranked calls are handed off back to back, or None (a call's bytes decide: relay.plan_for), candidates'
         # and baselines' alike (through host memory, each call's copies in its time; on the device, none for baselines)
@@ -144,12 +158,14 @@ class Referee:
     # -- the reference -----------------------------------------------------------------------------
 
     def new_reference(self, seed: int) -> torch.nn.Module:
-        """A fresh reference Model (torch seeded with `seed`), fp32, made on the device (its initial
-        weights drawn there: at kernelbench, drawn on the CPU they took 0.2 s a candidate, 0.6 s while
-        builds ran, on the referee's critical path)."""
+        """A fresh reference Model (torch seeded with `seed`), made on the device (its initial weights drawn there: at
+        kernelbench, drawn on the CPU they took 0.2 s a candidate, 0.6 s while builds ran, on the referee's critical
+        path), then cast to the problem's precision as KernelBench casts it (`model.to(dtype)`: every floating
+        parameter and buffer)."""
         torch.manual_seed(seed)
         with torch.device(self.device):
-            return self.module.Model(*self.init_inputs).to(self.device)
+            model = self.module.Model(*self.init_inputs).to(self.device)
+        return model if self.dtype == torch.float32 else model.to(self.dtype)
 
     def draw(self, distribution: str, seed: int) -> list:
         return draws.draw(self.specs, distribution, seed, self.device, self.fixed, self.values)
@@ -160,7 +176,8 @@ class Referee:
 
     def construct(self, fixed: list[TensorSlot], seed: int) -> Construct:
         """Build ModelNew (torch seeded with `seed`), knowing the forward's inputs and the stage's layout."""
-        return Construct(id=0, init_inputs=pack(self.init_inputs), seed=seed, inputs=self.specs, fixed=fixed,
+        return Construct(id=0, init_inputs=pack(self.init_inputs), seed=seed, dtype=dtype_name(self.dtype),
+                         inputs=self.specs, fixed=fixed,
                          values=pack(self.values), stream_delay_ms=self.stream_delay_ms,
                          staged=list(self.layout.inputs), sets=self.layout.sets, set_stride=self.layout.stride,
                          staged_state=self.buffer_names, state_names=self.state_names)
@@ -456,7 +473,8 @@ class Referee:
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
             run_timeout_s=limit, run_limit_scaled=config.run_timeout_scaled,
             own_credit_s=own_credit(limit, on_host=self.judge_device != self.device),
-            memory_limit_gb=config.compile_memory_limit_gb, keys=keys, exclusive=self.exclusive)
+            memory_limit_gb=config.compile_memory_limit_gb, keys=keys, exclusive=self.exclusive,
+            source=candidate_text(request.path) if config.backend == "triton" else "")
 
     def finish(self, request: JudgeRequest, process: ExecutorProcess, session: Session, verdict: Verdict,
                steps: dict[str, float], closed: threading.Event) -> JudgeReply:

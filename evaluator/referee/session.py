@@ -110,6 +110,7 @@ class Session:
     compile_timeout_s: float
     run_timeout_s: float
     memory_limit_gb: float | None = None
+    source: str = ""  # the candidate's text (read by the referee, never run here): its @triton.jit names
     run_limit_scaled: bool = False  # run_timeout_s was scaled to the reference (scaled_run_limit)
     own_credit_s: float = 0.0  # the most of the referee's own time between calls that moves the run limit on
     keys: Keys = field(default_factory=Keys)  # its own: every seed it draws (evaluator.referee.keys)
@@ -255,4 +256,5 @@ class Profiled:
     kernel_times_us: tuple[float, ...] = ()  # aligned with `kernels`; empty when unknown (the CPU)
     kernel_count: int | None = None
     custom_kernels: tuple[str, ...] = ()
+    autotuned: tuple[str, ...] = ()  # each @triton.autotune kernel's chosen configuration
     check: object = None      # compare.ModeAccumulator of the profiled call's output, in every tier

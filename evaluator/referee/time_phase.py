@@ -88,6 +88,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
             series.room_known = True  # later, a `room` reply is the candidate's failure (a reply it chose the time of)
             if plan is None or not series.calibrator_queued(relay.HANDOFF_WARMUP):
                 plan, calls = None, 1  # its cost would not be the candidate's: windows of one call rank
+        jit_before = series.jit
         timed = series.timed(calls, plan)
         full = relay.window_calls(plan, referees, referee.device) if plan is not None else 1
         retimed = None
@@ -97,6 +98,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
             calls, together = full, referees
             timed = series.timed(calls, plan)
         timing, cost = series.figures(timed)
+        jit_in_clock(session, jit_before, series.jit)
         series.run(BACK_TO_BACK_WINDOWS, min(together, referee.layout.sets), beside=False)
     sm_clock = referee.sm_clock()
     check = clock.cross_check(series.windows[timed], cost, referee.device)
@@ -113,6 +115,15 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     recheck(session, series.replay, series.later)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later,
                  resolved=resolved)
+
+
+def jit_in_clock(session: Session, before: int | None, after: int | None) -> None:
+    """Triton compiled a kernel or autotuned one during the ranked windows (evaluator.executor.triton_watch): work of
+    the warm-up inside the clock, so the figure is not the kernel's; never ranked."""
+    if before is not None and after is not None and after > before:
+        session.add([Flag(name="jit_in_clock", policy=FlagPolicy.reject, reason=(
+            f"Triton compiled or autotuned {after - before} time(s) during the ranked windows, after the warm-up "
+            "calls (a new specialization, shape or cache each call): that work belongs before the clock"))])
 
 
 def warm_cost(referee: RefereeView, beside: clock.Clocked | None) -> float | None:
@@ -160,6 +171,7 @@ class Series:
         self.count = 0                        # clocked calls made
         self.room_known = False               # whether windows on the device were tried (`NoRoom` before that only)
         self.void: list[str] = []             # the windows timed again, each with why it was void (`retime`)
+        self.jit: int | None = None           # the executor's Triton compiles and autotune runs, after the last window
 
     def timed(self, calls: int = 1, plan: handoff.Plan | None = None) -> slice:
         """The ranked series, windows of `calls` calls (handed off one by one where `plan` says where, else one call a
@@ -236,6 +248,8 @@ class Series:
                 raise NoRoom(clocked.go.error)
             if clocked.go.error:
                 raise Judged(Status.runtime_error, Phase.time, clocked.go.error)
+            if clocked.go.jit_events is not None:
+                self.jit = clocked.go.jit_events
             # (a handed-off call reads its inputs from the exchange into memory of its own, or on the device reads the
             # stage, where the relay compares the last call's inputs after the window: no stage to read back here)
             changed = clock.inputs_changed(stage, referee.layout, input_sets) if plan is None else []

@@ -95,12 +95,15 @@ def eager_as_candidate() -> bool:
 
 def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, judge: Judge | str,
                 compile_only: bool = False, run_rejected: bool = False,
-                bounds: tuple[float, float] = (SHAKY_SPREAD, SHAKY_DRIFT), eager_in_referee: bool = False) -> str:
+                bounds: tuple[float, float] = (SHAKY_SPREAD, SHAKY_DRIFT), eager_in_referee: bool = False,
+                precision: str = "fp32", backend: str | None = None) -> str:
     """SHA-256 of (source hash, problem, size, device name, judge fingerprint): the resume key of
     a verdict. A compile-only verdict has its own key (it does not stand for a full evaluation), and
     so has one judged with `run_rejected` (statically rejected candidates were run, not just rejected), one
     judged with timing bounds other than the published ones, and one whose eager was timed in the referee's own loop
-    (EvalOptions.eager_as_candidate false), not as a candidate."""
+    (EvalOptions.eager_as_candidate false), not as a candidate. A precision other than fp32 and a backend other than the
+    device's default (`backend`: None for it) are parts of the key too; fp32 verdicts of the default backend keep the
+    keys they had before either existed."""
     fingerprint = judge if isinstance(judge, str) else judge.fingerprint
     parts = {"source": source_sha256, "problem": problem, "size": size, "device": device_name, "judge": fingerprint}
     if compile_only:
@@ -111,6 +114,10 @@ def verdict_key(source_sha256: str, problem: str, size: str, device_name: str, j
         parts["bounds"] = list(bounds)
     if eager_in_referee:  # speedups over another eager: another verdict
         parts["eager"] = "referee"
+    if precision != "fp32":
+        parts["precision"] = precision
+    if backend is not None:
+        parts["backend"] = backend
     return json_digest(parts)
 
 

@@ -58,8 +58,60 @@ class Tolerance(BaseModel):
     rtol: float = Field(description="Relative tolerance.")
 
 
-# strict: KernelBench's fp32 tolerance today; loose: KernelBench v0.
+    def atol_for(self, tensor: str) -> float:
+        """The absolute tolerance of one compared tensor (`output`, `bn.running_mean`): the same for every tensor here."""
+        return self.atol
+
+
+class MatchedTolerance(Tolerance):
+    """The `matched` tier: a tensor's error against float64 at most MATCHED_FACTOR times eager's own error at the
+    problem's precision (measured by the referee on fresh draws, evaluator.referee.matched), as an absolute bound per
+    tensor; `atol` is the output's."""
+
+    by_tensor: dict[str, float] = Field(default_factory=dict, description="Tensor name -> its absolute bound.")
+
+    def atol_for(self, tensor: str) -> float:
+        return self.by_tensor.get(tensor, self.atol)
+
+
+# strict: KernelBench's fp32 tolerance today; loose: KernelBench v0, and KernelBench's (torchbench's) for fp16/bf16.
 DEFAULT_TOLERANCES = {"strict": Tolerance(atol=1e-4, rtol=1e-4), "loose": Tolerance(atol=1e-2, rtol=1e-2)}
+MATCHED_TIER = "matched"
+# What a problem may be written in, and at which precision it is judged (KernelBench's `backend` and `precision`).
+Backend = Literal["cuda", "triton", "cpp"]
+Precision = Literal["fp32", "fp16", "bf16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+DEVICE_BACKENDS = {"cuda": ("cuda", "triton"), "cpu": ("cpp",)}  # the backends whose kernels each device runs
+DEFAULT_BACKEND = {"cuda": "cuda", "cpu": "cpp"}
+# A tier tighter than this cannot be passed at half precision (bf16's unit roundoff is 3.9e-3): kept for fp32 alone.
+HALF_PRECISION_FLOOR = 1e-2
+
+
+def resolve_backend(device: str, *choices: str | None, compile_only: bool = False) -> str:
+    """The first backend given among `choices` (a run's, then the problem's), else the device's default; ValueError for
+    one whose kernels `device` cannot run (CUDA C++ built on a CPU machine without running: `compile_only`)."""
+    backend = next((c for c in choices if c), DEFAULT_BACKEND.get(device, "cuda"))
+    if backend not in ("cuda", "triton", "cpp"):
+        raise ValueError(f"unknown backend {backend!r}: cuda, triton or cpp")
+    if backend not in DEVICE_BACKENDS.get(device, ()) and not (compile_only and backend == "cuda"):
+        runs_on = "a GPU" if backend in DEVICE_BACKENDS["cuda"] else "the CPU"
+        raise ValueError(f"backend {backend!r} runs on {runs_on}, not on {device!r}")
+    return backend
+
+
+def keyed_backend(backend: str, device: str) -> str | None:
+    """What a verdict's key says of its backend (evaluator.wire.identity.verdict_key): None for the device's default."""
+    return None if backend == DEFAULT_BACKEND.get(device) else backend
+
+
+def tolerances_for(tolerances: dict[str, Tolerance], precision: str) -> dict[str, Tolerance]:
+    """The tiers a problem's verdicts carry at `precision` (before `matched`, which the referee measures and adds): its
+    own at fp32; at fp16 and bf16 those at least HALF_PRECISION_FLOOR in both bounds, else KernelBench's `loose`."""
+    if precision == "fp32":
+        return dict(tolerances)
+    kept = {name: tol for name, tol in tolerances.items()
+            if tol.atol >= HALF_PRECISION_FLOOR and tol.rtol >= HALF_PRECISION_FLOOR}
+    return kept or {"loose": DEFAULT_TOLERANCES["loose"].model_copy()}
 
 
 class Timeouts(BaseModel):
@@ -209,6 +261,12 @@ class ProblemSpec(BaseModel):
     source: str = Field("", description="Where the problem comes from.")
     reference: str = Field("model.py", description="Reference file, relative to the folder.")
     mode: str = Field("train", description="Module mode of the main verdict: train or eval.")
+    backend: Backend | None = Field(None, description=(
+        "What candidates are asked to write: `cuda` (inline CUDA C++), `triton` (Triton kernels) or `cpp` (CPU C++); "
+        "none: `cuda` on a GPU, `cpp` on the CPU. A run's `--backend` overrides it."))
+    precision: Precision = Field("fp32", description=(
+        "The dtype inputs, weights and buffers are cast to (as KernelBench casts them); the truth stays float64 on the "
+        "cast values. A run's `--precision` overrides it."))
     check_eval_mode: bool = Field(True, description="Also check once in eval mode, reported apart.")
     distributions: list[str] = Field(["randn", "rand"], description="Input distributions checked.")
     trials: int = Field(3, ge=1, description="Trials per distribution, each with fresh seeds.")
@@ -226,6 +284,8 @@ class ProblemSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ProblemSpec:
+        if MATCHED_TIER in self.tolerances:
+            raise ValueError(f"problem {self.name!r}: the tier `{MATCHED_TIER}` is measured, not set")
         for size in (self.default_size, self.default_size_cpu, self.bench.size):
             if size is not None and size not in self.sizes:
                 raise ValueError(f"problem {self.name!r}: size {size!r} is not among its sizes ({', '.join(self.sizes)})")

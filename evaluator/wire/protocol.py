@@ -83,6 +83,9 @@ class Construct(Message):
     id: int
     init_inputs: str = Field(description="pickle of get_init_inputs(), base64 (the referee's, trusted).")
     seed: int = Field(description="torch.manual_seed before ModelNew is built.")
+    dtype: str = Field("float32", description=(
+        "The problem's precision (evaluator.wire.exchange.DTYPES): ModelNew is cast to it once built, as the "
+        "reference is (KernelBench's `model.to(dtype)`)."))
     inputs: list[InputSpec] = Field(description="The forward's positional inputs, in order.")
     fixed: list[TensorSlot] = Field(default_factory=list, description="Tensors of `tensor` inputs (`input.N`).")
     values: str = Field("", description="pickle of {position: value} for `value` inputs, base64.")
@@ -244,6 +247,11 @@ class Reply(Message):
         "profile, CUDA: each of `kernels`' device time (µs, the profiler's), in the same order; empty on the CPU."))
     libraries: list[str] = Field(default_factory=list, description="profile: shared libraries the candidate built.")
     kernel_count: int | None = Field(None, description="profile: launches in all (`kernels` holds at most 256).")
+    jit_events: int | None = Field(None, description=(
+        "Triton compiles and autotune benchmarks in this executor since it started (evaluator.executor.triton_watch); "
+        "None where Triton is not watched."))
+    autotuned: list[str] = Field(default_factory=list, description=(
+        "profile: each `@triton.autotune` kernel's chosen configuration, `kernel: BLOCK_M: 128, ..., num_warps: 4`."))
     startup: dict[str, float] = Field(default_factory=dict, description=(
         "import: Unix times at the executor's start-up steps (a diagnostic for tuning, logged by a profiling "
         "referee and never judged)."))
@@ -330,6 +338,8 @@ class RefereeConfig(BaseModel):
     size: str
     device: str
     baselines: list[str] = Field(description="Baselines timed in every round.")
+    precision: str = Field("fp32", description="fp32, fp16 or bf16: what inputs, weights and buffers are cast to.")
+    backend: str = Field("cuda", description="cuda, triton or cpp: what the candidates are written in.")
     cached_baselines: dict[str, TimingStats] | None = Field(None, description=(
         "Figures of every baseline stored from an earlier batch on this device model, judge and torch (written by "
         "the parent from its result store, which no executor can reach): a round then times one baseline as a "

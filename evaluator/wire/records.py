@@ -153,6 +153,9 @@ class Correctness(Record):
     by_distribution: dict[str, ModeCheck] = Field(default_factory=dict, description=(
         "Input distribution -> the main mode's trials on inputs drawn from it (which distribution failed); "
         "empty on verdicts made before it was recorded."))
+    matched_bounds: dict[str, float] = Field(default_factory=dict, description=(
+        "The `matched` tier's absolute bound on each tensor: MATCHED_FACTOR times eager's own error at the problem's "
+        "precision, measured by the referee (evaluator.referee.matched); empty on verdicts made before it existed."))
 
 
 class TimingStats(Record):
@@ -341,6 +344,10 @@ class Verdict(Record):
     problem: str = Field(description="Problem name.")
     size: str = Field(description="Size preset.")
     device: str = Field(description="`cuda` or `cpu`.")
+    precision: str = Field("fp32", description="`fp32`, `fp16` or `bf16`: the dtype inputs and weights were cast to.")
+    backend: str | None = Field(None, description="`cuda`, `triton` or `cpp`: what the candidate was judged as.")
+    autotuned: list[str] = Field(default_factory=list, description=(
+        "Each `@triton.autotune` kernel's chosen configuration, as the executor saw it after the timed calls."))
     status: Status = Field(description="The outcome.")
     error: str | None = Field(None, description="Why it is not correct; null when correct.")
     phase: Phase | None = Field(None, description="Phase in which the error happened.")

@@ -53,6 +53,12 @@ DRIFT_HELP = ("A baseline moving by more than this fraction between two rounds m
               "shaky_timing (default: the published 0.2; another value is flagged own_bounds).")
 
 
+BACKEND_HELP = ("What candidates are written in: cuda (inline CUDA C++), triton, or cpp (CPU C++) (default: the problem's, "
+                "else cuda on a GPU and cpp on the CPU).")
+PRECISION_HELP = ("fp32|fp16|bf16: inputs, weights and buffers cast to it, as KernelBench casts them; the truth stays "
+                  "float64 (default: the problem's, fp32 unless it says).")
+
+
 def split_baselines(baselines: str | None) -> list[str] | None:
     return [b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None
 
@@ -74,6 +80,8 @@ def eval_command(
         "file is judged against the problem named by a folder on its path or by the start of its name.")),
     size: Optional[str] = typer.Option(None, help="Size preset, e.g. small|kernelbench|wide, or one scaled down, default/64 (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
+    backend: Optional[str] = typer.Option(None, help=BACKEND_HELP),
+    precision: Optional[str] = typer.Option(None, help=PRECISION_HELP),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build without running."),
     run_rejected: bool = typer.Option(False, "--run-rejected", help=(
         "Run candidates the static checks reject (contained), to study what they do; by default they are "
@@ -123,7 +131,8 @@ def eval_command(
         raise usage_error(str(err))
     try:
         options = EvalOptions(
-            problem=problem[0] if problem else DEFAULT_PROBLEM, size=size, device=device, compile_only=compile_only, run_rejected=run_rejected,
+            problem=problem[0] if problem else DEFAULT_PROBLEM, size=size, device=device, backend=backend,
+            precision=precision, compile_only=compile_only, run_rejected=run_rejected,
             jobs=jobs, gpus=gpus, ahead=ahead, executor=executor, ray_address=ray_address, lanes=lanes, seed=seed,
             baselines=split_baselines(baselines), baseline_every=baseline_every,
             compile_timeout_s=compile_timeout, run_timeout_s=run_timeout,
@@ -150,12 +159,15 @@ def prompt_cli(
     variant: str = typer.Option("kernelbench", help="Prompt variant: kernelbench|fusion|strict-interface|<your template>."),
     problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name (a folder under reference/), folder, or KernelBench-format .py file."),
     templates: Optional[Path] = typer.Option(None, help="Folder of your own templates, searched before prompts/."),
-    device: str = typer.Option("cuda", help="cuda|cpu: the device the candidates will run on (cpu asks for C++ kernels)."),
+    device: Optional[str] = typer.Option(None, help="cuda|cpu: the device the candidates will run on (default: the backend's)."),
+    backend: Optional[str] = typer.Option(None, help=BACKEND_HELP),
+    precision: Optional[str] = typer.Option(None, help=PRECISION_HELP),
 ) -> None:
     """Print the rendered prompt messages (system, user) of a variant."""
     from harness.cli.commands import prompt_command
 
-    raise typer.Exit(prompt_command(variant, problem, templates, console=console, device=device))
+    raise typer.Exit(prompt_command(variant, problem, templates, console=console, device=device, backend=backend,
+                                    precision=precision))
 
 
 @app.command("run")
@@ -172,6 +184,8 @@ def run_cli(
         "DIR/<problem>/ where it exists.")),
     size: Optional[str] = typer.Option(None, help="Size preset, or one scaled down, default/64 (default: the problem's, by device)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
+    backend: Optional[str] = typer.Option(None, help=BACKEND_HELP),
+    precision: Optional[str] = typer.Option(None, help=PRECISION_HELP),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (env: OPENAI_BASE_URL)."),
     api_key_env: Optional[str] = typer.Option(None, help="Variable holding the API key (default: OPENAI_API_KEY)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: the server's)."),
@@ -252,7 +266,8 @@ def run_cli(
     except SuiteError as err:
         raise usage_error(str(err))
     options = dict(
-        model=model, samples=samples, variant=variant, problem=problem[0] if problem else None, size=size, device=device, base_url=base_url,
+        model=model, samples=samples, variant=variant, problem=problem[0] if problem else None, size=size, device=device, backend=backend,
+        precision=precision, base_url=base_url,
         api_key_env=api_key_env, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
         extra_body=body, concurrency=concurrency, request_timeout_s=timeout, max_retries=retries,
         retry_failed=retry_failed, salvage=salvage, salvage_requests=salvage_requests, salvage_native=salvage_native,

@@ -321,17 +321,20 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
 # -- `harness run` and `harness prompt` -----------------------------------------------------------
 
 def prompt_command(variant: str, problem: str, templates: Path | None = None, console: Console | None = None,
-                   hardware: Hardware | None | bool = True, device: str = "cuda") -> int:
-    """`harness prompt`: print the rendered messages for candidates `device` runs. `hardware=True` detects the GPU."""
+                   hardware: Hardware | None | bool = True, device: str | None = None, backend: str | None = None,
+                   precision: str | None = None) -> int:
+    """`harness prompt`: print the rendered messages for candidates `device` runs (None: the backend's, else cuda),
+    written for `backend` at `precision`. `hardware=True` detects the GPU."""
     from evaluator.wire.problem import load_problem
     from harness.generation.prompts import PromptError, format_messages, render_prompt
 
     console = console or Console()
-    if hardware is True:
+    device = device or ("cpu" if backend == "cpp" else "cuda")
+    if hardware is True and device == "cuda":
         hardware = gpu_hardware()
     try:
         messages = render_prompt(load_problem(problem), variant, hardware=(hardware or None) if device == "cuda" else None,
-                                 templates=templates, device=device)
+                                 templates=templates, device=device, backend=backend, precision=precision)
     except (PromptError, FileNotFoundError, ValueError) as err:
         _err.print(f"[red]error:[/] {err}")
         return 2

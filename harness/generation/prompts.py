@@ -17,8 +17,9 @@ The context every variant template gets:
 - `reference_source`: the reference `model.py`
 - `hardware`: None, or `name`, `sm_count`, `capability`, `memory_gib` (pass it in; the CLI
   detects it with `evaluator.wire.identity.gpu_hardware()`, rendering never touches torch)
-- `target`: `device` ("cuda" or "cpu") and `language` ("CUDA" or "C++"): what the candidates
-  will run on, so what the model is asked to write
+- `target`: `backend` ("cuda", "triton" or "cpp"), `device` ("cuda" or "cpu"), `language` ("CUDA", "Triton" or
+  "C++") and `precision` ("fp32", "fp16" or "bf16"), `dtype` (`torch.float32`, ...): what the candidates will run on
+  and in, so what the model is asked to write
 - `example`: `reference` and `solution` sources of the worked example pair (the solution in
   the target's language)
 """
@@ -33,14 +34,18 @@ from typing import Any
 import jinja2
 
 from evaluator.wire.assets import asset_dir
-from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.problem import ProblemSpec, resolve_backend
 from harness.core.records import Hardware, Message
 
-# The worked example pair (reference, solution) the kernelbench variant shows, by device
+# The worked example pair (reference, solution) the kernelbench variant shows, by backend
 EXAMPLES = {"cuda": ("examples/elementwise_add.py", "examples/elementwise_add_new.py"),
-            "cpu": ("examples/elementwise_add_cpu.py", "examples/elementwise_add_cpu_new.py")}
-# What the model is asked to write, by the device its candidates will run on
-TARGETS = {"cuda": {"device": "cuda", "language": "CUDA"}, "cpu": {"device": "cpu", "language": "C++"}}
+            "triton": ("examples/elementwise_add.py", "examples/elementwise_add_triton_new.py"),
+            "cpp": ("examples/elementwise_add_cpu.py", "examples/elementwise_add_cpu_new.py")}
+# What the model is asked to write, by backend
+TARGETS = {"cuda": {"backend": "cuda", "device": "cuda", "language": "CUDA"},
+           "triton": {"backend": "triton", "device": "cuda", "language": "Triton"},
+           "cpp": {"backend": "cpp", "device": "cpu", "language": "C++"}}
+DTYPES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16"}
 NOT_VARIANTS = {"system", "feedback", "continue", "conclude"}  # rendered with contexts of their own
 DEFAULT_VARIANT = "kernelbench"
 
@@ -103,10 +108,19 @@ def _read_asset(name: str, dirs: Sequence[Path]) -> str:
 
 
 def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None,
-                   templates: Path | str | None = None, device: str = "cuda") -> dict[str, Any]:
-    """The variables every template may use (see the module docstring)."""
-    if device not in TARGETS:
-        raise PromptError(f"no prompt for device {device!r}; devices: {', '.join(TARGETS)}")
+                   templates: Path | str | None = None, device: str = "cuda", backend: str | None = None,
+                   precision: str | None = None) -> dict[str, Any]:
+    """The variables every template may use (see the module docstring). `backend` None: the problem's, else the
+    device's default; `precision` None: the problem's."""
+    if device not in ("cuda", "cpu"):
+        raise PromptError(f"no prompt for device {device!r}; devices: cuda, cpu")
+    try:
+        backend = resolve_backend(device, backend, problem.backend)
+    except ValueError as err:
+        raise PromptError(str(err)) from None
+    precision = precision or problem.precision
+    if precision not in DTYPES:
+        raise PromptError(f"unknown precision {precision!r}: {', '.join(DTYPES)}")
     dirs = template_dirs(templates)
     if isinstance(hardware, dict):
         hardware = Hardware(**hardware)
@@ -120,10 +134,10 @@ def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None
         },
         "reference_source": problem.reference_source(),
         "hardware": hardware.model_dump() if hardware is not None else None,
-        "target": TARGETS[device],
+        "target": {**TARGETS[backend], "precision": precision, "dtype": DTYPES[precision]},
         "example": {
-            "reference": _read_asset(EXAMPLES[device][0], dirs),
-            "solution": _read_asset(EXAMPLES[device][1], dirs),
+            "reference": _read_asset(EXAMPLES[backend][0], dirs),
+            "solution": _read_asset(EXAMPLES[backend][1], dirs),
         },
     }
 
@@ -163,9 +177,9 @@ def render_messages(template: str, context: dict[str, Any], templates: Path | st
 
 def render_prompt(problem: ProblemSpec, variant: str = DEFAULT_VARIANT, *, hardware: Hardware | dict | None = None,
                   templates: Path | str | None = None, extra: dict[str, Any] | None = None,
-                  device: str = "cuda") -> list[Message]:
-    """The system and user messages of `variant` for `problem`, asking for kernels `device` runs
-    (CUDA for "cuda", C++ for "cpu").
+                  device: str = "cuda", backend: str | None = None, precision: str | None = None) -> list[Message]:
+    """The system and user messages of `variant` for `problem`, asking for kernels `device` runs, written for
+    `backend` (CUDA C++ or Triton on "cuda", C++ on "cpu") at `precision`.
 
     Raises PromptError for an unknown variant or a template that uses a variable not given
     (templates are rendered with StrictUndefined: nothing silently renders as empty).
@@ -173,7 +187,7 @@ def render_prompt(problem: ProblemSpec, variant: str = DEFAULT_VARIANT, *, hardw
     variants = available_variants(templates)
     if variant not in variants:
         raise PromptError(f"unknown prompt variant {variant!r}; variants: {', '.join(variants)}")
-    context = prompt_context(problem, hardware, templates, device)
+    context = prompt_context(problem, hardware, templates, device, backend, precision)
     context.update(extra or {})
     return render_messages(variant, context, templates)
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from evaluator.wire import identity
 from evaluator.wire.records import Judge
-from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.problem import ProblemSpec, keyed_backend, resolve_backend
 from evaluator.wire.records import Verdict
 from harness.core.config import RunConfig
 from harness.core.records import Hardware
@@ -37,8 +37,18 @@ class RunContext:
     # were asked ahead: harness.cli.suites.AskAhead), taken when a batch starts
     prebuild: Callable[[], list[tuple[str, bytes, str]]] | None = None
 
+    @property
+    def backend(self) -> str:
+        """What the candidates are written in: the run's, the problem's, else the device's default."""
+        return resolve_backend(self.device, self.cfg.backend, self.problem.backend, compile_only=self.cfg.compile_only)
+
+    @property
+    def precision(self) -> str:
+        return self.cfg.precision or self.problem.precision
+
     def verdict_key(self, source_sha: str) -> str:
         return identity.verdict_key(source_sha, self.problem.name, self.size, self.device_name, self.judge,
                                     compile_only=self.cfg.compile_only, run_rejected=self.cfg.run_rejected,
                                     bounds=(self.cfg.shaky_spread, self.cfg.shaky_drift),
-                                    eager_in_referee=not identity.eager_as_candidate())
+                                    eager_in_referee=not identity.eager_as_candidate(), precision=self.precision,
+                                    backend=keyed_backend(self.backend, self.device))

@@ -154,7 +154,7 @@ def _generate_run(ctx: RunContext, provider: Provider | None, environ: dict[str,
     cfg, problem, store, console = ctx.cfg, ctx.problem, ctx.store, ctx.console
     try:
         messages = render_prompt(problem, cfg.variant, hardware=ctx.hardware, templates=cfg.templates,
-                                 device=ctx.device)
+                                 device=ctx.device, backend=ctx.backend, precision=ctx.precision)
     except PromptError as err:
         raise RunError(str(err)) from err
     prompts = None

@@ -52,7 +52,8 @@ def eval_options(ctx: RunContext, stored: dict[str, Any] | None = None) -> Any:
     """The run's EvalOptions (with `stored`: the cached baselines' options, harness.results.baseline_cache)."""
     from evaluator.parent.sandbox import EvalOptions
 
-    return EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device,
+    return EvalOptions(problem=str(ctx.problem.location), size=ctx.size, device=ctx.device, backend=ctx.backend,
+                       precision=ctx.precision,
                        compile_only=ctx.cfg.compile_only, run_rejected=ctx.cfg.run_rejected, seed=ctx.cfg.eval_seed,
                        jobs=ctx.cfg.jobs, gpus=ctx.cfg.gpus, executor=ctx.cfg.executor, ray_address=ctx.cfg.ray_address,
                        ahead=ctx.cfg.ahead, lanes=ctx.cfg.lanes, baselines=ctx.cfg.baselines,

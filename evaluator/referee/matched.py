@@ -1,0 +1,58 @@
+"""The `matched` tier: a candidate as accurate as PyTorch's own eager at the problem's precision passes, a worse one
+does not, whatever the magnitude of the outputs.
+
+Before the batch's first candidate, the referee runs the reference at the problem's precision (eager: its weights,
+buffers and inputs cast as KernelBench casts them) beside its float64 twin (the same cast weights, in float64) on
+MATCHED_DRAWS fresh draws of each input distribution, in the problem's mode, and keeps each tensor's largest error
+(the output's and every floating buffer's: BatchNorm's running statistics). A tensor's bound is MATCHED_FACTOR times
+that error, and never under one unit in the last place of the dtype at the tensor's largest magnitude (where eager
+is exact, as a ReLU is, a kernel rounding once more than eager still passes; one computing in a coarser dtype, bf16
+for an fp16 problem, does not). The bound is absolute per
+tensor, set by eager's own error on this problem at this size, so it scales with the outputs as eager's error does.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from evaluator.referee import compare
+from evaluator.referee import inputs as draws
+from evaluator.wire import tensors as cmp
+from evaluator.wire.problem import MatchedTolerance
+
+# The multiple of eager's own error a candidate may have. Eager's error is measured on a few draws, a candidate's
+# over every compared call (some fifty): the largest of more draws is a little larger, and a kernel that sums in
+# another order (a split reduction, another GEMM tiling) is as accurate as eager without matching it bit for bit.
+MATCHED_FACTOR = 4.0
+MATCHED_DRAWS = 1  # per input distribution
+
+
+def matched_tolerance(referee, dtype: torch.dtype) -> MatchedTolerance:
+    """The `matched` tier of this referee's problem at `dtype` (see the module's docstring)."""
+    errors: dict[str, float] = {}
+    scales: dict[str, float] = {}
+    train = referee.problem.mode == "train"
+    for distribution in referee.problem.distributions:
+        for _ in range(MATCHED_DRAWS):
+            eager = referee.new_reference(referee.keys.next_seed("matched reference")).train(train)
+            eager64 = copy.deepcopy(eager).to(referee.judge_device, torch.float64)
+            inputs = referee.draw(distribution, referee.keys.next_seed("matched inputs"))
+            with torch.no_grad(), cmp.guarded():
+                got = eager(*inputs)
+                want = eager64(*draws.as_float64(inputs, referee.judge_device))
+            pairs = [("output", got, want)]
+            state64 = eager64.state_dict()
+            pairs += [(name, value, state64[name]) for name, value in eager.state_dict().items()
+                      if value.is_floating_point()]
+            for name, actual, expected in pairs:
+                result = compare.compare_tensor(name, actual, expected, {}, 1.0, on=referee.device)
+                if result.failure is not None:
+                    continue  # eager itself is not comparable (NaN): this tensor keeps no bound of its own
+                errors[name] = max(errors.get(name, 0.0), result.max_abs)
+                scales[name] = max(scales.get(name, 0.0), float(cmp._item(cmp._amax(cmp._abs(expected)))))
+            del eager, eager64, inputs, got, want
+    eps = torch.finfo(dtype).eps
+    bounds = {name: max(MATCHED_FACTOR * errors[name], eps * scales[name]) for name in errors}
+    return MatchedTolerance(atol=bounds.get("output", 0.0), rtol=0.0, by_tensor=bounds)
