@@ -138,7 +138,8 @@ def row(v: dict) -> str:
 
 def suite(out: Path, spec: str, rows: list[str], timeout: float) -> None:
     """One suite: `PRECISION[:SIZE[:ID+ID...]]` (fp32:default:19 is 19_ReLU alone at KernelBench's size)."""
-    precision, size, ids = (spec.split(":") + ["default", ""])[:3]
+    parts = spec.split(":")
+    precision, size, ids = parts[0], parts[1] if len(parts) > 1 else "default", parts[2] if len(parts) > 2 else ""
     level, run = write_suite(out, {int(i) for i in ids.split("+") if i})
     log = out / f"suite-{spec.replace(':', '_').replace('/', '-')}.log"
     rc, wall = sh([sys.executable, "-m", "harness", "eval", "--problems", str(level), str(run), "--backend", "triton",

@@ -127,7 +127,7 @@ def test_each_triton_hack_gets_its_verdict_and_a_cache_plant_moves_no_later_verd
         if verdict.status.value != want["status"] or ("flag" in want and want["flag"] not in got):
             wrong.append(f"{path.name}: {verdict.status.value} {sorted(got)} {verdict.error}")
     assert not wrong, "\n".join(wrong)
-    alone = evaluate([CandidateFile(name="honest_relu", path=honest)], EvalOptions(log_root=tmp_path / "alone", **options))
+    alone = list(evaluate([CandidateFile(name="honest_relu", path=honest)], EvalOptions(log_root=tmp_path / "alone", **options)))
     after = verdicts["honest_relu"]
     assert after.status == alone[0].status == Status.correct
     assert after.correctness.tiers == alone[0].correctness.tiers and after.correctness.max_abs_err == 0.0
