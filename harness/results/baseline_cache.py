@@ -24,8 +24,12 @@ from harness.core.records import utc_now
 from harness.core.store import Store
 
 
-def cache_key(problem: str, size: str, device_name: str, judge: Judge) -> str:
-    return json_digest({"problem": problem, "size": size, "device": device_name, "judge": judge.fingerprint})
+def cache_key(problem: str, size: str, device_name: str, judge: Judge, precision: str = "fp32") -> str:
+    """Stored baselines' key: another precision times another eager (fp32's keys as they were before precisions)."""
+    parts = {"problem": problem, "size": size, "device": device_name, "judge": judge.fingerprint}
+    if precision != "fp32":
+        parts["precision"] = precision
+    return json_digest(parts)
 
 
 def stored_baselines(store: Store, key: str) -> tuple[dict[str, TimingStats], str] | None:
@@ -105,7 +109,8 @@ def options_for(store: Store, key: str, baselines: Sequence[str], *, retime: boo
 def for_evaluator(store: Store, evaluator: Any, *, retime: bool) -> str:
     """Hand `evaluator` (evaluator.parent.sandbox.Evaluator) the stored figures of its problem, size, device
     and judge (options_for); the line for people."""
-    key = cache_key(evaluator.problem.name, evaluator.size, evaluator.device_name, evaluator.judge)
+    key = cache_key(evaluator.problem.name, evaluator.size, evaluator.device_name, evaluator.judge,
+                    evaluator.precision)
     update, line = options_for(store, key, evaluator.baselines, retime=retime, compile_only=evaluator.options.compile_only,
                                eager_as_candidate=evaluator.options.eager_as_candidate)
     if update:
@@ -115,6 +120,7 @@ def for_evaluator(store: Store, evaluator: Any, *, retime: bool) -> str:
 
 def remember_evaluator(store: Store, evaluator: Any) -> list[str]:
     """Store the figures of the batch `evaluator` just judged (remember_rounds)."""
-    key = cache_key(evaluator.problem.name, evaluator.size, evaluator.device_name, evaluator.judge)
+    key = cache_key(evaluator.problem.name, evaluator.size, evaluator.device_name, evaluator.judge,
+                    evaluator.precision)
     return remember_rounds(store, key, evaluator.rounds, problem=evaluator.problem.name, size=evaluator.size,
                            device_name=evaluator.device_name, judge=evaluator.judge)

@@ -25,6 +25,12 @@ def _row_gpu(row: VerdictRow) -> str:
     return env.device_name if env is not None and env.device_name else row.device_name
 
 
+def board_size(size: str, precision: str) -> str:
+    """What a board is of besides its GPU and problem: the size, and a precision other than fp32 (`default bf16`): a
+    bf16 speedup is over a bf16 eager, never ranked beside an fp32 one."""
+    return size if precision == "fp32" else f"{size} {precision}"
+
+
 def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: StalenessCheck | None = None,
                    candidate: Candidate | None = None) -> Entry:
     """The board row of a judged candidate; `candidate` (its record) gives its turn and parent."""
@@ -33,7 +39,7 @@ def entry_from_row(row: VerdictRow, run: Run | None, tier: str, staleness: Stale
     outcome, reason = classify(v, tier, staleness(v) if staleness is not None else None)
     return Entry(
         kind="golden" if golden else "candidate", name=f"golden/{row.sample}" if golden else f"{row.run_id}/{row.sample}",
-        gpu=_row_gpu(row), problem=row.problem, size=row.size, status=v.status.value, outcome=outcome, reason=reason,
+        gpu=_row_gpu(row), problem=row.problem, size=board_size(row.size, v.precision), status=v.status.value, outcome=outcome, reason=reason,
         run_id=row.run_id, sample=row.sample, candidate_id=row.candidate_id, model=row.model or NO_MODEL,
         variant=row.variant or NO_MODEL,
         tiers=[t for t, ok in (v.correctness.tiers.items() if v.correctness else []) if ok],

@@ -120,7 +120,7 @@ def boards_and_suites(db: Store, filters: Filters, tier: str, suite: Suite | Non
     if suite is None:
         return boards, suite_boards(boards)
     sizes = {p.name: p.size for p in suite.problems}
-    boards = [b for b in boards if b.problem in sizes and sizes[b.problem] in (None, b.size)]
+    boards = [b for b in boards if b.problem in sizes and sizes[b.problem] in (None, b.size.split(" ")[0])]
     judged = boards
     if keep is not None:
         judged = [dataclasses.replace(b, ranked=[e for e in b.ranked if keep(e)],

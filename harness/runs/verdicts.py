@@ -113,7 +113,7 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
         return
     order = list(pending)
     batch = [CandidateFile(name=pending[k][0][0].candidate_id, path=pending[k][0][1]) for k in order]
-    cache = cache_key(ctx.problem.name, ctx.size, ctx.device_name, ctx.judge)
+    cache = cache_key(ctx.problem.name, ctx.size, ctx.device_name, ctx.judge, ctx.precision)
     stored, line = options_for(store, cache, ctx.cfg.baselines or default_baselines(ctx.problem, ctx.device), retime=ctx.cfg.retime_baselines,
                                compile_only=ctx.cfg.compile_only, eager_as_candidate=identity.eager_as_candidate())
     options = eval_options(ctx, stored)
