@@ -131,3 +131,69 @@ def test_each_triton_hack_gets_its_verdict_and_a_cache_plant_moves_no_later_verd
     after = verdicts["honest_relu"]
     assert after.status == alone[0].status == Status.correct
     assert after.correctness.tiers == alone[0].correctness.tiers and after.correctness.max_abs_err == 0.0
+
+
+CANDIDATES = {  # candidates/triton/ against the reference/minibench problem each solves, at a small size
+    "1_ReLU/triton_relu.py": ("level1/1_ReLU.py", {"batch_size": 4, "dim": 1000}),
+    "2_Sum_over_a_dimension/triton_sum_over_a_dimension.py": ("level1/2_Sum_over_a_dimension.py",
+                                                              {"batch_size": 2, "dim1": 300, "dim2": 19}),
+    "3_Softmax/triton_softmax.py": ("level1/3_Softmax.py", {"batch_size": 3, "dim": 5000}),
+    "4_LayerNorm/triton_layernorm.py": ("level1/4_LayerNorm.py", {"batch_size": 2, "features": 3, "dim": 300}),
+    "5_Matmul/triton_matmul.py": ("level1/5_Matmul.py", {"N": 70}),
+    "6_Cumsum/triton_cumsum.py": ("level1/6_Cumsum.py", {"batch_size": 3, "length": 3000}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate", sorted(CANDIDATES))
+def test_the_worked_example_and_the_triton_candidates_compile_for_sm90_without_a_gpu(candidate, tmp_path, monkeypatch):
+    from evaluator.backends.triton_target import compile_for_target
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    problem, sizes = CANDIDATES[candidate]
+    for dtype in ("fp32", "bf16"):
+        records = compile_for_target(ROOT / "candidates/triton" / candidate, ROOT / "reference/minibench" / problem,
+                                     dtype=dtype, sizes=sizes)
+        assert records and all(r.arch == 90 and r.cubin_bytes > 0 for r in records)
+        assert any(("*bf16" if dtype == "bf16" else "*fp32") in r.signature for r in records)
+    if candidate.startswith("5_"):
+        assert len(records) > 1  # every autotune configuration, not one
+    if candidate.startswith("1_"):
+        reference = tmp_path / "add.py"  # the example's reference draws on the GPU: here on the CPU
+        reference.write_text((builtin_templates() / EXAMPLES["triton"][0]).read_text().replace(', device="cuda"', ""))
+        example = compile_for_target(builtin_templates() / EXAMPLES["triton"][1], reference)
+        assert [r.kernel for r in example] == ["elementwise_add_kernel"]
+
+
+def test_a_triton_compile_error_is_shown_at_the_candidates_own_line():
+    import ast
+
+    from evaluator.executor.triton_watch import compile_error_at
+
+    source = "import triton\n\n\n@triton.jit\ndef add_kernel(x_ptr, n):\n    offs = tl.arange(0, 16)\n    y = undefined_name + 1\n"
+
+    class CompilationError(Exception):  # Triton's, as it carries them: the kernel's source and the node, lines from def
+        def __init__(self):
+            self.src, self.error_message = "def add_kernel(x_ptr, n):\n    offs = tl.arange(0, 16)\n    y = undefined_name + 1\n", "undefined"
+            self.node = ast.parse("y").body[0]
+            self.node.lineno = 3
+
+    try:
+        try:
+            raise CompilationError()
+        except CompilationError as inner:
+            raise RuntimeError("launch failed") from inner
+    except RuntimeError as err:
+        said = compile_error_at(err, source)
+    assert said.startswith("Triton could not compile kernel `add_kernel`: line 7 of the candidate: y = undefined_name + 1")
+
+
+def test_a_suite_entry_sets_its_own_backend_and_precision(tmp_path):
+    from harness.problems.suite import SuiteError, load_suite
+
+    (tmp_path / "s.toml").write_text(f'[[problems]]\npath = "{RELU}"\nprecision = "bf16"\nbackend = "triton"\n')
+    entry = load_suite(tmp_path / "s.toml").problems[0]
+    assert (entry.backend, entry.precision) == ("triton", "bf16")
+    (tmp_path / "bad.toml").write_text(f'[[problems]]\npath = "{RELU}"\nprecision = "fp8"\n')
+    with pytest.raises(SuiteError, match="precision"):
+        load_suite(tmp_path / "bad.toml")

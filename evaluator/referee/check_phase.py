@@ -235,8 +235,10 @@ def mode_failure(referee: RefereeView, check: ModeCheck) -> str:
 
 
 def regressed(acc: compare.ModeAccumulator, correctness: Correctness) -> bool:
-    """Whether a later comparison failed, or lost a tier the checks passed."""
-    return not acc.passed or not all(acc.tiers[t] or not correctness.tiers.get(t) for t in acc.tiers)
+    """Whether a later comparison failed, or lost a tier the checks passed. `matched` aside: its bound sits near the
+    errors of a kernel a few times less accurate than eager, which pass it on one call and miss it on the next (the
+    tier is then simply not claimed); memory never written fails every other tier."""
+    return not acc.passed or not all(acc.tiers[t] or not correctness.tiers.get(t) for t in acc.tiers if t != MATCHED_TIER)
 
 
 def describe_regression(acc: compare.ModeAccumulator, correctness: Correctness | None) -> str:

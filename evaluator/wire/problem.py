@@ -65,8 +65,8 @@ class Tolerance(BaseModel):
 
 class MatchedTolerance(Tolerance):
     """The `matched` tier: a tensor's error against float64 at most MATCHED_FACTOR times eager's own error at the
-    problem's precision (measured by the referee on fresh draws, evaluator.referee.matched), as an absolute bound per
-    tensor; `atol` is the output's."""
+    problem's precision (measured by the referee on fresh draws, evaluator.referee.matched), an absolute bound per
+    tensor (`atol` is the output's), plus `rtol`, a few of the dtype's epsilon relative to each element."""
 
     by_tensor: dict[str, float] = Field(default_factory=dict, description="Tensor name -> its absolute bound.")
 

@@ -75,8 +75,10 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         return 2
     lines, code = EvalLines(), 0
     chosen = {p.name: p for p in suite.problems}
-    settings = {name: options.model_copy(update={"problem": chosen[name].location, "size": sizes[name]})
-                for name in by_problem}
+    settings = {name: options.model_copy(update={
+        "problem": chosen[name].location, "size": sizes[name],
+        "backend": chosen[name].backend or options.backend, "precision": chosen[name].precision or options.precision})
+        for name in by_problem}
     names = list(by_problem)
     for position, name in enumerate(names):
         # the next problem's candidates, gated by its own checks, built while this one's are judged
@@ -190,7 +192,9 @@ def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None
                       f"{cfg.problem}'s alone", soft_wrap=True)
         return 2
     codes, run_ids = [], []
-    settings = [dict(options, problem=entry.location, size=entry.size or options.get("size")) for entry in suite.problems]
+    settings = [dict(options, problem=entry.location, size=entry.size or options.get("size"),
+                     backend=entry.backend or options.get("backend"), precision=entry.precision or options.get("precision"))
+                for entry in suite.problems]
     ahead: AskAhead | None = None
     for position, entry in enumerate(suite.problems, 1):
         if ahead is not None:

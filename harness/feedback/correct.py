@@ -83,7 +83,7 @@ def correct_part(verdict: Verdict, problem: ProblemSpec, hardware: Hardware | No
     return {
         "runtime_ms": runtime, "iqr_ms": verdict.timing.iqr_ms if verdict.timing else None,
         "reps": verdict.timing.reps if verdict.timing else None,
-        "tiers": published_tiers(problem, correctness.tiers if correctness else {}),
+        "tiers": published_tiers(problem, correctness.tiers if correctness else {}, verdict.precision),
         "strictest": min((name for name in problem.tolerances if correctness and correctness.tiers.get(name)),
                          key=lambda name: (problem.tolerances[name].atol, problem.tolerances[name].rtol), default=None),
         "max_abs": correctness.max_abs_err if correctness else None,
@@ -92,6 +92,6 @@ def correct_part(verdict: Verdict, problem: ProblemSpec, hardware: Hardware | No
         "baselines": baselines, "fastest": fastest,
         "ceilings": [{"name": c, "words": _baseline_words(c, problem), "ms": verdict.baselines[c].median_ms,
                       "ratio": runtime / verdict.baselines[c].median_ms if runtime else None} for c in ceilings],
-        "kernels": _kernels(verdict), "roofline": _roofline(verdict),
+        "kernels": _kernels(verdict), "roofline": _roofline(verdict), "autotuned": list(verdict.autotuned),
         "device_name": verdict.environment.device_name if verdict.environment else hardware.name if hardware else None,
     }

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.problem import MATCHED_TIER, ProblemSpec, tolerances_for
 
 # Referee wordings that say how a check works, and what the model is told instead (a text, or a
 # function of the match).
@@ -73,8 +73,12 @@ def loosest_tier(problem: ProblemSpec):
     return max(problem.tolerances.items(), key=lambda kv: (kv[1].atol, kv[1].rtol))
 
 
-def published_tiers(problem: ProblemSpec, passed: dict[str, bool] | None = None) -> list[dict]:
-    """The problem's tolerance tiers as the model is told them; with `passed`, whether each was passed."""
-    return [{"name": name, "atol": tier.atol, "rtol": tier.rtol,
-             "passed": None if passed is None else bool(passed.get(name))}
-            for name, tier in problem.tolerances.items()]
+def published_tiers(problem: ProblemSpec, passed: dict[str, bool] | None = None, precision: str = "fp32") -> list[dict]:
+    """The problem's tolerance tiers at `precision` as the model is told them (and `matched`, where the verdict has
+    it: within a few times PyTorch's own error); with `passed`, whether each was passed."""
+    tiers = [{"name": name, "atol": tier.atol, "rtol": tier.rtol,
+              "passed": None if passed is None else bool(passed.get(name))}
+             for name, tier in tolerances_for(problem.tolerances, precision).items()]
+    if passed is not None and MATCHED_TIER in passed:
+        tiers.append({"name": MATCHED_TIER, "atol": "4x eager's own error", "rtol": 0, "passed": bool(passed[MATCHED_TIER])})
+    return tiers

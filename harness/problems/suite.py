@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evaluator.wire.problem import ProblemSpec, load_problem
+from evaluator.wire.problem import Backend, Precision, ProblemSpec, load_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,6 +47,8 @@ class SuiteProblem(BaseModel):
     location: str = Field(description="What `load_problem` reads it from: a folder or a bare .py file.")
     size: str | None = Field(None, description="Its size preset (None: the problem's own, by device).")
     level: str | None = Field(None, description="Its level (KernelBench's `level1` gives `1`), where it has one.")
+    backend: Backend | None = Field(None, description="What its candidates are written in (None: the run's, else the problem's).")
+    precision: Precision | None = Field(None, description="Its precision (None: the run's, else the problem's).")
 
 
 class Suite(BaseModel):
@@ -70,6 +72,8 @@ class _FileEntry(BaseModel):
     path: str
     size: str | None = None
     level: str | int | None = None
+    backend: Backend | None = None
+    precision: Precision | None = None
 
 
 class _SuiteFile(BaseModel):
@@ -159,7 +163,8 @@ def _suite_file(path: Path) -> Suite:
                              f"(its sizes: {', '.join(spec.sizes)})")
         level = str(entry.level) if entry.level is not None else level_of(spec.location.parent if spec.spec_file is None
                                                                            else spec.folder.parent)
-        problems.append(SuiteProblem(name=spec.name, location=str(spec.location), size=size, level=level))
+        problems.append(SuiteProblem(name=spec.name, location=str(spec.location), size=size, level=level,
+                                     backend=entry.backend, precision=entry.precision))
     return _checked(Suite(name=data.name or path.stem, source=str(path), tier=data.tier, problems=problems))
 
 
