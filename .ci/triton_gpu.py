@@ -129,10 +129,10 @@ def row(v: dict) -> str:
     correctness = v.get("correctness") or {}
     tiers = ",".join(t for t, ok in (correctness.get("tiers") or {}).items() if ok) or "-"
     err, bound = correctness.get("max_abs_err"), (correctness.get("matched_bounds") or {}).get("output")
-    ratio = f"{err / (bound / 4.0):.2f}" if err is not None and bound else "-"
+    ratio = f"{err:.3g}/{bound:.2g}" if err is not None and bound is not None else "-"  # its error; matched's ratio
     speed = (v.get("speedup") or {}).get("eager")
     flags = ",".join(f["name"] for f in v.get("flags") or [] if f["name"] not in ("bounds",))
-    return (f"{v['candidate'][-40:]:40} {v['status']:13} {tiers:21} err/eager={ratio:6} "
+    return (f"{v['candidate'][-40:]:40} {v['status']:13} {tiers:21} err={ratio:16} "
             f"{(f'{speed:.2f}x' if speed else '-'):>7} {v.get('runtime_ms') or 0:9.3f} ms  {flags[:60]}")
 
 

@@ -50,11 +50,13 @@ _ext = load_inline(name="e", cpp_sources=_src, functions=["fused"])
 
 # (id, source, expected flag names). Policies are checked against DEFAULT_POLICIES.
 CASES: list[tuple[str, str, set[str]]] = [
-    # ------------------------------------------------------------------ Triton's machinery (evaluator.checks.triton_rules)
+    # ------------------------------------------------------------------ Triton's machinery (python_names.TRITON_REFUSED)
     ("triton_self_timing", model("return _ext.fused(x)", top=EXT + "import triton\nfrom triton.testing import do_bench\n"),
      {"triton_escape"}),
-    ("triton_knobs_spelled", model("getattr(triton, 'knobs').cache.dir = '/tmp'\nreturn _ext.fused(x)",
-                                   top=EXT + "import triton\n"), {"triton_escape", "monkeypatch"}),
+    ("triton_knobs_spelled", model("where = getattr(triton, 'knobs').cache.dir\nreturn _ext.fused(x)",
+                                   top=EXT + "import triton\n"), {"triton_escape"}),
+    ("triton_driver_reexported", model("triton.runtime.jit.driver.active.utils.load_binary\nreturn _ext.fused(x)",
+                                       top=EXT + "import triton\n"), {"triton_escape"}),
     # ------------------------------------------------------------------ negatives: no flags
     ("clean_extension", model("return _ext.fused(x)", top=EXT), set()),
     ("elementwise_and_allocations", model("""

@@ -79,7 +79,7 @@ def test_output_is_captured_capped_and_never_mixed_with_the_verdict(bad_input_ve
 def test_correct_verdict_carries_errors_buffers_and_baselines(bad_input_verdicts):
     v = bad_input_verdicts["cpp_correct"]
     c = v.correctness
-    assert c.tiers == {"strict": True, "loose": True}
+    assert c.tiers == {"strict": True, "loose": True, "matched": True}
     assert {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"} <= set(c.buffers_checked)
     assert c.main.trials == 6 and c.distributions == ["randn", "rand"] and len(set(c.seeds)) == len(c.seeds)
     assert c.eval_mode is not None and c.eval_mode.tiers["loose"]
@@ -207,7 +207,7 @@ def test_cli_json_prints_one_verdict_per_line_and_exits_zero_whatever_they_score
     for record in lines:
         assert {"candidate", "status", "error", "correctness", "runtime_ms", "speedup", "flags"} <= set(record)
     assert lines[0]["error"] is None and lines[0]["speedup"]["eager"] > 0
-    assert lines[1]["correctness"]["tiers"] == {"strict": False, "loose": False}
+    assert lines[1]["correctness"]["tiers"] == {"strict": False, "loose": False, "matched": False}
 
 
 @pytest.mark.slow
@@ -230,7 +230,7 @@ def test_a_second_problem_is_just_a_folder(tmp_path):
     good, bad = evaluate([CandidateFile(name="good", path=folder / "candidate_correct.py"),
                           CandidateFile(name="bad", path=folder / "candidate_wrong.py")], options)
     assert (good.problem, good.size, good.status) == ("scaled_relu", "tiny", Status.correct), good.error
-    assert good.correctness.tiers == {"strict": True} and good.correctness.main.trials == 4
+    assert good.correctness.tiers == {"strict": True, "matched": True} and good.correctness.main.trials == 4
     assert bad.status == Status.incorrect
     prompt = run_cli("prompt", "--problem", str(folder))
     assert prompt.returncode == 0 and "torch.relu(x) * self.scale" in prompt.stdout

@@ -324,10 +324,10 @@ def test_a_tier_is_claimed_only_where_every_call_passed_it(cpu_verdicts):
     claimed strict whenever its two fully compared calls missed the six)."""
     verdict = cpu_verdicts["strict_on_few_calls"]
     assert verdict.status == Status.correct, verdict.error
-    assert verdict.correctness.tiers == {"strict": False, "loose": True}
+    assert verdict.correctness.tiers == {"strict": False, "loose": True, "matched": False}
     assert verdict.correctness.main.tiers["strict"]  # every checked call passed it
     later = verdict.correctness.later
-    assert later.tiers == {"strict": False, "loose": True} and later.trials >= verdict.timing.reps
+    assert later.tiers == {"strict": False, "loose": True, "matched": False} and later.trials >= verdict.timing.reps
     for good in GOOD_CPU:
         assert cpu_verdicts[f"good-{good.stem}"].correctness.later.tiers["strict"]
 
@@ -755,7 +755,7 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     # replaying answers
     pad_ms = 4.5e6 / (seeded.environment.sm_clock_mhz or 1980) / 1e3
     assert "inputs predicted: no" in seeded.stdout_tail and seeded.runtime_ms > 0.8 * pad_ms, seeded.timing_check
-    assert verdicts["strict_on_few_calls"].correctness.tiers == {"strict": False, "loose": True}
+    assert verdicts["strict_on_few_calls"].correctness.tiers == {"strict": False, "loose": True, "matched": False}
     beside = verdicts["good-beside-the-spin"]
     assert beside.status == Status.correct and not beside.rejected, (beside.error, beside.flags)
     assert beside.timing_check.hold in ("cgroup_freezer", "sigstop") and beside.timing_check.builds

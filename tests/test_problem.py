@@ -311,10 +311,10 @@ def test_a_bare_file_problem_is_evaluated(tmp_path):
                           log_root=tmp_path / "logs")  # builds in the session's shared cache
     ok, bad = evaluate([CandidateFile(name="good", path=good), CandidateFile(name="wrong", path=wrong)], options)
     assert (ok.problem, ok.size, ok.status) == ("kb_leaky_relu_scale", "default", Status.correct), ok.error
-    assert ok.correctness.tiers == {"strict": True, "loose": True} and ok.correctness.main.trials == 6
+    assert ok.correctness.tiers == {"strict": True, "loose": True, "matched": True} and ok.correctness.main.trials == 6
     assert ok.custom_kernels and not [f for f in ok.flags if f.name == "torch_fallback"]
     assert (bad.problem, bad.status) == ("kb_leaky_relu_scale", Status.incorrect), bad.error
-    assert bad.correctness.tiers == {"strict": False, "loose": False}
+    assert bad.correctness.tiers == {"strict": False, "loose": False, "matched": False}
     # its sizes scaled down (dim 256 -> 64; batch_size 16 < 64 kept): the same candidate, judged at them
     [scaled] = evaluate([CandidateFile(name="good", path=good)], options.model_copy(update={"size": "default/4"}))
     assert (scaled.size, scaled.status) == ("default/4", Status.correct), scaled.error
@@ -361,3 +361,8 @@ def test_a_size_scaled_down_divides_the_sizes_and_keeps_the_small_ints():
         assert not spec.has_size(odd), odd  # the preset itself under another key, or not a size at all
     with pytest.raises(KeyError, match="scaled down"):
         spec.size_values("default/x")
+    # what a scaled size made of the sizes, recorded in its verdicts and said before judging, with a warning where
+    # a size it scaled is too small to time
+    assert spec.scaled_values("default/4") == {"dim": 64} and spec.scaled_values("default") == {}
+    assert spec.scaled_note("default/4") == "dim=64 (from 256)"
+    assert "warning: dim scaled under 16" in spec.scaled_note("default/64") and spec.scaled_note("default") is None

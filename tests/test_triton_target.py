@@ -1,4 +1,4 @@
-"""evaluator.backends.triton_target: a Triton candidate's kernels compiled for sm_90 on a machine without a GPU.
+"""evaluator.executor.triton_target: a Triton candidate's kernels compiled for sm_90 on a machine without a GPU.
 
 Each test writes its candidate and a KernelBench-format reference into tmp_path; the kernels are compiled for real
 (Triton's own ptxas makes the cubin), never run, and TRITON_INTERPRET stays unset.
@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-from evaluator.backends.triton_target import NoTritonLaunchError, TritonCompileError, compile_for_target  # noqa: E402
+from evaluator.executor.triton_target import NoTritonLaunchError, TritonCompileError, compile_for_target  # noqa: E402
 
 HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 

@@ -18,7 +18,6 @@ The modules, each depending only on those above it in this list:
 * `cpp_rules`: the C++/CUDA-source rules (`CPP_RULES`, python_from_cpp).
 * `problem_rules`: the problem's `Rules` (its heavy ops and layers) and their C++ forms.
 * `forward`: what ModelNew.forward reaches (torch_fallback on the Python side, output_caching).
-* `triton_rules`: what a Triton candidate may not use (`triton_escape`), and its `@triton.jit` kernels.
 
 The checks are best-effort and static: code built at run time (`exec`, dynamic `getattr`)
 is itself flagged as `dynamic_code` (reject), because it would blind every other check.
@@ -39,7 +38,7 @@ from evaluator.checks.cpp_rules import CppRules
 from evaluator.checks.flags import DEFAULT_POLICIES, FLAG_DESCRIPTIONS
 from evaluator.checks.forward import ForwardPath
 from evaluator.checks.problem_rules import Heavy, HeavyCppRule, default_rules
-from evaluator.checks.triton_rules import triton_findings, triton_kernel_names
+from evaluator.wire.kernels import triton_kernel_names
 from evaluator.checks.python_rules import PythonRules
 from evaluator.checks.walker import Walker
 from evaluator.wire.problem import Rules
@@ -62,10 +61,6 @@ def static_flags(source: str, policies: dict[str, FlagPolicy] | None = None, rul
     rules = rules if rules is not None else default_rules()
     found = _flags(source, rules.model_dump_json(), json.dumps({k: v.value for k, v in merged.items()}, sort_keys=True))
     flags = [flag.model_copy(deep=True) for flag in found]
-    escapes = triton_findings(source)
-    if escapes:
-        flags.append(Flag(name="triton_escape", policy=merged["triton_escape"],
-                          reason="; ".join(f"line {line}: {why}" for line, why in escapes)))
     if backend == "triton" and not triton_kernel_names(source):
         flags.append(Flag(name="no_custom_kernel", policy=merged["no_custom_kernel"],
                           reason="the triton backend asks for Triton kernels, and the source has no @triton.jit function"))

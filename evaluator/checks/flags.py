@@ -36,7 +36,7 @@ DEFAULT_POLICIES: dict[str, FlagPolicy] = {
     # PyImport_, PyObject_, PyEval_ calls): Python the static checks never see, so every other rule
     # (torch_fallback, introspection, io_or_network) could be bypassed through it.
     "python_from_cpp": FlagPolicy.reject,
-    # Triton's timing and runtime machinery (evaluator.checks.triton_rules): self-timing, the driver, the cache.
+    # Triton's timing and runtime machinery (python_names.TRITON_REFUSED): self-timing, the driver, the cache.
     "triton_escape": FlagPolicy.reject,
     # Under the triton backend: no @triton.jit kernel at all (the referee also asks that one runs).
     "no_custom_kernel": FlagPolicy.flag,

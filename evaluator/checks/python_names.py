@@ -111,6 +111,15 @@ REROOTED = (CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | IO_ROOTS | set(SYNONYMS)
                "types", "pkgutil", "zipimport", "logging"})
 NOT_REROOTED = ("torch.signal", "torch.types")  # torch's own packages named like a standard module
 
+# Triton beyond its language: a candidate's kernels are `@triton.jit` functions (and `triton.autotune`, `triton.heuristics`,
+# `triton.Config`, `triton.cdiv`, `triton.language`, `tl.inline_asm_elementwise`: its own code, checked like any); the
+# rest loads binaries out of sight (the driver), builds host code, times kernels itself (`triton.testing`: a candidate
+# timing itself can tell a clocked call from a checked one), or reaches the compile cache and the classes the executor
+# counts compiles in (docs/backends/triton.md).
+TRITON_REFUSED = ("triton.testing", "triton.runtime", "triton.knobs", "triton.compiler", "triton.compile", "triton.tools",
+                  "triton._C", "triton.backends", "triton.JITFunction", "triton.KernelInterface", "triton.Autotuner",
+                  "triton.profiler", "triton.experimental", "triton.errors")
+
 # --------------------------------------------------------------------------- attribute names
 
 INTROSPECTION_ATTRS = frozenset(
@@ -198,6 +207,8 @@ NAME_RULES: tuple[tuple[str, DottedNames, str], ...] = (
     ("precision_flags", DottedNames(exact=PRECISION_CALLS, prefixes=("torch._C._set_",)),
      "calls {seen} (a global numeric setting)"),
     ("torch_fallback", DottedNames(exact=COMPILE_FUNCS), "uses {seen} (PyTorch/Triton generates the kernels)"),
+    ("triton_escape", DottedNames(under=TRITON_REFUSED),
+     "uses {seen} (Triton's timing, runtime, driver, cache or compiler machinery: docs/backends/triton.md)"),
     ("monkeypatch", DottedNames(last=SUBCLASS_ATTRS, under=("torch.overrides", "torch.utils._python_dispatch")),
      "uses {seen} (overrides how torch functions behave)"),
     ("monkeypatch", DottedNames(test=_global_module_hook),

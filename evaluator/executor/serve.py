@@ -130,10 +130,11 @@ class Executor:
             guards.prepare_torch_compile()
         STARTUP["torch_compile"] = time.time()
         flags_before = guards.read_global_flags()
-        if self.device == "cuda" and not self.request.compile_only:
-            triton_watch.install()  # before the guard's look: the counting wrappers are ours
+        self.watch = list(self.request.watch)
+        if self.device == "cuda" and not self.request.compile_only and triton_watch.install():
+            self.watch += triton_watch.WATCHED  # the classes its counters live in: a candidate undoing them is seen
         # identities of torch's, the problem's and our functions, before the candidate exists
-        self.guard = guards.StateGuard(self.request.watch, served=SERVED)
+        self.guard = guards.StateGuard(self.watch, served=SERVED)
         try:
             module = import_file(Path(self.request.candidate_path), "kh_candidate")
         except SystemExit as err:
@@ -373,11 +374,12 @@ class Executor:
                          flags=flags + self.guard_flags(flags_before, "the profiled call to ModelNew.forward"))
         flags += self.guard_flags(flags_before, "the profiled call to ModelNew.forward")
         problems = self.output_problems(out, inputs)
+        snapshot = cmp.snapshot(out)  # before anything of the candidate's is read for the reply
         reply = Reply(id=command.id, flags=flags, problems=problems, kernels=names[:MAX_KERNEL_NAMES],
                       kernel_times_us=times[:MAX_KERNEL_NAMES], kernel_count=len(names),
                       libraries=kernels.candidate_libraries(), output=value_info(out),
                       autotuned=triton_watch.autotuned())
-        return self.ship(reply, cmp.snapshot(out), [], state=False)
+        return self.ship(reply, snapshot, [], state=False)
 
     def finish(self, command: Finish) -> Reply:
         """What changed since the import (the guard's last look), then the executor exits."""
@@ -502,7 +504,7 @@ class Executor:
                 torch.cuda.synchronize()
         except Exception:
             return flags  # the kernel pass will say what failed
-        self.guard = guards.StateGuard(self.request.watch, served=SERVED)
+        self.guard = guards.StateGuard(self.watch, served=SERVED)
         return flags
 
 

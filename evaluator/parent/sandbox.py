@@ -261,7 +261,7 @@ class Evaluator:
         the static checks, unbuildable), else what running it needs (base fields, source, digest, static flags,
         whether it is only built)."""
         base = dict(candidate=candidate.name, problem=self.problem.name, size=self.size, device=self.device,
-                    precision=self.precision, backend=self.backend)
+                    precision=self.precision, backend=self.backend, size_values=self.problem.scaled_values(self.size))
         try:
             source_bytes = candidate.path.read_bytes()
             source = source_bytes.decode("utf-8")

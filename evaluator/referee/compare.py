@@ -72,6 +72,10 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
         # in chunks: a whole float64 copy and its temporaries were five times the expected output (a 6.4 GB fp32
         # output took over 60 GB of the GPU), the same maxima and tiers chunk by chunk
         flat_actual, flat_expected = _reshape(_detach(actual), (-1,)), _reshape(expected, (-1,))
+        scale = 0.0  # the expected tensor's largest magnitude, where a tier's bound is relative to it (`matched`)
+        if any(tol.scaled for tol in tolerances.values()):
+            for wanted in chunks(flat_expected, COMPARE_CHUNK):
+                scale = max(scale, float(_item(_amax(_abs(onto(wanted, on))))))
         bad = 0
         max_abs = max_rel = 0.0
         tiers = {tier: True for tier in tolerances}
@@ -87,7 +91,7 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
             max_abs = max(max_abs, float(_item(_amax(diff))))
             max_rel = max(max_rel, float(_item(_amax(_div(diff, _clamp_min(ref_abs, rel_floor))))))
             for tier, tol in tolerances.items():
-                bound = _add(_mul(ref_abs, tol.rtol), tol.atol_for(name))
+                bound = _add(_mul(ref_abs, tol.rtol), tol.atol_for(name, scale))
                 tiers[tier] = tiers[tier] and bool(_item(_all(_le(diff, bound))))
         if bad:
             return TensorCompare(float("inf"), float("inf"), failed, f"{name}: {bad} NaN/Inf values")

@@ -32,8 +32,7 @@ from evaluator.referee import compare
 from evaluator.referee.process import Ended
 from evaluator.referee.timing import roofline
 from evaluator.referee.view import RefereeView, Round
-from evaluator.checks.triton_rules import triton_kernel_names
-from evaluator.wire.kernels import kernel_base_name, own_kernels
+from evaluator.wire.kernels import kernel_base_name, own_kernels, triton_kernel_names
 from evaluator.wire.protocol import Finish, LoadState, Profile
 from evaluator.wire.records import (
     SHAKY_DRIFT, SHAKY_SPREAD, Correctness, Flag, Phase, Roofline, Status, TimingStats, Verdict, bounds_flag, merge_flags)
@@ -122,15 +121,19 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
         own = list(dict.fromkeys(names))
     seen = (f"{count} launch(es): " + ", ".join(dict.fromkeys(kernel_base_name(n) for n in names))[:300]
             if names else "none at all")
-    if not own:
-        where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
-        session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
-    elif referee.config.backend == "triton":  # one of its own must be a kernel of its @triton.jit functions
+    if referee.config.backend == "triton":
+        # one launched kernel must be of its @triton.jit functions, by name (before the library filter: an honest
+        # `gemm_kernel` is its own); one launched under no such name is no Triton kernel of its own
         jitted = set(triton_kernel_names(session.source))
-        if not any(kernel_base_name(n) in jitted for n in own):
+        mine = [n for n in names if kernel_base_name(n) in jitted]
+        own = list(dict.fromkeys([*own, *mine]))
+        if not mine:
             session.add([Flag(name="no_custom_kernel", reason=(
                 f"one forward launched none of the candidate's @triton.jit kernels "
                 f"({', '.join(sorted(jitted)) or 'it has none'}; {seen})"))])
+    elif not own:
+        where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
+        session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
     check = spot(session, checked, reply, inputs, "the profiled call")
     return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own),
                     autotuned=tuple(str(a)[:300] for a in reply.autotuned[:32]),

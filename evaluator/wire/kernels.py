@@ -10,6 +10,7 @@ the candidate's. None of its own is the `no_custom_kernel` flag.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import sys
@@ -123,3 +124,43 @@ def extension_calls(libraries: list[str], modules: dict) -> set[str]:
     names |= {name for name, module in list(modules.items())
               if isinstance(getattr(module, "__file__", None), str) and os.path.realpath(module.__file__) in real}
     return names
+
+
+# -- Triton kernels: by name, from the source (read, never run) ----------------------------------------
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def _jit_names(tree: ast.Module) -> set[str]:
+    """What `triton.jit` is called in the source: `triton.jit` under each name triton is imported as, and each name
+    `jit` is imported from triton as."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {f"{alias.asname or alias.name}.jit" for alias in node.names if alias.name == "triton"}
+        elif isinstance(node, ast.ImportFrom) and node.module in ("triton", "triton.runtime.jit") and node.level == 0:
+            names |= {alias.asname or alias.name for alias in node.names if alias.name == "jit"}
+    return names
+
+
+def triton_kernel_names(source: str) -> list[str]:
+    """The names of the source's `@triton.jit` functions (at any depth, `@triton.jit(...)` too, under the names triton
+    is imported as), in order; [] when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    jit = _jit_names(tree)
+
+    def is_jit(decorator: ast.AST) -> bool:
+        return _dotted(decorator.func if isinstance(decorator, ast.Call) else decorator) in jit
+
+    return [node.name for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(is_jit, node.decorator_list))]

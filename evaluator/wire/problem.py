@@ -37,6 +37,7 @@ BARE_SIZE = "default"  # the one size preset of a bare .py problem: its own modu
 # they are. A heuristic: a size a problem needs divisible by another may not stay so.
 SCALED_SIZE = re.compile(r"(?P<base>[^/\s]+)/(?P<k>[1-9][0-9]{0,3})")  # whole (fullmatch); K from 2 to 4096
 SCALE_FROM, SCALE_MAX = 64, 4096
+SCALED_TOO_SMALL = 16  # a scaled size variable under this is warned of before judging (ProblemSpec.scaled_note)
 
 
 def scaled_match(size: str) -> re.Match | None:
@@ -58,20 +59,32 @@ class Tolerance(BaseModel):
     rtol: float = Field(description="Relative tolerance.")
 
 
-    def atol_for(self, tensor: str) -> float:
-        """The absolute tolerance of one compared tensor (`output`, `bn.running_mean`): the same for every tensor here."""
+    def atol_for(self, tensor: str, scale: float = 0.0) -> float:
+        """The absolute tolerance of one compared tensor (`output`, `bn.running_mean`) whose largest magnitude in this
+        comparison is `scale`: the same for every tensor here."""
         return self.atol
+
+    @property
+    def scaled(self) -> bool:
+        """Whether `atol_for` needs the compared tensor's largest magnitude."""
+        return False
 
 
 class MatchedTolerance(Tolerance):
-    """The `matched` tier: a tensor's error against float64 at most MATCHED_FACTOR times eager's own error at the
-    problem's precision (measured by the referee on fresh draws, evaluator.referee.matched), an absolute bound per
-    tensor (`atol` is the output's), plus `rtol`, a few of the dtype's epsilon relative to each element."""
+    """The `matched` tier (evaluator.referee.matched): per tensor, MATCHED_FACTOR times eager's own largest error at the
+    problem's precision over the tensor's largest magnitude, measured on fresh draws of each input distribution; the
+    bound of a comparison is that ratio times the compared tensor's own largest magnitude (so a distribution of larger
+    outputs lends no room to one of smaller), plus `rtol`, a few of the dtype's epsilon relative to each element.
+    `atol` is the output's ratio."""
 
-    by_tensor: dict[str, float] = Field(default_factory=dict, description="Tensor name -> its absolute bound.")
+    by_tensor: dict[str, float] = Field(default_factory=dict, description="Tensor name -> its bound over its magnitude.")
 
-    def atol_for(self, tensor: str) -> float:
-        return self.by_tensor.get(tensor, self.atol)
+    def atol_for(self, tensor: str, scale: float = 0.0) -> float:
+        return self.by_tensor.get(tensor, 0.0) * scale
+
+    @property
+    def scaled(self) -> bool:
+        return True
 
 
 # strict: KernelBench's fp32 tolerance today; loose: KernelBench v0, and KernelBench's (torchbench's) for fp16/bf16.
@@ -326,6 +339,28 @@ class ProblemSpec(BaseModel):
                            "scaled down, `NAME/K`)")
         values = dict(self.sizes[base])
         return {name: scaled_size(v, int(match["k"])) for name, v in values.items()} if match else values
+
+    def scaled_values(self, size: str) -> dict[str, int]:
+        """The values a scaled size (`default/64`) gives each variable it changed; {} for a preset of its own."""
+        match = scaled_match(size)
+        if match is None:
+            return {}
+        base = self.sizes[match["base"]]
+        return {name: value for name, value in self.size_values(size).items() if value != base[name]}
+
+    def scaled_note(self, size: str) -> str | None:
+        """For a scaled size: what it made of the variables, and a warning where it left one it scaled under
+        SCALED_TOO_SMALL (calls that small are likely under what the clock resolves); None for a preset of its own."""
+        values = self.scaled_values(size)
+        if not values:
+            return None if scaled_match(size) is None else f"{size} changes none of {self.name}'s sizes"
+        base = self.sizes[scaled_match(size)["base"]]
+        said = ", ".join(f"{name}={value} (from {base[name]})" for name, value in values.items())
+        small = [name for name, value in values.items() if value < SCALED_TOO_SMALL]
+        if small:
+            said += (f"; warning: {', '.join(small)} scaled under {SCALED_TOO_SMALL}: calls this small are likely under "
+                     "what the clock resolves (verdicts shaky, no speedup)")
+        return said
 
     def default_size_for(self, device: str) -> str:
         if device == "cpu" and self.default_size_cpu:

@@ -154,8 +154,9 @@ class Correctness(Record):
         "Input distribution -> the main mode's trials on inputs drawn from it (which distribution failed); "
         "empty on verdicts made before it was recorded."))
     matched_bounds: dict[str, float] = Field(default_factory=dict, description=(
-        "The `matched` tier's absolute bound on each tensor: MATCHED_FACTOR times eager's own error at the problem's "
-        "precision, measured by the referee (evaluator.referee.matched); empty on verdicts made before it existed."))
+        "The `matched` tier's bound on each tensor, over the compared tensor's largest magnitude: MATCHED_FACTOR times "
+        "eager's own largest error over its largest magnitude at the problem's precision, measured by the referee "
+        "(evaluator.referee.matched); empty on verdicts made before it existed."))
 
 
 class TimingStats(Record):
@@ -343,6 +344,8 @@ class Verdict(Record):
     source_sha256: str = Field(description="SHA-256 of the candidate source (the build cache key).")
     problem: str = Field(description="Problem name.")
     size: str = Field(description="Size preset.")
+    size_values: dict[str, int] = Field(default_factory=dict, description=(
+        "For a scaled size (`default/64`): the values it gave the variables it changed; empty for a preset."))
     device: str = Field(description="`cuda` or `cpu`.")
     precision: str = Field("fp32", description="`fp32`, `fp16` or `bf16`: the dtype inputs and weights were cast to.")
     backend: str | None = Field(None, description="`cuda`, `triton` or `cpp`: what the candidate was judged as.")

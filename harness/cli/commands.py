@@ -260,7 +260,11 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
             _err.print(f"[red]error:[/] {err}")
             return 2
     baselines = for_evaluator(recorder.store, evaluator, retime=retime_baselines) if recorder is not None else ""
-    status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}, device {evaluator.device}"
+    scaled = evaluator.problem.scaled_note(evaluator.size)
+    judged_as = ("" if evaluator.precision == "fp32" and evaluator.backend in ("cuda", "cpp")
+                 else f", {evaluator.backend} at {evaluator.precision}")
+    status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}{f' ({scaled})' if scaled else ''}, "
+                 f"device {evaluator.device}{judged_as}"
                  f"{', compile only' if options.compile_only else ''}"
                  f"{', rejected candidates run' if options.run_rejected else ''}: {len(candidates)} candidate(s)"
                  f"{'; ' + baselines if baselines else ''}[/]", highlight=False, soft_wrap=True)

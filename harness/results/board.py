@@ -273,6 +273,13 @@ class Board:
         return f"{self.gpu}, {self.problem}/{self.size}" if self.problem else self.gpu
 
     @property
+    def size_values(self) -> str:
+        """What a scaled size made of the problem's sizes (`features=1, dim=4`), from its verdicts; empty for a preset."""
+        values = next((e.verdict.size_values for e in self.candidates if e.verdict is not None and e.verdict.size_values),
+                      {})
+        return ", ".join(f"{k}={v}" for k, v in values.items())
+
+    @property
     def multi_turn(self) -> bool:
         """Some candidate comes from a refinement turn: the board shows turns, parents and chains."""
         return any(e.turn > 1 for e in self.candidates)

@@ -71,6 +71,12 @@ def feedback_given(store: Store, candidate: Candidate | None) -> str | None:
 def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
     """(label, full text) lines of a verdict, nothing cut."""
     lines = [("status", verdict.status.value + (f" (phase {verdict.phase.value})" if verdict.phase else ""))]
+    if verdict.precision != "fp32" or verdict.backend not in (None, "cuda", "cpp"):
+        lines.append(("judged as", f"{verdict.backend or 'the default backend'}, {verdict.precision}"))
+    if verdict.autotuned:
+        lines.append(("autotuned", "; ".join(verdict.autotuned)))
+    if verdict.size_values:
+        lines.append(("scaled sizes", ", ".join(f"{k}={v}" for k, v in verdict.size_values.items())))
     if verdict.error:
         lines.append(("error", verdict.error))
     for flag in verdict.flags:

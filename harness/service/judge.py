@@ -37,14 +37,15 @@ class Judge:
     """One problem, size and device, judged warm (see the module docstring). `gpus` (`all`, or positions such
     as `0,1`): a lane per GPU, and calls from as many threads judged at once (`evaluate_many` uses them all);
     `executor="ray"`: a lane per GPU of the Ray cluster at `ray_address` (or `lanes` of them). By default one
-    lane: calls from several threads are taken one at a time. Close it once its calls are over."""
+    lane: calls from several threads are taken one at a time. `backend` and `precision`: as `harness eval`'s (None:
+    the problem's). Close it once its calls are over."""
 
     def __init__(self, problem: str = "gemm_scale_bn", size: str | None = None, device: str | None = None, *,
                  tier: str = "loose", store: Path | str | None = None, seed: int | None = None,
                  run_timeout_s: float | None = None, baselines: list[str] | None = None, protect: list[Path] = (),
                  gpus: str | None = None, executor: str = "local", ray_address: str | None = None,
                  lanes: int | None = None, shaky_spread: float | None = None, shaky_drift: float | None = None,
-                 reward_policy: RewardPolicy | None = None):
+                 reward_policy: RewardPolicy | None = None, backend: str | None = None, precision: str | None = None):
         from evaluator.parent.sandbox import EvalOptions
 
         if tier not in TIERS:
@@ -56,7 +57,8 @@ class Judge:
         bounds = {k: v for k, v in (("shaky_spread", shaky_spread), ("shaky_drift", shaky_drift)) if v is not None}
         self.options = EvalOptions(problem=problem, size=size, device=device, seed=seed, run_timeout_s=run_timeout_s,
                                    baselines=baselines, store=self.store_path, protect=list(protect), gpus=gpus,
-                                   executor=executor, ray_address=ray_address, lanes=lanes, **bounds)
+                                   executor=executor, ray_address=ray_address, lanes=lanes, backend=backend,
+                                   precision=precision, **bounds)
         self.warm = None
         self.folder: tempfile.TemporaryDirectory | None = None
         self.lock = threading.Lock()

@@ -222,6 +222,10 @@ class Service:
 
         self.store = Path(store)
         self.registry = {p.name: p for p in (registry or default_registry()).problems}
+        apart = [name for name, p in self.registry.items() if p.backend is not None or p.precision is not None]
+        if apart:  # each problem is judged at its own problem.toml's backend and precision: a suite entry's would be lost
+            raise ValueError(f"the service judges each problem at its own backend and precision; suite entries that set "
+                             f"their own are not served: {', '.join(sorted(apart))}")
         self.keys = keys if keys is not None else key_digests()
         self.jobs = Jobs(self.store)
         self.gpu = gpu_hardware() is not None if gpu is None else gpu
@@ -251,7 +255,7 @@ class Service:
 
     def submit(self, request: EvaluationRequest, client: str) -> str:
         from evaluator.wire import identity
-        from evaluator.wire.problem import load_problem
+        from evaluator.wire.problem import keyed_backend, load_problem, resolve_backend
 
         entry = self.registry.get(request.problem)
         if entry is None:
@@ -272,7 +276,9 @@ class Service:
             raise ServiceError(422, f"problem {spec.name!r} has no size {size!r}; its sizes: {', '.join(spec.sizes)}")
         source_sha = hashlib.sha256(encoded).hexdigest()
         key = identity.verdict_key(source_sha, spec.name, size, identity.device_name(device),
-                                   identity.judge_identity(spec), eager_in_referee=not identity.eager_as_candidate())
+                                   identity.judge_identity(spec), eager_in_referee=not identity.eager_as_candidate(),
+                                   precision=spec.precision,
+                                   backend=keyed_backend(resolve_backend(device, spec.backend), device))
         job = self.jobs.submit(key, {"problem": spec.name, "location": entry.location, "size": size,
                                      "device": device, "source": request.source}, client)
         self.wake.set()
