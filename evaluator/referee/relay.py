@@ -38,7 +38,7 @@ _memmove = ctypes.memmove
 HANDOFF_BYTES = {"cuda": 0, "cpu": 16 << 20}
 # On a GPU, calls are handed off on the device (`device_window`): each call's inputs and output region in the
 # executor's stage (device memory both map), copied by the referee's own stream, GO written and COMMIT waited for on the
-# device (on an H100 a call's cost 50 us bare, 0.67 ms with 256 MiB each way, spreading by 2-8 us: .ci/device_handoff.py,
+# device (on an H100 a call's cost 50 us bare, 0.67 ms with 256 MiB each way, spreading by 2-8 us: tools/experiments/device_handoff.py,
 # against 1.5-2.7 ms and 0.1-0.5 ms for a window of one call). A window's input sets and the captures of its calls
 # hold at most DEVICE_WINDOW_BYTES (at `kernelbench`, 512 MiB a call: windows of 3; their float64 replays take as much
 # again), so a call's bytes at most half.

@@ -36,7 +36,7 @@ def profile_windows(name: str, candidate: list, calibrator: list) -> None:
         record[role] = {step: quartiles([s[i] for s in steps])
                         for i, step in enumerate(("staged", "go", "put", "copied"))}
         if any(w.handed_off for w in windows):  # each window and its reports, in order (the pairs' estimators:
-            # .ci/handoff_profile.py), through host memory and on the device alike
+            # tools/experiments/handoff_profile.py), through host memory and on the device alike
             record[role]["windows"] = [[round(w.ms, 4), round(w.reported_ms, 4) if w.reported_ms is not None else None]
                                        for w in windows if w.handed_off]
         handed = [w for w in windows if w.handed_off and len(w.steps) == 3]  # per call, medians over a window's calls

@@ -1,9 +1,9 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
-KH_REFEREE_PROFILE=DIR (issue 36): per referee, its start, each baseline round (compile, round, twin), its waits for
+KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
 builds, the medians of its candidates' phases and steps, and the referee's largest costs by its cProfile (main
 thread: cumulative seconds of the steps named in STEPS, which do not nest in one another).
 
-    python3 .ci/profile_summary.py DIR
+    python3 tools/gpu_checks/profile_summary.py DIR
 """
 
 import glob

@@ -1,10 +1,10 @@
-"""Issue 33's question at `small` on the device: does eager's back-to-back call in a bare process cost what the
+"""At `small` on the device: does eager's back-to-back call in a bare process cost what the
 referee's baseline reads (0.24 ms on an H100, when device windows time an eager-like candidate at 0.088 ms)?
 Times each callable as the referee's Timer.one does (events around each of K calls launched back to back, one
 synchronize after), in a bare process, alone and with a process spinning on the same core; and the host's launch
 time per call. Prints a table.
 
-    python3 .ci/launch_rate.py
+    python3 tools/experiments/launch_rate.py
 """
 
 import os
@@ -15,7 +15,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference", "gemm_scale_bn"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "reference", "gemm_scale_bn"))
 from model import Model  # noqa: E402
 
 

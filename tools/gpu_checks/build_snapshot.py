@@ -1,8 +1,8 @@
-"""What each extension build folder under a build cache holds, to see why a build was done again (issue 36: golden
+"""What each extension build folder under a build cache holds, to see why a build was done again (golden
 kernels prebuilt by `harness eval --compile-only` were built once more by the judging executor).
 
-    python3 .ci/build_snapshot.py save CACHE OUT/before      build.ninja, .ninja_log and every file's mtime
-    python3 .ci/build_snapshot.py diff OUT/before OUT/after  what changed between two snapshots, and ninja's own
+    python3 tools/gpu_checks/build_snapshot.py save CACHE OUT/before      build.ninja, .ninja_log and every file's mtime
+    python3 tools/gpu_checks/build_snapshot.py diff OUT/before OUT/after  what changed between two snapshots, and ninja's own
                                                              reasons (explain.log, written by a `ninja -d explain`
                                                              wrapper on PATH) where a folder has them
 """

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue 33's handed-off windows on a GPU in one device call: the CUDA hacks that bear on them (each one's verdict against
-# its EXPECT), then the precision table at `small` with the referee's profile (.ci/handoff_profile.py). Carry .whl.
+# Handed-off windows on a GPU in one device call: the CUDA hacks that bear on them (each one's verdict against
+# its EXPECT), then the precision table at `small` with the referee's profile (tools/experiments/handoff_profile.py). Carry .whl.
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; start=$(date +%s); at() { echo "== [$(( $(date +%s)-start ))s] $*"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD HARNESS_CACHE_DIR=/tmp/khcache KERNELHARNESS_TEST_CACHE_DIR=/tmp/khcache COLUMNS=150
@@ -31,6 +31,6 @@ for line in open(sys.argv[1]):
     print(f"{Path(v['candidate']).stem:36s} {got:14s} expected {want[0] if want else 'correct':14s}",
           "ok" if got == (want[0] if want else "correct") else "MISMATCH", (v.get("error") or "")[:150].replace("\n", " "))
 PY
-KH_REFEREE_PROFILE=$OUT/profile timeout $(( 300 - ($(date +%s)-start) )) python3 .ci/precision.py --sizes small --out $OUT $golden \
+KH_REFEREE_PROFILE=$OUT/profile timeout $(( 300 - ($(date +%s)-start) )) python3 tools/gpu_checks/precision.py --sizes small --out $OUT $golden \
   2>&1 | tail -9; at "precision rc=$?"
-python3 .ci/handoff_profile.py $OUT/profile | grep -E "^(/|cand)|calls|forward|go_to|waited|synced|written"
+python3 tools/experiments/handoff_profile.py $OUT/profile | grep -E "^(/|cand)|calls|forward|go_to|waited|synced|written"

@@ -1,4 +1,4 @@
-"""What the referee's per-call work costs on a GPU at `kernelbench` (issue 36): the float64 replay of one call,
+"""What the referee's per-call work costs on a GPU at `kernelbench`: the float64 replay of one call,
 compare_tensor on its output and buffers, one combined variant, and the host exchange's copies against a
 device-to-device one. Prints a table of median milliseconds."""
 import statistics, sys, time

@@ -1,8 +1,8 @@
-"""Issue 33's open question, measured: what a handoff between two processes costs per call, when each call's inputs
+"""Measured: what a handoff between two processes costs per call, when each call's inputs
 may appear only once the call before has committed (so calls of a window cannot be batched), and how much it
 spreads. One GPU; a parent (the referee's part) and a child (the executor's part) share a page of host memory.
 
-    python3 .ci/handoff_latency.py [--calls 200] [--work-us 100]
+    python3 tools/experiments/handoff_latency.py [--calls 200] [--work-us 100]
 
 Each call is `work-us` of device work (torch.cuda._sleep). Per scheme, the median and IQR of the time between two
 commits as the parent sees them, less the device work (the per-call overhead), over two passes:
@@ -43,7 +43,7 @@ def child(fd: int, scheme: str, calls: int, work_us: float) -> None:
     assert cudart.cudaHostRegister(host.data_ptr(), PAGE, 0) == 0
     commit = host[COMMIT:COMMIT + 4].view(torch.int32)
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")
-    from device_handoff import _cycles  # .ci/, beside this file
+    from device_handoff import _cycles  # beside this file
 
     cycles = _cycles(work_us)
     stream = torch.cuda.current_stream()

@@ -1,9 +1,9 @@
-"""The service under load on loopback (issue 35): a real `harness serve`, 20 client threads sending small CPU jobs
+"""The service under load on loopback: a real `harness serve`, 20 client threads sending small CPU jobs
 through `harness.Client`, the server killed with SIGKILL halfway and started again on the same store; then every
 job's verdict checked (none lost) and the store's count of judgements (none judged twice). Prints the API's own
 answer times (each POST and GET, not the judging), p50 and p99.
 
-    python3 .ci/service_load.py [--clients 20] [--jobs 300]
+    python3 tools/gpu_checks/service_load.py [--clients 20] [--jobs 300]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

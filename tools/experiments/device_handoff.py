@@ -1,7 +1,7 @@
-"""Issue 33's open question at `kernelbench` and `wide`, measured: can calls too large for the host handoff be handed
+"""Measured at `kernelbench` and `wide`: can calls too large for the host handoff be handed
 off on the device, between two processes (two CUDA contexts on one GPU), with no host in the loop?
 
-    python3 .ci/device_handoff.py [--calls 8] [--windows 30]
+    python3 tools/experiments/device_handoff.py [--calls 8] [--windows 30]
 
 A child (the executor's part) queues K calls up front, each behind cuStreamWaitValue64 on GO=k in a page of shared,
 page-locked host memory, then its work (a sleep of --work-us, then its input buffer copied into its output buffer),

@@ -1,4 +1,4 @@
-"""One device call for issues 34 and 35 (`bash .ci/gpu suite`): prints a short table last, logs to OUT.
+"""One device call (`bash .ci/gpu suite`): prints a short table last, logs to OUT.
 
 1. The repo's suite (reference/minibench) judged twice with `harness eval --problems`, each problem's replayed
    candidate against its own problem, one store: the first batch times and stores the baselines, the second
@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 KERNELBENCH_SIZES = {  # KernelBench's own module-level sizes (level 1)

@@ -1,10 +1,10 @@
-"""Where a candidate's window costs more than the calibrator's beside it (issue 33): each FILE judged at one size
+"""Where a candidate's window costs more than the calibrator's beside it: each FILE judged at one size
 with `harness eval --json`, once per mode (tuning variables such as KH_PACE_CAP_MS), the referee profiling its windows
 (KH_REFEREE_PROFILE). Prints each candidate's ranked median against its device events, then the median of each
 window step for it and for the calibrator beside it (ms): inputs staged, go (and the executor's own part of it,
 and its forward by host clock and by events), put (and the executor's part), copied out.
 
-    python3 .ci/window_gap.py --size kernelbench --modes "KH_PACE_CAP_MS=1;KH_PACE_CAP_MS=50" --out DIR FILE...
+    python3 tools/experiments/window_gap.py --size kernelbench --modes "KH_PACE_CAP_MS=1;KH_PACE_CAP_MS=50" --out DIR FILE...
 """
 import argparse
 import json

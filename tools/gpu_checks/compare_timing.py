@@ -1,7 +1,7 @@
 """Times the same candidates with two checkouts of the harness, in one sitting, on one GPU: each
 `harness eval --json` in a process of its own, alternating (B, A, B, ...), then a table of medians.
 
-    python3 .ci/compare_timing.py --before OLD_TREE --rounds 2 --size kernelbench FILE...
+    python3 tools/gpu_checks/compare_timing.py --before OLD_TREE --rounds 2 --size kernelbench FILE...
 
 For judging a change to how candidates are timed against the timing it replaces: the figures that
 rank (`runtime_ms`), the spread, the eager baseline, and the new clock's reported and window figures."""

@@ -1,5 +1,5 @@
 """The handed-off windows of a profiling referee (KH_REFEREE_PROFILE): per candidate, the quartiles of each step of a
-call on both sides, the candidate's and the calibrator's beside it. python3 .ci/handoff_profile.py PROFILE_DIR"""
+call on both sides, the candidate's and the calibrator's beside it. python3 tools/experiments/handoff_profile.py PROFILE_DIR"""
 import glob, json, sys
 for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
     for line in open(f):
@@ -32,7 +32,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
         events = [rep / calls for _, rep in cand if rep is not None]
         print(r["name"], "calls", calls, "events", quart(events), "median cost", quart(ruled), "paired", quart(paired))
         e = quart(events)
-        for label, figures in (("median cost", ruled), ("paired", paired)):  # against the events: issue 33's goals
+        for label, figures in (("median cost", ruled), ("paired", paired)):  # against the device events
             f = quart(figures)
             if e and f and e[2] > e[0]:
                 print(f"   {label}: median/events {f[1] / e[1]:.4f}, IQR/events' {(f[2] - f[0]) / (e[2] - e[0]):.2f}")

@@ -1,9 +1,9 @@
-"""The precision table of issue 33: for each size, the golden kernels and the replay's candidate judged with
+"""The precision table: for each size, the golden kernels and the replay's candidate judged with
 `harness eval --json` (one process per size), each candidate's ranked figure (its windows less their cost,
 over K) against its own device events for the same calls, their spreads, K, the window's cost and its speedup over
 eager, and the baselines (timed the same way, by device events in the referee).
 
-    python3 .ci/precision.py --sizes small,kernelbench,wide --out DIR FILE...
+    python3 tools/gpu_checks/precision.py --sizes small,kernelbench,wide --out DIR FILE...
 """
 
 import argparse
