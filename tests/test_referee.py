@@ -626,7 +626,7 @@ def test_a_comparison_in_chunks_gives_what_one_whole_gives(monkeypatch):
     """The float64 comparison runs in chunks (a KernelBench-size output took the GPU's memory whole): the same
     maxima, tiers and NaN count, whatever the chunk."""
     from evaluator.referee import compare
-    from evaluator.wire.problem import Tolerance
+    from evaluator.wire.tiers import Tolerance
 
     tolerances = {"strict": Tolerance(atol=1e-6, rtol=1e-6), "loose": Tolerance(atol=1e-2, rtol=1e-2)}
     expected = torch.randn(37, 11, dtype=torch.float64)
@@ -812,7 +812,7 @@ def test_the_host_judges_copies_give_what_torchs_own_give(monkeypatch):
     assert host.device.type == "cpu" and host.dtype == torch.float64 and host.is_pinned()
     assert torch.equal(host, x.to("cpu", torch.float64))
     assert compare.same_values_on(x, x.cpu(), "cuda") and not compare.same_values_on(x, (x + 1).cpu(), "cuda")
-    from evaluator.wire.problem import Tolerance
+    from evaluator.wire.tiers import Tolerance
 
     tolerances = {"strict": Tolerance(atol=1e-6, rtol=1e-6)}
     assert compare.compare_tensor("out", x.cpu(), host, tolerances, 1e-3, on="cuda").tiers == {"strict": True}

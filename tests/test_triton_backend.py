@@ -13,8 +13,8 @@ from conftest import FIXTURES
 from evaluator.checks import static_flags
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, evaluate
 from evaluator.wire import identity
-from evaluator.wire.problem import (DEFAULT_TOLERANCES, MatchedTolerance, keyed_backend, load_problem, resolve_backend,
-                                    tolerances_for)
+from evaluator.wire.problem import load_problem
+from evaluator.wire.tiers import DEFAULT_TOLERANCES, MatchedTolerance, keyed_backend, resolve_backend, tolerances_for
 from evaluator.wire.records import FlagPolicy, Status
 from harness.generation.prompts import EXAMPLES, PromptError, builtin_templates, render_prompt
 

@@ -21,7 +21,6 @@ STARTUP = {"python": time.time()}
 import gc  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import traceback  # noqa: E402
 from pathlib import Path
 
 import torch  # noqa: E402  (imported, and what the executor uses bound, before the candidate exists)
@@ -31,6 +30,8 @@ STARTUP["torch"] = time.time()
 from evaluator.wire import tensors as cmp
 from evaluator.executor import guard as guards
 from evaluator.executor import triton_watch
+from evaluator.executor.errors import describe_exception, describe_import_failure
+from evaluator.executor import errors
 from evaluator.wire import handoff, kernels
 from evaluator.wire.exchange import DTYPES, Exchange, ExchangeError
 from evaluator.wire.problem import import_file
@@ -41,27 +42,8 @@ from evaluator.wire.stage import Stage
 from evaluator.executor.forward import RoomRefused, handed_off_forwards, timed_forwards
 from evaluator.executor.observe import cpu_extension_calls, cuda_kernels
 
-ERROR_CHARS = 6000
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 MAX_KERNEL_NAMES = 256  # kernel launches reported (the referee counts what it is sent)
-
-
-CANDIDATE_SOURCE = ""  # the candidate's text, for Triton's compile errors at its own lines (triton_watch)
-
-
-def describe_exception(prefix: str) -> str:
-    where = triton_watch.compile_error_at(sys.exc_info()[1], CANDIDATE_SOURCE) if CANDIDATE_SOURCE else None
-    trace = traceback.format_exc()[-ERROR_CHARS:]
-    return f"{prefix}: {where}\n\n{trace}" if where else f"{prefix}: {trace}"
-
-
-def describe_import_failure(err: BaseException) -> str:
-    """Compiler errors first (they sit deep inside torch's build exception), then the traceback."""
-    text = str(err)
-    errors = [line.strip() for line in text.splitlines() if " error" in line or line.startswith("error")]
-    if "Error building extension" in text and errors:
-        return "build failed: " + "\n".join(errors[:5]) + "\n\n" + describe_exception("traceback")
-    return describe_exception("importing the candidate failed")
 
 
 def value_info(value) -> ValueInfo:
@@ -122,8 +104,7 @@ class Executor:
     # -- the import ------------------------------------------------------------------------------
 
     def import_candidate(self) -> Reply:
-        global CANDIDATE_SOURCE
-        source = CANDIDATE_SOURCE = Path(self.request.candidate_path).read_text(errors="replace")
+        source = errors.CANDIDATE_SOURCE[0] = Path(self.request.candidate_path).read_text(errors="replace")
         # On CUDA the profiler of the kernel pass imports dynamo too; a build has none, and importing dynamo costs seconds.
         if (self.device == "cuda" and not self.request.compile_only) or any(
                 word in source for word in ("compile", "dynamo", "inductor")):

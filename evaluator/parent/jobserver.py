@@ -120,3 +120,30 @@ class JobServer:
         self._drain()
         self.owed = 0
         self._give(self.slots)
+
+
+def default_build_jobs(device: str) -> int:
+    """Builds at once. On a GPU: one per core (their compilers share one budget of that many jobs,
+    evaluator.parent.jobserver), at most one per 4 GiB of memory (an executor and the compilers of torch's
+    headers, 1.5-2.2 GiB each) and 32. On the CPU, where the cores also run the candidates being judged:
+    half the cores, at most 8."""
+    cores = os.cpu_count() or 1
+    if device != "cuda":
+        return max(1, min(8, cores // 2))
+    try:
+        memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (OSError, ValueError):
+        memory_gib = 4.0 * cores
+    return max(1, min(cores, int(memory_gib // 4), 32))
+
+
+def build_slots(device: str) -> int:
+    """Compiler jobs shared by the builds of a batch. On a GPU machine twice the cores: a build's binding and
+    CUDA sources compile side by side, and the builds' niceness (BUILD_NICE, plus one per build ahead of it)
+    has the kernel run the compilers of the builds the lanes need first, so that those finish first
+    rather than all together (measured on an H100 machine, 16 cores: see the README's "Throughput"). On
+    the CPU half the cores (the other half judge)."""
+    if os.environ.get("HARNESS_BUILD_SLOTS", "").isdigit():  # a machine of another shape: set it yourself
+        return max(1, int(os.environ["HARNESS_BUILD_SLOTS"]))
+    cores = os.cpu_count() or 1
+    return 2 * cores if device == "cuda" else max(1, cores // 2)

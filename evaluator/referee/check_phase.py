@@ -12,7 +12,7 @@ from evaluator.referee import inputs as draws
 from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
 from evaluator.wire.protocol import Call, Reply, ValueInfo
-from evaluator.wire.problem import MATCHED_TIER
+from evaluator.wire.tiers import MATCHED_TIER
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status
 from evaluator.referee.session import Built, Checked, Judged, Session, Stop, release_cached
 

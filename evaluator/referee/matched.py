@@ -22,7 +22,7 @@ import torch
 from evaluator.referee import compare
 from evaluator.referee import inputs as draws
 from evaluator.wire import tensors as cmp
-from evaluator.wire.problem import MatchedTolerance
+from evaluator.wire.tiers import MatchedTolerance
 
 # The multiple of eager's own error a candidate may have. Eager's error is measured on a few draws, a candidate's
 # over every compared call (some fifty): the largest of more draws is a little larger, and a kernel that sums in

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
 import functools
 import secrets
 import threading
@@ -40,20 +39,21 @@ import torch
 
 from evaluator.referee import baselines, clock, forking, memory, phases, relay, twin
 from evaluator.referee import stored as stored_baselines
-from evaluator.referee.session import Session, own_credit, release_cached, run_limit
+from evaluator.referee.session import Session, candidate_text, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
 from evaluator.referee.beside import Beside, close_ahead
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import settle
-from evaluator.referee.timing import Timer
+from evaluator.referee.timing import Timer, launched_kernels
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
 from evaluator.wire.exchange import Exchange, capacity_for, dtype_name
 from evaluator.referee.matched import matched_tolerance
-from evaluator.wire.problem import MATCHED_TIER, import_file, load_problem, reference_as_candidate, tolerances_for
+from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
+from evaluator.wire.tiers import MATCHED_TIER, tolerances_for
 from evaluator.wire.protocol import (
     VERDICT_TAIL_CHARS, BaselineRound, Construct, JudgeReply, JudgeRequest, RefereeConfig, TensorSlot, pack)
 from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
@@ -67,14 +67,6 @@ ROUND_MAX_AGE_S = 600.0  # a candidate never divides by a round older than this 
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
 STAGE_BYTES = {"cuda": 3 << 30, "cpu": 32 << 20}
 MOST_CALLS = 256
-
-
-def candidate_text(path: str) -> str:
-    """A candidate's source as text, to read (never run) in the referee; empty where it cannot be read."""
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 class Referee:
@@ -133,7 +125,7 @@ class Referee:
         self.judge_device = self.memory.judge_device  # where the float64 reference and the comparisons live
         self.reference_ms = self.forward_ms(probe, sample)
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
-        self.reference_kernels = self.kernel_names(probe, sample) if self.device == "cuda" else []
+        self.reference_kernels = launched_kernels(probe, sample) if self.device == "cuda" else []
         del probe, sample, out
         self.tolerances[MATCHED_TIER] = matched_tolerance(self, self.dtype)
         release_cached(self.device)  # its float64 copies: the executors' memory, not the referee's cache
@@ -202,21 +194,6 @@ class Referee:
             model(*inputs)
             self._sync()
         return (time.perf_counter() - start) * 1e3
-
-    def kernel_names(self, model: torch.nn.Module, inputs: list) -> list[str]:
-        """What one reference forward launches (the CUDA profiler): names no candidate gets credit for."""
-        try:
-            from torch.autograd import DeviceType
-            from torch.profiler import ProfilerActivity, profile
-
-            reference = copy.deepcopy(model)
-            torch.cuda.synchronize()
-            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                reference(*inputs)
-                torch.cuda.synchronize()
-            return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
-        except Exception:
-            return []
 
     def sm_clock(self) -> int | None:
         """Read straight after a candidate's timed calls: read before them it shows the idle clock."""

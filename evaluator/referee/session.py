@@ -9,6 +9,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ContextManager
 
 import torch
@@ -258,3 +259,11 @@ class Profiled:
     custom_kernels: tuple[str, ...] = ()
     autotuned: tuple[str, ...] = ()  # each @triton.autotune kernel's chosen configuration
     check: object = None      # compare.ModeAccumulator of the profiled call's output, in every tier
+
+
+def candidate_text(path: str) -> str:
+    """A candidate's source as text, to read (never run) in the referee; empty where it cannot be read."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""

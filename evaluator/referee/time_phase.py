@@ -118,8 +118,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
 
 
 def jit_in_clock(session: Session, before: int | None, after: int | None) -> None:
-    """Triton compiled a kernel or autotuned one during the ranked windows (evaluator.executor.triton_watch): work of
-    the warm-up inside the clock, so the figure is not the kernel's; never ranked."""
+    """Triton compiled or autotuned during the ranked windows (executor.triton_watch): not the kernel's figure."""
     if before is not None and after is not None and after > before:
         session.add([Flag(name="jit_in_clock", policy=FlagPolicy.reject, reason=(
             f"Triton compiled or autotuned {after - before} time(s) during the ranked windows, after the warm-up "

@@ -16,6 +16,7 @@ puts a forward's time against the same peaks (achieved TFLOP/s and bandwidth, an
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
@@ -271,3 +272,20 @@ def roofline(flops: float | None, min_bytes: int, median_ms: float, device: str,
                     fraction_fp32=fraction(tflops, peak.fp32_tflops), fraction_tf32=fraction(tflops, peak.tf32_tflops),
                     fraction_tensor=fraction(tflops, peak.tensor_tflops),
                     fraction_bandwidth=fraction(bandwidth, known_bandwidth))
+
+
+def launched_kernels(model: torch.nn.Module, inputs: list) -> list[str]:
+    """What one forward of `model` launches (the CUDA profiler), in order: the reference's are names no candidate gets
+    credit for."""
+    try:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        reference = copy.deepcopy(model)
+        torch.cuda.synchronize()
+        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            reference(*inputs)
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+    except Exception:
+        return []

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from evaluator.wire.problem import MATCHED_TIER, ProblemSpec, tolerances_for
+from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.tiers import MATCHED_TIER, tolerances_for
 
 # Referee wordings that say how a check works, and what the model is told instead (a text, or a
 # function of the match).

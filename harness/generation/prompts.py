@@ -34,7 +34,8 @@ from typing import Any
 import jinja2
 
 from evaluator.wire.assets import asset_dir
-from evaluator.wire.problem import ProblemSpec, resolve_backend
+from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.tiers import resolve_backend
 from harness.core.records import Hardware, Message
 
 # The worked example pair (reference, solution) the kernelbench variant shows, by backend

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evaluator.wire.problem import Backend, Precision, ProblemSpec, load_problem
+from evaluator.wire.problem import ProblemSpec, load_problem
+from evaluator.wire.tiers import Backend, Precision
 
 if sys.version_info >= (3, 11):
     import tomllib

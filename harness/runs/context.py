@@ -10,7 +10,8 @@ from rich.console import Console
 
 from evaluator.wire import identity
 from evaluator.wire.records import Judge
-from evaluator.wire.problem import ProblemSpec, keyed_backend, resolve_backend
+from evaluator.wire.problem import ProblemSpec
+from evaluator.wire.tiers import keyed_backend, resolve_backend
 from evaluator.wire.records import Verdict
 from harness.core.config import RunConfig
 from harness.core.records import Hardware

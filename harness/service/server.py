@@ -255,7 +255,8 @@ class Service:
 
     def submit(self, request: EvaluationRequest, client: str) -> str:
         from evaluator.wire import identity
-        from evaluator.wire.problem import keyed_backend, load_problem, resolve_backend
+        from evaluator.wire.problem import load_problem
+        from evaluator.wire.tiers import keyed_backend, resolve_backend
 
         entry = self.registry.get(request.problem)
         if entry is None:
