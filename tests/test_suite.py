@@ -191,11 +191,9 @@ def test_a_suite_run_judges_each_problem_and_ranks_them_together_then_resumes(tm
     first = invoke(*args)
     assert first.exit_code == 0, first.output
     assert "suite quick on CPU" in first.output and "fast_p" in first.output
-    # the second and third problems' replies were asked for while the one before them ran: their runs found
-    # them stored (the first problem's run asked for its own)
-    assert first.output.count("first-turn replies asked ahead, while the problem before it ran: 1 request(s)") == 2
-    runs_said = first.output.split("1/3", 1)[1]
-    assert runs_said.count("replies are stored: no requests") == 2, first.output
+    # on the CPU nothing is asked ahead: the harness's own work never shares the cores a window is timed on (on a
+    # GPU the next problem's replies are asked while the one before it runs: tests/test_harness_pipeline.py)
+    assert "asked ahead" not in first.output and "replies are stored: no requests" not in first.output
     board = invoke("leaderboard", "--problems", str(QUICK), "--store", str(store), "--format", "json")
     suite = json.loads(board.output)["suite"]
     status = {p["problem"]: p["status"] for p in suite["problems"]}

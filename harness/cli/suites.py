@@ -69,7 +69,8 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
                    f"{', '.join(suite.names()[:3])}...): {', '.join(map(str, unassigned[:5]))}", soft_wrap=True)
         return 2
     try:
-        sizes = check_sizes(suite, options.size, resolve_device(options.device))
+        sizes_device = resolve_device(options.device)
+        sizes = check_sizes(suite, options.size, sizes_device)
     except SuiteError as err:
         _err.print(f"[red]error:[/] {err}", soft_wrap=True)
         return 2
@@ -82,7 +83,8 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
     names = list(by_problem)
     for position, name in enumerate(names):
         # the next problem's candidates, gated by its own checks, built while this one's are judged
-        ahead = next_builds(names[position + 1], by_problem, settings) if position + 1 < len(names) else []
+        ahead = (next_builds(names[position + 1], by_problem, settings)  # never beside a CPU's windows (run_suite)
+                 if position + 1 < len(names) and sizes_device == "cuda" else [])
         code = max(code, eval_command(by_problem[name], settings[name], json_lines=json_lines, store=store,
                                       record=record, console=console, lines=lines, retime_baselines=retime_baselines,
                                       prebuild=ahead))
@@ -204,9 +206,11 @@ def run_suite(suite: Suite, options: dict[str, Any], *, config_file: Path | None
                 from harness.cli.commands import interrupted
 
                 return interrupted(_err, "replies and verdicts reached are in the store; the same command resumes")
-        # the next problem's first-turn replies are asked for while this one is generated and judged
+        # the next problem's first-turn replies are asked for while this one is generated and judged, on a GPU only:
+        # on the CPU the harness's own work (parsing, salvage, the builds they hand on) would share the cores that the
+        # candidates' windows are timed on
         ahead = (AskAhead(suite.problems[position].name, settings[position], config_file, environ)
-                 if position < len(suite.problems) else None)
+                 if position < len(suite.problems) and device == "cuda" else None)
         console.rule(f"[bold]{position}/{len(suite.problems)} {entry.name}[/]")
         ran: list[str] = []
         codes.append(run_command(settings[position - 1], config_file=config_file, console=console, environ=environ,
