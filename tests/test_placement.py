@@ -146,6 +146,12 @@ def test_builds_run_apart_from_lanes_where_the_cores_allow_else_frozen(monkeypat
         few.close()
     monkeypatch.setenv("HARNESS_BUILD_ISOLATION", "niced")
     assert placement.plan(1).mode == "niced"
+    # builds niced alone never run beside a CPU's windows (each executor builds as it imports); on a GPU they may
+    from evaluator.parent.sandbox import builds_beside_windows
+
+    niced = placement.plan(1)
+    assert not builds_beside_windows("cpu", niced) and builds_beside_windows("cuda", niced)
+    niced.close()
 
 
 @needs_cgroups

@@ -159,6 +159,12 @@ def calls_for_extension(source: bytes) -> bool:
     return b"load_inline" in source or b"cpp_extension" in source
 
 
+def builds_beside_windows(device: str, placement: Placement) -> bool:
+    """Whether a batch may build candidates while its lanes time others: not on the CPU where builds can be neither
+    frozen nor kept to cores of their own (its cores are the windows'); each executor then builds as it imports."""
+    return not (device == "cpu" and placement.mode == "niced")
+
+
 def rejected_error(flags: Sequence[Flag]) -> str:
     names = ", ".join(f.name for f in flags if f.policy == FlagPolicy.reject)
     return f"not run: the static checks reject it ({names}); --run-rejected runs it, contained, to study it"
@@ -431,6 +437,7 @@ class Evaluator:
         scheduler = Scheduler(self, build, pool_builds, workers, build_slots=cluster.slots if cluster else None)
         if running and self.options.executor == "local":
             self.placement = plan_placement(len(scheduler.lanes()))
+            builds_here = builds_here and builds_beside_windows(self.device, self.placement)
         self.rounds = []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
