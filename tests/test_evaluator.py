@@ -79,7 +79,9 @@ def test_output_is_captured_capped_and_never_mixed_with_the_verdict(bad_input_ve
 def test_correct_verdict_carries_errors_buffers_and_baselines(bad_input_verdicts):
     v = bad_input_verdicts["cpp_correct"]
     c = v.correctness
-    assert c.tiers == {"strict": True, "loose": True, "matched": True}
+    # `matched` (as accurate as eager: evaluator.referee.matched) is measured, and a hand-written BatchNorm may or
+    # may not be: its value is not this test's
+    assert {k: v for k, v in c.tiers.items() if k != "matched"} == {"strict": True, "loose": True} and "matched" in c.tiers
     assert {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"} <= set(c.buffers_checked)
     assert c.main.trials == 6 and c.distributions == ["randn", "rand"] and len(set(c.seeds)) == len(c.seeds)
     assert c.eval_mode is not None and c.eval_mode.tiers["loose"]
