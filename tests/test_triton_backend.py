@@ -200,3 +200,17 @@ def test_a_suite_entry_sets_its_own_backend_and_precision(tmp_path):
     (tmp_path / "bad.toml").write_text(f'[[problems]]\npath = "{RELU}"\nprecision = "fp8"\n')
     with pytest.raises(SuiteError, match="precision"):
         load_suite(tmp_path / "bad.toml")
+
+
+@pytest.mark.slow
+def test_eval_says_which_backends_and_precisions_there_are(tmp_path):
+    import subprocess
+    import sys
+
+    candidate = tmp_path / "c.py"
+    candidate.write_text("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    pass\n")
+    for flag, value, says in (("--backend", "cute", "--backend must be cuda, triton or cpp"),
+                              ("--precision", "fp8", "--precision must be fp32, fp16 or bf16")):
+        proc = subprocess.run([sys.executable, "-m", "harness", "eval", str(candidate), "--device", "cpu", flag, value,
+                               "--no-store"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2 and says in proc.stderr + proc.stdout, proc.stderr

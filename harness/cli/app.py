@@ -96,6 +96,10 @@ def eval_command(
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
+    if backend not in (None, "cuda", "triton", "cpp"):
+        raise usage_error(f"--backend must be cuda, triton or cpp, not {backend!r}")
+    if precision not in (None, "fp32", "fp16", "bf16"):
+        raise usage_error(f"--precision must be fp32, fp16 or bf16, not {precision!r}")
     missing = [str(f) for f in files if not f.is_file() and not f.is_dir()]
     if missing:
         raise usage_error(f"no such file: {', '.join(missing)}")
