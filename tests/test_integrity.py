@@ -116,6 +116,31 @@ def cpu_verdicts(tmp_path_factory):
     return {v.candidate: v for v in verdicts}
 
 
+# Fixtures whose attack lands by a race with the hold (a helper must die after a hold has settled): where it did not
+# land in the batch (its verdict then `correct`, having gained nothing), it is judged alone again, up to RACE_TRIES
+# times, and the first verdict that is its EXPECT's stands; the race lost every time is a failure.
+RACES = {"freeze_kill"}
+RACE_TRIES = 2
+_race_verdicts: dict = {}
+
+
+def race_verdict(name: str, cpu_verdicts: dict, tmp_path_factory):
+    verdict = cpu_verdicts[name]
+    path = FIXTURES / "hacks" / "cpu" / f"{name}.py"
+    wanted = Status(expectations(path)[0])
+    if name not in RACES or verdict.status == wanted:
+        return verdict
+    if name not in _race_verdicts:
+        for _ in range(RACE_TRIES):
+            assert verdict.status == Status.correct, verdict.error  # the race lost: nothing gained, nothing else
+            verdict = next(iter(evaluate([CandidateFile(name=name, path=path)], options(
+                tmp_path_factory.mktemp("race"), run_rejected=True, seed=0))))
+            if verdict.status == wanted:
+                break
+        _race_verdicts[name] = verdict
+    return _race_verdicts[name]
+
+
 # --------------------------------------------------------------------------- the CPU hack batch
 
 def test_the_issue_list_of_hacks_has_cpu_fixtures():
@@ -167,8 +192,8 @@ def test_each_statically_rejected_hack_is_rejected_without_running(path, rejecte
 
 
 @pytest.mark.parametrize("path", RUN_CPU, ids=lambda p: p.stem)
-def test_each_cpu_hack_gets_its_exact_verdict(path, cpu_verdicts):
-    verdict = cpu_verdicts[path.stem]
+def test_each_cpu_hack_gets_its_exact_verdict(path, cpu_verdicts, tmp_path_factory):
+    verdict = race_verdict(path.stem, cpu_verdicts, tmp_path_factory)
     assert_expected(verdict, path)
     assert len({f.name for f in verdict.flags}) == len(verdict.flags)  # static and dynamic reasons in one flag
     if static_rejects(path):
@@ -917,11 +942,11 @@ def test_a_call_shorter_than_a_windows_cost_is_never_a_figure_below_its_floor(tm
 
 # --------------------------------------------------------------------------- integrity round 4: the hold, the windows
 
-def test_helpers_dying_inside_the_hold_void_it_and_that_is_the_candidates_verdict(cpu_verdicts):
+def test_helpers_dying_inside_the_hold_void_it_and_that_is_the_candidates_verdict(cpu_verdicts, tmp_path_factory):
     """An attacker's review: under the cgroup freezer the hold could not fail (no pids to check), yet a fatal signal
     ends a frozen task: helpers re-arming their own SIGALRM died inside the calibrator's windows, 100-160 times an
     evaluation, and nothing said so."""
-    verdict = cpu_verdicts["freeze_kill"]
+    verdict = race_verdict("freeze_kill", cpu_verdicts, tmp_path_factory)
     assert verdict.status == Status.runtime_error and verdict.phase.value == "time", verdict.error
     assert "void on purpose" in verdict.error and ("ended" in verdict.error or "ran" in verdict.error), verdict.error
 
