@@ -24,9 +24,11 @@ from triton.compiler import ASTSource
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
+from evaluator.wire.exchange import DTYPES as EXCHANGE_DTYPES
 from evaluator.wire.problem import import_file
+from evaluator.wire.tiers import PRECISION_DTYPES
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {precision: EXCHANGE_DTYPES[name] for precision, name in PRECISION_DTYPES.items()}
 _loaded = itertools.count()
 
 

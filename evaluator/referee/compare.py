@@ -34,6 +34,14 @@ def onto(chunk: _Tensor, on: torch.device) -> _Tensor:
     return _to(chunk, on)
 
 
+def largest_magnitude(expected: _Tensor, on: torch.device) -> float:
+    """The largest absolute value of a (float64) tensor, chunk by chunk `on` a device: no whole-size temporary."""
+    largest = 0.0
+    for wanted in chunks(_reshape(expected, (-1,)), COMPARE_CHUNK):
+        largest = max(largest, float(_item(_amax(_abs(onto(wanted, on))))))
+    return largest
+
+
 @dataclass
 class TensorCompare:
     """Error of one tensor against its float64 reference."""
@@ -72,10 +80,8 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
         # in chunks: a whole float64 copy and its temporaries were five times the expected output (a 6.4 GB fp32
         # output took over 60 GB of the GPU), the same maxima and tiers chunk by chunk
         flat_actual, flat_expected = _reshape(_detach(actual), (-1,)), _reshape(expected, (-1,))
-        scale = 0.0  # the expected tensor's largest magnitude, where a tier's bound is relative to it (`matched`)
-        if any(tol.scaled for tol in tolerances.values()):
-            for wanted in chunks(flat_expected, COMPARE_CHUNK):
-                scale = max(scale, float(_item(_amax(_abs(onto(wanted, on))))))
+        # the expected tensor's largest magnitude, where a tier's bound is relative to it (`matched`)
+        scale = largest_magnitude(expected, on) if any(tol.scaled for tol in tolerances.values()) else 0.0
         bad = 0
         max_abs = max_rel = 0.0
         tiers = {tier: True for tier in tolerances}

@@ -22,14 +22,9 @@ import torch
 from evaluator.referee import compare
 from evaluator.referee import inputs as draws
 from evaluator.wire import tensors as cmp
-from evaluator.wire.tiers import MatchedTolerance
+from evaluator.wire.tiers import MATCHED_FACTOR, MATCHED_ULPS, MatchedTolerance
 
-# The multiple of eager's own error a candidate may have. Eager's error is measured on a few draws, a candidate's
-# over every compared call (some fifty): the largest of more draws is a little larger, and a kernel that sums in
-# another order (a split reduction, another GEMM tiling) is as accurate as eager without matching it bit for bit.
-MATCHED_FACTOR = 4.0
 MATCHED_DRAWS = 1  # per input distribution
-MATCHED_ULPS = 2.0  # relative to each element: two roundings more than eager
 
 
 def matched_tolerance(referee, dtype: torch.dtype) -> MatchedTolerance:
@@ -52,7 +47,7 @@ def matched_tolerance(referee, dtype: torch.dtype) -> MatchedTolerance:
                 result = compare.compare_tensor(name, actual, expected, {}, 1.0, on=referee.device)
                 if result.failure is not None:
                     continue  # eager itself is not comparable (NaN): this tensor keeps no bound of its own
-                scale = float(cmp._item(cmp._amax(cmp._abs(expected))))
+                scale = compare.largest_magnitude(expected, torch.device(referee.device))
                 if scale > 0:
                     errors[name] = max(errors.get(name, 0.0), result.max_abs / scale)
             del eager, eager64, inputs, got, want

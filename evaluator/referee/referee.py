@@ -50,10 +50,10 @@ from evaluator.referee.timing import Timer, launched_kernels
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
-from evaluator.wire.exchange import Exchange, capacity_for, dtype_name
+from evaluator.wire.exchange import DTYPES, Exchange, capacity_for, dtype_name
 from evaluator.referee.matched import matched_tolerance
 from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
-from evaluator.wire.tiers import MATCHED_TIER, tolerances_for
+from evaluator.wire.tiers import MATCHED_TIER, PRECISION_DTYPES, tolerances_for
 from evaluator.wire.protocol import (
     VERDICT_TAIL_CHARS, BaselineRound, Construct, JudgeReply, JudgeRequest, RefereeConfig, TensorSlot, pack)
 from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
@@ -61,7 +61,6 @@ from evaluator.wire.stage import Layout
 
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
 EARLY_WARM_FRESH_S = 3.0  # a warm-up run this recently before the first round needs no second one (warm_seconds)
-PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 ROUND_MAX_AGE_S = 600.0  # a candidate never divides by a round older than this (ensure_round)
 # A stage holds input sets for windows of up to MOST_CALLS calls back to back, within these bytes (each
 # executor's stage, those started ahead included; at kernelbench, 512 MiB a call: windows of up to 5).
@@ -87,7 +86,7 @@ class Referee:
         self.beside = Beside(cgroups.Group(Path(config.builds_group)) if config.builds_group else None,
                              lambda process: close_ahead(self.waiting, process))
         self.precision = config.precision
-        self.dtype = PRECISION_DTYPES[config.precision]  # what inputs, weights and buffers are cast to
+        self.dtype = DTYPES[PRECISION_DTYPES[config.precision]]  # what inputs, weights and buffers are cast to
         self.tolerances = tolerances_for(self.problem.tolerances, self.precision)  # `matched` added once measured
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         self.environment = identity.describe_environment(self.device)

@@ -42,7 +42,7 @@ BACK_TO_BACK_WINDOWS = 2
 # most this long: a window around a longer device call costs more (on H100s at `kernelbench`, paced to at most 1 ms
 # the replay's candidate read 5-6% above its own events, paced to its call 0-3%: docs/timing.md), and past 50 ms
 # what is left is a few hundredths of the call.
-PACE_CAP_MS = float(os.environ.get("KH_PACE_CAP_MS", "50"))  # the variable: for tuning (tools/experiments/window_gap.py) alone
+PACE_CAP_MS = float(os.environ.get("KH_PACE_CAP_MS", "50"))  # the variable: tools/experiments/window_gap.py alone
 # The cost a pace is worked out with: the median of the calibrator's last windows (each paced already).
 PACE_COSTS = 5
 # Void windows (something held beside them ran or died inside them) a candidate's series times again; past these, the

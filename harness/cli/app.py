@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from evaluator.wire.problem import DEFAULT_PROBLEM
+from evaluator.wire.tiers import BACKENDS, PRECISIONS
 from harness.cli.option_help import (AHEAD_HELP, BACKEND_HELP, BASELINES_HELP, COMPILE_TIMEOUT_HELP, DRIFT_HELP, GPUS_HELP,
                                       LANES_HELP, PRECISION_HELP, RAY_ADDRESS_HELP, RUN_TIMEOUT_HELP, SPREAD_HELP,
                                       WEIGHTS_SEED_HELP)
@@ -96,10 +97,9 @@ def eval_command(
 
     if device not in (None, "cuda", "cpu"):
         raise usage_error(f"--device must be cuda or cpu, not {device!r}")
-    if backend not in (None, "cuda", "triton", "cpp"):
-        raise usage_error(f"--backend must be cuda, triton or cpp, not {backend!r}")
-    if precision not in (None, "fp32", "fp16", "bf16"):
-        raise usage_error(f"--precision must be fp32, fp16 or bf16, not {precision!r}")
+    for option, value, known in (("--backend", backend, BACKENDS), ("--precision", precision, PRECISIONS)):
+        if value not in (None, *known):
+            raise usage_error(f"{option} must be {', '.join(known[:-1])} or {known[-1]}, not {value!r}")
     missing = [str(f) for f in files if not f.is_file() and not f.is_dir()]
     if missing:
         raise usage_error(f"no such file: {', '.join(missing)}")

@@ -23,6 +23,7 @@ from rich.console import Console
 from evaluator.parent.lanes import ClusterError
 from evaluator.wire.identity import gpu_hardware
 from evaluator.wire.records import Verdict
+from evaluator.wire.tiers import keyed_backend
 from harness.core.config import default_store_path
 from harness.core.ranking import TIERS
 from harness.core.records import Hardware
@@ -261,7 +262,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
             return 2
     baselines = for_evaluator(recorder.store, evaluator, retime=retime_baselines) if recorder is not None else ""
     scaled = evaluator.problem.scaled_note(evaluator.size)
-    judged_as = ("" if evaluator.precision == "fp32" and evaluator.backend in ("cuda", "cpp")
+    judged_as = ("" if evaluator.precision == "fp32" and keyed_backend(evaluator.backend, evaluator.device) is None
                  else f", {evaluator.backend} at {evaluator.precision}")
     status.print(f"[dim]{evaluator.problem.name}, size {evaluator.size}{f' ({scaled})' if scaled else ''}, "
                  f"device {evaluator.device}{judged_as}"

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD
+from evaluator.wire.tiers import Backend, Precision
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,10 +87,10 @@ class RunConfig(BaseModel):
     templates: Path | None = Field(None, description="A folder of user templates, searched before the built-in prompts/.")
     size: str | None = Field(None, description="Size preset to evaluate at; None = the problem's default for the device.")
     device: Literal["cuda", "cpu"] | None = Field(None, description="Where to evaluate; None = cuda when visible, else cpu.")
-    backend: Literal["cuda", "triton", "cpp"] | None = Field(None, description=(
+    backend: Backend | None = Field(None, description=(
         "What the model is asked to write: cuda (inline CUDA C++), triton or cpp (CPU C++); None = the problem's, else "
         "the device's."))
-    precision: Literal["fp32", "fp16", "bf16"] | None = Field(None, description=(
+    precision: Precision | None = Field(None, description=(
         "The dtype inputs and weights are cast to; None = the problem's (fp32 unless it says)."))
     # the model
     model: str | None = Field(None, description="Model name at the endpoint, or `replay:DIR` to read saved replies.")

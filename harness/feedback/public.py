@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from evaluator.wire.problem import ProblemSpec
-from evaluator.wire.tiers import MATCHED_TIER, tolerances_for
+from evaluator.wire.tiers import MATCHED_FACTOR, MATCHED_TIER, tolerances_for
 
 # Referee wordings that say how a check works, and what the model is told instead (a text, or a
 # function of the match).
@@ -81,5 +81,6 @@ def published_tiers(problem: ProblemSpec, passed: dict[str, bool] | None = None,
               "passed": None if passed is None else bool(passed.get(name))}
              for name, tier in tolerances_for(problem.tolerances, precision).items()]
     if passed is not None and MATCHED_TIER in passed:
-        tiers.append({"name": MATCHED_TIER, "atol": "4x eager's own error", "rtol": 0, "passed": bool(passed[MATCHED_TIER])})
+        tiers.append({"name": MATCHED_TIER, "atol": f"{MATCHED_FACTOR:g}x eager's own error", "rtol": 0,
+                      "passed": bool(passed[MATCHED_TIER])})
     return tiers

@@ -35,7 +35,7 @@ import jinja2
 
 from evaluator.wire.assets import asset_dir
 from evaluator.wire.problem import ProblemSpec
-from evaluator.wire.tiers import resolve_backend
+from evaluator.wire.tiers import PRECISION_DTYPES, PRECISIONS, resolve_backend
 from harness.core.records import Hardware, Message
 
 # The worked example pair (reference, solution) the kernelbench variant shows, by backend
@@ -46,7 +46,6 @@ EXAMPLES = {"cuda": ("examples/elementwise_add.py", "examples/elementwise_add_ne
 TARGETS = {"cuda": {"backend": "cuda", "device": "cuda", "language": "CUDA"},
            "triton": {"backend": "triton", "device": "cuda", "language": "Triton"},
            "cpp": {"backend": "cpp", "device": "cpu", "language": "C++"}}
-DTYPES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16"}
 NOT_VARIANTS = {"system", "feedback", "continue", "conclude"}  # rendered with contexts of their own
 DEFAULT_VARIANT = "kernelbench"
 
@@ -120,8 +119,8 @@ def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None
     except ValueError as err:
         raise PromptError(str(err)) from None
     precision = precision or problem.precision
-    if precision not in DTYPES:
-        raise PromptError(f"unknown precision {precision!r}: {', '.join(DTYPES)}")
+    if precision not in PRECISIONS:
+        raise PromptError(f"unknown precision {precision!r}: {', '.join(PRECISIONS)}")
     dirs = template_dirs(templates)
     if isinstance(hardware, dict):
         hardware = Hardware(**hardware)
@@ -135,7 +134,7 @@ def prompt_context(problem: ProblemSpec, hardware: Hardware | dict | None = None
         },
         "reference_source": problem.reference_source(),
         "hardware": hardware.model_dump() if hardware is not None else None,
-        "target": {**TARGETS[backend], "precision": precision, "dtype": DTYPES[precision]},
+        "target": {**TARGETS[backend], "precision": precision, "dtype": f"torch.{PRECISION_DTYPES[precision]}"},
         "example": {
             "reference": _read_asset(EXAMPLES[backend][0], dirs),
             "solution": _read_asset(EXAMPLES[backend][1], dirs),

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from evaluator.wire.problem import available_problems, load_problem
 from evaluator.wire.records import Verdict
+from evaluator.wire.tiers import keyed_backend
 from harness.core.text import fmt_call_ms
 from harness.core.records import Candidate
 from harness.core.store import Store, StoreError, VerdictRow, open_store
@@ -71,7 +72,7 @@ def feedback_given(store: Store, candidate: Candidate | None) -> str | None:
 def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
     """(label, full text) lines of a verdict, nothing cut."""
     lines = [("status", verdict.status.value + (f" (phase {verdict.phase.value})" if verdict.phase else ""))]
-    if verdict.precision != "fp32" or verdict.backend not in (None, "cuda", "cpp"):
+    if verdict.precision != "fp32" or (verdict.backend is not None and keyed_backend(verdict.backend, verdict.device) is not None):
         lines.append(("judged as", f"{verdict.backend or 'the default backend'}, {verdict.precision}"))
     if verdict.autotuned:
         lines.append(("autotuned", "; ".join(verdict.autotuned)))
