@@ -6,12 +6,15 @@ from __future__ import annotations
 from harness.bench import throughput
 
 
-def _fake_pass(seen):
-    def run_pass(files, options, store=None, retime_baselines=False):
+def _fake_pass(seen, profiles=None):
+    def run_pass(files, options, store=None, retime_baselines=False, profile=None):
         seen.append((options.gpus, retime_baselines, store is not None and options.store == store.path))
+        if profiles is not None:
+            profiles.append(profile)
         return {"candidates": len(files), "wall_s": 1.0, "per_minute": 60.0 * len(files), "statuses": {"correct": 1},
                 "errors": [], "phase_median_s": {}, "gpu_busy": {}, "lanes": {}, "median_ms": 1.0,
-                "baseline_rounds": 1, "baselines": "stored" if not retime_baselines else "timed"}
+                "baseline_rounds": 1, "baselines": "stored" if not retime_baselines else "timed",
+                "costs": [{"what": "the clocked calls' float64 replays", "seconds": 2.0, "calls": 4, "per_judged": 0.5}]}
     return run_pass
 
 
@@ -30,3 +33,40 @@ def test_retimed_baselines_time_them_in_every_pass(monkeypatch, tmp_path):
     (tmp_path / "c.py").write_text("# c\n")
     report = throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", retime_baselines=True)
     assert list(report["passes"]) == ["cold", "warm"] and [r for _, r, _ in seen] == [True, True]
+
+
+def test_each_pass_profiles_its_referees_apart_under_the_users_folder(monkeypatch, tmp_path):
+    seen, profiles = [], []
+    monkeypatch.setattr(throughput, "run_pass", _fake_pass(seen, profiles))
+    monkeypatch.setenv("KH_REFEREE_PROFILE", str(tmp_path / "prof"))
+    (tmp_path / "c.py").write_text("# c\n")
+    throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", retime_baselines=True)
+    assert profiles == [tmp_path / "prof" / "pass0", tmp_path / "prof" / "pass1"]
+
+
+def test_the_largest_costs_are_read_from_the_referees_own_profiles(tmp_path):
+    """A profile of functions named as the referee's steps are (file and function): their cumulative seconds, largest
+    first, over the candidates and twins the log names."""
+    import cProfile
+    import importlib.util
+    import json
+
+    from harness.bench.costs import largest_costs
+
+    source = tmp_path / "replay.py"
+    source.write_text("import time\n\ndef compare():\n    time.sleep(0.05)\n\ndef other():\n    time.sleep(0.01)\n")
+    spec = importlib.util.spec_from_file_location("replay", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(2):
+        module.compare()
+        module.other()
+    profiler.disable()
+    profiler.dump_stats(tmp_path / "referee-1.prof")
+    events = [{"event": "candidate"}, {"event": "candidate"}, {"event": "twin"}, {"event": "start"}]
+    (tmp_path / "referee-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    [cost] = largest_costs([tmp_path / "referee-1.jsonl"])  # `other` is no step of the referee's
+    assert cost.calls == 2 and "float64 replays" in cost.what
+    assert 0.09 < cost.seconds < 1.0 and cost.per_judged == cost.seconds / 3

@@ -9,6 +9,9 @@ At once, on the device (I, O, S: a call's input, output and state bytes; the sta
   stack of them), and the executor's shipped tensors read back (about 3I + 5O + 3S);
 - each executor started ahead: a stage more.
 
+What is left after that (at most KEPT_CAP) keeps clocked calls' copies until the calls to compare are drawn
+(evaluator.referee.replay); with less, kept windows are compared in full sooner.
+
 Where all of it does not fit, the float64 judge moves to host memory (the reference's twin runs on the CPU and
 the comparisons there, chunk by chunk, against copies read off the device) and no executor is started ahead:
 a 6.4 GB elementwise problem (KernelBench's 19_ReLU) needs about 68 GiB so, against about 116 GiB judged on the
@@ -22,6 +25,9 @@ from dataclasses import dataclass
 # Of the device's memory a plan counts on: CUDA contexts, the allocators' rounding and fragmentation take the rest.
 DEVICE_SHARE = 0.9
 CONTEXT_BYTES = 600 << 20  # a CUDA context and its workspaces, each process
+# The most the referee keeps of clocked calls' copies (evaluator.referee.replay), by device: on a GPU, of what the plan
+# leaves; on the CPU, of host memory.
+KEPT_CAP = {"cuda": 12 << 30, "cpu": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class MemoryPlan:
     ahead: int          # executors that may be started ahead of their turn (each with its stage)
     need_bytes: int     # what the judgement holds on the device at once, as planned
     device_bytes: int   # the device's whole memory (0 off a GPU)
+    kept_bytes: int = KEPT_CAP["cpu"]  # clocked calls' copies kept for the replay's draw (evaluator.referee.replay)
 
     def said(self) -> str | None:
         """What a verdict says of a judge moved to host memory (None where it stayed on the device)."""
@@ -47,7 +54,7 @@ def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, out
     the referee's own executors started ahead beside the candidates' (the reference's twin, each round: its stage
     comes out of theirs)."""
     if device != "cuda" or device_bytes <= 0:
-        return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0)
+        return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0, kept_bytes=KEPT_CAP["cpu"])
     i, o, s = input_bytes, output_bytes, state_bytes
     held = (2 * stage_bytes                # the candidate's stage and the calibrator's
             + 2 * i + o + s                # the candidate's executor
@@ -59,5 +66,9 @@ def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, out
     judge_device = device if held + judge <= room else "cpu"
     need = held + (judge if judge_device == device else 0)
     fits_ahead = max(0, (room - need) // (stage_bytes + CONTEXT_BYTES))
-    return MemoryPlan(judge_device=judge_device, ahead=max(0, min(ahead, fits_ahead - beside)) if judge_device == device else 0,
-                      need_bytes=need, device_bytes=device_bytes)
+    started = max(0, min(ahead, fits_ahead - beside)) if judge_device == device else 0
+    # what the executors started ahead (and the referee's beside them) leave; none where the judge is in host memory
+    spare = room - need - (started + beside) * (stage_bytes + CONTEXT_BYTES)
+    kept = max(0, min(KEPT_CAP["cuda"], spare)) if judge_device == device else 0
+    return MemoryPlan(judge_device=judge_device, ahead=started, need_bytes=need, device_bytes=device_bytes,
+                      kept_bytes=kept)

@@ -1,6 +1,7 @@
-"""The time phase: clocked calls on the referee's clock, each beside a calibrator window, then every
-clocked call's output and buffers against the replayed float64 reference (evaluator.referee.phases
-runs it; evaluator.referee.clock is the clock).
+"""The time phase: clocked calls on the referee's clock, each beside a calibrator window, every clocked
+call's output and buffers copied out and kept, then a secret sample of them against the replayed float64
+reference (evaluator.referee.replay; evaluator.referee.phases runs the phase; evaluator.referee.clock is the
+clock).
 """
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ from evaluator.referee import inputs as draws
 from evaluator.referee.timing import summarize
 from evaluator.wire import handoff
 from evaluator.wire import tensors as cmp
-from evaluator.wire.exchange import ExchangeError
 from evaluator.wire.protocol import Reply, SendState
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, TimingStats
 from evaluator.referee.session import Built, Checked, Judged, Session, Timed
 from evaluator.referee.view import RefereeView
-from evaluator.referee.check_phase import compare_output, describe_regression, output_problem, trial
+from evaluator.referee.check_phase import compare_output, describe_regression, trial
+from evaluator.referee.replay import Replay
 
 
 # Bytes of the stage the referee copies out of a series of clocked calls (each call's output and buffers,
-# copied inside its window, compared as soon as the window is over and then freed): with the fewest windows
-# a series has, it bounds how many calls a series has (at kernelbench, 256 MiB outputs: 23).
+# copied inside its window and kept for the replay, evaluator.referee.replay): with the fewest windows a series
+# has, it bounds how many calls a series has (at kernelbench, 256 MiB outputs: 23).
 SERIES_BYTES = {"cuda": 6 << 30, "cpu": 512 << 20}
 # A back-to-back window holds K calls, K chosen so that the window is at least this many times what a window
 # costs beyond its calls (as many calls as a loop makes in that time).
@@ -58,8 +59,8 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     candidate's processes held and the device idle: what a window costs, measured in the same pattern and
     the same minute. Then BACK_TO_BACK_WINDOWS windows of K calls back to back (K: `window_calls`, at least
     2), as a training loop makes them: compared, never ranked. Every clocked call's output and buffers are
-    compared, in every tier, with the float64 reference replaying the same call as soon as its window is
-    over; then the reported times against the referee's, the physical floor (a figure the clock cannot
+    kept; once the windows are closed a secret sample of the calls (evaluator.referee.replay) is compared, in every
+    tier, with the float64 reference replaying the same calls; then the reported times against the referee's, the physical floor (a figure the clock cannot
     resolve is shaky and given as no number), the whole state and one more checked call. A tier is claimed
     only where every one of these passes it (`Timed.later`); one that passes none is `incorrect`."""
     session.enter(Phase.time)
@@ -110,10 +111,13 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         check.builds += f" (in {late} of this batch's holds, not all frozen within a second)"
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
-    compare_state_after_timing(session, series.replay, series.count, series.later)
+    replay = series.replay
+    replay.settle()  # the windows are closed: the calls compared are drawn now
+    check.compared_calls, check.clocked_calls = replay.compared, replay.count
+    compare_state_after_timing(session, replay.module, replay.count, replay.later)
     floor_ms, resolved = floor.check_floor(session, built, timing, cost, calls)
-    recheck(session, series.replay, series.later)
-    return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=series.later,
+    recheck(session, replay.module, replay.later)
+    return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=replay.later,
                  resolved=resolved)
 
 
@@ -161,13 +165,10 @@ class Series:
         self.session, self.checked = session, checked
         referee = session.referee
         self.train = referee.problem.mode == "train"
-        # the float64 reference from its state after the checks, replaying every clocked call in order
-        self.replay = copy.deepcopy(checked.reference64).train(self.train)
-        self.later = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+        self.replay = Replay(session, checked)  # every clocked call kept; the float64 replay of a secret sample
         self.windows: list[clock.Clocked] = []
         self.costs: list[clock.Clocked] = []  # the calibrator's windows beside them
         self.paces: list[float] = []          # the device time each of the calibrator's calls was to take (`pace_for`)
-        self.count = 0                        # clocked calls made
         self.room_known = False               # whether windows on the device were tried (`NoRoom` before that only)
         self.void: list[str] = []             # the windows timed again, each with why it was void (`retime`)
         self.jit: int | None = None           # the executor's Triton compiles and autotune runs, after the last window
@@ -221,7 +222,7 @@ class Series:
         theirs left, so that nothing the candidate does can make the calibrator's windows, and so a window's
         cost, dearer (`beside` false: windows that are compared only, never timed, have none). With `plan`, the
         window's calls are handed off one by one through the exchange, and so are the calibrator's (evaluator.referee.
-        relay). Then each call's output and buffers, as the window copied them, against the replayed reference."""
+        relay). Each call's output and buffers, as the window copied them, are kept for the replay (`Replay.keep`)."""
         session = self.session
         referee = session.referee
         stage = session.link.stage
@@ -241,7 +242,7 @@ class Series:
                                            referee.timer.flush, session.keys.next_unit("place"))
             why = referee.held_elsewhere_broken() if beside else None
             void = [f"in it, {why}"] if why else []
-            first = self.count + 1
+            first = self.replay.count + 1
             what = f"clocked call {first}" if calls == 1 else f"the window of clocked calls {first}-{first + calls - 1}"
             if clocked.go.error_kind == "room" and plan is not None and plan.on_device and not self.room_known:
                 raise NoRoom(clocked.go.error)
@@ -259,7 +260,7 @@ class Series:
             if plan is not None and plan.on_device:
                 self.room_known = True  # a window on the device ended: a `room` reply later is the candidate's own
             if not beside:
-                self.compare(clocked, input_sets)
+                self.replay.keep(clocked, input_sets)
                 made += 1
                 continue
             with held(session.link):
@@ -275,7 +276,7 @@ class Series:
                         "taken off every call, cannot be trusted)"))
                 if why := referee.held_elsewhere_broken():
                     void.append(f"in the calibrator's window beside it, {why}")
-            self.compare(clocked, input_sets)
+            self.replay.keep(clocked, input_sets)
             if void and self.retime(what, void):
                 continue  # neither the window nor the calibrator's beside it is kept: timed again
             self.windows.append(clocked)
@@ -336,66 +337,6 @@ class Series:
         own = recent[-1][1] if recent else 0.0  # the calibrator's own device work beyond its pace (its copy)
         return min(PACE_CAP_MS, max(0.0, call - cost - max(own, 0.0)))
 
-    def compare(self, clocked: clock.Clocked, input_sets: list[list]) -> None:
-        """Every call of a window: its output and buffers (the referee's copy, made inside the window) against the
-        float64 reference replaying the same calls in order, in every tier, all the window's calls in one
-        comparison (stacked); the copy is freed after. A failure names the first call that failed."""
-        session, referee = self.session, self.session.referee
-        staged, problems = staged_tensors(session, clocked)
-        outputs = (clocked.put or clocked.go).outputs
-        first = self.count + 1
-        expected: list[dict[str, torch.Tensor]] = []
-        with torch.no_grad(), cmp.guarded():
-            for inputs in input_sets:
-                out = self.replay(*draws.as_float64(inputs, referee.judge_device))
-                expected.append({"output": out, **{name: value.clone() for name, value in self.replay.named_buffers()}})
-        self.count += len(input_sets)
-        acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
-        acc.trials = len(input_sets)
-        for problem in clocked.go.problems + problems:
-            acc.fail(problem)
-        staged_outputs = staged.get("outputs")
-        for index in range(len(input_sets)):
-            info = outputs[index] if index < len(outputs) else None
-            actual = staged_outputs[index] if staged_outputs is not None and index < len(staged_outputs) else None
-            wrong = output_problem(info, actual, list(expected[index]["output"].shape), referee)
-            if wrong is not None:
-                acc.fail(f"output of clocked call {first + index}: {wrong}")
-        if acc.failure is None:
-            for name in expected[0]:
-                actual = staged.get("outputs" if name == "output" else f"states.{name}")
-                # a window of one call: its expected tensor as a row, not a copy (12.8 GB of float64 at 19_ReLU's size)
-                wanted = expected[0][name].unsqueeze(0) if len(expected) == 1 else torch.stack([e[name] for e in expected])
-                with cmp.guarded():
-                    acc.add(name, compare.compare_tensor(name, actual, wanted, referee.tolerances, referee.rel_floor,
-                                                         on=referee.device))
-        if not acc.passed:
-            index, acc = self.first_failure(acc, staged, expected)
-            buffers = acc.failure is None and "output" not in acc.failed
-            together = f"; call {index + 1} of {len(input_sets)} back to back" if len(input_sets) > 1 else ""
-            raise Judged(Status.incorrect, Phase.time, (
-                f"{'buffers wrong after' if buffers else 'wrong on'} clocked call {first + index}: "
-                f"{describe_regression(acc, self.checked.correctness)}{together}"))
-        clocked.capture = clocked.staged = None
-        self.later.merge(acc)
-
-    def first_failure(self, window: compare.ModeAccumulator, staged: dict, expected: list[dict]) -> tuple[int, compare.ModeAccumulator]:
-        """The first call of a failed window that fails alone, with its comparison (the window's where none
-        does: a failure of the window as a whole)."""
-        referee = self.session.referee
-        if window.failure is not None:
-            return 0, window
-        for index, wanted in enumerate(expected):
-            acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
-            for name, value in wanted.items():
-                rows = staged.get("outputs" if name == "output" else f"states.{name}")
-                actual = rows[index] if rows is not None and index < len(rows) else None
-                acc.add(name, compare.compare_tensor(name, actual, value, referee.tolerances, referee.rel_floor,
-                                                     on=referee.device))
-            if not acc.passed:
-                return index, acc
-        return 0, window
-
 
 def idle(session: Session, when: str) -> None:
     """The device has no work of any other process left (its processes held, the candidate can add none).
@@ -428,21 +369,6 @@ def held(link):
     finally:
         if release is not None:
             release()
-
-
-def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """What a clocked window staged (`outputs` and `states.NAME`, a row a call), read from the referee's copy of
-    it, and what could not be read."""
-    tensors, problems = {}, list(clocked.put.problems) if clocked.put is not None else []
-    referee = session.referee
-    if clocked.staged is not None:  # handed off: the referee's copies, made at each call's commit
-        return {name: value.to(referee.judge_device) for name, value in clocked.staged.items()}, problems
-    for slot in clocked.put.tensors if clocked.put is not None else []:
-        try:
-            tensors[slot.name] = clocked.tensor(slot, referee.layout, session.link.stage)
-        except ExchangeError as err:
-            problems.append(f"the executor staged an unreadable tensor ({err})")
-    return tensors, problems
 
 
 def spot(session: Session, checked: Checked, reply: Reply, inputs: list, label: str) -> compare.ModeAccumulator:

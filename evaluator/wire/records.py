@@ -256,6 +256,12 @@ class TimingCheck(Record):
     agrees: bool = Field(description="Every quantile agrees and no call was reported longer than its window.")
     quantiles: list[QuantileCheck] = Field(default_factory=list, description=(
         "Each checked quantile; empty on verdicts made when only the mean was checked."))
+    clocked_calls: int | None = Field(None, description=(
+        "Every clocked call the candidate made (warm-up and the windows back to back included): each one's output "
+        "and buffers were copied out inside its window, and its output's shape, dtype and device checked."))
+    compared_calls: int | None = Field(None, description=(
+        "Of `clocked_calls`, how many the float64 reference replayed and compared in every tier: a sample drawn from "
+        "a secret seed once the windows were closed (evaluator.referee.replay), every call where there were few."))
     longer_than_window: list[int] = Field(default_factory=list, description=(
         "Calls the executor reported as longer than the referee's whole window around them (at most 16)."))
     hold: str | None = Field(None, description=(

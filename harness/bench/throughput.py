@@ -10,13 +10,15 @@ round, as a later batch of `harness eval` reads its earlier figures: `retime_bas
 the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two), then once more on the first set with
 every baseline timed (what the stored figures save). Printed per pass: candidates per
 minute over the whole batch (the referee's start and baseline rounds included), the median seconds of each phase,
-and per GPU the fraction of the pass it was busy (nvidia-smi's utilization, sampled every 200 ms). Nothing is
-recorded in the user's store: the copies are not candidates anyone wrote.
+per GPU the fraction of the pass it was busy (nvidia-smi's utilization, sampled every 200 ms), and the five largest
+costs of a judged candidate by the referees' own profiles (each pass's referees profile themselves:
+harness.bench.costs). Nothing is recorded in the user's store: the copies are not candidates anyone wrote.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import statistics
@@ -34,6 +36,7 @@ from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.records import Verdict
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_cache_dir
 from evaluator.parent.referee_side import share_headers
+from harness.bench.costs import largest_costs
 from harness.core.store import Store
 from harness.results.baseline_cache import for_evaluator, remember_evaluator
 
@@ -102,14 +105,24 @@ class GpuSampler:
 
 
 def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | None = None,
-             retime_baselines: bool = False) -> dict:
-    """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions. With `store`, the
+             retime_baselines: bool = False, profile: Path | None = None) -> dict:
+    """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions, and with `profile` (a
+    folder) the referees' largest costs (they profile themselves there: harness.bench.costs). With `store`, the
     baselines stored there are read (unless `retime_baselines`) and this pass's are stored, as `harness eval` does."""
     started = time.perf_counter()
-    evaluator = Evaluator(options)
-    baselines = for_evaluator(store, evaluator, retime=retime_baselines) if store is not None else ""
-    with GpuSampler() as sampler:
-        verdicts: list[Verdict] = list(evaluator.evaluate_all(files))
+    before = os.environ.get("KH_REFEREE_PROFILE")
+    if profile is not None:
+        os.environ["KH_REFEREE_PROFILE"] = str(profile)  # read by each referee this pass starts
+    try:
+        evaluator = Evaluator(options)
+        baselines = for_evaluator(store, evaluator, retime=retime_baselines) if store is not None else ""
+        with GpuSampler() as sampler:
+            verdicts: list[Verdict] = list(evaluator.evaluate_all(files))
+    finally:
+        if before is None:
+            os.environ.pop("KH_REFEREE_PROFILE", None)
+        else:
+            os.environ["KH_REFEREE_PROFILE"] = before
     wall_s = time.perf_counter() - started
     if store is not None:
         remember_evaluator(store, evaluator)
@@ -126,6 +139,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         "lanes": dict(Counter(str(v.environment.gpu) if v.environment else "-" for v in verdicts)),
         "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
         "baseline_rounds": len(evaluator.rounds), "baselines": baselines,
+        "costs": [cost.__dict__ for cost in largest_costs(sorted(profile.glob("*.jsonl")))] if profile else [],
     }
 
 
@@ -169,12 +183,16 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
             extra = {"jobs": jobs} if jobs else {}
             options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
                                   log_root=work / "logs", gpus=gpu_set, store=store.path, **extra)
-            report["passes"][name] = result = run_pass(files, options, store, retime)
+            # each pass's referee profiles apart: under the user's KH_REFEREE_PROFILE where set, else the bench's own
+            profile = Path(os.environ.get("KH_REFEREE_PROFILE") or work / "profile") / f"pass{len(report['passes'])}"
+            report["passes"][name] = result = run_pass(files, options, store, retime, profile)
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
                           f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}; "
                           f"{result['baselines']}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
+            for cost in result["costs"]:
+                console.print(f"  {cost['per_judged']:6.2f} s a judged candidate: {cost['what']}")
             if out:
                 out.write_text(json.dumps(report, indent=2))
     finally:
