@@ -914,3 +914,22 @@ def test_slow_windows_in_a_pattern_pace_no_more_calibrator_windows_than_they_are
     long_paces = sum(p > 10 for p in series.paces[ranked])
     assert long_paces <= sum(w == slow for w in pattern[ranked]) < len(pattern[ranked]) / 2
     assert clock.window_cost(series.costs[ranked]).cost_ms < 2.5 + 0.01 * 10
+
+
+@pytest.mark.slow  # an in-process judgement with the calibrator: about a second
+def test_the_kept_calls_are_drawn_from_where_they_outgrow_the_memory_plan():
+    """With room for every window's copies, one draw once the windows are closed: 16 calls and the last. With none,
+    each window is drawn from as it ends (all the calls of a window of 17 or fewer), in many draws."""
+    import dataclasses
+
+    from evaluator.referee.time_phase import time_phase
+
+    counts = {}
+    for room in (1 << 30, 0):
+        session, built, checked = local_executor.checked(local_executor.Honest)
+        session.referee.memory = dataclasses.replace(session.referee.memory, kept_bytes=room)
+        timed = time_phase(session, checked, built)
+        counts[room] = (timed.check.compared_calls, timed.check.clocked_calls)
+        assert timed.later.trials >= timed.check.compared_calls
+    assert counts[1 << 30][0] == 17 < counts[1 << 30][1]
+    assert 17 < counts[0][0] <= counts[0][1]

@@ -10,7 +10,7 @@ At once, on the device (I, O, S: a call's input, output and state bytes; the sta
 - each executor started ahead: a stage more.
 
 What is left after that (at most KEPT_CAP) keeps clocked calls' copies until the calls to compare are drawn
-(evaluator.referee.replay); with less, kept windows are compared in full sooner.
+(evaluator.referee.replay); with less, they are drawn from sooner, in more draws.
 
 Where all of it does not fit, the float64 judge moves to host memory (the reference's twin runs on the CPU and
 the comparisons there, chunk by chunk, against copies read off the device) and no executor is started ahead:
@@ -27,7 +27,8 @@ DEVICE_SHARE = 0.9
 CONTEXT_BYTES = 600 << 20  # a CUDA context and its workspaces, each process
 # The most the referee keeps of clocked calls' copies (evaluator.referee.replay), by device: on a GPU, of what the plan
 # leaves; on the CPU, of host memory.
-KEPT_CAP = {"cuda": 12 << 30, "cpu": 1 << 30}
+# (at `kernelbench`, about 45 clocked calls of 256 MiB: 11-12 GiB)
+KEPT_CAP = {"cuda": 24 << 30, "cpu": 1 << 30}
 
 
 @dataclass(frozen=True)

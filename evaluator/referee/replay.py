@@ -17,8 +17,9 @@ them: so each compared call is checked as a step from the state the candidate re
 call is caught where that call, or the one after it, is compared.
 
 Where the kept copies outgrow what the memory plan leaves for them (`MemoryPlan.kept_bytes`; none where the judge
-lives in host memory), every kept window is compared in full there and freed, and the draw at the end is over the
-calls after them.
+lives in host memory), the kept calls are drawn from there as at the end (SAMPLED_CALLS and the last of them) and
+freed, and the draw at the end is over the calls after them: each draw is made once its calls have all run and is
+independent of the others, so a gap the candidate may notice tells it nothing of the calls to come.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Replay:
 
     def keep(self, clocked: clock.Clocked, input_sets: list[list]) -> None:
         """A window's copies, kept (its calls' outputs checked for what they are now); compared at once where
-        something of it did not reach the referee, and all kept windows where the copies outgrow `limit`."""
+        something of it did not reach the referee, and the kept windows drawn from where the copies outgrow `limit`."""
         referee = self.session.referee
         staged, problems = staged_tensors(self.session, clocked)
         kept = Kept(input_sets, self.count + 1, staged,
@@ -102,12 +103,13 @@ class Replay:
         self.kept.append(kept)
         self.kept_bytes += kept.nbytes
         if self.kept_bytes > self.limit:
-            self.settle(every=True)
+            self.settle()
 
-    def settle(self, every: bool = False) -> None:
-        """The kept windows compared and freed: every call (`every`), or SAMPLED_CALLS drawn now and the last."""
+    def settle(self) -> None:
+        """The kept windows' calls compared and freed: SAMPLED_CALLS drawn now and the last (every one where there
+        are no more)."""
         calls = [(kept, index) for kept in self.kept for index in range(kept.calls)]
-        if every or len(calls) <= SAMPLED_CALLS + 1:
+        if len(calls) <= SAMPLED_CALLS + 1:
             chosen = set(range(len(calls)))
         else:
             draw = random.Random(self.session.keys.next_seed("compared calls"))
