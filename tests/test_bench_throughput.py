@@ -3,6 +3,7 @@ and the first set again with every baseline timed, each pass handed the bench's 
 
 from __future__ import annotations
 
+from conftest import FIXTURES
 from harness.bench import throughput
 
 
@@ -70,3 +71,33 @@ def test_the_largest_costs_are_read_from_the_referees_own_profiles(tmp_path):
     [cost] = largest_costs([tmp_path / "referee-1.jsonl"])  # `other` is no step of the referee's
     assert cost.calls == 2 and "float64 replays" in cost.what
     assert 0.09 < cost.seconds < 1.0 and cost.per_judged == cost.seconds / 3
+
+
+def test_a_suite_is_judged_problem_after_problem_cold_then_warm(monkeypatch, tmp_path):
+    """Each problem's copies of its control (the reference as ModelNew, at its own size), judged by an evaluator of
+    its own with the bench's store, cold then warm; a pass's figures are the suite's."""
+    from harness.bench import suite_throughput
+    from harness.problems.suite import load_suite
+
+    seen = []
+
+    def run_pass(files, options, store=None, retime_baselines=False, profile=None):
+        seen.append((options.problem, options.size, [f.name for f in files], profile.parent.name, profile.name,
+                     all("ModelNew" in f.path.read_text() for f in files)))
+        return {"candidates": len(files), "wall_s": 10.0, "per_minute": 6.0 * len(files), "statuses": {"correct": 2},
+                "errors": [], "phase_median_s": {"time": 1.0}, "gpu_busy": {0: 0.5}, "lanes": {}, "median_ms": 1.0,
+                "baseline_rounds": 1, "baselines": "", "first_s": 4.0 if "Matmul" in options.problem else 6.0, "costs": []}
+
+    monkeypatch.setattr(suite_throughput, "run_pass", run_pass)
+    suite = load_suite(FIXTURES / "suites" / "quick.toml")
+    sizes = {p.name: "default" for p in suite.problems}
+    report = suite_throughput.run_suite_throughput(2, suite, sizes, device="cpu", out=tmp_path / "r.json")
+    assert list(report["passes"]) == ["cold", "warm"] and len(seen) == 2 * len(suite.problems)
+    for index, (problem, size, names, pass_name, folder, controls) in enumerate(seen):
+        entry = suite.problems[index % len(suite.problems)]
+        assert problem == entry.location and size == sizes[entry.name] and controls
+        assert names == [f"throughput/{entry.name}/000", f"throughput/{entry.name}/001"]
+        assert (pass_name, folder) == (f"pass{index // len(suite.problems)}", f"p{index % len(suite.problems):03d}")
+    cold = report["passes"]["cold"]
+    assert cold["candidates"] == 6 and cold["wall_s"] == 30.0 and cold["per_minute"] == 12.0
+    assert cold["first_median_s"] == 6.0 and cold["gpu_busy"] == {0: 0.5} and cold["statuses"] == {"correct": 6}

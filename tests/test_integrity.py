@@ -367,7 +367,7 @@ def test_a_tier_is_claimed_only_where_every_call_passed_it(cpu_verdicts, tmp_pat
     later = verdict.correctness.later
     assert later.tiers == {"strict": False, "loose": True, "matched": False}
     check = verdict.timing_check
-    assert later.trials >= check.compared_calls >= min(check.clocked_calls, 17)
+    assert later.trials >= check.compared_calls >= min(check.clocked_calls, 21)
     for good in GOOD_CPU:
         assert cpu_verdicts[f"good-{good.stem}"].correctness.later.tiers["strict"]
 
@@ -960,7 +960,7 @@ def test_a_call_shorter_than_a_windows_cost_is_never_a_figure_below_its_floor(tm
     # cores a warm-up window's call once read long enough for K to come out at ten exactly)
     check = verdict.timing_check
     assert check.clocked_calls >= verdict.timing.reps + 2 * 10
-    assert verdict.correctness.later.trials >= check.compared_calls == min(check.clocked_calls, 17)
+    assert verdict.correctness.later.trials >= check.compared_calls == min(check.clocked_calls, 21)
     shaky = any(f.name == "shaky_timing" for f in verdict.flags)
     if verdict.runtime_ms is None:  # the clock could not resolve it here: said so, and no number given
         assert not verdict.speedup and shaky
@@ -1115,3 +1115,46 @@ def test_a_build_that_breaks_the_hold_is_killed_and_a_build_begun_meanwhile_void
             proc.wait()
         builds.kill()
         builds.remove(wait_s=5)
+
+
+# --------------------------------------------------------------------------- the sampled replay and state
+
+STATE = FIXTURES / "state"
+
+
+def test_the_probe_tells_which_buffers_a_call_changes_and_whether_the_output_reads_them():
+    """BatchNorm in training: its running statistics change and no output reads them (the candidate's staged values
+    may stand for a compared call's start). A constant mask the output reads: unchanged (always the reference's). A
+    running center the output reads: the reference's own chain, every call replayed."""
+    from evaluator.referee.replay import state_use
+    from evaluator.wire.problem import import_file, load_problem
+
+    cases = {"gemm_scale_bn": ({"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}, False),
+             str(STATE / "masked_scale.py"): (set(), False),
+             str(STATE / "running_center.py"): ({"center"}, True)}
+    for index, (name, wanted) in enumerate(cases.items()):
+        spec = load_problem(name)
+        module = import_file(spec.reference_path, f"kh_state_probe_{index}")
+        for size_name, value in spec.size_values(spec.default_size_for("cpu")).items():
+            setattr(module, size_name, value)
+        model = module.Model(*module.get_init_inputs()).double()
+        inputs = [x.double() for x in module.get_inputs()]
+        assert state_use(model, inputs) == wanted, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem, hack", [("masked_scale", "masked_scale_corrupted"),
+                                           ("running_center", "running_center_reset")])
+def test_a_state_the_candidate_staged_never_stands_for_one_the_output_reads(tmp_path, problem, hack):
+    """Its state corrupted on its first clocked call, each call after consistent with that state: caught on the clocked
+    calls (a replay from the candidate's staged state passed every one, and only the profiled call, which a candidate
+    can tell apart, caught them). The reference itself, beside each, correct: the profiled call is compared from the
+    reference's state after the timed calls (once `incorrect` for the running center)."""
+    from evaluator.wire.problem import load_problem
+    from harness.bench.golden import control_candidate
+
+    path = STATE / f"{problem}.py"
+    batch = [CandidateFile(name=hack, path=STATE / f"{hack}.py"), control_candidate(load_problem(str(path)), tmp_path)]
+    caught, control = evaluate(batch, options(tmp_path, problem=str(path), size=None))
+    assert caught.status == Status.incorrect and re.search(r"wrong on clocked call \d+", caught.error), caught.error
+    assert control.status == Status.correct, control.error

@@ -97,10 +97,11 @@ def init_phase(session: Session, imported: Imported) -> Built:
 
 # ------------------------------------------------------------------------------------------ profile
 
-def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
+def profile_phase(session: Session, checked: Checked, timed: Timed) -> Profiled:
     """One more forward, observed by the executor: which kernels it launched and each one's device time
     (CUDA) or which of the candidate's extension functions it called (CPU). None of the candidate's own
-    is `no_custom_kernel` (flag). Its output is compared too."""
+    is `no_custom_kernel` (flag). Its output is compared too, against the float64 reference from its state after the
+    timed calls and the check after them (`Timed.reference64`)."""
     referee = session.referee
     inputs = referee.draw(referee.problem.distributions[0], session.seed())
     for slot in referee.layout.inputs:  # the profiled call reads the stage, as a clocked one does
@@ -134,7 +135,7 @@ def profile_phase(session: Session, checked: Checked, built: Built) -> Profiled:
     elif not own:
         where = "GPU kernel" if referee.device == "cuda" else "call into an extension module"
         session.add([Flag(name="no_custom_kernel", reason=f"one forward made no {where} built by the candidate ({seen})")])
-    check = spot(session, checked, reply, inputs, "the profiled call")
+    check = spot(session, checked, timed.reference64, reply, inputs, "the profiled call")
     return Profiled(kernels=tuple(names), kernel_times_us=tuple(times), kernel_count=count, custom_kernels=tuple(own),
                     autotuned=tuple(str(a)[:300] for a in reply.autotuned[:32]),
                     check=check)
@@ -166,7 +167,7 @@ def judge(session: Session, compile_only: bool, imported: Imported | None = None
             if outcome is None:
                 with session.exclusive():
                     results["timed"] = time_phase(session, checked, built)
-                    results["profiled"] = profile_phase(session, checked, built)
+                    results["profiled"] = profile_phase(session, checked, results["timed"])
                 finish(session)
     except Judged as judged:
         outcome = Stop(judged.status, judged.phase, judged.error)

@@ -4,17 +4,22 @@ Every clocked call's output and buffers are copied out inside its window (evalua
 output is checked at once for what it is (a plain tensor of the reference output's shape, dtype and device). The
 copies are kept until the candidate's windows are all closed; then the referee draws, from a seed of the candidate's
 keys (evaluator.referee.keys: no seed the candidate saw tells it), which calls the float64 reference replays and
-compares in every tier: SAMPLED_CALLS of them, every call where there are no more, and always the last (the state the
-candidate ends with is compared against the state after it). While it runs, a candidate cannot know which of its
-calls will be compared: a candidate wrong on a fraction q of its clocked calls escapes with probability at most
-(1 - q) ** SAMPLED_CALLS (drawn without replacement, less): about 1% for q = 1/4. Every checked call (the check phase,
+compares in every tier: SAMPLED_CALLS of the ranked calls, SAMPLED_OTHERS of the rest, every call of a part that has
+no more, and always the last (the state the candidate ends with is compared against the state after it). While it
+runs, a candidate cannot know which of its calls will be compared: a candidate wrong on a fraction q of its ranked
+calls escapes with probability at most (1 - q) ** SAMPLED_CALLS (drawn without replacement, less): about 1% for
+q = 1/4. Every checked call (the check phase,
 the spot checks, the one after timing) is compared as before.
 
-In training mode a call's buffers depend on the calls before it. A compared call whose previous call was compared too
-continues the replay's own chain (with every call compared, the replay is the whole series, as the reference would run
-it); one whose previous call was not starts from the buffers the candidate staged after that call, as it staged
-them: so each compared call is checked as a step from the state the candidate reported, and a buffer wrong after a
-call is caught where that call, or the one after it, is compared.
+In training mode a call's buffers depend on the calls before it. Before the first draw the referee runs one training
+call of the float64 reference twice (`state_use`): which buffers a call changes, and whether the output depends on
+them (the second run with those buffers altered). Where it does (or cannot tell), every kept call is replayed in
+order, the reference's own chain as before, and only the drawn calls are compared. Where it does not (BatchNorm's
+running statistics in training), a compared call whose previous call was not compared starts from the changing
+buffers the candidate staged after that call, every other buffer the reference's own: each compared call is a step
+from the state the candidate reported, and a staged state wrong after a call is caught where that call is compared
+(it gains no time: no output reads it). The state the candidate ends with is compared against the state after the
+last call, which is always compared.
 
 Where the kept copies outgrow what the memory plan leaves for them (`MemoryPlan.kept_bytes`; none where the judge
 lives in host memory), the kept calls are drawn from there as at the end (SAMPLED_CALLS and the last of them) and
@@ -38,9 +43,12 @@ from evaluator.wire import tensors as cmp
 from evaluator.wire.exchange import ExchangeError
 from evaluator.wire.records import Phase, Status
 
-# Clocked calls compared after the candidate's windows close (beside the last, always compared): the detection bound
-# above, stated in docs/judging.md.
+# Clocked calls compared after the candidate's windows close, beside the last (always compared): SAMPLED_CALLS of the
+# ranked ones (a cheat that gains time is on those: the detection bound above, stated in docs/judging.md) and
+# SAMPLED_OTHERS of the rest (warm-up, void and back-to-back windows). A draw made before the ranked windows are known
+# (kept copies outgrowing the memory plan) takes SAMPLED_CALLS of all it holds.
 SAMPLED_CALLS = 16
+SAMPLED_OTHERS = 4
 
 
 @dataclass
@@ -48,6 +56,7 @@ class Kept:
     """A clocked window's copies, kept until the calls to compare are drawn."""
 
     input_sets: list[list]
+    window: int                         # id() of its clocked window (settle: whether it ranked)
     first: int                          # the number of its first call (from 1, warm-up included)
     staged: dict[str, torch.Tensor]     # `outputs` and `states.NAME`, a row a call
     nbytes: int
@@ -72,7 +81,15 @@ class Replay:
         self.count = 0      # clocked calls made
         self.compared = 0   # of them, compared
         self.through = 0    # the call the module's buffers are after (0: the checks)
-        # training: each call's buffers as the candidate staged them, for a compared call after one that was not
+        # training: the buffers a call changes, taken from the candidate (a compared call after one that was not), or
+        # None where every call is replayed in order (the output reads them); each kept call's as it staged them
+        self.forced: set[str] | None = None
+        self.chain = False
+        if self.train and any(True for _ in self.module.buffers()):
+            inputs = referee.draw(referee.problem.distributions[0], session.keys.next_seed("state probe"))
+            changing, read = state_use(checked.reference64, draws.as_float64(inputs, referee.judge_device))
+            self.chain = read
+            self.forced = changing if not read else None
         self.states: dict[int, dict[str, torch.Tensor]] = {}
 
     def keep(self, clocked: clock.Clocked, input_sets: list[list]) -> None:
@@ -80,7 +97,12 @@ class Replay:
         something of it did not reach the referee, and the kept windows drawn from where the copies outgrow `limit`."""
         referee = self.session.referee
         staged, problems = staged_tensors(self.session, clocked)
-        kept = Kept(input_sets, self.count + 1, staged,
+        for name, value in list(staged.items()):  # a row a call, as the referee asked: else no copy of it stands
+            if value.dim() == 0 or value.shape[0] != len(input_sets):
+                problems.append(f"the executor staged `{name}` as {tuple(value.shape)}, not a row for each of the "
+                                f"window's {len(input_sets)} call(s)")
+                del staged[name]
+        kept = Kept(input_sets, id(clocked), self.count + 1, staged,
                     sum(t.numel() * t.element_size() for t in staged.values()))
         clocked.capture = clocked.staged = None  # the window keeps its times only; the copies live here
         self.count += kept.calls
@@ -96,42 +118,46 @@ class Replay:
         if problems:  # a failure already: every call of the window compared, the first problem named
             self.compare(kept, list(range(kept.calls)), problems)
             return
-        if self.train:
+        if self.forced:  # views into the kept copies (the last call's cloned where they are freed: `settle`)
             for index in range(kept.calls):
                 self.states[kept.first + index] = {
-                    name: value[index].clone() for name, value in staged.items() if name.startswith("states.")}
+                    name: staged[f"states.{name}"][index] for name in self.forced if f"states.{name}" in staged}
         self.kept.append(kept)
         self.kept_bytes += kept.nbytes
         if self.kept_bytes > self.limit:
             self.settle()
 
-    def settle(self) -> None:
-        """The kept windows' calls compared and freed: SAMPLED_CALLS drawn now and the last (every one where there
-        are no more)."""
-        calls = [(kept, index) for kept in self.kept for index in range(kept.calls)]
-        if len(calls) <= SAMPLED_CALLS + 1:
-            chosen = set(range(len(calls)))
-        else:
-            draw = random.Random(self.session.keys.next_seed("compared calls"))
-            chosen = set(draw.sample(range(len(calls) - 1), SAMPLED_CALLS)) | {len(calls) - 1}
+    def settle(self, ranked: set[int] | None = None) -> None:
+        """The kept windows' calls compared and freed: drawn now, with the last. With `ranked` (id() of the windows that
+        ranked), SAMPLED_CALLS of their calls and SAMPLED_OTHERS of the rest; without, SAMPLED_CALLS of all (every
+        call of a part that has no more)."""
+        calls = [kept.window in ranked if ranked is not None else True for kept in self.kept for _ in range(kept.calls)]
+        draw = random.Random(self.session.keys.next_seed("compared calls"))
+        chosen = {len(calls) - 1} if calls else set()
+        for part, count in ((True, SAMPLED_CALLS), (False, SAMPLED_OTHERS)):
+            pool = [i for i, in_part in enumerate(calls[:-1]) if in_part == part]
+            chosen |= set(pool if len(pool) <= count else draw.sample(pool, count))
         position = 0
         for kept in self.kept:
             indices = [i for i in range(kept.calls) if position + i in chosen]
             position += kept.calls
-            if indices:
+            if indices or self.chain:  # the chain runs through every call
                 self.compare(kept, indices)
         self.kept, self.kept_bytes = [], 0
+        if self.states:  # a compared call of the next draw may start from the last call's buffers, no other's
+            last = max(self.states)
+            self.states = {last: {name: value.clone() for name, value in self.states[last].items()}}
 
     def step_from(self, call: int) -> None:
-        """The module's buffers set to what they were after clocked call `call`, as the candidate staged them (after
-        the checks: the float64 reference's own), where the module is not there already."""
-        if not self.train or self.through == call:
+        """The changing buffers (`forced`) set to what they were after clocked call `call`, as the candidate staged them
+        (after the checks: the float64 reference's own), where the module is not there already; every other buffer
+        stays the reference's."""
+        if not self.forced or self.through == call:
             return
-        if call == 0:
-            own = dict(self.checked.reference64.named_buffers())
-        else:
-            own = {name.removeprefix("states."): value for name, value in self.states.get(call, {}).items()}
+        own = dict(self.checked.reference64.named_buffers()) if call == 0 else self.states.get(call, {})
         for name, buffer in self.module.named_buffers():
+            if name not in self.forced:
+                continue
             value = own.get(name)
             if value is None or value.shape != buffer.shape:
                 raise Judged(Status.incorrect, Phase.time, f"buffer `{name}` after clocked call {call} did not reach "
@@ -143,13 +169,18 @@ class Replay:
         in every tier (stacked: one comparison a tensor). A failure names the first call that failed."""
         referee = self.session.referee
         expected: list[dict[str, torch.Tensor]] = []
+        chosen = set(indices)
         with torch.no_grad(), cmp.guarded():
-            for index in indices:
+            # the reference's own chain: every call of the window replayed in order; else the compared calls alone
+            for index in range(kept.calls) if self.chain else indices:
                 call = kept.first + index
                 self.step_from(call - 1)
                 out = self.module(*draws.as_float64(kept.input_sets[index], referee.judge_device))
-                expected.append({"output": out, **{name: value.clone() for name, value in self.module.named_buffers()}})
+                if index in chosen:
+                    expected.append({"output": out, **{name: value.clone() for name, value in self.module.named_buffers()}})
                 self.through = call
+        if not indices:
+            return
         self.compared += len(indices)
         acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
         acc.trials = len(indices)
@@ -191,6 +222,29 @@ class Replay:
             if not acc.passed:
                 return position, acc
         return 0, window
+
+
+def state_use(reference64: torch.nn.Module, inputs: list) -> tuple[set[str], bool]:
+    """Which buffers one training call of the float64 reference changes, and whether its output reads them: the same
+    call again from those buffers altered (floats doubled and one added, integers seven more, booleans negated) must
+    give the very same output, else it reads them (so does a call that fails either way)."""
+    probe = copy.deepcopy(reference64).train(True)
+    before = {name: value.clone() for name, value in probe.named_buffers()}
+    try:
+        with torch.no_grad(), cmp.guarded():
+            out = probe(*inputs)
+            changing = {name for name, value in probe.named_buffers() if not torch.equal(value, before[name])}
+            if not changing:
+                return set(), False
+            altered = copy.deepcopy(reference64).train(True)
+            for name, value in altered.named_buffers():
+                if name in changing:
+                    value.copy_(~value if value.dtype == torch.bool else
+                                value * 2 + 1 if value.is_floating_point() else value + 7)
+            again = altered(*inputs)
+    except Exception:  # noqa: BLE001 - the reference's own failure: the safe answer, its chain replayed
+        return set(), True
+    return changing, not (isinstance(out, torch.Tensor) and isinstance(again, torch.Tensor) and torch.equal(out, again))
 
 
 def rows_of(rows: torch.Tensor | None, indices: list[int]) -> torch.Tensor | None:

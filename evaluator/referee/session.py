@@ -249,6 +249,7 @@ class Timed:
     sm_clock_mhz: int | None
     later: object = None      # compare.ModeAccumulator: every call compared after the checks, in every tier
     resolved: bool = True     # whether the figure per call stands as a number (evaluator.referee.floor.check_floor)
+    reference64: object = None  # torch.nn.Module: the float64 reference after the timed calls and the check after them
 
 
 @dataclass(frozen=True)

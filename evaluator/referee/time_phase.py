@@ -112,12 +112,13 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     replay = series.replay
-    replay.settle()  # the windows are closed: the calls compared are drawn now
+    replay.settle(ranked={id(w) for w in series.windows[timed]})  # the windows are closed: the calls compared drawn now
     check.compared_calls, check.clocked_calls = replay.compared, replay.count
     compare_state_after_timing(session, replay.module, replay.count, replay.later)
     floor_ms, resolved = floor.check_floor(session, built, timing, cost, calls)
     recheck(session, replay.module, replay.later)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=replay.later,
+                 reference64=replay.module,
                  resolved=resolved)
 
 
@@ -371,11 +372,13 @@ def held(link):
             release()
 
 
-def spot(session: Session, checked: Checked, reply: Reply, inputs: list, label: str) -> compare.ModeAccumulator:
+def spot(session: Session, checked: Checked, after: torch.nn.Module | None, reply: Reply, inputs: list,
+         label: str) -> compare.ModeAccumulator:
     """An output shipped through the exchange (the profiled call's) against the float64 reference on the
-    same inputs, in every tier: one that passes none is `incorrect`."""
+    same inputs, from its state `after` the calls before (else after the checks), in every tier: one that passes
+    none is `incorrect`."""
     referee = session.referee
-    reference64 = copy.deepcopy(checked.reference64).train(referee.problem.mode == "train")
+    reference64 = copy.deepcopy(after if after is not None else checked.reference64).train(referee.problem.mode == "train")
     shipped, unreadable = session.shipment(reply)
     with torch.no_grad(), cmp.guarded():
         expected = reference64(*draws.as_float64(inputs, referee.judge_device))
@@ -407,8 +410,8 @@ def compare_state_after_timing(session: Session, replayed: torch.nn.Module, call
                                              on=referee.device))
     if not acc.passed:
         raise Judged(Status.incorrect, Phase.time, (
-            f"buffers wrong after {calls} timed calls (warm-up included; the reference replayed the same "
-            f"calls on the same inputs): {describe_regression(acc, None)}"))
+            f"buffers wrong after {calls} timed calls (warm-up included; against the float64 reference's state "
+            f"after the last of them, evaluator.referee.replay): {describe_regression(acc, None)}"))
     later.merge(acc)
 
 

@@ -116,8 +116,12 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
     try:
         evaluator = Evaluator(options)
         baselines = for_evaluator(store, evaluator, retime=retime_baselines) if store is not None else ""
+        verdicts: list[Verdict] = []
+        first_s = None  # the seconds to the first verdict: the referee's start and first round, and one candidate
         with GpuSampler() as sampler:
-            verdicts: list[Verdict] = list(evaluator.evaluate_all(files))
+            for verdict in evaluator.evaluate_all(files):
+                verdicts.append(verdict)
+                first_s = first_s if first_s is not None else time.perf_counter() - started
     finally:
         if before is None:
             os.environ.pop("KH_REFEREE_PROFILE", None)
@@ -131,7 +135,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         for phase, seconds in verdict.phase_seconds.items():
             phases.setdefault(phase, []).append(seconds)
     return {
-        "candidates": len(files), "wall_s": wall_s, "per_minute": 60 * len(files) / wall_s,
+        "candidates": len(files), "wall_s": wall_s, "per_minute": 60 * len(files) / wall_s, "first_s": first_s,
         "statuses": dict(Counter(v.status.value for v in verdicts)),
         "errors": sorted({(v.error or "")[:200] for v in verdicts if v.status.value != "correct"}),
         "phase_median_s": {k: statistics.median(v) for k, v in phases.items()},
@@ -148,12 +152,14 @@ def throughput_table(passes: dict[str, dict]) -> Table:
     order = ["compile", "init", "check", "time", "profile", "total"]
     phase_names = sorted({p for r in passes.values() for p in r["phase_median_s"]},
                          key=lambda p: (order.index(p) if p in order else len(order), p))
-    for column in ["pass", "candidates", "wall s", "per min", "statuses", *(f"{p} s" for p in phase_names),
-                   "GPU busy", "candidate ms"]:
+    for column in ["pass", "candidates", "wall s", "per min", "first verdict s", "statuses",
+                   *(f"{p} s" for p in phase_names), "GPU busy", "candidate ms"]:
         table.add_column(column, justify="left" if column in ("pass", "statuses", "GPU busy") else "right")
     for name, r in passes.items():
         busy = " ".join(f"{gpu}:{fraction:.0%}" for gpu, fraction in r["gpu_busy"].items()) or "-"
+        first = r.get("first_median_s", r.get("first_s"))  # a suite's: the median over its problems
         table.add_row(name, str(r["candidates"]), f"{r['wall_s']:.1f}", f"{r['per_minute']:.2f}",
+                      f"{first:.1f}" if first is not None else "-",
                       ", ".join(f"{k} {v}" for k, v in r["statuses"].items()),
                       *(f"{r['phase_median_s'].get(p, float('nan')):.2f}" for p in phase_names), busy,
                       f"{r['median_ms']:.3f}")

@@ -268,7 +268,7 @@ def run_cli(
 
 @app.command("bench")
 def bench_command(
-    sizes: str = typer.Option("small,kernelbench,wide", help="Comma list of size presets."),
+    sizes: Optional[str] = typer.Option(None, help="Comma list of size presets (default: small,kernelbench,wide)."),
     problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name, folder, or KernelBench-format .py file."),
     files: Optional[list[Path]] = typer.Argument(None, help="Candidates (default: candidates/golden/*.py)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
@@ -283,6 +283,8 @@ def bench_command(
     gpus: Optional[str] = typer.Option(None, help=(
         "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm "
         "pass each.")),
+    problems: Optional[Path] = typer.Option(None, help=(
+        "With --throughput: a suite; N copies of each problem's control (the reference as ModelNew), cold then warm.")),
     retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
         "With --throughput: the warm passes time every baseline in full (by default they read the figures the cold "
         "pass stored, one spot-checked a round, as a later `harness eval` does).")),
@@ -298,18 +300,26 @@ def bench_command(
     from evaluator.parent.sandbox import CandidateFile
     from harness.bench.golden import BenchError, run_bench
 
+    first_size = sizes.split(",")[0].strip() if sizes else None  # a suite's: each problem's own where not given
+    sizes = sizes or "small,kernelbench,wide"
     if judge_cost:
         from harness.service.judge_cost import measure, print_cost
 
         print_cost(measure(problem, sizes.split(",")[0].strip(), device, judge_cost,
                            files[0].read_text() if files else None), console)
         return
-
     if build_cost:
         from harness.bench.build_cost import run_build_cost
 
         run_build_cost(files[0].read_text() if files else None, console=console)
         return
+    if throughput and problems is not None:
+        from harness.bench.suite_throughput import SuiteError, bench_suite
+
+        try:
+            return bench_suite(throughput, problems, first_size, device=device, jobs=jobs, out=out, console=console)
+        except SuiteError as err:
+            raise usage_error(str(err))
     if throughput:
         from harness.bench.throughput import run_throughput
 
