@@ -28,7 +28,7 @@ from harness.bench.costs import largest_costs
 from harness.bench.golden import control_candidate
 from harness.bench.throughput import distinct_copies, run_pass, throughput_table
 from harness.core.store import Store
-from harness.problems.suite import Suite, SuiteError, load_suite
+from harness.problems.suite import Suite, SuiteError, check_sizes, load_suite
 
 __all__ = ["SuiteError", "bench_suite", "run_suite_throughput"]
 
@@ -38,7 +38,6 @@ def bench_suite(count: int, problems: Path, size: str | None, *, device: str | N
     """`harness bench --throughput N --problems PATH`: the suite at each problem's own size, or `size` (SuiteError
     where a problem lacks it)."""
     from evaluator.parent.lanes import resolve_device
-    from harness.cli.suites import check_sizes
 
     suite = load_suite(problems)
     sizes = check_sizes(suite, size, resolve_device(device))

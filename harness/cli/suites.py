@@ -18,9 +18,8 @@ from typing import Any
 
 from rich.console import Console
 
-from evaluator.wire.problem import load_problem
 from harness.cli.commands import EvalLines, _err, candidate_files, eval_command, leaderboard_command
-from harness.problems.suite import Suite, SuiteError, assign_candidates, load_suite, suite_of
+from harness.problems.suite import Suite, SuiteError, assign_candidates, check_sizes, load_suite, suite_of
 from harness.results.board import Filters
 from harness.runs.eval_records import EVAL_RUN, eval_sample_name, is_golden_path
 
@@ -35,20 +34,6 @@ def resolve_suite(problems: Path | None, problem: Sequence[str] | None) -> Suite
     if problem and len(problem) > 1:
         return suite_of(problem)
     return None
-
-
-def check_sizes(suite: Suite, size: str | None, device: str) -> dict[str, str]:
-    """The size each problem will be judged at (its own, `size`, or its default on `device`), by name; every
-    problem that lacks its size said before any work (SuiteError)."""
-    wrong, sizes = [], {}
-    for p in suite.problems:
-        spec = load_problem(p.location)
-        sizes[p.name] = p.size or size or spec.default_size_for(device)
-        if not spec.has_size(sizes[p.name]):
-            wrong.append(f"{p.name} has no size {sizes[p.name]!r} (its sizes: {', '.join(spec.sizes)})")
-    if wrong:
-        raise SuiteError("; ".join(wrong))
-    return sizes
 
 
 def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines: bool, store: Path | None,

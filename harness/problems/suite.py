@@ -189,6 +189,20 @@ def suite_of(locations: Sequence[str]) -> Suite:
     return _checked(Suite(name="+".join(p.name for p in problems), source="--problem", problems=problems))
 
 
+def check_sizes(suite: Suite, size: str | None, device: str) -> dict[str, str]:
+    """The size each problem will be judged at (its own, `size`, or its default on `device`), by name; every
+    problem that lacks its size said before any work (SuiteError)."""
+    wrong, sizes = [], {}
+    for p in suite.problems:
+        spec = load_problem(p.location)
+        sizes[p.name] = p.size or size or spec.default_size_for(device)
+        if not spec.has_size(sizes[p.name]):
+            wrong.append(f"{p.name} has no size {sizes[p.name]!r} (its sizes: {', '.join(spec.sizes)})")
+    if wrong:
+        raise SuiteError("; ".join(wrong))
+    return sizes
+
+
 def assign_candidates(suite: Suite, files: Sequence[Path],
                       named: Sequence[Path] = ()) -> tuple[dict[str, list[Path]], list[Path]]:
     """Each candidate file's problem, from its path from what the user named (`named`: the folders given on the
