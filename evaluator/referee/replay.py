@@ -56,7 +56,7 @@ class Kept:
     """A clocked window's copies, kept until the calls to compare are drawn."""
 
     input_sets: list[list]
-    window: int                         # id() of its clocked window (settle: whether it ranked)
+    window: clock.Clocked               # its window (kept alive: `settle` asks whether it ranked by its id())
     first: int                          # the number of its first call (from 1, warm-up included)
     staged: dict[str, torch.Tensor]     # `outputs` and `states.NAME`, a row a call
     nbytes: int
@@ -102,7 +102,7 @@ class Replay:
                 problems.append(f"the executor staged `{name}` as {tuple(value.shape)}, not a row for each of the "
                                 f"window's {len(input_sets)} call(s)")
                 del staged[name]
-        kept = Kept(input_sets, id(clocked), self.count + 1, staged,
+        kept = Kept(input_sets, clocked, self.count + 1, staged,
                     sum(t.numel() * t.element_size() for t in staged.values()))
         clocked.capture = clocked.staged = None  # the window keeps its times only; the copies live here
         self.count += kept.calls
@@ -131,7 +131,7 @@ class Replay:
         """The kept windows' calls compared and freed: drawn now, with the last. With `ranked` (id() of the windows that
         ranked), SAMPLED_CALLS of their calls and SAMPLED_OTHERS of the rest; without, SAMPLED_CALLS of all (every
         call of a part that has no more)."""
-        calls = [kept.window in ranked if ranked is not None else True for kept in self.kept for _ in range(kept.calls)]
+        calls = [id(kept.window) in ranked if ranked is not None else True for kept in self.kept for _ in range(kept.calls)]
         draw = random.Random(self.session.keys.next_seed("compared calls"))
         chosen = {len(calls) - 1} if calls else set()
         for part, count in ((True, SAMPLED_CALLS), (False, SAMPLED_OTHERS)):
