@@ -196,18 +196,24 @@ class Replay:
                                                          on=referee.device))
         if not acc.passed:
             position, acc = self.first_failure(acc, kept, indices, expected)
-            index = indices[position]
             buffers = acc.failure is None and "output" not in acc.failed
-            together = f"; call {index + 1} of {kept.calls} back to back" if kept.calls > 1 else ""
+            if position is None:  # none fails alone: the compared calls of the window taken together
+                calls = ", ".join(str(kept.first + i) for i in indices)
+                what, together = f"clocked calls {calls} compared together", ""
+            else:
+                index = indices[position]
+                what = f"clocked call {kept.first + index}"
+                together = f"; call {index + 1} of {kept.calls} back to back" if kept.calls > 1 else ""
             raise Judged(Status.incorrect, Phase.time, (
-                f"{'buffers wrong after' if buffers else 'wrong on'} clocked call {kept.first + index}: "
+                f"{'buffers wrong after' if buffers else 'wrong on'} {what}: "
                 f"{describe_regression(acc, self.checked.correctness)}{together}"))
         self.later.merge(acc)
 
     def first_failure(self, window: compare.ModeAccumulator, kept: Kept, indices: list[int],
-                      expected: list[dict]) -> tuple[int, compare.ModeAccumulator]:
-        """The position (in `indices`) of the first compared call that fails alone, with its comparison (the whole
-        comparison's where none does: a failure of the window as a whole)."""
+                      expected: list[dict]) -> tuple[int | None, compare.ModeAccumulator]:
+        """The position (in `indices`) of the first compared call that fails alone, with its comparison; None with the
+        whole comparison's where none does (a failure of the calls taken together). A problem already named (the
+        window's first) is the first call's."""
         referee = self.session.referee
         if window.failure is not None:
             return 0, window
@@ -221,7 +227,7 @@ class Replay:
                                                      on=referee.device))
             if not acc.passed:
                 return position, acc
-        return 0, window
+        return None, window
 
 
 def state_use(reference64: torch.nn.Module, inputs: list) -> tuple[set[str], bool]:
