@@ -866,7 +866,7 @@ def test_one_clocked_call_in_four_wrong_is_caught_in_each_of_20_runs(tmp_path):
     """The sampled replay's bound on the GPU, at `kernelbench` (about 45 clocked calls, the ranked ones handed off on
     the device in windows of 3): 20 judgements of a candidate that skips one clocked call in four, each `incorrect`.
     Each escapes with probability about 0.2% here (16 drawn and the last, of about 45, a quarter of them wrong)."""
-    path = FIXTURES / "hacks" / "cuda" / "wrong_quarter_of_clocked_calls.py"
+    path = FIXTURES / "hacks" / "cpu" / "wrong_quarter_of_clocked_calls.py"  # plain PyTorch: it runs on either device
     batch = [CandidateFile(name=f"quarter-{i}", path=path) for i in range(20)]
     verdicts = list(evaluate(batch, EvalOptions(device="cuda", size="kernelbench", jobs=1, run_rejected=True,
                                                 baselines=["eager"], log_root=tmp_path, seed=0)))

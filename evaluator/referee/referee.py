@@ -137,6 +137,7 @@ class Referee:
         self.rounds: list[BaselineRound] = []
         self.current_round: Round | None = None
         self.cache_dropped: str | None = None  # why the stored baselines no longer stand (a spot check moved)
+        self.buffer_use: tuple[set[str], bool] | None = None  # replay.state_use, probed by the batch's first candidate
         self.cached_said = ""  # what the verdicts dividing by stored figures say of them
         self.judged, self.timed_since_round = 0, 0
         self.sessions = 0  # candidates begun: each one's keys derive from its number

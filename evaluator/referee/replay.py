@@ -11,7 +11,7 @@ calls escapes with probability at most (1 - q) ** SAMPLED_CALLS (drawn without r
 q = 1/4. Every checked call (the check phase,
 the spot checks, the one after timing) is compared as before.
 
-In training mode a call's buffers depend on the calls before it. Before the first draw the referee runs one training
+In training mode a call's buffers depend on the calls before it. Once a batch the referee runs one training
 call of the float64 reference twice (`state_use`): which buffers a call changes, and whether the output depends on
 them (the second run with those buffers altered). Where it does (or cannot tell), every kept call is replayed in
 order, the reference's own chain as before, and only the drawn calls are compared. Where it does not (BatchNorm's
@@ -86,8 +86,10 @@ class Replay:
         self.forced: set[str] | None = None
         self.chain = False
         if self.train and any(True for _ in self.module.buffers()):
-            inputs = referee.draw(referee.problem.distributions[0], session.keys.next_seed("state probe"))
-            changing, read = state_use(checked.reference64, draws.as_float64(inputs, referee.judge_device))
+            if referee.buffer_use is None:  # the problem's: probed once a batch
+                inputs = referee.draw(referee.problem.distributions[0], session.keys.next_seed("state probe"))
+                referee.buffer_use = state_use(checked.reference64, draws.as_float64(inputs, referee.judge_device))
+            changing, read = referee.buffer_use
             self.chain = read
             self.forced = changing if not read else None
         self.states: dict[int, dict[str, torch.Tensor]] = {}
@@ -182,18 +184,7 @@ class Replay:
         if not indices:
             return
         self.compared += len(indices)
-        acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
-        acc.trials = len(indices)
-        for problem in problems:
-            acc.fail(problem)
-        if acc.failure is None:
-            for name in expected[0]:
-                actual = rows_of(kept.staged.get("outputs" if name == "output" else f"states.{name}"), indices)
-                # one call: its expected tensor as a row, not a copy (12.8 GB of float64 at 19_ReLU's size)
-                wanted = expected[0][name].unsqueeze(0) if len(expected) == 1 else torch.stack([e[name] for e in expected])
-                with cmp.guarded():
-                    acc.add(name, compare.compare_tensor(name, actual, wanted, referee.tolerances, referee.rel_floor,
-                                                         on=referee.device))
+        acc = self.against(kept, indices, expected, problems)
         if not acc.passed:
             position, acc = self.first_failure(acc, kept, indices, expected)
             buffers = acc.failure is None and "output" not in acc.failed
@@ -209,22 +200,34 @@ class Replay:
                 f"{describe_regression(acc, self.checked.correctness)}{together}"))
         self.later.merge(acc)
 
+    def against(self, kept: Kept, indices: list[int], expected: list[dict[str, torch.Tensor]],
+                problems: list[str] = ()) -> compare.ModeAccumulator:
+        """Calls `indices` of a kept window (their staged rows) against `expected` (one dict a call), in every tier,
+        each tensor in one comparison (stacked); `problems` already found fail it first."""
+        referee = self.session.referee
+        acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
+        acc.trials = len(indices)
+        for problem in problems:
+            acc.fail(problem)
+        if acc.failure is None:
+            for name in expected[0]:
+                actual = rows_of(kept.staged.get("outputs" if name == "output" else f"states.{name}"), indices)
+                # one call: its expected tensor as a row, not a copy (12.8 GB of float64 at 19_ReLU's size)
+                wanted = expected[0][name].unsqueeze(0) if len(expected) == 1 else torch.stack([e[name] for e in expected])
+                with cmp.guarded():
+                    acc.add(name, compare.compare_tensor(name, actual, wanted, referee.tolerances, referee.rel_floor,
+                                                         on=referee.device))
+        return acc
+
     def first_failure(self, window: compare.ModeAccumulator, kept: Kept, indices: list[int],
                       expected: list[dict]) -> tuple[int | None, compare.ModeAccumulator]:
         """The position (in `indices`) of the first compared call that fails alone, with its comparison; None with the
         whole comparison's where none does (a failure of the calls taken together). A problem already named (the
         window's first) is the first call's."""
-        referee = self.session.referee
         if window.failure is not None:
             return 0, window
         for position, wanted in enumerate(expected):
-            acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
-            for name, value in wanted.items():
-                rows = kept.staged.get("outputs" if name == "output" else f"states.{name}")
-                index = indices[position]
-                actual = rows[index] if rows is not None and index < len(rows) else None
-                acc.add(name, compare.compare_tensor(name, actual, value, referee.tolerances, referee.rel_floor,
-                                                     on=referee.device))
+            acc = self.against(kept, [indices[position]], [wanted])
             if not acc.passed:
                 return position, acc
         return None, window

@@ -60,8 +60,9 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     the same minute. Then BACK_TO_BACK_WINDOWS windows of K calls back to back (K: `window_calls`, at least
     2), as a training loop makes them: compared, never ranked. Every clocked call's output and buffers are
     kept; once the windows are closed a secret sample of the calls (evaluator.referee.replay) is compared, in every
-    tier, with the float64 reference replaying the same calls; then the reported times against the referee's, the physical floor (a figure the clock cannot
-    resolve is shaky and given as no number), the whole state and one more checked call. A tier is claimed
+    tier, with the float64 reference replaying the same calls; then the reported times against the referee's, the
+    physical floor (a figure the clock cannot resolve is shaky and given as no number), the whole state and one more
+    checked call. A tier is claimed
     only where every one of these passes it (`Timed.later`); one that passes none is `incorrect`."""
     session.enter(Phase.time)
     referee = session.referee

@@ -70,6 +70,9 @@ class RefereeView(Protocol):
     current_round: Round | None
     calibrator: CalibratorView
     zygote: Zygote | None  # what its executors are forked from (evaluator.referee.forking)
+    # the buffers a training call changes and whether the output reads them (evaluator.referee.replay.state_use), once
+    # probed; None before
+    buffer_use: tuple[set[str], bool] | None
 
     @property
     def exchange_bytes(self) -> int: ...
