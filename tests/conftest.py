@@ -192,6 +192,16 @@ def isolated_workdir(session_workdir, tmp_path_factory, monkeypatch):
     return folder
 
 
+
+def calls_drawn(check) -> int:
+    """How many clocked calls the sampled replay compares for a verdict's `timing_check` (evaluator.referee.replay):
+    SAMPLED_CALLS of the ranked calls, SAMPLED_OTHERS of the rest but the last (warm-up and back-to-back windows: the
+    last call is a back-to-back window's), and the last; every call of a part that has no more."""
+    from evaluator.referee.replay import SAMPLED_CALLS, SAMPLED_OTHERS
+
+    others = check.clocked_calls - check.calls - 1
+    return min(check.calls, SAMPLED_CALLS) + min(others, SAMPLED_OTHERS) + 1
+
 # -- the guard ----------------------------------------------------------------------------------
 
 def checkout_state(root: Path) -> dict[str, tuple[str, tuple[int, int] | None]] | None:
