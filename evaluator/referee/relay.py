@@ -169,7 +169,7 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
         return device_window(request, exchange, stage, plan, input_sets, train, pace_ms, give_up)
     calls = len(input_sets)
     packed = plan.pack(input_sets)  # in host memory before the clock starts, as the capture
-    capture = torch.empty(calls, plan.out_span, dtype=torch.uint8)
+    capture = clock.capture_buffer((calls, plan.out_span), "cpu")
     page, raw = exchange.map, exchange.bytes
     inbox = raw[handoff.HEADER:handoff.HEADER + plan.in_span]
     outbox = raw[plan.out_offset:plan.out_offset + plan.out_span]
