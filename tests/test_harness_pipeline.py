@@ -310,6 +310,31 @@ def test_a_move_flags_only_the_verdicts_timed_between_the_two_rounds():
     assert list(late) == [1] and "moved +43%" in late[1].reason  # round 2 has no round after it in this batch
 
 
+def test_after_the_batch_each_verdict_holds_the_next_rounds_medians_in_the_store_too(tmp_path):
+    """after_batch: every correct verdict with a round after it gets that round's medians (which widen its interval),
+    the one beyond the drift bound its flag too, in memory and in the store, with no history row."""
+    from evaluator.wire.protocol import BaselineRound
+    from evaluator.wire.records import BaselineSource
+    from harness.core.store import Store
+    from harness.results.drift import after_batch
+
+    rounds = [BaselineRound(index=i, batch="b", measured_at=0.0, after_candidates=i, baselines={"eager": {"median_ms": ms}})
+              for i, ms in enumerate((2.0, 2.1, 3.0))]
+    source = dict(batch="b", measured_at=0.0, after_candidates=0)
+    verdicts = [Verdict(candidate=f"r{r}", source_sha256="x", problem="p", size="s", device="cpu", status=Status.correct,
+                        speedup={"eager": 1.0}, baseline_source=BaselineSource(round=r, **source)) for r in (0, 1, 2)]
+    store = Store(tmp_path / "s.sqlite")
+    for key, v in zip("abc", verdicts):
+        store.put_verdict(key, v, device_name="cpu")
+    amended, flagged = after_batch(list(zip("abc", verdicts)), rounds, store)
+    assert sorted(amended) == [0, 1] and flagged == {1}
+    assert amended[0].baseline_source.next_round_ms == {"eager": 2.1} and not amended[0].flags
+    assert amended[1].baseline_source.next_round_ms == {"eager": 3.0} and amended[1].flags[0].name == "shaky_timing"
+    stored = store.get_verdict("b")
+    assert stored.baseline_source.next_round_ms == {"eager": 3.0} and [f.name for f in stored.flags] == ["shaky_timing"]
+    assert store.get_verdict("c").baseline_source.next_round_ms == {} and store.history("b") == []
+
+
 def test_run_takes_evals_judging_options(cfg):
     """`run --baselines --weights-seed --compile-timeout --run-timeout --ahead` reach the evaluator as `eval`'s do."""
     judging = dict(baselines=["eager"], eval_seed=7, compile_timeout_s=120.0, run_timeout_s=45.0, ahead=1)

@@ -9,7 +9,7 @@ import pytest
 
 from evaluator.referee.timing import summarize
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Status, Verdict
-from harness.core.intervals import speedup_interval
+from harness.core.intervals import speedup_interval, verdict_interval
 from harness.core.judged import judged
 from harness.core.reward import FAILURES, RewardPolicy, reward
 
@@ -47,6 +47,27 @@ def test_the_interval_holds_the_point_estimate_and_narrows_with_less_noise():
     assert speedup_interval(summarize(times(1.0, 0.02, seed=1), 3), summarize(times(2.0, 0.02, seed=2), 3)) == calm
     assert speedup_interval(summarize([1.0, 1.1], 3), summarize(times(2.0, 0.02), 3)) is None  # too few figures
     assert speedup_interval(summarize([-0.01, 0.02, 0.01], 3), summarize(times(2.0, 0.02), 3)) is None
+
+
+def test_a_control_read_faster_in_one_round_is_not_significantly_faster_across_both():
+    """A control as fast as eager, read 1.02x against its round's eager with an interval whose lower end is over 1,
+    is not significantly faster once eager's median in the round after it (2% slower there) is known; a candidate
+    twice as fast still is, and the reward of a verdict read before the next round has the figures' interval."""
+    from evaluator.wire.records import BaselineSource
+
+    def control(next_ms: float | None, candidate_ms: float = 0.98) -> Verdict:
+        one = verdict(candidate_ms=candidate_ms, eager_ms=1.0, spread=0.01)
+        after = {"eager": next_ms} if next_ms is not None else {}
+        return one.model_copy(update={"baseline_source": BaselineSource(
+            batch="b", round=0, measured_at=0.0, after_candidates=0, next_round_ms=after)})
+
+    alone = verdict_interval(control(None), "eager")
+    assert alone[0] > 1.0  # the figures alone: significantly faster
+    across = verdict_interval(control(0.98), "eager")
+    assert across[0] < 1.0 < across[1] and across[1] == alone[1]
+    assert verdict_interval(control(1.05), "eager")[1] > alone[1]  # a later round slower widens the top
+    assert verdict_interval(control(0.98, candidate_ms=0.5), "eager")[0] > 1.9
+    assert reward(control(None)).speedup_low == alone[0] and reward(control(0.98)).speedup_low == across[0]
 
 
 def test_every_failure_is_below_any_correct_verdict_shaky_or_slow():

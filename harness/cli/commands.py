@@ -32,7 +32,7 @@ from harness.core.store import Store, StoreError, open_store
 from harness.problems.suite import Suite
 from harness.results.baseline_cache import for_evaluator, remember_evaluator
 from harness.results.board import Filters
-from harness.results.drift import baseline_drift, flag_late_shaky, late_line, referee_loop_bias
+from harness.results.drift import after_batch, baseline_drift, late_line, reads_otherwise, referee_loop_bias
 from harness.results.leaderboard import boards_and_suites
 from harness.results.render import FORMATS, print_tables, suite_markdown, suite_tables, to_csv, to_json, to_markdown
 from harness.runs.eval_records import EvalRecorder
@@ -292,19 +292,19 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
         if recorder is not None:
             recorder.store.close()
         return code
-    late = flag_late_shaky([(evaluator.key(v), v) for v in verdicts], evaluator.rounds,
-                           recorder.store if recorder is not None else None, options.shaky_drift)
+    amended, flagged = after_batch([(evaluator.key(v), v) for v in verdicts], evaluator.rounds,
+                                   recorder.store if recorder is not None else None, options.shaky_drift)
     first_line = lines.printed - len(verdicts) + 1  # this problem's first line (no line is reprinted before the end)
-    for position, verdict in late.items():  # the round after them moved: flagged now
-        verdicts[position] = verdict
-        if json_lines:  # printed again, whole, naming the line it replaces
+    for position, verdict in amended.items():  # the round after them: wider intervals, flagged where it moved
+        if json_lines and reads_otherwise(verdict, verdicts[position]):  # printed again, whole, naming the line it replaces
             lines.printed += 1
             sys.stdout.write(verdict_line(verdict, line=lines.printed, index=lines.offset + position,
                                           replaces=first_line + position) + "\n")
             sys.stdout.flush()
+        verdicts[position] = verdict
     lines.offset += len(candidates)
-    if late:
-        status.print(f"{late_line(len(late))}: {', '.join(v.candidate for v in late.values())}",
+    if flagged:
+        status.print(f"{late_line(len(flagged))}: {', '.join(verdicts[p].candidate for p in sorted(flagged))}",
                      highlight=False, soft_wrap=True)
     if recorder is not None:
         remember_evaluator(recorder.store, evaluator)

@@ -3,6 +3,14 @@ a percentile bootstrap of the ratio of their medians, each side resampled on its
 One function for every reader: the reward (harness.core.reward), the verdicts the library and the service return,
 the boards.
 
+Once the batch is over, a verdict also holds its baselines' medians in the round after it
+(`BaselineSource.next_round_ms`), and its interval then covers its ratio to either round. The per-call figures
+show only how a median varies within one series; what moves between series (the device's clocks, one executor's
+memory against another's) they cannot show, and at calls of tens of microseconds it is the larger error: there the
+reference judged as a candidate read 1.02x eager, [1.01-1.03] from its figures alone, on an H200. Eager is judged
+in each round by an executor of its own, so the move between two rounds measures that error where it happens. A
+verdict read before its batch's next round (a warm Judge's reward) has the figures' interval alone.
+
 The seed is the figures' own (a hash of them), so the same verdict always gets the same interval."""
 
 from __future__ import annotations
@@ -59,11 +67,29 @@ def median_interval(stats: TimingStats | None, level: float = LEVEL) -> tuple[fl
     return _ends(_medians(_seeded(figures), figures), level) if figures is not None else None
 
 
+def across_rounds(interval: tuple[float, float], baseline: TimingStats | None,
+                  next_ms: float | None) -> tuple[float, float]:
+    """`interval` widened to hold the same interval against the next round's median of the baseline (`next_ms`)."""
+    if baseline is None or next_ms is None or not baseline.median_ms or next_ms <= 0:
+        return interval
+    moved = next_ms / baseline.median_ms  # the ratio to the next round is the ratio to this one times the move
+    low, high = interval
+    return min(low, low * moved), max(high, high * moved)
+
+
+def verdict_interval(verdict: Verdict, name: str) -> tuple[float, float] | None:
+    """The 95% interval of the verdict's speedup over baseline `name`, across both rounds where the round after it
+    is known; None where it has no speedup over `name` or too few figures."""
+    if name not in verdict.speedup:
+        return None
+    baseline = verdict.baselines.get(name)
+    interval = speedup_interval(verdict.timing, baseline)
+    if interval is None:
+        return None
+    next_ms = verdict.baseline_source.next_round_ms.get(name) if verdict.baseline_source is not None else None
+    return across_rounds(interval, baseline, next_ms)
+
+
 def verdict_intervals(verdict: Verdict) -> dict[str, tuple[float, float]]:
     """Each baseline the verdict's speedups divide by, with its speedup's interval (those that have one)."""
-    found = {}
-    for name in verdict.speedup:
-        interval = speedup_interval(verdict.timing, verdict.baselines.get(name))
-        if interval is not None:
-            found[name] = interval
-    return found
+    return {name: interval for name in verdict.speedup if (interval := verdict_interval(verdict, name)) is not None}

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluator.wire.records import Verdict
-from harness.core.intervals import speedup_interval
+from harness.core.intervals import verdict_interval
 from harness.core.outcomes import Outcome
 from harness.core.ranking import classify
 
@@ -72,6 +72,6 @@ def reward(verdict: Verdict, policy: RewardPolicy | None = None) -> Reward:
     outcome, _ = classify(verdict, policy.tier)
     if outcome not in (Outcome.correct, Outcome.shaky):
         return Reward(value=policy.failures.get(outcome.value, 0.0), outcome=outcome.value)
-    interval = speedup_interval(verdict.timing, verdict.baselines.get(policy.baseline))
-    low = interval[0] if interval is not None and policy.baseline in verdict.speedup else None
+    interval = verdict_interval(verdict, policy.baseline)
+    low = interval[0] if interval is not None else None
     return Reward(value=policy.correct + policy.speed * policy.speed_term(low), outcome=outcome.value, speedup_low=low)

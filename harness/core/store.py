@@ -416,15 +416,18 @@ class Store:
             if candidate_id is not None:
                 db.execute("UPDATE candidates SET verdict_key = ? WHERE id = ?", (key, candidate_id))
 
-    def add_flags(self, key: str, flags: Sequence[Flag]) -> bool:
-        """Flags found after a verdict was stored (harness.results.drift.late_shaky), merged into it in place: the
-        same judgment, known better, not a new one (no history row). False when no verdict has that key."""
+    def amend(self, key: str, flags: Sequence[Flag], next_round_ms: dict[str, float] | None = None) -> bool:
+        """What was learnt of a verdict after it was stored (harness.results.drift.after_batch), merged into it in place:
+        flags, and its baselines' medians in the round after it. The same judgment, known better, not a new one (no
+        history row). False when no verdict has that key."""
         with self._tx() as db:
             row = db.execute("SELECT record FROM verdicts WHERE key = ?", (key,)).fetchone()
             if row is None:
                 return False
             verdict = Verdict.model_validate_json(row[0])
             verdict.flags = merge_flags([*verdict.flags, *flags])
+            if next_round_ms is not None and verdict.baseline_source is not None:
+                verdict.baseline_source.next_round_ms = dict(next_round_ms)
             db.execute("UPDATE verdicts SET record = ? WHERE key = ?", (verdict.model_dump_json(), key))
         return True
 

@@ -70,9 +70,9 @@ class Entry:
         """The 95% interval of its speedup over `baseline` (harness.core.intervals), where its verdict has one."""
         if self.verdict is None or baseline not in self.speedup:
             return None
-        from harness.core.intervals import speedup_interval
+        from harness.core.intervals import verdict_interval
 
-        return speedup_interval(self.verdict.timing, self.verdict.baselines.get(baseline))
+        return verdict_interval(self.verdict, baseline)
 
     @property
     def salvage_text(self) -> str | None:

@@ -5,7 +5,8 @@ The referee flags a verdict whose own series spread too far, or whose round move
 round before it (evaluator.referee.phases.shaky_timing). A move that shows only in the round after a
 verdict (the next round is timed after a few more candidates, the last after the batch's last one) is
 seen only once that round is measured, when the verdict has been sent and stored: the harness then
-adds the flag to it, in the store too (Store.add_flags), and the verdict is no longer ranked.
+adds the flag to it, in the store too (Store.amend), and the verdict is no longer ranked. Every verdict
+with a round after it gets that round's medians too, which widen its speedup's interval.
 """
 
 from __future__ import annotations
@@ -51,20 +52,27 @@ def referee_loop_bias(rounds: Sequence[Any]) -> str | None:
             f"its figure (median of {len(ratios)} round(s)), as the baselines it still times (TF32, compile) may")
 
 
-def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> dict[int, Flag]:
-    """Positions of the verdicts (with their flag) whose speedups divide by a round that the batch's next
-    round (same referee) differs from by more than `bound` (the drift bound) for some baseline: the baselines moved
-    while they were timed."""
+def _round_pairs(verdicts: Sequence[Verdict], rounds: Sequence[Any]) -> dict[int, tuple[dict, dict]]:
+    """Positions of the correct verdicts with speedups whose round has a next one in the batch (same referee), with
+    each baseline's median in both: (the verdict's round, the round after it)."""
     by_round = {(r.batch, r.index): r for r in rounds if r.baselines}
-    flagged = {}
+    pairs = {}
     for position, verdict in enumerate(verdicts):
         source = verdict.baseline_source
         if source is None or verdict.status != Status.correct or not verdict.speedup:
             continue
         before, after = by_round.get((source.batch, source.round)), by_round.get((source.batch, source.round + 1))
-        if before is None or after is None:
-            continue
-        was, now = _medians(before), _medians(after)
+        if before is not None and after is not None:
+            pairs[position] = (_medians(before), _medians(after))
+    return pairs
+
+
+def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> dict[int, Flag]:
+    """Positions of the verdicts (with their flag) whose speedups divide by a round that the batch's next
+    round (same referee) differs from by more than `bound` (the drift bound) for some baseline: the baselines moved
+    while they were timed."""
+    flagged = {}
+    for position, (was, now) in _round_pairs(verdicts, rounds).items():
         moves = {name: now[name] / was[name] - 1 for name in was if name in now}
         beyond = [f"baseline `{name}` moved {move:+.0%} by the round after it ({was[name]:.4g} -> {now[name]:.4g} ms)"
                   for name, move in moves.items() if abs(move) > bound]
@@ -74,17 +82,32 @@ def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any], bound: float 
     return flagged
 
 
-def flag_late_shaky(keyed: Sequence[tuple[str, Verdict]], rounds: Sequence[Any], store: Any | None,
-                    bound: float = SHAKY_DRIFT) -> dict[int, Verdict]:
-    """late_shaky for a batch's (store key, verdict) pairs: the flagged verdicts by position, their flag
-    merged into the stored copies too (`store`, a harness.core.store.Store, when the verdicts were stored)."""
+def after_batch(keyed: Sequence[tuple[str, Verdict]], rounds: Sequence[Any], store: Any | None,
+                bound: float = SHAKY_DRIFT) -> tuple[dict[int, Verdict], set[int]]:
+    """What a batch's (store key, verdict) pairs learn from the round after them, once it is timed: each baseline's
+    median there (`BaselineSource.next_round_ms`, which widens the speedup's interval: harness.core.intervals) and,
+    where a baseline moved beyond `bound`, `shaky_timing` (late_shaky). Returns the amended verdicts by position and
+    the positions flagged; the stored copies are amended too (`store`, a harness.core.store.Store, when the
+    verdicts were stored): the same judgment known better, not a new one."""
+    verdicts = [verdict for _, verdict in keyed]
+    flags, pairs = late_shaky(verdicts, rounds, bound), _round_pairs(verdicts, rounds)
     amended = {}
-    for position, flag in late_shaky([verdict for _, verdict in keyed], rounds, bound).items():
+    for position, (_, now) in pairs.items():
         key, verdict = keyed[position]
+        late = [flags[position]] if position in flags else []
+        source = verdict.baseline_source.model_copy(update={"next_round_ms": now})
+        amended[position] = verdict.model_copy(update={"flags": merge_flags([*verdict.flags, *late]),
+                                                       "baseline_source": source})
         if store is not None:
-            store.add_flags(key, [flag])
-        amended[position] = verdict.model_copy(update={"flags": merge_flags([*verdict.flags, flag])})
-    return amended
+            store.amend(key, late, now)
+    return amended, set(flags)
+
+
+def reads_otherwise(amended: Verdict, verdict: Verdict) -> bool:
+    """Whether a reader of the amended verdict sees anything else than in `verdict`: its flags, or an interval."""
+    from harness.core.intervals import verdict_intervals
+
+    return amended.flags != verdict.flags or verdict_intervals(amended) != verdict_intervals(verdict)
 
 
 def late_line(count: int) -> str:

@@ -15,7 +15,7 @@ from harness.core.records import Candidate
 from harness.core.store import source_sha256
 from harness.generation.replies import progress_bar
 from harness.results.baseline_cache import cache_key, options_for, remember_rounds
-from harness.results.drift import flag_late_shaky, late_line
+from harness.results.drift import after_batch, late_line
 from harness.results.run_summary import RunSummary, SampleOutcome
 from harness.runs.context import RunContext
 
@@ -149,9 +149,9 @@ def evaluate_candidates(ctx: RunContext, files: Sequence[tuple[SampleOutcome, Pa
         next(verdicts, None)  # the batch's end (its last baseline round)
     remember_rounds(store, cache, getattr(evaluate_fn, "rounds", []), problem=ctx.problem.name, size=ctx.size,
                     device_name=ctx.device_name, judge=ctx.judge)
-    late = flag_late_shaky(judged, getattr(evaluate_fn, "rounds", []), store, ctx.cfg.shaky_drift)
-    for position, verdict in late.items():  # the round after them moved: flagged now
+    amended, flagged = after_batch(judged, getattr(evaluate_fn, "rounds", []), store, ctx.cfg.shaky_drift)
+    for position, verdict in amended.items():  # the round after them: wider intervals, flagged where it moved
         for outcome, _ in pending[judged[position][0]]:
             outcome.verdict = verdict
-    if late:
-        ctx.console.print(late_line(len(late)), highlight=False)
+    if flagged:
+        ctx.console.print(late_line(len(flagged)), highlight=False)

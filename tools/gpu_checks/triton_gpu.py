@@ -122,7 +122,11 @@ def verdicts(log: Path) -> list[dict]:
                 found.append(json.loads(line))
             except ValueError:
                 pass
-    return [v for v in found if "status" in v]
+    latest = {}  # a verdict printed again after its batch (`replaces`) stands for the earlier line
+    for v in found:
+        if "status" in v:
+            latest[(v.get("index"), v["candidate"])] = v
+    return list(latest.values())
 
 
 def row(v: dict) -> str:
@@ -131,9 +135,11 @@ def row(v: dict) -> str:
     err, bound = correctness.get("max_abs_err"), (correctness.get("matched_bounds") or {}).get("output")
     ratio = f"{err:.3g}/{bound:.2g}" if err is not None and bound is not None else "-"  # its error; matched's ratio
     speed = (v.get("speedup") or {}).get("eager")
+    low, high = (v.get("speedup_interval") or {}).get("eager") or (0, 0)
+    span = f"[{low:.3f}-{high:.3f}]" if high else "-"
     flags = ",".join(f["name"] for f in v.get("flags") or [] if f["name"] not in ("bounds",))
     return (f"{v['candidate'][-40:]:40} {v['status']:13} {tiers:21} err={ratio:16} "
-            f"{(f'{speed:.2f}x' if speed else '-'):>7} {v.get('runtime_ms') or 0:9.3f} ms  {flags[:60]}")
+            f"{(f'{speed:.3f}x' if speed else '-'):>7} {span:15} {v.get('runtime_ms') or 0:9.3f} ms  {flags[:60]}")
 
 
 def suite(out: Path, spec: str, rows: list[str], timeout: float) -> None:
