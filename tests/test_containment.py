@@ -571,11 +571,11 @@ def test_harness_eval_says_once_that_candidates_ran_unsandboxed(tmp_path):
                             capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     printed = [json.loads(line) for line in result.stdout.splitlines()]
-    # one line each in order; a verdict flagged shaky_timing after the batch (a baseline moved: a loaded
-    # machine) is printed again, whole, after them
+    # one line each in order; a verdict that reads otherwise after the batch (flagged shaky_timing because a
+    # baseline moved, a loaded machine; or its interval widened by the next round) is printed again, whole, after them
     verdicts, again = printed[:2], printed[2:]
     assert [v["status"] for v in verdicts] == ["correct", "correct"]
-    assert len(again) <= 2 and all(any(f["name"] == "shaky_timing" for f in v["flags"]) for v in again)
+    assert len(again) <= 2 and all(v["baseline_source"]["next_round_ms"] for v in again)
     for verdict in printed:
         [flag] = [f for f in verdict["flags"] if f["name"] == "unsandboxed"]
         assert flag["policy"] == "flag" and "files" in flag["reason"] and "signals" not in flag["reason"]
