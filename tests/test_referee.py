@@ -935,3 +935,14 @@ def test_the_kept_calls_are_drawn_from_where_they_outgrow_the_memory_plan():
         assert timed.later.trials >= timed.check.compared_calls
     assert counts[1 << 30][0] == counts[1 << 30][2] < counts[1 << 30][1]
     assert 17 < counts[0][0] <= counts[0][1]
+
+
+def test_a_kept_window_counts_the_inputs_it_is_replayed_on():
+    """A reduction's output is tiny beside its input: the kept bytes the memory plan bounds hold both, or a window of
+    32 calls of 134 MB of input each is kept at the size of its outputs (fp32 47_Sum ran an H200 out of memory)."""
+    from evaluator.referee.replay import kept_nbytes
+
+    inputs = [[torch.zeros(1 << 18), 3] for _ in range(4)]  # 1 MiB each, and a number, for 4 calls
+    staged = {"outputs": torch.zeros(4, 1)}
+    assert kept_nbytes(staged, inputs) == 4 * (1 << 20) + 16
+    assert kept_nbytes(staged, []) == 16

@@ -21,8 +21,8 @@ from the state the candidate reported, and a staged state wrong after a call is 
 (it gains no time: no output reads it). The state the candidate ends with is compared against the state after the
 last call, which is always compared.
 
-Where the kept copies outgrow what the memory plan leaves for them (`MemoryPlan.kept_bytes`; none where the judge
-lives in host memory), the kept calls are drawn from there as at the end (SAMPLED_CALLS and the last of them) and
+Where the kept copies and the inputs they are replayed on outgrow what the memory plan leaves for them
+(`MemoryPlan.kept_bytes`; none where the judge lives in host memory), the kept calls are drawn from there as at the end (SAMPLED_CALLS and the last of them) and
 freed, and the draw at the end is over the calls after them: each draw is made once its calls have all run and is
 independent of the others, so a gap the candidate may notice tells it nothing of the calls to come.
 """
@@ -104,8 +104,7 @@ class Replay:
                 problems.append(f"the executor staged `{name}` as {tuple(value.shape)}, not a row for each of the "
                                 f"window's {len(input_sets)} call(s)")
                 del staged[name]
-        kept = Kept(input_sets, clocked, self.count + 1, staged,
-                    sum(t.numel() * t.element_size() for t in staged.values()))
+        kept = Kept(input_sets, clocked, self.count + 1, staged, kept_nbytes(staged, input_sets))
         clocked.capture = clocked.staged = None  # the window keeps its times only; the copies live here
         self.count += kept.calls
         outputs = (clocked.go.outputs if clocked.put is None else clocked.put.outputs)
@@ -231,6 +230,14 @@ class Replay:
             if not acc.passed:
                 return position, acc
         return None, window
+
+
+def kept_nbytes(staged: dict[str, torch.Tensor], input_sets: list[list]) -> int:
+    """What a kept window holds: its calls' copies and the inputs they are replayed on. A reduction's output is tiny
+    beside its input: counting the copies alone, fp32 47_Sum at `default/4` (134 MB of input a call, 32 calls a
+    window) kept every clocked call's inputs and ran an H200 out of memory."""
+    tensors = [*staged.values(), *(x for inputs in input_sets for x in inputs if isinstance(x, torch.Tensor))]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def state_use(reference64: torch.nn.Module, inputs: list) -> tuple[set[str], bool]:

@@ -338,9 +338,9 @@ class BaselineSource(Record):
         "check, with how far it was from the stored figure. None: every baseline timed in this round."))
     next_round_ms: dict[str, float] = Field(default_factory=dict, description=(
         "Each baseline's median in the batch's next round, the one timed after this verdict's candidate, filled in "
-        "once the batch is over (empty until then, or where no round followed). A speedup's 95% interval covers its "
-        "ratio to either round (harness.core.intervals): the baseline's move from one round to the next, the device's "
-        "drift and one executor's figure against another's, is error the per-call figures cannot show."))
+        "once the batch is over (empty until then, or where no round followed). A speedup's 95% interval is widened "
+        "by the baseline's move to it (harness.core.intervals): the device's drift and one executor's figure against "
+        "another's, error the per-call figures cannot show."))
 
 
 class Verdict(Record):

@@ -4,18 +4,21 @@ One function for every reader: the reward (harness.core.reward), the verdicts th
 the boards.
 
 Once the batch is over, a verdict also holds its baselines' medians in the round after it
-(`BaselineSource.next_round_ms`), and its interval then covers its ratio to either round. The per-call figures
+(`BaselineSource.next_round_ms`), and its interval is widened by how far they moved. The per-call figures
 show only how a median varies within one series; what moves between series (the device's clocks, one executor's
-memory against another's) they cannot show, and at calls of tens of microseconds it is the larger error: there the
-reference judged as a candidate read 1.02x eager, [1.01-1.03] from its figures alone, on an H200. Eager is judged
-in each round by an executor of its own, so the move between two rounds measures that error where it happens. A
-verdict read before its batch's next round (a warm Judge's reward) has the figures' interval alone.
+memory against another's) they cannot show, and at calls of tens of microseconds it is the larger error: on an H200
+the reference judged as a candidate read 1.16x eager at fp16 matmul, [1.08-1.29] from its figures alone, and 1.09x
+at fp32 LayerNorm, [1.08-1.09]. Eager is judged
+in each round by an executor of its own, so the move between two rounds measures that error where it happens, and
+each end of the interval moves out by a 95% allowance made from it (ROUND_MOVE_ALLOWANCE). A verdict read before its
+batch's next round (a warm Judge's reward) has the figures' interval alone.
 
 The seed is the figures' own (a hash of them), so the same verdict always gets the same interval."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 
@@ -67,14 +70,22 @@ def median_interval(stats: TimingStats | None, level: float = LEVEL) -> tuple[fl
     return _ends(_medians(_seeded(figures), figures), level) if figures is not None else None
 
 
+# The move of eager's median from one round to the next is one draw of the difference between two executors' figures
+# of the same code, |X - Y| with X and Y each N(0, s^2) about the truth: its mean is 2s/sqrt(pi). A candidate's figure
+# against eager's differs by N(0, 2s^2) on that account, whose 95% half-width 1.96 * sqrt(2) * s is about 2.46 times
+# that mean. So each end moves out by 2.46 times the move (in logs), both ways.
+ROUND_MOVE_ALLOWANCE = 1.96 * math.sqrt(2) * math.sqrt(math.pi) / 2
+
+
 def across_rounds(interval: tuple[float, float], baseline: TimingStats | None,
                   next_ms: float | None) -> tuple[float, float]:
-    """`interval` widened to hold the same interval against the next round's median of the baseline (`next_ms`)."""
+    """`interval` widened, both ways, by what the baseline's move to the next round (`next_ms`) says of the error
+    between one executor's figure and another's (ROUND_MOVE_ALLOWANCE)."""
     if baseline is None or next_ms is None or not baseline.median_ms or next_ms <= 0:
         return interval
-    moved = next_ms / baseline.median_ms  # the ratio to the next round is the ratio to this one times the move
+    allowance = math.exp(ROUND_MOVE_ALLOWANCE * abs(math.log(next_ms / baseline.median_ms)))
     low, high = interval
-    return min(low, low * moved), max(high, high * moved)
+    return low / allowance, high * allowance
 
 
 def verdict_interval(verdict: Verdict, name: str) -> tuple[float, float] | None:
