@@ -22,9 +22,10 @@ from the state the candidate reported, and a staged state wrong after a call is 
 last call, which is always compared.
 
 Where the kept copies and the inputs they are replayed on outgrow what the memory plan leaves for them
-(`MemoryPlan.kept_bytes`; none where the judge lives in host memory), the kept calls are drawn from there as at the end (SAMPLED_CALLS and the last of them) and
-freed, and the draw at the end is over the calls after them: each draw is made once its calls have all run and is
-independent of the others, so a gap the candidate may notice tells it nothing of the calls to come.
+(`MemoryPlan.kept_bytes`; none where the judge lives in host memory), the kept calls are drawn from there as at the
+end (SAMPLED_CALLS and the last of them) and freed, and the draw at the end is over the calls after them: each draw
+is made once its calls have all run and is independent of the others, so a gap the candidate may notice tells it
+nothing of the calls to come.
 """
 
 from __future__ import annotations

@@ -296,7 +296,7 @@ def eval_command(files: Sequence[Path], options: Any, *, json_lines: bool, store
                                    recorder.store if recorder is not None else None, options.shaky_drift)
     first_line = lines.printed - len(verdicts) + 1  # this problem's first line (no line is reprinted before the end)
     for position, verdict in amended.items():  # the round after them: wider intervals, flagged where it moved
-        if json_lines and reads_otherwise(verdict, verdicts[position]):  # printed again, whole, naming the line it replaces
+        if json_lines and reads_otherwise(verdict, verdicts[position]):  # printed again, naming the line it replaces
             lines.printed += 1
             sys.stdout.write(verdict_line(verdict, line=lines.printed, index=lines.offset + position,
                                           replaces=first_line + position) + "\n")

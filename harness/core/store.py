@@ -417,8 +417,8 @@ class Store:
                 db.execute("UPDATE candidates SET verdict_key = ? WHERE id = ?", (key, candidate_id))
 
     def amend(self, key: str, flags: Sequence[Flag], next_round_ms: dict[str, float] | None = None) -> bool:
-        """What was learnt of a verdict after it was stored (harness.results.drift.after_batch), merged into it in place:
-        flags, and its baselines' medians in the round after it. The same judgment, known better, not a new one (no
+        """What was learnt of a verdict after it was stored (harness.results.drift.after_batch), merged into it in
+        place: flags, and its baselines' medians in the round after it. The same judgment, known better, not a new one (no
         history row). False when no verdict has that key."""
         with self._tx() as db:
             row = db.execute("SELECT record FROM verdicts WHERE key = ?", (key,)).fetchone()
