@@ -296,7 +296,7 @@ def test_verdicts_the_round_after_them_shows_a_move_beyond_the_bound_are_flagged
 def test_a_move_flags_only_the_verdicts_timed_between_the_two_rounds():
     from evaluator.wire.protocol import BaselineRound
     from evaluator.wire.records import BaselineSource
-    from harness.results.drift import late_shaky
+    from harness.results.drift import after_batch
 
     rounds = [BaselineRound(index=i, batch="b", measured_at=0.0, after_candidates=i, baselines={"eager": {"median_ms": ms}})
               for i, ms in enumerate((2.0, 2.1, 3.0))]  # +5%, then +43%
@@ -306,8 +306,9 @@ def test_a_move_flags_only_the_verdicts_timed_between_the_two_rounds():
                        speedup={"eager": 1.0}, baseline_source=BaselineSource(batch="b", round=round_, measured_at=0.0,
                                                                                after_candidates=0))
 
-    late = late_shaky([verdict(0), verdict(1), verdict(2), verdict(1, Status.incorrect)], rounds)
-    assert list(late) == [1] and "moved +43%" in late[1].reason  # round 2 has no round after it in this batch
+    batch = [verdict(0), verdict(1), verdict(2), verdict(1, Status.incorrect)]
+    amended, flagged = after_batch([(str(i), v) for i, v in enumerate(batch)], rounds, None)
+    assert flagged == {1} and "moved +43%" in amended[1].flags[0].reason  # round 2 has no round after it here
 
 
 def test_after_the_batch_each_verdict_holds_the_next_rounds_medians_in_the_store_too(tmp_path):

@@ -123,11 +123,10 @@ class Clocked:
         return (raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype, device=raw.device)).view(slot.shape)
 
 
-def capture_buffer(nbytes: int | tuple[int, ...], device: torch.device | str) -> torch.Tensor:
+def capture_buffer(shape: tuple[int, ...], device: torch.device | str) -> torch.Tensor:
     """Memory for the referee's copy of what calls left, made before the clock starts: a fresh device allocation
     takes tenths of a ms, and fresh host memory faults its pages in on first touch (2.5 ms for 16 MiB on a 2-core
     CPU), which would land in the window's copy, in some windows and not others (kept copies are always fresh)."""
-    shape = nbytes if isinstance(nbytes, tuple) else (nbytes,)
     if torch.device(device).type == "cuda":
         return torch.empty(shape, dtype=torch.uint8, device=device)
     return torch.zeros(shape, dtype=torch.uint8)  # written, so every page is in
@@ -140,7 +139,7 @@ def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, inp
     when the executor is gone); `place` in [0, 1) picks where in the region the outputs go."""
     sync = torch.cuda.synchronize if stage.device == "cuda" else (lambda: None)
     calls = len(input_sets)
-    capture = capture_buffer(calls * layout.span, stage.bytes.device)
+    capture = capture_buffer((calls * layout.span,), stage.bytes.device)
     started = _perf_counter()
     for index, inputs in enumerate(input_sets):
         for slot in layout.slots(index):

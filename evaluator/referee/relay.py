@@ -247,7 +247,7 @@ def device_window(request: Callable[..., Reply], exchange: Exchange, stage: Stag
     stream = _stream()
     room = stage.bytes
     packed = plan.pack(input_sets, device="cuda")
-    capture = torch.empty(calls, plan.out_span, dtype=torch.uint8, device="cuda")
+    capture = clock.capture_buffer((calls, plan.out_span), "cuda")
     inbox = room[handoff.HEADER:handoff.HEADER + plan.in_span]
     outbox = room[plan.out_offset:plan.out_offset + plan.out_span]
     page, page_at = exchange.map, exchange.bytes.data_ptr()

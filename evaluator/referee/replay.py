@@ -41,7 +41,7 @@ from evaluator.referee import inputs as draws
 from evaluator.referee.check_phase import describe_regression, output_problem
 from evaluator.referee.session import Checked, Judged, Session
 from evaluator.wire import tensors as cmp
-from evaluator.wire.exchange import ExchangeError
+from evaluator.wire.exchange import ExchangeError, nbytes_of
 from evaluator.wire.records import Phase, Status
 
 # Clocked calls compared after the candidate's windows close, beside the last (always compared): SAMPLED_CALLS of the
@@ -238,7 +238,7 @@ def kept_nbytes(staged: dict[str, torch.Tensor], input_sets: list[list]) -> int:
     beside its input: counting the copies alone, fp32 47_Sum at `default/4` (134 MB of input a call, 32 calls a
     window) kept every clocked call's inputs and ran an H200 out of memory."""
     tensors = [*staged.values(), *(x for inputs in input_sets for x in inputs if isinstance(x, torch.Tensor))]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(nbytes_of(t) for t in tensors)
 
 
 def state_use(reference64: torch.nn.Module, inputs: list) -> tuple[set[str], bool]:

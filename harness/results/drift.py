@@ -67,12 +67,12 @@ def _round_pairs(verdicts: Sequence[Verdict], rounds: Sequence[Any]) -> dict[int
     return pairs
 
 
-def late_shaky(verdicts: Sequence[Verdict], rounds: Sequence[Any], bound: float = SHAKY_DRIFT) -> dict[int, Flag]:
-    """Positions of the verdicts (with their flag) whose speedups divide by a round that the batch's next
-    round (same referee) differs from by more than `bound` (the drift bound) for some baseline: the baselines moved
-    while they were timed."""
+def late_flags(pairs: dict[int, tuple[dict, dict]], bound: float) -> dict[int, Flag]:
+    """Positions of the verdicts (with their flag) whose round the batch's next round (same referee) differs from by
+    more than `bound` (the drift bound) for some baseline, from their (round, next round) medians (_round_pairs): the
+    baselines moved while they were timed."""
     flagged = {}
-    for position, (was, now) in _round_pairs(verdicts, rounds).items():
+    for position, (was, now) in pairs.items():
         moves = {name: now[name] / was[name] - 1 for name in was if name in now}
         beyond = [f"baseline `{name}` moved {move:+.0%} by the round after it ({was[name]:.4g} -> {now[name]:.4g} ms)"
                   for name, move in moves.items() if abs(move) > bound]
@@ -86,11 +86,11 @@ def after_batch(keyed: Sequence[tuple[str, Verdict]], rounds: Sequence[Any], sto
                 bound: float = SHAKY_DRIFT) -> tuple[dict[int, Verdict], set[int]]:
     """What a batch's (store key, verdict) pairs learn from the round after them, once it is timed: each baseline's
     median there (`BaselineSource.next_round_ms`, which widens the speedup's interval: harness.core.intervals) and,
-    where a baseline moved beyond `bound`, `shaky_timing` (late_shaky). Returns the amended verdicts by position and
+    where a baseline moved beyond `bound`, `shaky_timing` (late_flags). Returns the amended verdicts by position and
     the positions flagged; the stored copies are amended too (`store`, a harness.core.store.Store, when the
     verdicts were stored): the same judgment known better, not a new one."""
-    verdicts = [verdict for _, verdict in keyed]
-    flags, pairs = late_shaky(verdicts, rounds, bound), _round_pairs(verdicts, rounds)
+    pairs = _round_pairs([verdict for _, verdict in keyed], rounds)
+    flags = late_flags(pairs, bound)
     amended = {}
     for position, (_, now) in pairs.items():
         key, verdict = keyed[position]
