@@ -301,6 +301,27 @@ def test_the_next_problems_extensions_are_built_by_the_batch_before_it_gated_by_
     assert gate.to_prebuild([CandidateFile(name="cpp_correct", path=files[0])]) == []  # built: not again
 
 
+def test_an_interrupted_problem_ends_the_suite_and_no_later_problem_is_started(tmp_path, monkeypatch):
+    """`eval --problems`: Ctrl-C or SIGTERM during one problem's batch (its eval_command says 130) stops the whole
+    command with 130; the problems after it are not judged."""
+    import harness.cli.suites as suites
+
+    started = []
+
+    def interrupted_batch(files, options, **kwargs):
+        started.append(Path(options.problem).stem)
+        return 130
+
+    monkeypatch.setattr(suites, "eval_command", interrupted_batch)
+    out = tmp_path / "out"
+    for name in ("1_ReLU", "3_Softmax"):
+        (out / name).mkdir(parents=True)
+        (out / name / "x.py").write_text("class ModelNew: pass\n")
+    result = invoke("eval", "--problems", str(MINIBENCH), str(out), "--device", "cpu", "--no-store")
+    assert result.exit_code == 130, result.output
+    assert started == ["1_ReLU"]
+
+
 # -- a KernelBench run folder, as it lies -------------------------------------------------------------------------
 
 KERNELBENCH_RUN = Path(__file__).parent / "fixtures" / "kernelbench_run"

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,6 +111,8 @@ class RefereeClient:
         self.gpu, self.lane = gpu, lane
         self.early = early  # started before its first candidate is ready: its first baseline round at once
         self.proc: subprocess.Popen | None = None
+        # an interrupt stops the referee from the main thread while its lane's thread may be stopping it too
+        self.stopping = threading.Lock()
         self.rounds: list[BaselineRound] = []
         self.batches = 0
 
@@ -278,45 +281,49 @@ class RefereeClient:
 
     def interrupt(self) -> None:
         """Asked to end now (stop_everything): the referee closes its executors and exits."""
-        if self.proc is not None and self.proc.poll() is None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
 
     def finish_interrupt(self, wait_s: float) -> None:
-        if self.proc is not None:
+        proc = self.proc
+        if proc is not None:
             try:
-                self.proc.wait(timeout=wait_s)
+                proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 pass
             self.requests.close()
             self.stop()
 
     def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        LIVE.discard(self)
-        try:
-            self.proc.wait(timeout=30 if self.proc.poll() is None and self.requests.closed is False else 0)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its executors follow it (their launchers' death signal)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-        for close in (self.requests.close, lambda: os.close(self.replies)):
+        with self.stopping:  # one caller stops it; a second finds it stopped
+            proc = self.proc
+            if proc is None:
+                return None
+            LIVE.discard(self)
             try:
-                close()
-            except OSError:
+                proc.wait(timeout=30 if proc.poll() is None and self.requests.closed is False else 0)
+            except subprocess.TimeoutExpired:
                 pass
-        code, self.proc = self.proc.returncode, None
-        shutil.rmtree(self.folder, ignore_errors=True)
-        for path in list(self.submitted):  # sources of requests never answered
-            discard(path)
-        self.submitted.clear()
-        return code
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # its executors follow it (their launchers' death signal)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            for close in (self.requests.close, lambda: os.close(self.replies)):
+                try:
+                    close()
+                except OSError:
+                    pass
+            code, self.proc = proc.returncode, None
+            shutil.rmtree(self.folder, ignore_errors=True)
+            for path in list(self.submitted):  # sources of requests never answered
+                discard(path)
+            self.submitted.clear()
+            return code
 
 
 def discard(path: Path) -> None:

@@ -73,6 +73,8 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         code = max(code, eval_command(by_problem[name], settings[name], json_lines=json_lines, store=store,
                                       record=record, console=console, lines=lines, retime_baselines=retime_baselines,
                                       prebuild=ahead))
+        if code == 130:  # interrupted (Ctrl-C or SIGTERM): the problems after it are not started
+            return 130
     if record and not json_lines:
         print_suite_board(suite, store, [f for fs in by_problem.values() for f in fs], sizes, console)
     results = [f / "eval_results.json" for f in files if (f / "eval_results.json").is_file()]
