@@ -58,6 +58,22 @@ def test_a_word_that_never_comes_is_late_and_stop_ends_the_wait_sooner():
     handoff.wait_for(page, handoff.COMMIT, 4, started + 60, stop=answered_right_after_the_commit)  # not late
 
 
+def test_a_napping_wait_takes_no_core_and_still_sees_the_word_and_its_deadline():
+    """On the CPU the referee naps between looks at COMMIT, leaving the call's threads both cores: its wait costs
+    a fraction of the wall time it lasts, and it still returns once the word comes and is late after its deadline."""
+    import threading
+
+    page = bytearray(64)
+    setter = threading.Timer(0.3, handoff.write, args=(page, handoff.COMMIT, 1))
+    setter.start()
+    wall, cpu = time.monotonic(), time.process_time()
+    handoff.wait_for(page, handoff.COMMIT, 1, wall + 60, nap_s=50e-6)
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    assert 0.25 < wall < 5 and cpu < wall / 2, (wall, cpu)
+    with pytest.raises(handoff.Late):
+        handoff.wait_for(page, handoff.COMMIT, 2, time.monotonic() + 0.05, nap_s=50e-6)
+
+
 def handed_off(monkeypatch, model_class, calls: int = 6):
     """The time phase of `model_class` in this process with windows of `calls` calls (K as a short call gets it)."""
     from evaluator.referee import time_phase as phase

@@ -58,6 +58,11 @@ HANDOFF_WARMUP = 2
 # windows of 2, not of HANDOFF_CALLS (a round of five baselines would take minutes).
 BASELINE_WINDOW_MS = 40.0
 _tokens = itertools.count(1)
+# On the CPU the referee sleeps this long between looks at COMMIT while a call runs, rather than spinning: a spinning
+# referee (yielding or not) held one of a 2-core machine's cores from the call's threads, so calls ran up to twice as
+# long as alone and spread with the scheduler. Waking costs tens of microseconds, a small share of a CPU call, and
+# it is the same in the calibrator's windows beside. HARNESS_CPU_NAP_US=0 spins, for measuring.
+CPU_NAP_S = float(os.environ.get("HARNESS_CPU_NAP_US", "50")) * 1e-6
 
 
 def exchange_room(layout, device: str) -> int:
@@ -177,6 +182,7 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
         handoff.write(page, word, 0)
     token, times = next(_tokens), {}
     yielding = device != "cuda"
+    nap_s = CPU_NAP_S if yielding else 0.0
 
     # one thread's memcpy, not torch's copy (which may wake a pool of threads for a few hundred KB, unevenly)
     inbox_at, outbox_at, in_span, out_span = inbox.data_ptr(), outbox.data_ptr(), plan.in_span, plan.out_span
@@ -191,7 +197,7 @@ def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan
                 _memmove(inbox_at, packed_at + k * in_span, in_span)
                 handoff.write(page, handoff.GO, k + 1)
                 went = _perf_counter()
-                handoff.wait_for(page, handoff.COMMIT, k + 1, deadline, answered, yielding)
+                handoff.wait_for(page, handoff.COMMIT, k + 1, deadline, answered, yielding, nap_s)
                 committed = _perf_counter()
                 _memmove(capture_at + k * out_span, outbox_at, out_span)  # what the call left, before the next inputs
                 stamps.append((now, went, committed, now := _perf_counter()))

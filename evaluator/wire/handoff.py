@@ -42,15 +42,19 @@ class Late(Exception):
     """A word did not come in time (or the other side answered on its channel instead)."""
 
 
-def wait_for(buffer, word: int, value: int, deadline: float, stop=None, yielding: bool = False) -> None:
+def wait_for(buffer, word: int, value: int, deadline: float, stop=None, yielding: bool = False,
+             nap_s: float = 0.0) -> None:
     """Spin until `word` holds at least `value` (time.monotonic() `deadline`; `stop()` true: give up). `yielding`
-    gives the core back at each turn (a CPU device: the other side's work needs it)."""
+    gives the core back at each turn (a CPU device: the other side's work needs it); `nap_s` sleeps that long at
+    each turn instead, so that the waiter takes no core at all while the other side works."""
     unpack, turns = _WORD.unpack_from, 0
     while unpack(buffer, word)[0] < value:
         turns += 1
-        if yielding:
+        if nap_s:
+            time.sleep(nap_s)
+        elif yielding:
             os.sched_yield()
-        if turns & 1023 == 0 and (time.monotonic() > deadline or (stop is not None and stop())):
+        if (nap_s or turns & 1023 == 0) and (time.monotonic() > deadline or (stop is not None and stop())):
             if unpack(buffer, word)[0] >= value:  # it came meanwhile (with the reply right behind it): not late
                 return
             raise Late(f"word {word} stayed under {value}")

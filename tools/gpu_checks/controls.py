@@ -66,7 +66,7 @@ def main() -> None:
     (args.out / "board.json").write_text(board.stdout)
     try:
         suite = json.loads(board.stdout).get("suite") or {}
-        rows.append(f"suite board: correct {suite.get('correct')} of {suite.get('problems')}; fast_p (KernelBench's) "
+        rows.append(f"suite board: correct {suite.get('correct')} of {len(suite.get('problems') or [])}; fast_p (KernelBench's) "
                     f"{json.dumps(suite.get('fast_p'))}; significant {json.dumps(suite.get('fast_p_significant'))}")
     except ValueError:
         rows.append(f"suite board: rc={board.returncode} {board.stderr[-300:]}")

@@ -11,7 +11,7 @@ class Model(nn.Module):
         return torch.matmul(A, B)
 
 
-N = 512
+N = 1024
 
 
 def get_inputs():

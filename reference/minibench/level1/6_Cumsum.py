@@ -12,8 +12,8 @@ class Model(nn.Module):
         return torch.cumsum(x, dim=self.dim)
 
 
-batch_size = 16
-length = 4096
+batch_size = 256
+length = 32768
 scan_dim = 1
 
 

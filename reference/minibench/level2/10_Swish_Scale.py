@@ -12,8 +12,8 @@ class Model(nn.Module):
         return x * torch.sigmoid(x) * self.scale
 
 
-batch_size = 16
-dim = 8192
+batch_size = 32
+dim = 65536
 
 
 def get_inputs():

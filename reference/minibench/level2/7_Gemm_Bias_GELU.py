@@ -12,7 +12,7 @@ class Model(nn.Module):
         return torch.nn.functional.gelu(self.gemm(x))
 
 
-batch_size = 256
+batch_size = 1024
 in_features = 1024
 out_features = 1024
 

@@ -13,10 +13,10 @@ class Model(nn.Module):
         return torch.relu(self.conv(x)) + self.bias
 
 
-batch_size = 8
-in_channels = 3
-out_channels = 16
-height = width = 32
+batch_size = 16
+in_channels = 16
+out_channels = 32
+height = width = 64
 kernel_size = 3
 
 

@@ -16,7 +16,7 @@ class Model(nn.Module):
 
 batch_size = 4
 heads = 8
-seq_len = 256
+seq_len = 384
 head_dim = 64
 
 
