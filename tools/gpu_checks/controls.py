@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from triton_gpu import row, sh, verdicts  # noqa: E402
+from triton_gpu import row, sh, verdicts  # noqa: E402  (which puts the repo on sys.path)
+
+from evaluator.wire.problem import reference_as_candidate  # noqa: E402
 
 # level/id: seven of level 1 (elementwise, reductions, a scan, a matmul) and this project's level-2 problem
 DEFAULT = "1/19,1/23,1/40,1/47,1/1,1/89,1/88,2/39"
@@ -35,8 +37,7 @@ def write_run(kernelbench: Path, out: Path, picks: list[tuple[int, int]]) -> tup
         source = found[0].read_text()
         (problems / f"level{level}").mkdir(parents=True, exist_ok=True)
         (problems / f"level{level}" / found[0].name).write_text(source)
-        (run / f"level_{level}_problem_{pid}_sample_0_kernel.py").write_text(
-            source + "\n\nclass ModelNew(Model):\n    \"\"\"The reference itself: the control.\"\"\"\n")
+        (run / f"level_{level}_problem_{pid}_sample_0_kernel.py").write_bytes(reference_as_candidate(source, {}))
     return problems, run
 
 
@@ -66,8 +67,9 @@ def main() -> None:
     (args.out / "board.json").write_text(board.stdout)
     try:
         suite = json.loads(board.stdout).get("suite") or {}
-        rows.append(f"suite board: correct {suite.get('correct')} of {len(suite.get('problems') or [])}; fast_p (KernelBench's) "
-                    f"{json.dumps(suite.get('fast_p'))}; significant {json.dumps(suite.get('fast_p_significant'))}")
+        rows.append(f"suite board: correct {suite.get('correct')} of {len(suite.get('problems') or [])}; "
+                    f"fast_p (KernelBench's) {json.dumps(suite.get('fast_p'))}; "
+                    f"significant {json.dumps(suite.get('fast_p_significant'))}")
     except ValueError:
         rows.append(f"suite board: rc={board.returncode} {board.stderr[-300:]}")
     text = log.read_text(errors="replace")

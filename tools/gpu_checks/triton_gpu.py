@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from evaluator.wire.problem import reference_as_candidate  # noqa: E402
 
 # id, name, forward, sizes, inputs, init inputs, candidate file
 PROBLEMS = [
@@ -92,8 +94,7 @@ def write_suite(out: Path, ids: set[int] | None = None) -> tuple[Path, Path]:
             continue
         (level / f"{name}.py").write_text(source)
         (run / f"level_1_problem_{pid}_sample_0_kernel.py").write_text((ROOT / "candidates/triton" / cand).read_text())
-        (run / f"level_1_problem_{pid}_sample_1_kernel.py").write_text(
-            source + "\n\nclass ModelNew(Model):\n    \"\"\"The reference itself: the control.\"\"\"\n")
+        (run / f"level_1_problem_{pid}_sample_1_kernel.py").write_bytes(reference_as_candidate(source, {}))
     return level, run
 
 
