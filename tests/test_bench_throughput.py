@@ -3,6 +3,11 @@ and the first set again with every baseline timed, each pass handed the bench's 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from conftest import FIXTURES
 from harness.bench import throughput
 
@@ -45,32 +50,52 @@ def test_each_pass_profiles_its_referees_apart_under_the_users_folder(monkeypatc
     assert profiles == [tmp_path / "prof" / "pass0", tmp_path / "prof" / "pass1"]
 
 
-def test_the_largest_costs_are_read_from_the_referees_own_profiles(tmp_path):
-    """A profile of functions named as the referee's steps are (file and function): their cumulative seconds, largest
-    first, over the candidates and twins the log names."""
-    import cProfile
-    import importlib.util
+def test_the_largest_costs_are_read_from_the_referees_own_logs(tmp_path):
+    """The costed steps' seconds each candidate's and twin's line records, summed, largest first, a judged candidate's
+    share over the candidates and twins the log names; a step the bench does not know, and a round's steps, are not a
+    judged candidate's."""
     import json
 
     from harness.bench.costs import largest_costs
 
-    source = tmp_path / "replay.py"
-    source.write_text("import time\n\ndef compare():\n    time.sleep(0.05)\n\ndef other():\n    time.sleep(0.01)\n")
-    spec = importlib.util.spec_from_file_location("replay", source)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(2):
-        module.compare()
-        module.other()
-    profiler.disable()
-    profiler.dump_stats(tmp_path / "referee-1.prof")
-    events = [{"event": "candidate"}, {"event": "candidate"}, {"event": "twin"}, {"event": "start"}]
+    events = [{"event": "candidate", "costs": {"replay": 0.5, "windows": 1.0, "other": 9.0}},
+              {"event": "candidate", "costs": {"replay": 0.7}}, {"event": "twin", "costs": {"windows": 0.4}},
+              {"event": "baseline_round", "costs": {"windows": 30.0}}, {"event": "start"}]
     (tmp_path / "referee-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    [cost] = largest_costs([tmp_path / "referee-1.jsonl"])  # `other` is no step of the referee's
-    assert cost.calls == 2 and "float64 replays" in cost.what
-    assert 0.09 < cost.seconds < 1.0 and cost.per_judged == cost.seconds / 3
+    windows, replay = largest_costs([tmp_path / "referee-1.jsonl"])
+    assert "clocked windows" in windows.what and abs(windows.seconds - 1.4) < 1e-9 and windows.calls == 2
+    assert "float64 replays" in replay.what and abs(replay.seconds - 1.2) < 1e-9 and replay.per_judged == replay.seconds / 3
+
+
+def test_a_costed_step_counts_its_wall_seconds_once_and_only_where_profiled(tmp_path):
+    """`tuning.costed`: nothing added without KH_REFEREE_PROFILE (the function as it is); with it, the outermost
+    costed step takes the seconds of those inside it (steps never overlap), and `take_spent` hands them over once."""
+    code = """
+import time
+from evaluator.referee import tuning
+
+@tuning.costed("replay")
+def inner():
+    time.sleep(0.02)
+
+@tuning.costed("windows")
+def outer():
+    inner()
+    time.sleep(0.02)
+
+print(outer is tuning.costed("windows")(outer), end=" ")
+outer(); inner()
+spent = tuning.take_spent()
+print(round(spent.get("windows", 0), 2), round(spent.get("replay", 0), 2), tuning.take_spent())
+"""
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "KH_REFEREE_PROFILE"}
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=repo)
+    assert plain.stdout.split()[:1] == ["True"], plain.stderr  # undecorated: the function itself
+    profiled = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo,
+                              env={**env, "KH_REFEREE_PROFILE": str(tmp_path)})
+    flag, windows, replay, rest = profiled.stdout.split(" ", 3)
+    assert flag == "False" and 0.03 <= float(windows) < 0.5 and 0.015 <= float(replay) < 0.3 and rest.strip() == "{}"
 
 
 def test_a_suite_is_judged_problem_after_problem_cold_then_warm(monkeypatch, tmp_path):

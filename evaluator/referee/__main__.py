@@ -26,7 +26,7 @@ from pathlib import Path
 # Nothing here imports torch: the zygote starts first and makes its imports while the referee makes its own (about
 # 2.5 s of a core each on a 2-core machine; one after the other, every batch waited for both before its first call).
 from evaluator.referee import forking
-from evaluator.referee.tuning import PROFILE_DIR, profile_log
+from evaluator.referee.tuning import CPROFILE, PROFILE_DIR, profile_log
 from evaluator.wire import cgroups
 from evaluator.wire.protocol import JudgeReply, JudgeRequest, RefereeConfig
 from evaluator.wire.zygote import EXECUTOR_MODULES
@@ -183,7 +183,7 @@ def serve(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if PROFILE_DIR:
+    if CPROFILE:
         import cProfile
 
         profiler = cProfile.Profile()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from evaluator.referee import compare
+from evaluator.referee import compare, tuning
 from evaluator.referee import inputs as draws
 from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
@@ -110,6 +110,7 @@ def compare_output(info: ValueInfo | None, actual: torch.Tensor | None, expected
     return compare.compare_tensor("output", actual, expected, tolerances, referee.rel_floor, on=referee.device)
 
 
+@tuning.costed("checked_calls")
 def trial(session: Session, reference64: torch.nn.Module, distribution: str, seed: int, *, train: bool,
           acc: compare.ModeAccumulator, fill: bool = False) -> Reply:
     """One checked call: inputs drawn here and shipped, the executor's output, inputs (as the call left

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from evaluator.referee import tuning
 from evaluator.wire.exchange import ExchangeError
 from evaluator.wire.protocol import Go, Put, Reply, TensorSlot
 from evaluator.wire.records import QuantileCheck, TimingCheck
@@ -132,6 +133,7 @@ def capture_buffer(shape: tuple[int, ...], device: torch.device | str) -> torch.
     return torch.zeros(shape, dtype=torch.uint8)  # written, so every page is in
 
 
+@tuning.costed("windows")
 def window(request: Callable[[object], Reply], stage: Stage, layout: Layout, input_sets: list[list], train: bool,
            flush: Callable[[], None], place: float, pace_ms: float = 0.0) -> Clocked:
     """One window of len(input_sets) calls back to back (see the module's docstring): every set written into

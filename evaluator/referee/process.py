@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from evaluator.referee import forking, holding, launch
+from evaluator.referee import forking, holding, launch, tuning
 from evaluator.referee.forking import Forked, Zygote
 from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
@@ -454,6 +454,7 @@ class ExecutorProcess:
         self.messages.append(message)
         return message
 
+    @tuning.costed("replies")
     def reply(self, command_id: int, deadline: float, poll_memory: bool = False, poll_s: float = 0.0) -> Reply:
         """The reply to command `command_id` (0: the import). Phase and containment messages before it
         are kept in `messages`; anything else out of turn ends the executor."""

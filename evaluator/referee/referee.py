@@ -47,6 +47,7 @@ from evaluator.referee.beside import Beside, close_ahead
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import settle
 from evaluator.referee.timing import Timer, launched_kernels
+from evaluator.referee import tuning
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
@@ -241,9 +242,11 @@ class Referee:
         with self.exclusive():
             round_ = self._baseline_round(busy=self.wait_for_idle_device())
         timed = time.perf_counter()
+        costs = tuning.take_spent()  # the round's own (the twin's are the twin's)
         round_ = twin.judged_round(self, round_, previous) if self.twin is not None else round_
         profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
-                     "round_s": timed - compiled, "twin_s": time.perf_counter() - timed})
+                     "round_s": timed - compiled, "twin_s": time.perf_counter() - timed,
+                     "costs": costs})
         return round_
 
     def close_later(self, process: ExecutorProcess) -> None:
@@ -426,6 +429,7 @@ class Referee:
             process.start()
         self.start_ahead(list(upcoming))
         steps["start"] = time.perf_counter()
+        tuning.take_spent()  # none of it this candidate's
         self.sessions += 1
         session = self.session_for(request, process, self.keys.derive("candidate", self.sessions, request.digest))
         try:
@@ -435,12 +439,13 @@ class Referee:
             raise
         steps["phases"] = time.perf_counter()
         release_cached(self.device)  # the checks' float64 copies: the next executor's memory, not the referee's cache
+        costs = tuning.take_spent()  # its steps', for the profile (written with its reply)
         self.judged += 1
         if verdict.timing is not None:
             self.timed_since_round += 1
         closed = threading.Event()
         self.closing.append(closed)
-        return functools.partial(self.finish, request, process, session, verdict, steps, closed)
+        return functools.partial(self.finish, request, process, session, verdict, steps, costs, closed)
 
     def session_for(self, request: JudgeRequest, process: ExecutorProcess, keys: Keys) -> Session:
         config = self.config
@@ -454,7 +459,7 @@ class Referee:
             source=candidate_text(request.path) if config.backend == "triton" else "")
 
     def finish(self, request: JudgeRequest, process: ExecutorProcess, session: Session, verdict: Verdict,
-               steps: dict[str, float], closed: threading.Event) -> JudgeReply:
+               steps: dict[str, float], costs: dict[str, float], closed: threading.Event) -> JudgeReply:
         returncode = None
         try:
             if verdict.status == Status.correct:
@@ -470,7 +475,7 @@ class Referee:
             marks = list(steps.items())
             profile_log({"event": "candidate", "name": request.name, "phases": verdict.phase_seconds,
                          "executor": session.command_seconds,
-                         "startup": {k: v - process.launched_at for k, v in startup.items()},
+                         "startup": {k: v - process.launched_at for k, v in startup.items()}, "costs": costs,
                          "referee": {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])}})
         return JudgeReply(verdict=verdict, stdout=base64.b64encode(process.stdout.tail()).decode(),
                           stderr=base64.b64encode(process.stderr.tail()).decode())

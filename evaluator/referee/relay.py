@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from evaluator.referee import clock
+from evaluator.referee import clock, tuning
 from evaluator.wire import handoff
 from evaluator.wire.exchange import DTYPES, Exchange, dtype_name
 from evaluator.wire.protocol import Handoff, Reply
@@ -164,6 +164,7 @@ class CopiedCalls:
         return out
 
 
+@tuning.costed("windows")
 def window(request: Callable[..., Reply], exchange: Exchange, plan: handoff.Plan, input_sets: list[list], train: bool,
            device: str, pace_ms: float = 0.0, stage: Stage | None = None,
            give_up: Callable[[], None] | None = None) -> clock.Clocked:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.referee import clock, compare
+from evaluator.referee import clock, compare, tuning
 from evaluator.referee import inputs as draws
 from evaluator.referee.check_phase import describe_regression, output_problem
 from evaluator.referee.session import Checked, Judged, Session
@@ -166,6 +166,7 @@ class Replay:
                                                            "the referee")
             buffer.copy_(value)
 
+    @tuning.costed("replay")
     def compare(self, kept: Kept, indices: list[int], problems: list[str] = ()) -> None:
         """Calls `indices` of a kept window: their outputs and buffers against the float64 reference replaying them,
         in every tier (stacked: one comparison a tensor). A failure names the first call that failed."""

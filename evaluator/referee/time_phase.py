@@ -265,19 +265,7 @@ class Series:
                 self.replay.keep(clocked, input_sets)
                 made += 1
                 continue
-            with held(session.link):
-                idle(session, f"after {what} had returned")
-                paced = self.pace_for(clocked)
-                calibrated = referee.calibrator.window(input_sets, paced, plan)
-                idle(session, f"through the calibrator's window after {what}")
-                own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
-                if own:
-                    raise Judged(Status.runtime_error, Phase.time, (
-                        f"held around the calibrator's window after {what}, its processes did what held processes "
-                        f"cannot unless they arranged it ({own}): a window void on purpose (that window's cost, "
-                        "taken off every call, cannot be trusted)"))
-                if why := referee.held_elsewhere_broken():
-                    void.append(f"in the calibrator's window beside it, {why}")
+            calibrated, paced = self.calibrate(clocked, input_sets, plan, what, void)
             self.replay.keep(clocked, input_sets)
             if void and self.retime(what, void):
                 continue  # neither the window nor the calibrator's beside it is kept: timed again
@@ -286,6 +274,28 @@ class Series:
                 self.costs.append(calibrated)
                 self.paces.append(paced)
             made += 1
+
+    @tuning.costed("calibrator")
+    def calibrate(self, clocked: clock.Clocked, input_sets: list[list], plan: handoff.Plan | None, what: str,
+                  void: list[str]) -> tuple[clock.Clocked | None, float]:
+        """The calibrator's window beside the candidate's `clocked` one (see `run`), with the candidate's processes
+        held and the device idle before and after it; its pace. Why it is void is added to `void`."""
+        session = self.session
+        referee = session.referee
+        with held(session.link):
+            idle(session, f"after {what} had returned")
+            paced = self.pace_for(clocked)
+            calibrated = referee.calibrator.window(input_sets, paced, plan)
+            idle(session, f"through the calibrator's window after {what}")
+            own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
+            if own:
+                raise Judged(Status.runtime_error, Phase.time, (
+                    f"held around the calibrator's window after {what}, its processes did what held processes "
+                    f"cannot unless they arranged it ({own}): a window void on purpose (that window's cost, "
+                    "taken off every call, cannot be trusted)"))
+            if why := referee.held_elsewhere_broken():
+                void.append(f"in the calibrator's window beside it, {why}")
+        return calibrated, paced
 
     def retime(self, what: str, void: list[str]) -> bool:
         """A void window (something held beside it, not the candidate's own, ran or died inside it or inside the

@@ -21,6 +21,7 @@ import traceback
 from evaluator.referee import phases
 from evaluator.referee.relay import StreamStuck
 from evaluator.referee.session import release_cached
+from evaluator.referee import tuning
 from evaluator.referee.tuning import profile_log
 from evaluator.referee.view import Round
 from evaluator.wire.protocol import JudgeRequest
@@ -75,7 +76,8 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
         stats, why = figure(verdict)
         profile_log({"event": "twin", "round": timed.source.round, "phases": verdict.phase_seconds,
                      "ms": verdict.runtime_ms, "in_referee_ms": own.median_ms if own else None,
-                     "events_ms": verdict.timing_check.reported_median_ms if verdict.timing_check else None})
+                     "events_ms": verdict.timing_check.reported_median_ms if verdict.timing_check else None,
+                     "costs": tuning.take_spent()})
     except Exception as err:  # noqa: BLE001 - the referee's own executor: recorded with the round, the batch goes on
         if isinstance(err, StreamStuck):  # its device would hang every later synchronize: the lane starts another
             raise

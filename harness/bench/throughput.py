@@ -11,8 +11,8 @@ the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two), th
 every baseline timed (what the stored figures save). Printed per pass: candidates per
 minute over the whole batch (the referee's start and baseline rounds included), the median seconds of each phase,
 per GPU the fraction of the pass it was busy (nvidia-smi's utilization, sampled every 200 ms), and the five largest
-costs of a judged candidate by the referees' own profiles (each pass's referees profile themselves:
-harness.bench.costs). Nothing is recorded in the user's store: the copies are not candidates anyone wrote.
+costs of a judged candidate by the referees' own logs (each pass's referees log the wall seconds of their steps,
+no profiler in the way: harness.bench.costs). Nothing is recorded in the user's store: the copies are not candidates anyone wrote.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class GpuSampler:
 def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | None = None,
              retime_baselines: bool = False, profile: Path | None = None) -> dict:
     """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions, and with `profile` (a
-    folder) the referees' largest costs (they profile themselves there: harness.bench.costs). With `store`, the
+    folder) the referees' largest costs (they log their steps there: harness.bench.costs). With `store`, the
     baselines stored there are read (unless `retime_baselines`) and this pass's are stored, as `harness eval` does."""
     started = time.perf_counter()
     before = os.environ.get("KH_REFEREE_PROFILE")

@@ -1,7 +1,7 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
 KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
-builds, the medians of its candidates' phases and steps, and the referee's largest costs by its cProfile
-(harness.bench.costs).
+builds, the medians of its candidates' phases and steps, and the referee's largest costs by its costed steps'
+wall seconds (harness.bench.costs).
 
     python3 tools/gpu_checks/profile_summary.py DIR
 """
@@ -27,7 +27,7 @@ def summarize(log: Path) -> None:
             print(f"  start: executors' modules {r['executor_modules_s']:.2f} s, set-up {r['setup_s']:.2f} s")
         elif r.get("event") == "baseline_round":
             print(f"  round {r['index']}: compile {r['compile_s']:.2f} s, round {r['round_s']:.2f} s, "
-                  f"twin {r.get('twin_s', 0):.2f} s")
+                  f"twin {r.get('twin_s', 0):.2f} s; the round's steps {r.get('costs', {})}")
     idle = [r["s"] for r in records if r.get("event") == "idle"]
     if idle:
         print(f"  waited for builds {sum(idle):.1f} s in {len(idle)} waits (longest {max(idle):.1f} s)")
@@ -36,7 +36,7 @@ def summarize(log: Path) -> None:
             names = sorted({n for c in candidates for n in c.get(key, {})})
             print(f"  {key} (medians, s): " + ", ".join(f"{n} {median([c[key][n] for c in candidates if n in c[key]])}"
                                                     for n in names))
-    print(f"  {'largest costs (cProfile, main thread)':<78}{'s':>8}{'calls':>8}{'a judged':>13}")
+    print(f"  {'largest costs (wall seconds of the referee steps)':<78}{'s':>8}{'judged':>8}{'a judged':>13}")
     for cost in costs.largest_costs([log]):
         print(f"  {cost.what[:76]:<78}{cost.seconds:>8.1f}{cost.calls:>8}{cost.per_judged:>13.2f}")
 
