@@ -917,6 +917,91 @@ def test_slow_windows_in_a_pattern_pace_no_more_calibrator_windows_than_they_are
     assert clock.window_cost(series.costs[ranked]).cost_ms < 2.5 + 0.01 * 10
 
 
+def _sampling_series(device: str, seed: int = 1):
+    """A Series with only what the calibrator's placement and `figures` read (a session of the test's own)."""
+    import random
+    from types import SimpleNamespace
+
+    from evaluator.referee import time_phase
+
+    series = object.__new__(time_phase.Series)
+    flags = []
+    series.session = SimpleNamespace(name="c", add=flags.extend, referee=SimpleNamespace(
+        device=device, current_round=None, calibrator=SimpleNamespace(error="failed")))
+    series.costs, series.paces, series.windows, series.beside_at = [], [], [], []
+    series.uncalibrated, series.draw, series.flags = False, random.Random(seed), flags
+    return series
+
+
+def test_on_a_gpu_the_calibrator_is_beside_a_secret_sample_of_the_ranked_windows_and_at_least_five():
+    """Ranked windows get the calibrator's window beside about half of them, at places drawn from the series' secret
+    seed after each window (no two seeds place them alike), and at least CALIBRATED_LEAST of a series even where the
+    draw gave fewer; the warm-up's only beside its last; on the CPU beside every window."""
+    from evaluator.referee import time_phase
+
+    def placed(series, count: int, calibrated: str) -> list[bool]:
+        beside, so_far = [], 0
+        for made in range(count):
+            beside.append(series.beside_here(calibrated, count - made, so_far))
+            so_far += beside[-1]
+        return beside
+
+    draws = [placed(_sampling_series("cuda", seed), 10, "sample") for seed in range(200)]
+    assert all(sum(d) >= time_phase.CALIBRATED_LEAST for d in draws)
+    assert 5.4 < sum(map(sum, draws)) / len(draws) < 7.0  # half, and more where the least is made up
+    assert len({tuple(d) for d in draws}) > 50  # places differ from seed to seed
+    assert all(0.3 < sum(d[i] for d in draws) / len(draws) for i in range(10))  # every place can be beside
+    assert placed(_sampling_series("cuda"), 4, "last") == [False, False, False, True]
+    assert placed(_sampling_series("cpu"), 10, "sample") == [True] * 10
+    assert placed(_sampling_series("cuda"), 3, "every") == [True] * 3
+
+
+def test_a_series_figure_takes_off_the_cost_of_the_calibrator_windows_beside_its_own_windows_only():
+    """`figures`: the cost is the median of the calibrator's windows beside the ranked windows (those beside the
+    warm-up are not theirs); one that failed where it was to be beside a window leaves the series `uncalibrated`."""
+    from evaluator.referee import clock
+
+    def clocked(ms: float, device_ms: float | None) -> clock.Clocked:
+        return clock.Clocked(ms=ms, go=Reply(id=1, events_ms=[device_ms] if device_ms is not None else []),
+                             put=Reply(id=2), offset=0, capture=None)
+
+    series = _sampling_series("cuda")
+    series.windows = [clocked(20.0, None)] * 2 + [clocked(10.0 + i % 2, None) for i in range(6)]
+    series.costs = [clocked(9.0, 1.0), clocked(3.0, 1.0), clocked(4.0, 1.0), clocked(3.5, 1.0)]  # costs 8, 2, 3, 2.5
+    series.beside_at = [None, 0, 1, None, 2, None, None, 3]
+    timing, cost = series.figures(slice(2, None))
+    assert cost.cost_ms == 2.5 and cost.windows == 3  # 2, 3 and 2.5: not the warm-up's 8
+    assert timing.median_ms == 8.0 and not series.flags
+    series.uncalibrated = True
+    timing, cost = series.figures(slice(2, None))
+    assert cost is None and [f.name for f in series.flags] == ["uncalibrated"]
+
+
+def test_slow_windows_in_a_pattern_get_no_more_of_the_sampled_calibrator_windows_than_their_share():
+    """The attacker's pattern above (slow windows in three of every five) against the sampled calibrator: its places
+    are drawn after each window from a secret seed, so the calibrated windows are as slow as the series is, and the
+    median cost stays a fast call's."""
+    from evaluator.referee import clock
+
+    pattern = [50.0] * 4 + [7.0 if c == "0" else 50.0 for c in "0011100100" * 6]
+    for seed in range(20):
+        series = _sampling_series("cuda", seed)
+        series.session.referee.current_round = type("R", (), {"window_cost": type("C", (), {"cost_ms": 2.5})})()
+        so_far = 0
+        for index, window_ms in enumerate(pattern):
+            window = clock.Clocked(ms=window_ms, go=Reply(id=1), put=Reply(id=2), offset=0, capture=None)
+            wanted = series.beside_here("sample", len(pattern) - index, so_far)
+            pace = series.pace_for(window)  # before the window joins the series, as `run` does
+            series.windows.append(window)
+            if wanted:
+                cost = 2.5 + 0.01 * pace
+                series.costs.append(clock.Clocked(ms=cost + pace + 0.2, go=Reply(id=1, events_ms=[pace + 0.2]),
+                                                  put=Reply(id=2), offset=0, capture=None))
+                series.paces.append(pace)
+                so_far += 1
+        assert clock.window_cost(series.costs).cost_ms < 2.5 + 0.01 * 10
+
+
 @pytest.mark.slow  # an in-process judgement with the calibrator: about a second
 def test_the_kept_calls_are_drawn_from_where_they_outgrow_the_memory_plan():
     """With room for every window's copies, one draw once the windows are closed: 16 of the ranked calls, 4 of the rest

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import math
 import os
+import random
 import statistics
 
 import torch
@@ -46,6 +47,13 @@ BACK_TO_BACK_WINDOWS = 2
 PACE_CAP_MS = float(os.environ.get("KH_PACE_CAP_MS", "50"))  # the variable: tools/experiments/window_gap.py alone
 # The cost a pace is worked out with: the median of the calibrator's last windows (each paced already).
 PACE_COSTS = 5
+# On a GPU, the calibrator's window is beside each ranked window with this chance, drawn from a secret seed after the
+# window closed, and beside at least CALIBRATED_LEAST of a series (beside every one on the CPU, whose windows vary
+# more): the calibrator's windows were a third of the time phase (0.55 of 2.15 s at `kernelbench` on an H200). The
+# candidate's processes are held and the device let go idle between its windows all the same, so each window starts
+# as it did beside a calibrator's: its executor just continued.
+CALIBRATED_SHARE = 0.5
+CALIBRATED_LEAST = PACE_COSTS
 # Void windows (something held beside them ran or died inside them) a candidate's series times again; past these, the
 # verdict is `shaky_timing` (Series.retime). The candidate's own processes voiding one are its verdict at once.
 MAX_VOID_WINDOWS = 4
@@ -68,7 +76,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     referee = session.referee
     series = Series(session, checked)
     with clock.collector_paused():
-        series.run(referee.timer.warmup + 1, 1)
+        series.run(referee.timer.warmup + 1, 1, calibrated="last")
         beside = series.costs[-1] if series.costs else None
         # whether calls are handed off: a call's bytes decide (the referee's `handoff_plan`, as its baselines are
         # timed), never the candidate's warm-up (a candidate slow there alone would choose windows of one call, where
@@ -171,6 +179,9 @@ class Series:
         self.windows: list[clock.Clocked] = []
         self.costs: list[clock.Clocked] = []  # the calibrator's windows beside them
         self.paces: list[float] = []          # the device time each of the calibrator's calls was to take (`pace_for`)
+        self.beside_at: list[int | None] = []  # per window, its calibrator's window in `costs` (None: none beside it)
+        self.uncalibrated = False             # a calibrator's window failed where one was to be beside a window
+        self.draw = random.Random(session.keys.next_seed("calibrated windows"))  # where the calibrator is beside
         self.room_known = False               # whether windows on the device were tried (`NoRoom` before that only)
         self.void: list[str] = []             # the windows timed again, each with why it was void (`retime`)
         self.jit: int | None = None           # the executor's Triton compiles and autotune runs, after the last window
@@ -186,7 +197,7 @@ class Series:
         fit = max(1, SERIES_BYTES[referee.device] // (calls * referee.layout.span))
         if plan is not None:
             fit = min(fit, max(1, relay.HANDOFF_SERIES_CALLS // calls))
-        self.run(timer.reps_for(estimate, cap=fit), calls, plan=plan)
+        self.run(timer.reps_for(estimate, cap=fit), calls, plan=plan, calibrated="sample")
         return slice(first, len(self.windows))
 
     def short(self, timed: slice, reference_window_ms: float) -> str | None:
@@ -203,7 +214,7 @@ class Series:
         the calibrator's windows beside these, or the round's where it failed (flag `uncalibrated`)."""
         session, referee = self.session, self.session.referee
         windows = self.windows[timed]
-        beside = self.costs[timed] if len(self.costs) == len(self.windows) else []
+        beside = [] if self.uncalibrated else [self.costs[i] for i in self.beside_at[timed] if i is not None]
         cost = clock.window_cost(beside) if beside else None
         # the round's cost is a window of one call's: never taken off calls handed off back to back
         if cost is None and referee.current_round is not None and not windows[0].handed_off:
@@ -216,7 +227,8 @@ class Series:
         stats = summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start)
         return stats.model_copy(update={"handed_off": windows[0].handed_off}), cost
 
-    def run(self, count: int, calls: int, beside: bool = True, plan: handoff.Plan | None = None) -> None:
+    def run(self, count: int, calls: int, beside: bool = True, plan: handoff.Plan | None = None,
+            calibrated: str = "every") -> None:
         """`count` more windows of `calls` calls back to back, each call on fresh inputs drawn here (outside the
         window) from a seed of its own; after each window, the inputs it was given must be as the referee wrote
         them. Each window is followed by one of the calibrator's on the same inputs (the pattern a window's
@@ -224,11 +236,13 @@ class Series:
         theirs left, so that nothing the candidate does can make the calibrator's windows, and so a window's
         cost, dearer (`beside` false: windows that are compared only, never timed, have none). With `plan`, the
         window's calls are handed off one by one through the exchange, and so are the calibrator's (evaluator.referee.
-        relay). Each call's output and buffers, as the window copied them, are kept for the replay (`Replay.keep`)."""
+        relay). Each call's output and buffers, as the window copied them, are kept for the replay (`Replay.keep`).
+        On a GPU, `calibrated` "last" puts a calibrator's window beside the last window only, "sample" beside a secret
+        sample of them (`beside_here`)."""
         session = self.session
         referee = session.referee
         stage = session.link.stage
-        made = 0
+        made = beside_so_far = 0
         while made < count:
             input_sets = [referee.draw(referee.problem.distributions[0], session.seed()) for _ in range(calls)]
             if beside:
@@ -265,25 +279,46 @@ class Series:
                 self.replay.keep(clocked, input_sets)
                 made += 1
                 continue
-            calibrated, paced = self.calibrate(clocked, input_sets, plan, what, void)
+            wanted = self.beside_here(calibrated, count - made, beside_so_far)
+            calibrated_window, paced = self.calibrate(clocked, input_sets, plan, what, void, wanted)
             self.replay.keep(clocked, input_sets)
             if void and self.retime(what, void):
                 continue  # neither the window nor the calibrator's beside it is kept: timed again
             self.windows.append(clocked)
-            if calibrated is not None:
-                self.costs.append(calibrated)
+            self.beside_at.append(None)
+            if calibrated_window is not None:
+                self.beside_at[-1] = len(self.costs)
+                self.costs.append(calibrated_window)
                 self.paces.append(paced)
+                beside_so_far += 1
+            elif wanted:
+                self.uncalibrated = True
             made += 1
+
+    def beside_here(self, calibrated: str, left: int, beside_so_far: int) -> bool:
+        """Whether a calibrator's window goes beside the window just closed (`left`: it and those after it in this
+        run): drawn now, from the series' secret seed, where `calibrated` is "sample" (at least CALIBRATED_LEAST of the
+        run's windows have one); beside the last only for "last"; beside every one on the CPU."""
+        if calibrated == "every" or self.session.referee.device != "cuda":
+            return True
+        if calibrated == "last":
+            return left == 1
+        return self.draw.random() < CALIBRATED_SHARE or CALIBRATED_LEAST - beside_so_far >= left
 
     @tuning.costed("calibrator")
     def calibrate(self, clocked: clock.Clocked, input_sets: list[list], plan: handoff.Plan | None, what: str,
-                  void: list[str]) -> tuple[clock.Clocked | None, float]:
-        """The calibrator's window beside the candidate's `clocked` one (see `run`), with the candidate's processes
-        held and the device idle before and after it; its pace. Why it is void is added to `void`."""
+                  void: list[str], wanted: bool = True) -> tuple[clock.Clocked | None, float]:
+        """The calibrator's window beside the candidate's `clocked` one where `wanted` (see `run`), with the
+        candidate's processes held and the device idle before and after it (also where none is wanted); its pace.
+        Why it is void is added to `void`."""
         session = self.session
         referee = session.referee
         with held(session.link):
             idle(session, f"after {what} had returned")
+            if not wanted:
+                if why := referee.held_elsewhere_broken():
+                    void.append(f"held after it, {why}")
+                return None, 0.0
             paced = self.pace_for(clocked)
             calibrated = referee.calibrator.window(input_sets, paced, plan)
             idle(session, f"through the calibrator's window after {what}")
