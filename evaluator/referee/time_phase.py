@@ -313,23 +313,22 @@ class Series:
         Why it is void is added to `void`."""
         session = self.session
         referee = session.referee
+        calibrated, paced = None, 0.0
         with held(session.link):
             idle(session, f"after {what} had returned")
-            if not wanted:
-                if why := referee.held_elsewhere_broken():
-                    void.append(f"held after it, {why}")
-                return None, 0.0
-            paced = self.pace_for(clocked)
-            calibrated = referee.calibrator.window(input_sets, paced, plan)
-            idle(session, f"through the calibrator's window after {what}")
+            if wanted:
+                paced = self.pace_for(clocked)
+                calibrated = referee.calibrator.window(input_sets, paced, plan)
+                idle(session, f"through the calibrator's window after {what}")
+            around = "around the calibrator's window" if wanted else "between its windows"
             own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
             if own:
                 raise Judged(Status.runtime_error, Phase.time, (
-                    f"held around the calibrator's window after {what}, its processes did what held processes "
-                    f"cannot unless they arranged it ({own}): a window void on purpose (that window's cost, "
-                    "taken off every call, cannot be trusted)"))
+                    f"held {around} after {what}, its processes did what held processes cannot unless they "
+                    f"arranged it ({own}): a window void on purpose (that window's cost, taken off every call, "
+                    "cannot be trusted)"))
             if why := referee.held_elsewhere_broken():
-                void.append(f"in the calibrator's window beside it, {why}")
+                void.append(f"in the calibrator's window beside it, {why}" if wanted else f"while held after it, {why}")
         return calibrated, paced
 
     def retime(self, what: str, void: list[str]) -> bool:
