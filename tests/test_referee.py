@@ -1031,3 +1031,83 @@ def test_a_kept_window_counts_the_inputs_it_is_replayed_on():
     staged = {"outputs": torch.zeros(4, 1)}
     assert kept_nbytes(staged, inputs) == 4 * (1 << 20) + 16
     assert kept_nbytes(staged, []) == 16
+
+
+# --------------------------------------------------------------------------- a checked call's reference, overlapped
+
+def _overlap_referee(device: str = "cuda", judge_device: str = "cuda", kept: int = 1 << 30):
+    from types import SimpleNamespace
+
+    from evaluator.referee.memory import MemoryPlan
+
+    return SimpleNamespace(device=device, judge_device=judge_device, input_nbytes=1 << 20, output_nbytes=1 << 20,
+                           state_nbytes=1 << 10, memory=MemoryPlan(judge_device=judge_device, ahead=0, need_bytes=0,
+                                                                   device_bytes=80 << 30, kept_bytes=kept))
+
+
+def test_a_checked_calls_reference_overlaps_the_call_only_on_a_gpu_judge_with_room_to_spare():
+    """Only where the judge is on the GPU and the room kept for the clocked calls' copies holds OVERLAP_ROOM times the
+    reference's float64 inputs, output and state: a GPU short of memory never meets the executor's call with the
+    referee's float64 copies it did not plan on beside it."""
+    from evaluator.referee.check_phase import OVERLAP_ROOM, overlapped
+
+    float64 = 2 * ((1 << 20) + (1 << 20) + (1 << 10))
+    assert overlapped(_overlap_referee(kept=OVERLAP_ROOM * float64))
+    assert not overlapped(_overlap_referee(kept=OVERLAP_ROOM * float64 - 1))
+    assert not overlapped(_overlap_referee(judge_device="cpu"))  # judged in host memory: seconds, not milliseconds
+    assert not overlapped(_overlap_referee(device="cpu", judge_device="cpu"))
+
+
+def test_the_early_reference_is_the_reference_after_the_reply_and_gives_way_where_memory_runs_out():
+    """Made meanwhile, the expected output and the buffers after it are the ones made after the reply; where the
+    memory runs out meanwhile (after a buffer moved), the buffers are put back and nothing is expected early, so the
+    reference made after the reply steps them once, not twice."""
+    from evaluator.referee.check_phase import EarlyReference
+
+    torch.manual_seed(0)
+    reference = torch.nn.BatchNorm1d(8).double()
+    inputs = [torch.randn(16, 8)]
+    sequential = torch.nn.BatchNorm1d(8).double()
+    sequential.load_state_dict(reference.state_dict())
+    early = EarlyReference(_overlap_referee(device="cpu", judge_device="cpu"), reference, inputs, train=True)
+    early.run()
+    with torch.no_grad():
+        expected = sequential.train()(inputs[0].double())
+    assert torch.equal(early.expected, expected)
+    assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), sequential.state_dict().values()))
+
+    class RunsOut(torch.nn.BatchNorm1d):
+        def forward(self, x):
+            super().forward(x)  # its running statistics moved
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    short = RunsOut(8).double()
+    short.load_state_dict(reference.state_dict())
+    before = {k: v.clone() for k, v in short.state_dict().items()}
+    early = EarlyReference(_overlap_referee(device="cpu", judge_device="cpu"), short, inputs, train=True)
+    early.run()
+    assert early.expected is None
+    assert all(torch.equal(before[k], v) for k, v in short.state_dict().items())
+
+
+def test_the_referees_work_meanwhile_moves_the_calls_deadline_on_within_its_credit():
+    """`Session.request(meanwhile=)`: the work runs once the command is sent, before its reply is read, and its
+    seconds move the reply's deadline on, out of the referee's credit (a slow referee never makes a candidate late)."""
+    from types import SimpleNamespace
+
+    seen = {}
+
+    def request(command, deadline, during):
+        seen["deadline"] = deadline
+        seen["moved"] = during(deadline, lambda: False)
+        return Reply(id=1)
+
+    session = Session(referee=None, link=SimpleNamespace(request=request), name="c", digest="d", problem="p",
+                      size="s", device="cuda", compile_timeout_s=1, run_timeout_s=1, own_credit_s=0.05)
+    order = []
+    session.request(Call(id=0, tensors=[], train=True), meanwhile=lambda: (order.append("meanwhile"), time.sleep(0.02)))
+    assert order == ["meanwhile"] and 0.02 <= seen["moved"] <= 0.05
+    assert session.own_credit_s == pytest.approx(0.05 - seen["moved"])
+    left = session.own_credit_s
+    session.request(Call(id=0, tensors=[], train=True), meanwhile=lambda: time.sleep(0.05))
+    assert seen["moved"] == pytest.approx(left) and session.own_credit_s == 0.0  # at most what is left

@@ -118,7 +118,9 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     referee = session.referee
     inputs = referee.draw(distribution, seed)
     slots = session.link.exchange.write([(f"input.{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
-    reply = session.request(Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True))
+    early = EarlyReference(referee, reference64, inputs, train) if overlapped(referee) else None
+    call = Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True)
+    reply = session.request(call, meanwhile=early.run) if early is not None else session.request(call)
     if reply.error_kind == "staging_memory":
         staging_out_of_memory(session, inputs, reply, acc)
     if reply.error:
@@ -127,9 +129,11 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         acc.fail(problem)
     try:  # the referee's copies, the float64 reference and the comparisons: where its memory can run out
         shipped, unreadable = session.shipment(reply)
-        reference64.train(train)
-        with torch.no_grad(), cmp.guarded():
-            expected = reference64(*draws.as_float64(inputs, referee.judge_device))
+        expected = early.expected if early is not None else None
+        if expected is None:
+            reference64.train(train)
+            with torch.no_grad(), cmp.guarded():
+                expected = reference64(*draws.as_float64(inputs, referee.judge_device))
         acc.trials += 1
         for problem in unreadable:
             acc.fail(problem)
@@ -147,6 +151,47 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
             raise
         referee_out_of_memory(acc, err)
     return reply
+
+
+# The float64 reference of a checked call runs while the executor's call waits behind its stream hold (tens of
+# milliseconds: `Construct.stream_delay_ms`) where the judge lives on the GPU and the memory plan leaves this many times
+# the reference's float64 inputs, output and state free beside everything else (the room kept for the clocked calls'
+# copies, unused until the time phase): the executor's call never meets a referee short of memory it planned on.
+OVERLAP_ROOM = 4
+
+
+def overlapped(referee: RefereeView) -> bool:
+    """Whether a checked call's float64 reference runs while the executor's call is under way (OVERLAP_ROOM)."""
+    if referee.device != "cuda" or referee.judge_device != "cuda":
+        return False
+    float64 = 2 * (referee.input_nbytes + referee.output_nbytes + referee.state_nbytes)
+    return referee.memory.kept_bytes >= OVERLAP_ROOM * float64
+
+
+class EarlyReference:
+    """The float64 reference's output on a checked call's inputs, made after the call is sent and before its reply is
+    read (Session.request's `meanwhile`). Its buffers are as the call leaves them, as they would be made after the
+    reply; where the memory runs out meanwhile they are put back as they were and `expected` stays None: it is then
+    made after the reply, as where nothing overlaps."""
+
+    def __init__(self, referee: RefereeView, reference64: torch.nn.Module, inputs: list, train: bool):
+        self.referee, self.reference64, self.inputs, self.train = referee, reference64, inputs, train
+        self.expected: torch.Tensor | None = None
+
+    def run(self) -> None:
+        before = {name: value.clone() for name, value in self.reference64.named_buffers()}
+        try:
+            self.reference64.train(self.train)
+            with torch.no_grad(), cmp.guarded():
+                self.expected = self.reference64(*draws.as_float64(self.inputs, self.referee.judge_device))
+        except (torch.OutOfMemoryError, RuntimeError) as err:
+            if not out_of_memory(err):
+                raise
+            self.expected = None
+            with torch.no_grad():
+                for name, value in self.reference64.named_buffers():
+                    value.copy_(before[name])
+            release_cached(self.referee.device)
 
 
 def check_phase(session: Session, built: Built) -> Checked:

@@ -475,7 +475,8 @@ class ExecutorProcess:
             return message.reply
 
     def request(self, command, deadline: float, during=None) -> Reply:
-        """Send one command (its `id` is set here) and read its reply; `during(deadline, answered)` runs in between."""
+        """Send one command (its `id` is set here) and read its reply; `during(deadline, answered)` runs in between
+        (seconds it returns are credited: the deadline moves on by them)."""
         self._ids += 1
         command = command.model_copy(update={"id": self._ids})
         try:
@@ -484,7 +485,7 @@ class ExecutorProcess:
         except (BrokenPipeError, OSError, ValueError):
             raise self._end(Ended("closed"), kill=False)
         if during is not None:  # a handed-off window's relay (evaluator.referee.relay): has the executor answered?
-            during(deadline, lambda: b"\n" in self._buffer or readable(self._channel_fd, 0))
+            deadline += during(deadline, lambda: b"\n" in self._buffer or readable(self._channel_fd, 0)) or 0.0
         clocked = isinstance(command, (Go, Put)) and self.device == "cuda"  # replies that end windows: polled for
         return self.reply(self._ids, deadline, poll_s=CLOCKED_POLL_S if clocked else 0.0)
 

@@ -147,9 +147,20 @@ class Session:
     def add(self, flags) -> None:
         self.flags.extend(flags)
 
-    def request(self, command, during=None) -> Reply:
+    def request(self, command, during=None, meanwhile=None) -> Reply:
         """One command to the executor; its flags logged. An executor that is gone, too slow or
-        breaks the protocol is judged here."""
+        breaks the protocol is judged here. `meanwhile()`: the referee's own work once the command is sent, before
+        its reply is read; its seconds move the deadline on as the referee's own work between calls does."""
+        if meanwhile is not None:
+            assert during is None, "one of `during` and `meanwhile`"
+
+            def during(deadline: float, answered) -> float:
+                begun = time.monotonic()
+                meanwhile()
+                credit = min(time.monotonic() - begun, self.own_credit_s)
+                self.own_credit_s -= credit
+                self.deadline += credit  # this reply's, and every later one's
+                return credit
         started = time.monotonic()
         if self._own_since:
             # the run limit is the executor's: the referee's own work since its last reply (drawing inputs, the
