@@ -658,7 +658,8 @@ def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_erro
     reply = Reply(id=0, error="out of GPU memory staging the call's inputs: torch.OutOfMemoryError ...",
                   error_kind="staging_memory")
     closed = []
-    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda"),
+    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda",
+                                                      judge_device="cpu"),
                               link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: []),
                                                    close=lambda wait_s: closed.append(True)),
                               request=lambda command: reply, phase=Phase.check)
@@ -695,7 +696,8 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
     def shipment(reply):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has ...")
 
-    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda"),
+    session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda",
+                                                      judge_device="cpu"),
                               link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: [])),
                               request=lambda command: Reply(id=0), shipment=shipment, phase=Phase.check)
     wrong_before = ModeAccumulator("train", {"loose": None})
