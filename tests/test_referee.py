@@ -845,10 +845,11 @@ def test_huge_pages_are_a_gpu_referees_own_never_its_executors_nor_a_cpu_referee
     assert scrubbed_environment(tmp_path / "ext", "cuda")["THP_MEM_ALLOC_ENABLE"] == "1"
 
 
-def test_a_cpu_referee_and_its_executors_keep_freed_memory_for_the_next_call(monkeypatch, tmp_path):
+def test_a_cpu_referee_and_its_executors_keep_freed_memory_for_the_next_call_and_leave_a_core_to_the_handoff(monkeypatch, tmp_path):
     """On the CPU, glibc's malloc keeps what a call frees (CPU_MALLOC) in the referee and, through its environment, in
     the zygote and every executor: a process that faulted its tensors in afresh each call ran twice as slow as one
-    that did not, and which of the two an executor was in moved from window to window. A user's own setting stands;
+    that did not, and which of the two an executor was in moved from window to window. And its calls run on one core
+    fewer than the machine's, leaving one to the handoff (OMP_NUM_THREADS). A user's own settings stand;
     a GPU's referee is left as the user has it. And the setting does what it says: a process with it allocates and
     frees a call's tensors without faulting pages in each call."""
     import subprocess
@@ -859,15 +860,17 @@ def test_a_cpu_referee_and_its_executors_keep_freed_memory_for_the_next_call(mon
     from evaluator.parent.sandbox import EvalOptions, Evaluator
     from evaluator.referee.environment import CPU_MALLOC, scrubbed_environment
 
-    for name in CPU_MALLOC:
+    for name in [*CPU_MALLOC, "OMP_NUM_THREADS"]:
         monkeypatch.delenv(name, raising=False)
     cpu = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", cache_dir=tmp_path))).environment()
     assert all(cpu[k] == v for k, v in CPU_MALLOC.items())
+    assert cpu["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) - 1))  # a core left to the handoff
     gpu = RefereeClient(SimpleNamespace(device="cuda", cache_dir=tmp_path)).environment()
-    assert not any(k in gpu for k in CPU_MALLOC)
+    assert not any(k in gpu for k in CPU_MALLOC) and gpu.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1234")
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
     mine = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", cache_dir=tmp_path))).environment()
-    assert mine["MALLOC_TRIM_THRESHOLD_"] == "1234"
+    assert mine["MALLOC_TRIM_THRESHOLD_"] == "1234" and mine["OMP_NUM_THREADS"] == "7"
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", CPU_MALLOC["MALLOC_TRIM_THRESHOLD_"])
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", CPU_MALLOC["MALLOC_MMAP_THRESHOLD_"])
     executor = scrubbed_environment(tmp_path / "ext", "cpu")  # what the zygote and its executors are given
