@@ -269,6 +269,19 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("cpp_timer_that_continues_the_process", model("return _ext.fused(x)", top=D('''
         src = "void f() { sigevent e; e.sigev_notify = SIGEV_SIGNAL; e.sigev_signo = 18; timer_create(1, &e, &t); }"
     ''') + EXT), {"introspection"}),
+    ("cpp_openmp_thread_count_of_its_own", model("return _ext.fused(x)", top=D('''
+        src = """
+        #pragma omp parallel for num_threads(8)
+        for (int i = 0; i < n; ++i) y[i] = x[i];
+        void g() { omp_set_num_threads(2); _Pragma("omp parallel num_threads(4)") {} }
+        """
+    ''') + EXT), {"concurrency"}),
+    ("cpp_openmp_at_the_harness_thread_count", model("return _ext.fused(x)", top=D('''
+        src = """
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; ++i) y[i] = x[i] * omp_get_num_threads();
+        """
+    ''') + EXT), set()),
     ("cpp_tensor_clone_is_not_a_process", model("return _ext.fused(x)", top=D('''
         src = "torch::Tensor f(torch::Tensor x) { auto y = x.clone(); auto z = at::clone(y); return z; }"
     ''') + EXT), set()),

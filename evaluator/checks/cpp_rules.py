@@ -31,6 +31,13 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"(std::j?thread\b|std::async\b|\bpthread_create\b|\bv?fork\s*\(|(?<![\w.>:])clone3?\s*\([^)]*,|\bboost::thread\b"
         r"|\bat::(?:internal::)?launch\w*\s*\(|\bc10::(?:Task)?ThreadPool\b|\bsetsid\s*\(|\bdaemon\s*\()"),
      "starts a thread or process"),
+    # Every CPU call, eager's too, runs on the threads the harness sets (one core fewer than the machine's, the last
+    # the handoff's: evaluator.referee.environment.cpu_call_threads); a kernel choosing its own count could take that
+    # core too and read faster than eager for cores alone. `#pragma omp parallel for` alone takes the harness's count.
+    ("concurrency", re.compile(
+        r"\bomp_set_(?:num_threads|dynamic|nested|max_active_levels)\s*\(|\bkmp_set_\w+\s*\("
+        r"|\bomp\b[^\n\"]*?\bnum_threads\s*\("),
+     "chooses its own OpenMP thread count (every call, eager's too, runs on the threads the harness sets)"),
     ("io_or_network", re.compile(
         r"(\bfopen\s*\(|\bpopen\s*\(|\bsystem\s*\(|\b(?:std::)?(?:basic_)?[io]?fstream\b"
         r"|\b(?:open|openat|open64|creat|freopen|fdopen|tmpfile|mkstemp|mkfifo|unlink|unlinkat|socket|connect"

@@ -48,7 +48,8 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "cuda_stream": "The candidate creates CUDA streams, events or graphs (in Python or in its C++/CUDA source).",
     "concurrency": "The candidate uses threads, processes or asyncio (threading, multiprocessing, "
     "concurrent.futures, os.fork, detached processes, sys.setswitchinterval, std::thread, at::launch, "
-    "pthread_create), so work may finish outside the timed call.",
+    "pthread_create), so work may finish outside the timed call; or chooses its own OpenMP thread count "
+    "(num_threads, omp_set_num_threads), where every call, eager's too, runs on the threads the harness sets.",
     "monkeypatch": "The candidate modifies torch, the evaluator or another imported module (attribute "
     "assignment, setattr, __dict__ or sys.modules writes, classes patched through type(x), global module hooks, "
     "aten overrides, torch-function tensor subclasses) or how the evaluator loads and reads ModelNew's state "
