@@ -975,6 +975,45 @@ def test_a_call_shorter_than_a_windows_cost_is_never_a_figure_below_its_floor(tm
 
 # --------------------------------------------------------------------------- integrity round 4: the hold, the windows
 
+def test_a_candidate_raising_its_threads_in_each_call_found_the_harness_count_and_no_core_more(cpu_verdicts):
+    """An attacker's review: with every call on one core fewer than the machine's, a candidate raising torch's threads
+    inside its forward (and putting them back before it returns, so no flag changed) could take the handoff's core
+    and read faster than eager for cores alone. Its executor runs on the call cores (placed before anything ran;
+    tests/test_placement.py: it cannot leave them), so it found the harness's count there, and its extra threads had
+    nowhere else to run."""
+    from evaluator.referee.environment import cpu_call_cores
+
+    verdict = cpu_verdicts["threads_in_call"]
+    assert verdict.status == Status.correct, verdict.error
+    assert f"threads-in-call: found {len(cpu_call_cores())}" in (verdict.stdout_tail or ""), verdict.stdout_tail
+
+
+def test_a_cpu_referee_places_every_executor_on_the_call_cores(monkeypatch):
+    """The candidates' executors, the twin's and the calibrator's: one core left out (the last), all where there
+    is one."""
+    import local_executor
+    from evaluator.referee import calibrator as calibrator_module
+    from evaluator.referee import environment
+    from evaluator.wire.protocol import JudgeRequest
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 5})
+    assert environment.cpu_call_cores() == [0, 1, 2]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert environment.cpu_call_cores() == [3]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    judge = local_executor.referee()
+    assert judge.call_cores == [0]
+    request = JudgeRequest(kind="judge", name="c", path=str(FIXTURES / "hacks" / "cpu" / "threads_in_call.py"),
+                           digest="d")
+    assert judge.executor_for(request).cores == [0]
+    started = []
+    monkeypatch.setattr(calibrator_module, "ExecutorProcess",
+                        lambda **kwargs: started.append(kwargs) or type("P", (), {"start": lambda s: None,
+                                                                                   "import_ahead": lambda s, d: None})())
+    calibrator_module.Calibrator(judge).start()
+    assert started[0]["cores"] == [0]
+
+
 def test_helpers_dying_inside_the_hold_void_it_and_that_is_the_candidates_verdict(cpu_verdicts, tmp_path_factory):
     """An attacker's review: under the cgroup freezer the hold could not fail (no pids to check), yet a fatal signal
     ends a frozen task: helpers re-arming their own SIGALRM died inside the calibrator's windows, 100-160 times an

@@ -845,11 +845,10 @@ def test_huge_pages_are_a_gpu_referees_own_never_its_executors_nor_a_cpu_referee
     assert scrubbed_environment(tmp_path / "ext", "cuda")["THP_MEM_ALLOC_ENABLE"] == "1"
 
 
-def test_a_cpu_referee_and_its_executors_keep_freed_memory_for_the_next_call_and_leave_a_core_to_the_handoff(monkeypatch, tmp_path):
+def test_a_cpu_referee_and_its_executors_keep_freed_memory_for_the_next_call(monkeypatch, tmp_path):
     """On the CPU, glibc's malloc keeps what a call frees (CPU_MALLOC) in the referee and, through its environment, in
     the zygote and every executor: a process that faulted its tensors in afresh each call ran twice as slow as one
-    that did not, and which of the two an executor was in moved from window to window. And its calls run on one core
-    fewer than the machine's, leaving one to the handoff (OMP_NUM_THREADS). A user's own settings stand;
+    that did not, and which of the two an executor was in moved from window to window. A user's own setting stands;
     a GPU's referee is left as the user has it. And the setting does what it says: a process with it allocates and
     frees a call's tensors without faulting pages in each call."""
     import subprocess
@@ -860,17 +859,15 @@ def test_a_cpu_referee_and_its_executors_keep_freed_memory_for_the_next_call_and
     from evaluator.parent.sandbox import EvalOptions, Evaluator
     from evaluator.referee.environment import CPU_MALLOC, scrubbed_environment
 
-    for name in [*CPU_MALLOC, "OMP_NUM_THREADS"]:
+    for name in CPU_MALLOC:
         monkeypatch.delenv(name, raising=False)
     cpu = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", cache_dir=tmp_path))).environment()
     assert all(cpu[k] == v for k, v in CPU_MALLOC.items())
-    assert cpu["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) - 1))  # a core left to the handoff
     gpu = RefereeClient(SimpleNamespace(device="cuda", cache_dir=tmp_path)).environment()
-    assert not any(k in gpu for k in CPU_MALLOC) and gpu.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
+    assert not any(k in gpu for k in CPU_MALLOC)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1234")
-    monkeypatch.setenv("OMP_NUM_THREADS", "7")
     mine = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", cache_dir=tmp_path))).environment()
-    assert mine["MALLOC_TRIM_THRESHOLD_"] == "1234" and mine["OMP_NUM_THREADS"] == "7"
+    assert mine["MALLOC_TRIM_THRESHOLD_"] == "1234"
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", CPU_MALLOC["MALLOC_TRIM_THRESHOLD_"])
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", CPU_MALLOC["MALLOC_MMAP_THRESHOLD_"])
     executor = scrubbed_environment(tmp_path / "ext", "cpu")  # what the zygote and its executors are given
@@ -1083,25 +1080,26 @@ def test_a_kept_window_counts_the_inputs_it_is_replayed_on():
 
 # --------------------------------------------------------------------------- a checked call's reference, overlapped
 
-def _overlap_referee(device: str = "cuda", judge_device: str = "cuda", kept: int = 1 << 30):
+def _overlap_referee(device: str = "cuda", judge_device: str = "cuda", kept: int = 1 << 30, peak: int | None = 1 << 20):
     from types import SimpleNamespace
 
     from evaluator.referee.memory import MemoryPlan
 
-    return SimpleNamespace(device=device, judge_device=judge_device, input_nbytes=1 << 20, output_nbytes=1 << 20,
-                           state_nbytes=1 << 10, memory=MemoryPlan(judge_device=judge_device, ahead=0, need_bytes=0,
-                                                                   device_bytes=80 << 30, kept_bytes=kept))
+    return SimpleNamespace(device=device, judge_device=judge_device, reference64_peak=peak,
+                           memory=MemoryPlan(judge_device=judge_device, ahead=0, need_bytes=0, device_bytes=80 << 30,
+                                             kept_bytes=kept))
 
 
 def test_a_checked_calls_reference_overlaps_the_call_only_on_a_gpu_judge_with_room_to_spare():
-    """Only where the judge is on the GPU and the room kept for the clocked calls' copies holds OVERLAP_ROOM times the
-    reference's float64 inputs, output and state: a GPU short of memory never meets the executor's call with the
-    referee's float64 copies it did not plan on beside it."""
+    """Only where the judge is on the GPU, the reference's own peak was measured (on the first checked call, made
+    after its reply) and the room kept for the clocked calls' copies holds OVERLAP_ROOM times it: a GPU short of memory
+    never meets the executor's call with the referee's float64 work it did not plan on beside it (an attention's
+    scores, a convolution's workspace: more than its inputs and output)."""
     from evaluator.referee.check_phase import OVERLAP_ROOM, overlapped
 
-    float64 = 2 * ((1 << 20) + (1 << 20) + (1 << 10))
-    assert overlapped(_overlap_referee(kept=OVERLAP_ROOM * float64))
-    assert not overlapped(_overlap_referee(kept=OVERLAP_ROOM * float64 - 1))
+    assert overlapped(_overlap_referee(kept=OVERLAP_ROOM << 20))
+    assert not overlapped(_overlap_referee(kept=(OVERLAP_ROOM << 20) - 1))
+    assert not overlapped(_overlap_referee(peak=None))  # the first checked call: measured, not overlapped
     assert not overlapped(_overlap_referee(judge_device="cpu"))  # judged in host memory: seconds, not milliseconds
     assert not overlapped(_overlap_referee(device="cpu", judge_device="cpu"))
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from evaluator.referee.environment import CPU_MALLOC, HARNESS_SET_THP, bytecode_cache, cpu_call_threads
+from evaluator.referee.environment import CPU_MALLOC, HARNESS_SET_THP, bytecode_cache
 from evaluator.referee.process import LIVE
 from evaluator.wire.polling import readable
 from evaluator.wire.containment import SYSTEM_READ
@@ -181,7 +181,6 @@ class RefereeClient:
             env[HARNESS_SET_THP] = "1"
         if self.evaluator.device == "cpu":
             env.update({k: v for k, v in CPU_MALLOC.items() if k not in env})
-            env.setdefault("OMP_NUM_THREADS", str(cpu_call_threads()))
         bytecode = bytecode_cache(self.evaluator.cache_dir)
         if bytecode is not None:  # the referee writes the bytecode its executors read
             bytecode.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 # 2.5 s of a core each on a 2-core machine; one after the other, every batch waited for both before its first call).
 from evaluator.referee import forking
 from evaluator.referee.tuning import CPROFILE, PROFILE_DIR, profile_log
+from evaluator.referee.environment import cpu_call_cores
 from evaluator.wire import cgroups
 from evaluator.wire.protocol import JudgeReply, JudgeRequest, RefereeConfig
 from evaluator.wire.zygote import EXECUTOR_MODULES
@@ -104,6 +105,8 @@ def serve(argv: list[str] | None = None) -> int:
     config = RefereeConfig.model_validate_json(Path(args.config).read_text())
     if config.cores:  # the lane's cores, which no build uses: every executor it starts inherits them
         cgroups.pin(os.getpid(), config.cores)
+    if config.device == "cpu":  # calls on the executors' cores (environment.cpu_call_cores), unless the user chose
+        os.environ.setdefault("OMP_NUM_THREADS", str(len(cpu_call_cores())))  # before torch and the zygote read it
     requests = os.fdopen(args.requests, "r")
     replies = os.fdopen(args.replies, "w", buffering=1)
 

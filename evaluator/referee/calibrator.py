@@ -76,7 +76,8 @@ class Calibrator:
             compile_only=False, watch=referee.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=referee.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=referee.exchange_bytes, output_cap=config.output_cap_bytes, memory_limit_gb=None,
-            stage_bytes=referee.layout.size, group=referee.executor_group(), zygote=referee.zygote)
+            stage_bytes=referee.layout.size, group=referee.executor_group(), zygote=referee.zygote,
+            cores=referee.call_cores)
         self.link.start()
         self.link.import_ahead(time.monotonic() + config.compile_timeout_s)
 

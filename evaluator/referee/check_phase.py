@@ -131,9 +131,7 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         shipped, unreadable = session.shipment(reply)
         expected = early.expected if early is not None else None
         if expected is None:
-            reference64.train(train)
-            with torch.no_grad(), cmp.guarded():
-                expected = reference64(*draws.as_float64(inputs, referee.judge_device))
+            expected = reference_output(referee, reference64, inputs, train)
         acc.trials += 1
         for problem in unreadable:
             acc.fail(problem)
@@ -155,17 +153,35 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
 
 # The float64 reference of a checked call runs while the executor's call waits behind its stream hold (tens of
 # milliseconds: `Construct.stream_delay_ms`) where the judge lives on the GPU and the memory plan leaves this many times
-# the reference's float64 inputs, output and state free beside everything else (the room kept for the clocked calls'
-# copies, unused until the time phase): the executor's call never meets a referee short of memory it planned on.
-OVERLAP_ROOM = 4
+# the reference's own peak free beside everything else (the room kept for the clocked calls' copies, unused until the
+# time phase): the executor's call never meets a referee short of memory it planned on. The peak is measured on the
+# batch's first checked call, made after its reply (its float64 inputs, output and whatever the reference holds
+# between: an attention's scores, a convolution's workspace).
+OVERLAP_ROOM = 2
 
 
 def overlapped(referee: RefereeView) -> bool:
     """Whether a checked call's float64 reference runs while the executor's call is under way (OVERLAP_ROOM)."""
-    if referee.device != "cuda" or referee.judge_device != "cuda":
+    if referee.device != "cuda" or referee.judge_device != "cuda" or referee.reference64_peak is None:
         return False
-    float64 = 2 * (referee.input_nbytes + referee.output_nbytes + referee.state_nbytes)
-    return referee.memory.kept_bytes >= OVERLAP_ROOM * float64
+    return referee.memory.kept_bytes >= OVERLAP_ROOM * referee.reference64_peak
+
+
+def reference_output(referee: RefereeView, reference64: torch.nn.Module, inputs: list, train: bool) -> torch.Tensor:
+    """The float64 reference's output on a call's inputs (its buffers stepped); on a GPU judge, its peak memory measured
+    the first time (`overlapped`)."""
+    measure = referee.device == "cuda" and referee.judge_device == "cuda" and referee.reference64_peak is None
+    if measure:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    reference64.train(train)
+    with torch.no_grad(), cmp.guarded():
+        expected = reference64(*draws.as_float64(inputs, referee.judge_device))
+    if measure:
+        torch.cuda.synchronize()
+        referee.reference64_peak = torch.cuda.max_memory_allocated() - before
+    return expected
 
 
 class EarlyReference:
@@ -179,8 +195,9 @@ class EarlyReference:
         self.expected: torch.Tensor | None = None
 
     def run(self) -> None:
-        before = {name: value.clone() for name, value in self.reference64.named_buffers()}
+        before = {}
         try:
+            before = {name: value.clone() for name, value in self.reference64.named_buffers()}
             self.reference64.train(self.train)
             with torch.no_grad(), cmp.guarded():
                 self.expected = self.reference64(*draws.as_float64(self.inputs, self.referee.judge_device))
@@ -190,7 +207,8 @@ class EarlyReference:
             self.expected = None
             with torch.no_grad():
                 for name, value in self.reference64.named_buffers():
-                    value.copy_(before[name])
+                    if name in before:  # else the memory ran out copying them: nothing ran
+                        value.copy_(before[name])
             release_cached(self.referee.device)
 
 

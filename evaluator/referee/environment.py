@@ -35,14 +35,17 @@ CPU_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": 
 CPU_BUILD_ARCH = "9.0"
 
 
-def cpu_call_threads() -> int:
-    """Threads a CPU call runs on (OMP_NUM_THREADS, which torch reads, in the referee's environment: its own
-    baselines and every executor's calls alike): one core fewer than the harness may use, at least one. The core left
-    is the handoff's: the referee looks at each call's COMMIT and the calibrator's windows run beside the calls. On this
-    project's 2-core machine, calls on both cores spread by up to 45% of their median (a GEMM, 1024 x 1024) and
-    eager's twin moved -71% between two rounds; on one, 1-8% for every problem of 1 ms a call or more
-    (docs/results.md)."""
-    return max(1, len(os.sched_getaffinity(0)) - 1)  # what CUDA code is built for where no GPU can be asked (compile-only on a CPU machine)
+def cpu_call_cores() -> list[int]:
+    """The cores a CPU executor's calls run on: those this process may use (a lane's, where it was placed on cores of
+    its own) but one, the last, which is left to the handoff (the referee's looks at each call's COMMIT) and to the
+    referee; all of them where there is one. Each executor is placed on them before it runs anything (and seccomp
+    denies it sched_setaffinity), so a candidate that starts more threads than the harness set shares these cores
+    with its own threads rather than taking the last one; OMP_NUM_THREADS is their count (`serve` in
+    evaluator/referee/__main__.py), so the referee's own baselines run on as many threads. On this project's 2-core
+    machine, calls on both cores spread by up to 45% of their median (a GEMM, 1024 x 1024) and eager's twin moved
+    -71% between two rounds; on one, 1-8% for every problem of 1 ms a call or more (docs/results.md)."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[:-1] if len(cores) > 1 else cores  # what CUDA code is built for where no GPU can be asked (compile-only on a CPU machine)
 
 
 def pip_cuda_include_dirs(cuda_home: str | None) -> list[str]:

@@ -39,6 +39,7 @@ import torch
 
 from evaluator.referee import baselines, clock, forking, memory, phases, relay, twin
 from evaluator.referee import stored as stored_baselines
+from evaluator.referee.environment import cpu_call_cores
 from evaluator.referee.session import Session, candidate_text, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
 from evaluator.referee.calibrator import Calibrator
@@ -75,6 +76,9 @@ class Referee:
     def __init__(self, config: RefereeConfig, zygote: forking.Zygote | None = None):
         self.config = config
         self.zygote = zygote  # what the batch's executors are forked from (None: each a fresh interpreter)
+        # on the CPU, the cores its executors' calls run on (one left to the handoff); on a GPU, the referee's own
+        self.call_cores = cpu_call_cores() if config.device == "cpu" else None
+        self.reference64_peak: int | None = None  # measured on the first checked call (check_phase.reference_output)
         self.problem = load_problem(config.problem)
         self.size, self.device = config.size, config.device
         self.batch = secrets.token_hex(4)
@@ -373,7 +377,7 @@ class Referee:
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
             memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size, group=self.executor_group(),
-            zygote=self.zygote)
+            zygote=self.zygote, cores=self.call_cores)
 
     def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
         """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""

@@ -181,7 +181,8 @@ class Series:
         self.paces: list[float] = []          # the device time each of the calibrator's calls was to take (`pace_for`)
         self.beside_at: list[int | None] = []  # per window, its calibrator's window in `costs` (None: none beside it)
         self.uncalibrated = False             # a calibrator's window failed where one was to be beside a window
-        self.draw = random.Random(session.keys.next_seed("calibrated windows"))  # where the calibrator is beside
+        # where the calibrator is beside: a 256-bit key's seed (a 31-bit one could be searched from the draws it saw)
+        self.draw = random.Random(int.from_bytes(session.keys.derive("calibrated windows").key, "big"))
         self.room_known = False               # whether windows on the device were tried (`NoRoom` before that only)
         self.void: list[str] = []             # the windows timed again, each with why it was void (`retime`)
         self.jit: int | None = None           # the executor's Triton compiles and autotune runs, after the last window

@@ -50,6 +50,8 @@ class RefereeView(Protocol):
     size: str
     device: str
     judge_device: str  # where the float64 reference and the comparisons live (evaluator.referee.memory)
+    call_cores: list[int] | None  # the CPU executors' cores (environment.cpu_call_cores); None on a GPU
+    reference64_peak: int | None  # the float64 reference's peak device memory in one call (check_phase.overlapped)
     memory: MemoryPlan
     environment: Environment
     tolerances: dict
