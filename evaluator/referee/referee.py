@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import baselines, clock, forking, memory, phases, relay, twin
+from evaluator.referee import baselines, clock, forking, memory, phases, relay, tuning, twin
 from evaluator.referee import stored as stored_baselines
 from evaluator.referee.environment import cpu_call_cores
 from evaluator.referee.session import Session, candidate_text, own_credit, release_cached, run_limit
@@ -48,7 +48,6 @@ from evaluator.referee.beside import Beside, close_ahead
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import settle
 from evaluator.referee.timing import Timer, launched_kernels
-from evaluator.referee import tuning
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
@@ -76,8 +75,7 @@ class Referee:
     def __init__(self, config: RefereeConfig, zygote: forking.Zygote | None = None):
         self.config = config
         self.zygote = zygote  # what the batch's executors are forked from (None: each a fresh interpreter)
-        # on the CPU, the cores its executors' calls run on (one left to the handoff); on a GPU, the referee's own
-        self.call_cores = cpu_call_cores() if config.device == "cpu" else None
+        self.call_cores = cpu_call_cores() if config.device == "cpu" else None  # on the CPU: one core left out
         self.reference64_peak: int | None = None  # measured on the first checked call (check_phase.reference_output)
         self.problem = load_problem(config.problem)
         self.size, self.device = config.size, config.device
@@ -85,9 +83,8 @@ class Referee:
         self.keys = Keys()  # the batch's secret: every seed derives from it (evaluator.referee.keys)
         # each executor's cgroup lies below this one (frozen to hold it), made with the first executor
         self.groups: cgroups.Group | None = None
-        # the batch's builds, frozen while anything is timed (where they do not run on cores of their own)
-        # what `exclusive` holds beside the executor being timed: the builds' cgroup (if this lane freezes one), the
-        # executors started ahead
+        # what `exclusive` holds beside the executor being timed: the batch's builds' cgroup (where this lane freezes
+        # one: they do not run on cores of their own), the executors started ahead
         self.beside = Beside(cgroups.Group(Path(config.builds_group)) if config.builds_group else None,
                              lambda process: close_ahead(self.waiting, process))
         self.precision = config.precision
@@ -249,8 +246,7 @@ class Referee:
         costs = tuning.take_spent()  # the round's own (the twin's are the twin's)
         round_ = twin.judged_round(self, round_, previous) if self.twin is not None else round_
         profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
-                     "round_s": timed - compiled, "twin_s": time.perf_counter() - timed,
-                     "costs": costs})
+                     "round_s": timed - compiled, "twin_s": time.perf_counter() - timed, "costs": costs})
         return round_
 
     def close_later(self, process: ExecutorProcess) -> None:
