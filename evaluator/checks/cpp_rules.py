@@ -32,7 +32,7 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"|\bat::(?:internal::)?launch\w*\s*\(|\bc10::(?:Task)?ThreadPool\b|\bsetsid\s*\(|\bdaemon\s*\()"),
      "starts a thread or process"),
     # Every CPU call, eager's too, runs on the threads the harness sets (one core fewer than the machine's, the last
-    # the handoff's: evaluator.referee.environment.cpu_call_threads); a kernel choosing its own count could take that
+    # the handoff's: evaluator.referee.environment.cpu_call_cores); a kernel choosing its own count could take that
     # core too and read faster than eager for cores alone. `#pragma omp parallel for` alone takes the harness's count.
     ("concurrency", re.compile(
         r"\bomp_set_(?:num_threads|dynamic|nested|max_active_levels)\s*\(|\bkmp_set_\w+\s*\("

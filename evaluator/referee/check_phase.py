@@ -160,9 +160,14 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
 OVERLAP_ROOM = 2
 
 
+def judged_on_gpu(referee: RefereeView) -> bool:
+    """Whether the float64 reference and the comparisons live on the GPU (not in host memory, nor on the CPU)."""
+    return referee.device == "cuda" and referee.judge_device == "cuda"
+
+
 def overlapped(referee: RefereeView) -> bool:
     """Whether a checked call's float64 reference runs while the executor's call is under way (OVERLAP_ROOM)."""
-    if referee.device != "cuda" or referee.judge_device != "cuda" or referee.reference64_peak is None:
+    if not judged_on_gpu(referee) or referee.reference64_peak is None:
         return False
     return referee.memory.kept_bytes >= OVERLAP_ROOM * referee.reference64_peak
 
@@ -170,7 +175,7 @@ def overlapped(referee: RefereeView) -> bool:
 def reference_output(referee: RefereeView, reference64: torch.nn.Module, inputs: list, train: bool) -> torch.Tensor:
     """The float64 reference's output on a call's inputs (its buffers stepped); on a GPU judge, its peak memory measured
     the first time (`overlapped`)."""
-    measure = referee.device == "cuda" and referee.judge_device == "cuda" and referee.reference64_peak is None
+    measure = judged_on_gpu(referee) and referee.reference64_peak is None
     if measure:
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
@@ -198,9 +203,7 @@ class EarlyReference:
         before = {}
         try:
             before = {name: value.clone() for name, value in self.reference64.named_buffers()}
-            self.reference64.train(self.train)
-            with torch.no_grad(), cmp.guarded():
-                self.expected = self.reference64(*draws.as_float64(self.inputs, self.referee.judge_device))
+            self.expected = reference_output(self.referee, self.reference64, self.inputs, self.train)
         except (torch.OutOfMemoryError, RuntimeError) as err:
             if not out_of_memory(err):
                 raise

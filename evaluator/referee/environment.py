@@ -32,7 +32,7 @@ HARNESS_SET_THP = "HARNESS_SET_THP"
 # 14.3 ms a call in one batch, and eager's twin moved -28% between two rounds; with freed memory kept, 14.5-14.8 ms,
 # and eager within its bounds (docs/results.md). Allocations of 4 GiB and more are still mappings of their own.
 CPU_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(64 << 30)}
-CPU_BUILD_ARCH = "9.0"
+CPU_BUILD_ARCH = "9.0"  # what CUDA code is built for where no GPU can be asked (compile-only on a CPU machine)
 
 
 def cpu_call_cores() -> list[int]:
@@ -45,7 +45,7 @@ def cpu_call_cores() -> list[int]:
     machine, calls on both cores spread by up to 45% of their median (a GEMM, 1024 x 1024) and eager's twin moved
     -71% between two rounds; on one, 1-8% for every problem of 1 ms a call or more (docs/results.md)."""
     cores = sorted(os.sched_getaffinity(0))
-    return cores[:-1] if len(cores) > 1 else cores  # what CUDA code is built for where no GPU can be asked (compile-only on a CPU machine)
+    return cores[:-1] if len(cores) > 1 else cores
 
 
 def pip_cuda_include_dirs(cuda_home: str | None) -> list[str]:
