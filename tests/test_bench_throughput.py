@@ -41,6 +41,24 @@ def test_retimed_baselines_time_them_in_every_pass(monkeypatch, tmp_path):
     assert list(report["passes"]) == ["cold", "warm"] and [r for _, r, _ in seen] == [True, True]
 
 
+def test_a_cold_pass_that_only_builds_leaves_the_first_warm_pass_to_time_and_store_the_baselines(monkeypatch, tmp_path):
+    """64 copies judged cold and then warm do not fit one device call: cold builds only, nothing judged or stored."""
+    seen, built_only = [], []
+    fake = _fake_pass(seen)
+
+    def run_pass(files, options, store=None, retime_baselines=False, profile=None):
+        built_only.append(options.compile_only)
+        return fake(files, options, store, retime_baselines, profile)
+
+    monkeypatch.setattr(throughput, "run_pass", run_pass)
+    (tmp_path / "c.py").write_text("# c\n")
+    report = throughput.run_throughput(2, source=tmp_path / "c.py", gpus="0/0,1", device="cpu", build_cold=True)
+    assert list(report["passes"]) == ["cold, built only", "warm gpus 0, baselines timed", "warm gpus 0",
+                                      "warm gpus 0,1"]
+    assert built_only == [True, False, False, False]
+    assert seen == [("0", False, False), ("0", True, True), ("0", False, True), ("0,1", False, True)]
+
+
 def test_each_pass_profiles_its_referees_apart_under_the_users_folder(monkeypatch, tmp_path):
     seen, profiles = [], []
     monkeypatch.setattr(throughput, "run_pass", _fake_pass(seen, profiles))

@@ -807,8 +807,11 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     # against eager's 0.19-0.32 in two batches)
     assert reshaped.runtime_ms is None or reshaped.runtime_ms == pytest.approx(reshaped.timing_check.referee_ms, abs=1e-4)
     assert re.search(r"buffers wrong after clocked call \d+:", verdicts["deferred_buffers"].error)
-    for name in ("late_stage_write", "deferred_device_work"):
-        assert re.search(r"wrong on clocked call \d+:", verdicts[name].error), verdicts[name].error
+    assert re.search(r"wrong on clocked call \d+:", verdicts["late_stage_write"].error)
+    # deferred_device_work cheats only in windows its `go` runs (the warm-up's and the back-to-back ones, never the
+    # handed-off ranked ones): whether the sampled replay draws one of those calls is the secret draw's; the buffers'
+    # chain through every call catches it where the draw does not
+    assert re.search(r"(wrong on|buffers wrong after) clocked call \d+:", verdicts["deferred_device_work"].error)
     assert "evaluator.executor.serve.Executor.go" in " ".join(f.reason for f in verdicts["patch_live_executor"].flags)
     assert "output" in verdicts["reference_freed_memory"].error
     assert "clocked call" in verdicts["correct_first_12_calls"].error

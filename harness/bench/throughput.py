@@ -8,7 +8,9 @@ a toolchain's and not a candidate's, are the user's, evaluator.referee.headers) 
 builds cached, and the baselines the cold pass timed read back from a store of the bench's own, one spot-checked a
 round, as a later batch of `harness eval` reads its earlier figures: `retime_baselines` times them in full instead),
 the warm pass once per GPU set asked for (`--gpus 0/0,1`: one GPU, then two), then once more on the first set with
-every baseline timed (what the stored figures save). Printed per pass: candidates per
+every baseline timed (what the stored figures save). With `build_cold` the cold pass only builds the copies (nothing
+judged: 64 copies judged cold and then warm do not fit one device call), and the first warm pass times every baseline
+and stores them for the others. Printed per pass: candidates per
 minute over the whole batch (the referee's start and baseline rounds included), the median seconds of each phase,
 per GPU the fraction of the pass it was busy (nvidia-smi's utilization, sampled every 200 ms), and the five largest
 costs of a judged candidate by the referees' own logs (each pass's referees log the wall seconds of their steps,
@@ -168,30 +170,37 @@ def throughput_table(passes: dict[str, dict]) -> Table:
 
 def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | None = None, device: str | None = None,
                    source: Path | None = None, jobs: int | None = None, gpus: str | None = None,
-                   out: Path | None = None, console: Console | None = None, retime_baselines: bool = False) -> dict:
+                   out: Path | None = None, console: Console | None = None, retime_baselines: bool = False,
+                   build_cold: bool = False) -> dict:
     """A cold pass, then a warm pass per GPU set (see the module docstring). `gpus` may name several
     sets separated by `/` (`0/0,1`): the cold pass runs on the first, then one warm pass on each, so
-    one run compares one GPU with two on the same built copies."""
+    one run compares one GPU with two on the same built copies. With `build_cold`, the cold pass builds only."""
     console = console or Console()
     text = source.read_text() if source else default_source()
     work = Path(tempfile.mkdtemp(prefix="kh-throughput-"))
     report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
     sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
-    plan = [("cold", sets[0], retime_baselines)] + [(f"warm gpus {g}" if g is not None else "warm", g, retime_baselines)
-                                         for g in sets]
-    if not retime_baselines:  # what reading the stored figures saves: the first set once more, every baseline timed
-        plan.append((f"{plan[1][0]}, baselines timed", sets[0], True))
+    warm = [(f"warm gpus {g}" if g is not None else "warm", g, retime_baselines) for g in sets]
+    if build_cold:  # nothing judged cold: the first warm pass times the baselines the others read
+        plan = [("cold, built only", sets[0], retime_baselines), (f"{warm[0][0]}, baselines timed", sets[0], True)]
+        plan += warm if not retime_baselines else warm[1:]
+    else:
+        plan = [("cold", sets[0], retime_baselines)] + warm
+        if not retime_baselines:  # what reading the stored figures saves: the first set once more, every baseline timed
+            plan.append((f"{plan[1][0]}, baselines timed", sets[0], True))
     store = Store(work / "results.sqlite")  # the bench's own (EvalOptions.store protects it from candidates)
     try:
         files = distinct_copies(text, count, work / "copies")
         share_headers(work / "cache", default_cache_dir())  # torch's precompiled headers: the user's
         for name, gpu_set, retime in plan:
             extra = {"jobs": jobs} if jobs else {}
+            built_only = build_cold and not report["passes"]
             options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
-                                  log_root=work / "logs", gpus=gpu_set, store=store.path, **extra)
+                                  log_root=work / "logs", gpus=gpu_set, store=store.path, compile_only=built_only,
+                                  **extra)
             # each pass's referee profiles apart: under the user's KH_REFEREE_PROFILE where set, else the bench's own
             profile = Path(os.environ.get("KH_REFEREE_PROFILE") or work / "profile") / f"pass{len(report['passes'])}"
-            report["passes"][name] = result = run_pass(files, options, store, retime, profile)
+            report["passes"][name] = result = run_pass(files, options, None if built_only else store, retime, profile)
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
                           f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}; "
                           f"{result['baselines']}")

@@ -278,7 +278,7 @@ def bench_command(
     throughput: Optional[int] = typer.Option(None, min=1, help=(
         "Instead: evaluate N distinct copies of one correct candidate (FILES' first, default the CUDA replay "
         "fixture's) cold, then warm, and print candidates per minute, phase seconds and GPU busy fractions "
-        "(size: the first of --sizes).")),
+        "(size: the first of --sizes, else the problem's default).")),
     jobs: Optional[int] = typer.Option(None, min=1, help="With --throughput: builds at once (default: the evaluator's)."),
     gpus: Optional[str] = typer.Option(None, help=(
         "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm "
@@ -288,6 +288,9 @@ def bench_command(
     retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
         "With --throughput: the warm passes time every baseline in full (by default they read the figures the cold "
         "pass stored, one spot-checked a round, as a later `harness eval` does).")),
+    build_cold: bool = typer.Option(False, "--build-cold", help=(
+        "With --throughput: the cold pass only builds the copies; the first warm pass times the baselines (so that "
+        "64 copies fit one device call).")),
     build_cost: bool = typer.Option(False, "--build-cost", help=(
         "Instead: build one candidate (FILES' first, default the throughput fixture) and print the CPU seconds "
         "of each translation unit and nvcc stage, and of the binding with the precompiled header.")),
@@ -323,9 +326,9 @@ def bench_command(
     if throughput:
         from harness.bench.throughput import run_throughput
 
-        run_throughput(throughput, problem=problem, size=sizes.split(",")[0].strip(), device=device,
+        run_throughput(throughput, problem=problem, size=first_size, device=device,
                        source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console,
-                       retime_baselines=retime_baselines)
+                       retime_baselines=retime_baselines, build_cold=build_cold)
         return
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
