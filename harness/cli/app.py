@@ -12,8 +12,9 @@ from rich.console import Console
 
 from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.tiers import BACKENDS, PRECISIONS
-from harness.cli.option_help import (AHEAD_HELP, BACKEND_HELP, BASELINES_HELP, COMPILE_TIMEOUT_HELP, DRIFT_HELP, GPUS_HELP,
-                                      LANES_HELP, PRECISION_HELP, RAY_ADDRESS_HELP, RUN_TIMEOUT_HELP, SPREAD_HELP,
+from harness.cli.option_help import (AHEAD_HELP, BACKEND_HELP, BASELINES_HELP, BUILD_COLD_HELP, BUILD_COST_HELP,
+                                      COMPILE_TIMEOUT_HELP, DRIFT_HELP, GPUS_HELP, LANES_HELP, PRECISION_HELP,
+                                      RAY_ADDRESS_HELP, RETIME_BASELINES_HELP, RUN_TIMEOUT_HELP, SPREAD_HELP,
                                       WEIGHTS_SEED_HELP)
 
 # Plain help (no rich markup): flags show as flags, not `--json <bool>` (issue 37).
@@ -285,15 +286,9 @@ def bench_command(
         "pass each.")),
     problems: Optional[Path] = typer.Option(None, help=(
         "With --throughput: a suite; N copies of each problem's control (the reference as ModelNew), cold then warm.")),
-    retime_baselines: bool = typer.Option(False, "--retime-baselines", help=(
-        "With --throughput: the warm passes time every baseline in full (by default they read the figures the cold "
-        "pass stored, one spot-checked a round, as a later `harness eval` does).")),
-    build_cold: bool = typer.Option(False, "--build-cold", help=(
-        "With --throughput: the cold pass only builds the copies; the first warm pass times the baselines (so that "
-        "64 copies fit one device call).")),
-    build_cost: bool = typer.Option(False, "--build-cost", help=(
-        "Instead: build one candidate (FILES' first, default the throughput fixture) and print the CPU seconds "
-        "of each translation unit and nvcc stage, and of the binding with the precompiled header.")),
+    retime_baselines: bool = typer.Option(False, "--retime-baselines", help=RETIME_BASELINES_HELP),
+    build_cold: bool = typer.Option(False, "--build-cold", help=BUILD_COLD_HELP),
+    build_cost: bool = typer.Option(False, "--build-cost", help=BUILD_COST_HELP),
     judge_cost: Optional[int] = typer.Option(None, min=1, help=(
         "Instead: a warm harness.Judge given N distinct copies of one correct candidate (FILES' first, default the "
         "CPU PyTorch fixture), call by call: wall time, the verdict's own phases and the overhead (size: the first of "

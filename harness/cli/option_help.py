@@ -20,3 +20,12 @@ BACKEND_HELP = ("What candidates are written in: cuda (inline CUDA C++), triton,
                 "else cuda on a GPU and cpp on the CPU).")
 PRECISION_HELP = ("fp32|fp16|bf16: inputs, weights and buffers cast to it, as KernelBench casts them; the truth stays "
                   "float64 (default: the problem's, fp32 unless it says).")
+RETIME_BASELINES_HELP = (
+    "With --throughput: the warm passes time every baseline in full (by default they read the figures the cold pass "
+    "stored, one spot-checked a round, as a later `harness eval` does).")
+BUILD_COLD_HELP = (
+    "With --throughput: the cold pass only builds the copies; the first warm pass times the baselines (so that 64 "
+    "copies fit one device call).")
+BUILD_COST_HELP = (
+    "Instead: build one candidate (FILES' first, default the throughput fixture) and print the CPU seconds of each "
+    "translation unit and nvcc stage, and of the binding with the precompiled header.")
