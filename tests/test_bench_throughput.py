@@ -144,3 +144,14 @@ def test_a_suite_is_judged_problem_after_problem_cold_then_warm(monkeypatch, tmp
     cold = report["passes"]["cold"]
     assert cold["candidates"] == 6 and cold["wall_s"] == 30.0 and cold["per_minute"] == 12.0
     assert cold["first_median_s"] == 6.0 and cold["gpu_busy"] == {0: 0.5} and cold["statuses"] == {"correct": 6}
+
+
+def test_the_one_problem_options_are_refused_with_a_suite(tmp_path):
+    """--build-cold, --retime-baselines and --gpus shape one problem's passes: with --problems they were ignored."""
+    from typer.testing import CliRunner
+
+    from harness.cli.app import app
+
+    for option in (["--build-cold"], ["--retime-baselines"], ["--gpus", "0/0,1"]):
+        result = CliRunner().invoke(app, ["bench", "--throughput", "2", "--problems", str(tmp_path), *option])
+        assert result.exit_code == 2 and "for one problem, not --problems" in result.output, result.output

@@ -314,6 +314,8 @@ def bench_command(
     if throughput and problems is not None:
         from harness.bench.suite_throughput import SuiteError, bench_suite
 
+        if build_cold or retime_baselines or gpus:  # a suite's passes are cold then warm, on every visible GPU
+            raise usage_error("--build-cold, --retime-baselines and --gpus are for one problem, not --problems")
         try:
             return bench_suite(throughput, problems, first_size, device=device, jobs=jobs, out=out, console=console)
         except SuiteError as err:
