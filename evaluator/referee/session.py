@@ -157,18 +157,13 @@ class Session:
             def during(deadline: float, answered) -> float:
                 begun = time.monotonic()
                 meanwhile()
-                credit = min(time.monotonic() - begun, self.own_credit_s)
-                self.own_credit_s -= credit
-                self.deadline += credit  # this reply's, and every later one's
-                return credit
+                return self._credit(time.monotonic() - begun)  # this reply's deadline, and every later one's
         started = time.monotonic()
         if self._own_since:
             # the run limit is the executor's: the referee's own work since its last reply (drawing inputs, the
             # float64 reference, comparing, the calibrator's windows) moves the deadline on (at KernelBench's sizes,
             # judged in host memory, a checked call's comparisons take seconds), up to own_credit_s in all
-            credit = min(started - self._own_since, self.own_credit_s)
-            self.own_credit_s -= credit
-            self.deadline += credit
+            self._credit(started - self._own_since)
         try:
             reply = self.link.request(command, self.deadline, during)
         except Ended as ended:
@@ -179,6 +174,13 @@ class Session:
             self._own_since = time.monotonic() if self._own_since else 0.0
         self.add(reply.flags)
         return reply
+
+    def _credit(self, seconds: float) -> float:
+        """The referee's own `seconds` moved onto the deadline, within what is left of own_credit_s; how many were."""
+        credit = min(seconds, self.own_credit_s)
+        self.own_credit_s -= credit
+        self.deadline += credit
+        return credit
 
     def charge(self, seconds: float) -> None:
         """Seconds the referee waited between calls on the candidate's own work (device work it left queued:
