@@ -40,8 +40,8 @@ class Honest(torch.nn.Module):
 
 
 class LocalLink:
-    def __init__(self, model_class, referee: Referee):
-        self.exchange = Exchange.create(referee.exchange_bytes)
+    def __init__(self, model_class, referee: Referee, exchange: Exchange | None = None):
+        self.exchange = exchange or Exchange.create(referee.exchange_bytes)  # `exchange`: one an earlier link used
         self.stage = Stage.create(referee.layout.size, referee.device)  # one mapping, shared by both sides
         request = ExecutorRequest(candidate_path="in-process.py", device=referee.device, watch=[])
         self.executor = Executor(request, self.exchange, self.stage)
@@ -97,15 +97,15 @@ def referee(problem: str = "gemm_scale_bn", size: str = "small", **overrides) ->
     return judge
 
 
-def session_for(model_class, judge: Referee | None = None) -> Session:
+def session_for(model_class, judge: Referee | None = None, exchange: Exchange | None = None) -> Session:
     judge = judge or referee()
-    return Session(referee=judge, link=LocalLink(model_class, judge), name="in-process", digest="",
+    return Session(referee=judge, link=LocalLink(model_class, judge, exchange), name="in-process", digest="",
                           problem=judge.problem.name, size=judge.size, device=judge.device, compile_timeout_s=60,
                           run_timeout_s=60, keys=Keys(b"\x0c" * 32))
 
 
-def checked(model_class, judge: Referee | None = None):
+def checked(model_class, judge: Referee | None = None, exchange: Exchange | None = None):
     """(session, built, checked): ModelNew built with the reference's weights and put through the checks."""
-    session = session_for(model_class, judge)
+    session = session_for(model_class, judge, exchange)
     built = phases.init_phase(session, Imported())
     return session, built, check_phase(session, built)

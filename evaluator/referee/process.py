@@ -31,7 +31,7 @@ from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed
 from evaluator.referee.output_tail import CappedTail, drain
 from evaluator.wire import cgroups
 from evaluator.wire.containment import PLAN_ENV
-from evaluator.wire.exchange import Exchange
+from evaluator.wire.exchange import Exchange, ExchangePool
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
 from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Go, Put, Reply
 from evaluator.wire.stage import Stage
@@ -122,7 +122,7 @@ class ExecutorProcess:
                  output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
                  stage_bytes: int | None = None, makeflags: str | None = None, jobs_fifo: Path | None = None,
                  nice: int = 0, group: cgroups.Group | None = None, cores: list[int] | None = None,
-                 arch_list: str | None = None, zygote: Zygote | None = None):
+                 arch_list: str | None = None, zygote: Zygote | None = None, exchanges: ExchangePool | None = None):
         # A build's compilers: `makeflags` names a jobserver shared with the other builds in flight (evaluator.parent.
         # jobserver; its FIFO, `jobs_fifo`, the one file outside its folders the executor may write), else `max_jobs`.
         self.max_jobs, self.makeflags, self.jobs_fifo = max_jobs, makeflags, jobs_fifo
@@ -140,6 +140,8 @@ class ExecutorProcess:
         self.stdout, self.stderr = CappedTail(output_cap), CappedTail(output_cap)
         self.messages: list[ExecutorMessage] = []
         self._exchange: Exchange | None = None
+        self.exchanges = exchanges  # where its exchange comes from and goes back to (None: made and closed here)
+        self._returning = False  # its exchange is due back to `exchanges` (close)
         self._pinning: threading.Thread | None = None
         self.start_seconds: dict[str, float] = {}
         self.proc: subprocess.Popen | Forked | None = None
@@ -202,7 +204,8 @@ class ExecutorProcess:
         command = [sys.executable, *EXECUTOR_ARGV, "--request", str(request_file), "--fd", str(channel_w),
                    "--commands", str(commands_r)]
         if self.exchange_bytes:
-            self._exchange = Exchange.create(self.exchange_bytes)
+            self._exchange = (self.exchanges.take(self.exchange_bytes) if self.exchanges is not None
+                              else Exchange.create(self.exchange_bytes))
             os.set_inheritable(self._exchange.fd, True)
             pass_fds.append(self._exchange.fd)
             command += ["--exchange", str(self._exchange.fd)]
@@ -357,6 +360,9 @@ class ExecutorProcess:
         if self.proc is None:
             return None
         LIVE.discard(self)
+        if self.exchanges is not None and self._exchange is not None and not self._returning:
+            self._returning = True  # a start waiting for a large exchange waits for this one
+            self.exchanges.expect()
         if not self.kill(wait_s):
             threading.Thread(target=self._reap, daemon=True).start()
             for thread in self._drains:
@@ -392,15 +398,18 @@ class ExecutorProcess:
                 closer()
             except (OSError, ValueError, TypeError):
                 pass
-        if self.exchange is not None:
-            self.exchange.close()
         if self.stage is not None:
             self.stage.close()
             self.stage = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
-        if self.group is not None:
-            self.group.remove(wait_s=5.0)
+        gone = self.group.remove(wait_s=5.0) if self.group is not None else False
+        exchange, self._exchange = self.exchange, None
+        if exchange is not None and self._returning:
+            # reused only once every process of it has ended for certain: its cgroup empty and removed
+            self.exchanges.release(exchange, reusable=gone and self.proc.returncode is not None)
+        elif exchange is not None:
+            exchange.close()
         return self.proc.returncode
 
     def own_folders(self) -> list[Path]:

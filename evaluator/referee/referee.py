@@ -51,7 +51,7 @@ from evaluator.referee.timing import Timer, launched_kernels
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, identity
-from evaluator.wire.exchange import DTYPES, Exchange, capacity_for, dtype_name
+from evaluator.wire.exchange import DTYPES, Exchange, ExchangePool, capacity_for, dtype_name
 from evaluator.referee.matched import matched_tolerance
 from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
 from evaluator.wire.tiers import MATCHED_TIER, PRECISION_DTYPES, tolerances_for
@@ -136,15 +136,14 @@ class Referee:
         self.handoff_plan = relay.plan_for(self)
         self.compiled: dict[str, torch.nn.Module] = {}
         self.warmed_early: dict[str, float] = {}  # when the first round's early warm-up of each baseline ended
-        self.rounds: list[BaselineRound] = []
-        self.current_round: Round | None = None
+        self.rounds, self.current_round = [], None  # BaselineRound each, and the Round verdicts divide by
         self.cache_dropped: str | None = None  # why the stored baselines no longer stand (a spot check moved)
         self.buffer_use: tuple[set[str], bool] | None = None  # replay.state_use, probed by the batch's first candidate
         self.cached_said = ""  # what the verdicts dividing by stored figures say of them
-        self.judged, self.timed_since_round = 0, 0
-        self.sessions = 0  # candidates begun: each one's keys derive from its number
+        self.judged, self.timed_since_round, self.sessions = 0, 0, 0  # sessions: candidates begun (their keys' numbers)
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
+        self.exchanges = ExchangePool()  # executors' exchanges, kept for later ones (allocated and moved once)
         self.calibrator = Calibrator(self)
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
@@ -373,7 +372,7 @@ class Referee:
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
             memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size, group=self.executor_group(),
-            zygote=self.zygote, cores=self.call_cores)
+            zygote=self.zygote, cores=self.call_cores, exchanges=self.exchanges)
 
     def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
         """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""
@@ -490,6 +489,7 @@ class Referee:
             self.groups.remove(wait_s=2.0)
         if self.zygote is not None:
             self.zygote.close()
+        self.exchanges.close()
         return self.rounds
 
 

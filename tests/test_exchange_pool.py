@@ -1,0 +1,149 @@
+"""The referee's exchanges kept from one executor for a later one (evaluator.wire.exchange.ExchangePool): handed on only
+from an executor gone whole, never to two live ones, and nothing an earlier executor left in one passes a later
+candidate's checks."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import local_executor
+from evaluator.wire import exchange as exchanges
+from evaluator.wire.exchange import Exchange, ExchangePool
+
+REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "gemm_scale_bn"
+SIZE = 1 << 20
+
+
+def test_an_exchange_is_handed_on_only_from_an_executor_gone_whole():
+    pool = ExchangePool(keep=2)
+    first = pool.take(SIZE)
+    pool.expect()
+    pool.release(first, reusable=True)
+    assert pool.take(SIZE) is first  # its pages kept for the next executor
+    pool.expect()
+    pool.release(first, reusable=False)  # its executor not known to have ended whole: closed, never handed on
+    assert first.map.closed
+    second = pool.take(SIZE)
+    assert second is not first and not second.map.closed
+    assert pool.take(SIZE) is not second  # taken is taken: a second executor gets another
+    other = pool.take(SIZE * 2)
+    pool.expect()
+    pool.release(other, reusable=True)
+    assert pool.take(SIZE) is not other  # only one of the size asked for
+    pool.close()
+
+
+def test_the_pool_keeps_few_and_closes_what_comes_back_after_it_closed():
+    pool = ExchangePool(keep=2)
+    taken = [pool.take(SIZE) for _ in range(3)]
+    for one in taken:
+        pool.expect()
+        pool.release(one, reusable=True)
+    assert [one.map.closed for one in taken] == [False, False, True]  # host memory: two kept at most
+    late = pool.take(SIZE)
+    assert late in taken
+    pool.close()
+    assert all(one.map.closed for one in taken if one is not late)
+    pool.expect()
+    pool.release(late, reusable=True)
+    assert late.map.closed
+
+
+def test_a_large_exchange_waits_for_the_one_being_closed(monkeypatch):
+    """From REUSE_WAIT_BYTES up, a start waits for the exchange of an executor being closed (cheaper than fresh
+    pages locked for the first time); with none being closed, or below the size, it takes a fresh one at once."""
+    monkeypatch.setattr(exchanges, "REUSE_WAIT_BYTES", SIZE)
+    pool = ExchangePool()
+    closing = pool.take(SIZE)
+    started = time.monotonic()
+    assert pool.take(SIZE) is not closing and time.monotonic() - started < 0.5  # nothing being closed: fresh at once
+    pool.expect()
+    releaser = threading.Timer(0.3, pool.release, args=(closing, True))
+    releaser.start()
+    assert pool.take(SIZE) is closing
+    assert time.monotonic() - started >= 0.3
+    small = pool.take(SIZE // 2)
+    pool.expect()
+    started = time.monotonic()
+    assert pool.take(SIZE // 2) is not small and time.monotonic() - started < 0.2  # below the size: no wait
+    pool.close()
+
+
+class StaleOutput(local_executor.Honest):
+    """Hostile: keeps its buffers right and has its executor name the output's place in the exchange without writing it, so
+    the referee reads whatever lies there: what the referee wrote last, or what an earlier executor left (the exchange
+    handed on from it)."""
+
+    def forward(self, x):
+        import gc
+
+        from evaluator.wire.protocol import TensorSlot
+
+        for found in gc.get_objects():
+            if type(found) is Exchange and "_put" not in vars(found):
+                honest = found._put
+
+                def unwritten(name, tensor, offset, honest=honest):
+                    if name != "output":
+                        return honest(name, tensor, offset)
+                    return TensorSlot(name=name, dtype=exchanges.dtype_name(tensor.dtype), shape=list(tensor.shape),
+                                      offset=offset, nbytes=exchanges.nbytes_of(tensor))
+                found._put = unwritten
+        honest_output = super().forward(x)  # its buffers right: only the output is left unwritten
+        return torch.empty_like(honest_output)
+
+
+def test_what_an_earlier_executor_left_in_the_exchange_passes_no_check():
+    judge = local_executor.referee()
+    session, _, honest = local_executor.checked(local_executor.Honest, judge)
+    assert honest.stop is None and any(honest.correctness.tiers.values())  # its outputs, for its own inputs, left in the exchange
+    handed_on = session.link.exchange
+    _, _, stale = local_executor.checked(StaleOutput, judge, exchange=handed_on)
+    assert stale.stop is not None and stale.stop.status.value == "incorrect"
+    assert "output" in stale.stop.error, stale.stop.error
+
+
+def _executor(tmp_path: Path, pool: ExchangePool, group):
+    from evaluator.referee.process import ExecutorProcess
+
+    source = b"import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
+    return ExecutorProcess(source=source, digest=hashlib.sha256(source).hexdigest(), device="cpu", compile_only=True,
+                           watch=[], cache_dir=tmp_path / "cache", problem_location=REFERENCE, protect=[],
+                           exchange_bytes=SIZE, output_cap=1 << 16, memory_limit_gb=None, group=group,
+                           exchanges=pool)
+
+
+@pytest.mark.slow
+def test_a_contained_executors_exchange_goes_to_the_next_once_its_cgroup_is_gone(tmp_path):
+    from evaluator.wire import cgroups
+
+    root = cgroups.root_group("test-pool")
+    if root is None:
+        pytest.skip(f"no cgroup here: {cgroups.usable()[1]}")
+    pool = ExchangePool()
+    try:
+        first = _executor(tmp_path, pool, cgroups.Group.create(root, "x"))
+        first.start()
+        assert first.reply(0, time.monotonic() + 120).error is None
+        used = first._exchange
+        first.close(wait_s=10)
+        second = _executor(tmp_path, pool, cgroups.Group.create(root, "x"))
+        second.start()
+        assert second._exchange is used and not used.map.closed
+        third = _executor(tmp_path, pool, None)  # held with SIGSTOP: nothing proves every process of it ended
+        third.start()
+        assert third._exchange is not used
+        unproven = third._exchange
+        for process in (second, third):
+            process.reply(0, time.monotonic() + 120)
+            process.close(wait_s=10)
+        assert unproven.map.closed and pool.take(SIZE) is used
+    finally:
+        pool.close()
+        root.remove(wait_s=5.0)
