@@ -147,3 +147,17 @@ def test_a_contained_executors_exchange_goes_to_the_next_once_its_cgroup_is_gone
     finally:
         pool.close()
         root.remove(wait_s=5.0)
+
+
+def test_an_executor_said_to_close_is_waited_for_once(tmp_path):
+    """The referee says an executor will close as soon as its verdict is made (its exit is waited for on another
+    thread, after the next executor's start may already wait for the exchange): counted once, however often said."""
+    pool = ExchangePool()
+    process = _executor(tmp_path, pool, None)
+    process._exchange = pool.take(SIZE)  # as its start takes it
+    process.will_close()
+    process.will_close()
+    assert pool.closing == 1
+    pool.release(process._exchange, reusable=False)
+    assert pool.closing == 0
+    pool.close()

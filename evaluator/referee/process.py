@@ -360,15 +360,20 @@ class ExecutorProcess:
         if self.proc is None:
             return None
         LIVE.discard(self)
-        if self.exchanges is not None and self._exchange is not None and not self._returning:
-            self._returning = True  # a start waiting for a large exchange waits for this one
-            self.exchanges.expect()
+        self.will_close()
         if not self.kill(wait_s):
             threading.Thread(target=self._reap, daemon=True).start()
             for thread in self._drains:
                 thread.join(timeout=min(wait_s, 1.0))
             return None
         return self._reap()
+
+    def will_close(self) -> None:
+        """Said as soon as it is known to be closed next (before its exit is waited for): a start that waits for a
+        large exchange (ExchangePool.take) then waits for this one's."""
+        if self.exchanges is not None and self._exchange is not None and not self._returning:
+            self._returning = True
+            self.exchanges.expect()
 
     def kill(self, wait_s: float = 5.0) -> bool:
         """Kill every process of it and wait up to `wait_s` for it to exit (whether it did), its exchange and stage

@@ -250,8 +250,8 @@ class Referee:
 
     def close_later(self, process: ExecutorProcess) -> None:
         """A judged executor closed in the background (tenths of a second), over before anything is timed (`exclusive`)."""
-        closed = threading.Event()
-        self.closing.append(closed)
+        self.closing.append(closed := threading.Event())
+        process.will_close()
         threading.Thread(target=_closing, args=(process, closed), daemon=True).start()
 
     def compile_baselines(self) -> None:
@@ -442,8 +442,8 @@ class Referee:
         self.judged += 1
         if verdict.timing is not None:
             self.timed_since_round += 1
-        closed = threading.Event()
-        self.closing.append(closed)
+        self.closing.append(closed := threading.Event())
+        process.will_close()  # before the next executor's start, which may wait for its exchange
         return functools.partial(self.finish, request, process, session, verdict, steps, costs, closed)
 
     def session_for(self, request: JudgeRequest, process: ExecutorProcess, keys: Keys) -> Session:
