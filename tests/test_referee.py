@@ -56,6 +56,20 @@ def test_a_slot_that_does_not_describe_its_bytes_is_refused(change, words):
     exchange.close()
 
 
+def test_the_calibrators_exchange_holds_what_it_is_sent_and_is_not_sized_for_a_checked_call():
+    """The calibrator makes no checked call: its exchange holds its fixed inputs, its state and its handed-off windows
+    (on the CPU, in the exchange), far less than a candidate's."""
+    from evaluator.referee import calibrator
+
+    judge = local_executor.referee()
+    size = calibrator.exchange_bytes(judge)
+    assert judge.handoff_plan is not None and judge.handoff_plan.size <= size < judge.exchange_bytes
+    exchange = Exchange.create(size)
+    judge.exchange_tensors(exchange)
+    exchange.write([(f"state.{k}", v) for k, v in judge.baseline_model.state_dict().items()])  # raises where it does not fit
+    exchange.close()
+
+
 @pytest.mark.gpu
 def test_an_exchange_is_page_locked_and_released_from_threads_other_than_the_one_that_made_it():
     """The referee pins an executor's exchange in a background thread and unpins it in its outbox thread:

@@ -68,6 +68,8 @@ class RefereeView(Protocol):
     handed_off: bool  # whether they are, candidates' and baselines' alike
     baseline_model: torch.nn.Module  # the fp32 reference the baselines run (its buffers name a call's)
     state_nbytes: int
+    state_sizes: list[int]  # bytes of each state tensor (parameters and buffers), in state_dict order
+    fixed: dict[int, torch.Tensor]  # the forward's fixed (non-random) tensor inputs, by position
     reference_kernels: list[str]
     current_round: Round | None
     calibrator: CalibratorView
