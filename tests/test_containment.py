@@ -671,7 +671,8 @@ def test_executors_paused_for_another_candidate_are_stopped_whole_and_continued_
     """pause_all (executors started ahead, while another candidate or the baselines are timed) finds them as
     a hold does, processes out of the group included, and resume_all continues every one."""
     from evaluator.referee import holding
-    from evaluator.referee.process import ExecutorProcess, kill_group, pause_all, resume_all
+    from evaluator.referee.beside import pause_all
+    from evaluator.referee.process import ExecutorProcess, kill_group, resume_all
 
     process = ExecutorProcess(source=b"", digest="0" * 64, device="cpu", compile_only=False, watch=[],
                               cache_dir=tmp_path, problem_location=tmp_path, protect=[], exchange_bytes=None,

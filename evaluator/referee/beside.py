@@ -8,13 +8,34 @@ again). `broken` is read before and after every window the referee times.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from evaluator.referee.process import ExecutorProcess, pause_all, resume_all
+from evaluator.referee import holding
+from evaluator.referee.process import ExecutorProcess, resume_all, signal_groups
 from evaluator.wire import cgroups
 
 BUILDS_FREEZE_S = 1.0  # how long `hold` waits for every build to be frozen
+
+
+def pause_all(processes: list[ExecutorProcess]) -> None:
+    """SIGSTOP to all of each, while another candidate is timed or baselines are: they can start nothing
+    on the device, and their output is not read meanwhile (it would take this process's time while it
+    measures). Each is found as a hold finds it (evaluator.referee.holding: its tree, not a pass over
+    every process of a machine busy with builds). Their deadlines still run."""
+    for process in [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]:
+        process.paused = True
+        process.reading.clear()
+        process.paused_times = {}
+        try:
+            process.paused_pids = process.stop_all(process.paused_times)
+        except holding.NotHeld:  # still forking after seconds: its group and session, as they are now
+            if process.frozen_by_group:
+                process.group.freeze(0.0)  # each task freezes as it leaves the kernel
+            else:
+                signal_groups([process.proc], signal.SIGSTOP)
+            process.paused_pids = None
 
 
 def close_ahead(waiting: dict, process: ExecutorProcess) -> None:

@@ -88,25 +88,6 @@ def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
                 pass
 
 
-def pause_all(processes: list[ExecutorProcess]) -> None:
-    """SIGSTOP to all of each, while another candidate is timed or baselines are: they can start nothing
-    on the device, and their output is not read meanwhile (it would take this process's time while it
-    measures). Each is found as a hold finds it (evaluator.referee.holding: its tree, not a pass over
-    every process of a machine busy with builds). Their deadlines still run."""
-    for process in [p for p in processes if p.proc is not None and p.proc.poll() is None and not p.paused]:
-        process.paused = True
-        process.reading.clear()
-        process.paused_times = {}
-        try:
-            process.paused_pids = process.stop_all(process.paused_times)
-        except holding.NotHeld:  # still forking after seconds: its group and session, as they are now
-            if process.frozen_by_group:
-                process.group.freeze(0.0)  # each task freezes as it leaves the kernel
-            else:
-                signal_groups([process.proc], signal.SIGSTOP)
-            process.paused_pids = None
-
-
 def resume_all(processes: list[ExecutorProcess]) -> None:
     for process in [p for p in processes if p.proc is not None and p.paused]:
         process.continue_all(process.paused_pids)
