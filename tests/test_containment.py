@@ -645,7 +645,7 @@ def test_a_hold_stops_every_process_of_the_executor_also_one_that_left_its_group
     the executor's group ran through the calibrator's windows, inflating the cost subtracted from the
     candidate's. Every hold now stops all of them: the ground truth is a scan of the whole session."""
     from evaluator.referee import holding
-    from evaluator.referee.process import kill_group
+    from evaluator.referee.holding import kill_group
 
     proc = _launched(tmp_path, HOLD_TREE)
     try:
@@ -672,7 +672,8 @@ def test_executors_paused_for_another_candidate_are_stopped_whole_and_continued_
     a hold does, processes out of the group included, and resume_all continues every one."""
     from evaluator.referee import holding
     from evaluator.referee.beside import pause_all
-    from evaluator.referee.process import ExecutorProcess, kill_group, resume_all
+    from evaluator.referee.holding import kill_group
+    from evaluator.referee.process import ExecutorProcess, resume_all
 
     process = ExecutorProcess(source=b"", digest="0" * 64, device="cpu", compile_only=False, watch=[],
                               cache_dir=tmp_path, problem_location=tmp_path, protect=[], exchange_bytes=None,
@@ -704,7 +705,7 @@ def test_a_process_continued_while_held_is_seen_to_have_run(tmp_path, continued)
     run times (schedstat) give it away; a process nothing continued shows none. (The SIGCONT is sent here
     by the test: a timer's, seen here, fires only now and then once a stop has flushed its signal.)"""
     from evaluator.referee import holding
-    from evaluator.referee.process import kill_group
+    from evaluator.referee.holding import kill_group
 
     proc = _launched(tmp_path, SPINNER)
     try:

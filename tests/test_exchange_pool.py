@@ -20,12 +20,20 @@ REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "gemm_scale_bn"
 SIZE = 1 << 20
 
 
-def test_an_exchange_is_handed_on_only_from_an_executor_gone_whole():
+@pytest.fixture(autouse=True)
+def kept_from(monkeypatch):
+    """Exchanges of SIZE kept here (KEEP_BYTES: 2 GiB and more, where a fresh one costs seconds)."""
+    monkeypatch.setattr(exchanges, "KEEP_BYTES", SIZE)
+
+
+def test_an_exchange_is_handed_on_only_from_an_executor_gone_whole_and_zeroed():
     pool = ExchangePool(keep=2)
     first = pool.take(SIZE)
+    first.write([("output", torch.ones(16))])
     pool.expect()
     pool.release(first, reusable=True)
     assert pool.take(SIZE) is first  # its pages kept for the next executor
+    assert not first.bytes.any()  # nothing of one candidate's reaches the next
     pool.expect()
     pool.release(first, reusable=False)  # its executor not known to have ended whole: closed, never handed on
     assert first.map.closed
@@ -36,6 +44,48 @@ def test_an_exchange_is_handed_on_only_from_an_executor_gone_whole():
     pool.expect()
     pool.release(other, reusable=True)
     assert pool.take(SIZE) is not other  # only one of the size asked for
+    small = pool.take(SIZE // 2)
+    pool.expect()
+    pool.release(small, reusable=True)
+    assert small.map.closed  # below KEEP_BYTES nothing is handed on
+    pool.close()
+
+
+def test_a_kept_exchange_is_handed_on_only_while_the_device_is_idle_and_its_descriptor_still_names_it():
+    """On a GPU a dead executor's kernel still in flight could write the pages it locked: a kept exchange goes to a
+    later executor only while the device is idle (`ready`). And one whose descriptor number was closed and reused by
+    something else (a clean-up run twice) is dropped without closing what the number names now."""
+    import os
+
+    busy = [True]
+    pool = ExchangePool(ready=lambda: not busy[0])
+    first = pool.take(SIZE)
+    pool.expect()
+    pool.release(first, reusable=True)
+    assert pool.take(SIZE) is not first and first.map.closed  # the device busy: fresh, the kept one closed
+    busy[0] = False
+    second = pool.take(SIZE)
+    pool.expect()
+    pool.release(second, reusable=True)
+    os.close(second.fd)
+    other = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: the one just closed
+    try:
+        assert other == second.fd
+        assert pool.take(SIZE) is not second
+        os.fstat(other)  # still open: not the pool's to close
+    finally:
+        os.close(other)
+    pool.close()
+
+
+def test_an_exchange_released_twice_is_kept_once():
+    pool = ExchangePool()
+    first = pool.take(SIZE)
+    for _ in range(2):
+        pool.expect()
+        pool.release(first, reusable=True)
+    assert pool.take(SIZE) is first
+    assert pool.take(SIZE) is not first and not first.map.closed
     pool.close()
 
 
@@ -56,9 +106,9 @@ def test_the_pool_keeps_few_and_closes_what_comes_back_after_it_closed():
 
 
 def test_a_large_exchange_waits_for_the_one_being_closed(monkeypatch):
-    """From REUSE_WAIT_BYTES up, a start waits for the exchange of an executor being closed (cheaper than fresh
-    pages locked for the first time); with none being closed, or below the size, it takes a fresh one at once."""
-    monkeypatch.setattr(exchanges, "REUSE_WAIT_BYTES", SIZE)
+    """From KEEP_BYTES up, a start waits for the exchange of an executor being closed (cheaper than fresh pages
+    locked for the first time); with none being closed, or below the size, it takes a fresh one at once; a release
+    that never comes is waited for once."""
     pool = ExchangePool()
     closing = pool.take(SIZE)
     started = time.monotonic()
@@ -72,6 +122,13 @@ def test_a_large_exchange_waits_for_the_one_being_closed(monkeypatch):
     pool.expect()
     started = time.monotonic()
     assert pool.take(SIZE // 2) is not small and time.monotonic() - started < 0.2  # below the size: no wait
+    monkeypatch.setattr(exchanges, "REUSE_WAIT_S", 0.3)
+    started = time.monotonic()
+    pool.take(SIZE)  # `small`'s executor never says it ended
+    assert time.monotonic() - started >= 0.3
+    started = time.monotonic()
+    pool.take(SIZE)
+    assert time.monotonic() - started < 0.2  # waited for once
     pool.close()
 
 
@@ -152,12 +209,57 @@ def test_a_contained_executors_exchange_goes_to_the_next_once_its_cgroup_is_gone
 def test_an_executor_said_to_close_is_waited_for_once(tmp_path):
     """The referee says an executor will close as soon as its verdict is made (its exit is waited for on another
     thread, after the next executor's start may already wait for the exchange): counted once, however often said."""
+    from types import SimpleNamespace
+
     pool = ExchangePool()
     process = _executor(tmp_path, pool, None)
     process._exchange = pool.take(SIZE)  # as its start takes it
+    process.proc = SimpleNamespace(pid=0)  # started
     process.will_close()
     process.will_close()
     assert pool.closing == 1
     pool.release(process._exchange, reusable=False)
     assert pool.closing == 0
     pool.close()
+
+
+def test_an_executor_that_failed_to_start_hands_nothing_on_and_nothing_is_waited_for(tmp_path, monkeypatch):
+    from evaluator.referee import forking
+
+    def refused(*_, **__):
+        raise OSError("no process for it")
+
+    monkeypatch.setattr(forking, "spawn", refused)
+    pool = ExchangePool()
+    kept = pool.take(SIZE)
+    pool.expect()
+    pool.release(kept, reusable=True)
+    process = _executor(tmp_path, pool, None)
+    with pytest.raises(OSError):
+        process.start()
+    assert kept.map.closed and process._exchange is None  # taken, then closed: nothing proves what holds it
+    process.close()
+    assert pool.closing == 0
+    pool.close()
+
+
+@pytest.mark.slow
+def test_an_executor_closed_twice_is_cleaned_up_once(tmp_path):
+    """A check's failure closes its executor and its reply closes it again: the second clean-up must not close
+    descriptor numbers that by then name something else (a later executor's exchange)."""
+    import os
+
+    pool = ExchangePool()
+    process = _executor(tmp_path, pool, None)
+    process.start()
+    process.reply(0, time.monotonic() + 120)
+    channel = process._channel_fd
+    process.close(wait_s=10)
+    other = os.open(os.devnull, os.O_RDONLY)
+    try:
+        process.close(wait_s=10)
+        os.fstat(other)  # whatever number it got, the second close left it open
+        assert channel is not None and process._channel_fd is None
+    finally:
+        os.close(other)
+        pool.close()

@@ -26,7 +26,7 @@ from evaluator.parent import placement
 from evaluator.referee import holding
 from evaluator.referee import launch as launching
 from evaluator.referee.keys import Keys
-from evaluator.referee.process import kill_group
+from evaluator.referee.holding import kill_group
 from evaluator.wire import cgroups, containment
 
 CGROUPS = cgroups.usable()[0]

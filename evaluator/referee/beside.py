@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evaluator.referee import holding
-from evaluator.referee.process import ExecutorProcess, resume_all, signal_groups
+from evaluator.referee.holding import signal_groups
+from evaluator.referee.process import ExecutorProcess, resume_all
 from evaluator.wire import cgroups
 
 BUILDS_FREEZE_S = 1.0  # how long `hold` waits for every build to be frozen

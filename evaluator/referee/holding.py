@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 from evaluator.referee import launch
@@ -197,3 +198,25 @@ def _process_held(pid: int, times: dict | None, children: list[int] | None = Non
         except (OSError, ValueError, IndexError):
             continue  # an exited thread
     return held
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the executor's process group, then to every process left in its session (ninja puts each
+    compiler in a group of its own; seccomp keeps them all in the session). Whatever runs in the executor's PID
+    namespace dies with its init, which dies with the launcher."""
+    signal_groups([proc], signal.SIGKILL)
+
+
+def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
+    """`sig` to each executor's process group and every process left in its session (one pass over /proc)."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for members in launch.sessions_members([proc.pid for proc in procs]).values():
+        for pid in members:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -90,6 +90,18 @@ def launch_command(worker_argv: list[str]) -> list[str]:
     return [sys.executable, str(LAUNCHER), "--", *worker_argv]
 
 
+def assess_messages(messages) -> tuple[dict, list[str]]:
+    """`assess` of the containment reports an executor sent before its first phase message (so before any candidate
+    code existed: the launcher's, then the executor's own)."""
+    reports = []
+    for message in messages:
+        if message.kind != "containment":
+            break
+        if message.containment is not None:
+            reports.append(message.containment.model_dump())
+    return assess(reports[0] if reports else None, [m for r in reports[1:] for m in r["mechanisms"]])
+
+
 def assess(report: dict | None, updates: Iterable[dict] = ()) -> tuple[dict, list[str]]:
     """The verdict's `containment` (a dict for records.Containment) from the launcher's report and
     the worker's `updates` (mechanism entries it applied itself before the candidate's import), and

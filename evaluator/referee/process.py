@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evaluator.referee import forking, holding, launch, tuning
+from evaluator.referee.holding import kill_group, signal_groups
 from evaluator.referee.forking import Forked, Zygote
 from evaluator.referee.headers import headers_for
 from evaluator.referee.environment import bytecode_cache, build_folder, scrubbed_environment
@@ -66,28 +67,6 @@ def stop_everything() -> int:
     return len(live)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to the executor's process group, then to every process left in its session (ninja puts each
-    compiler in a group of its own; seccomp keeps them all in the session). Whatever runs in the executor's PID
-    namespace dies with its init, which dies with the launcher."""
-    signal_groups([proc], signal.SIGKILL)
-
-
-def signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
-    """`sig` to each executor's process group and every process left in its session (one pass over /proc)."""
-    for proc in procs:
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for members in launch.sessions_members([proc.pid for proc in procs]).values():
-        for pid in members:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
 def resume_all(processes: list[ExecutorProcess]) -> None:
     for process in [p for p in processes if p.proc is not None and p.paused]:
         process.continue_all(process.paused_pids)
@@ -123,6 +102,7 @@ class ExecutorProcess:
         self._exchange: Exchange | None = None
         self.exchanges = exchanges  # where its exchange comes from and goes back to (None: made and closed here)
         self._returning = False  # its exchange is due back to `exchanges` (close)
+        self._reaped = threading.Lock()  # held by the one clean-up that runs (`_reap`, from close or its thread)
         self._pinning: threading.Thread | None = None
         self.start_seconds: dict[str, float] = {}
         self.proc: subprocess.Popen | Forked | None = None
@@ -199,6 +179,12 @@ class ExecutorProcess:
         self.started, self.launched_at = time.monotonic(), time.time()
         try:
             self.proc = forking.spawn(self.zygote, command, env, self.workdir, pass_fds, self.nice)
+        except BaseException:
+            for shared in (self._exchange, self.stage):  # never handed on: nothing proves what holds them
+                if shared is not None:
+                    shared.close()
+            self._exchange = self.stage = None
+            raise
         finally:
             os.close(channel_w)
             os.close(commands_r)
@@ -352,8 +338,9 @@ class ExecutorProcess:
     def will_close(self) -> None:
         """Said as soon as it is known to be closed next (before its exit is waited for): a start that waits for a
         large exchange (ExchangePool.take) then waits for this one's."""
-        if self.exchanges is not None and self._exchange is not None and not self._returning:
+        if self.exchanges is not None and self._exchange is not None and self.proc is not None and not self._returning:
             self._returning = True
+            _ = self.frozen_by_group  # whether its launcher joined its cgroup, read while it is alive
             self.exchanges.expect()
 
     def kill(self, wait_s: float = 5.0) -> bool:
@@ -373,13 +360,16 @@ class ExecutorProcess:
         return True
 
     def _reap(self) -> int | None:
+        if not self._reaped.acquire(blocking=False):  # closed twice (a check's failure, then its reply): once
+            return self.proc.returncode
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
         for thread in self._drains:
             thread.join(timeout=5)
-        for closer in (lambda: os.close(self._channel_fd), lambda: self._commands.close()):
+        channel, commands, self._channel_fd, self._commands = self._channel_fd, self._commands, None, None
+        for closer in (lambda: os.close(channel), lambda: commands.close()):  # a number closed twice may be reused
             try:
                 closer()
             except (OSError, ValueError, TypeError):
@@ -392,8 +382,10 @@ class ExecutorProcess:
         gone = self.group.remove(wait_s=5.0) if self.group is not None else False
         exchange, self._exchange = self.exchange, None
         if exchange is not None and self._returning:
-            # reused only once every process of it has ended for certain: its cgroup empty and removed
-            self.exchanges.release(exchange, reusable=gone and self.proc.returncode is not None)
+            # reused only once every process of it has ended for certain: it joined its cgroup, nothing of it could
+            # leave (every mechanism in force), and the group is empty and removed
+            whole = bool(self.in_group) and not launch.assess_messages(self.messages)[1]
+            self.exchanges.release(exchange, reusable=gone and whole and self.proc.returncode is not None)
         elif exchange is not None:
             exchange.close()
         return self.proc.returncode
@@ -429,6 +421,8 @@ class ExecutorProcess:
                 if resident > self.memory_limit_gb * (1 << 30):
                     raise self._end(Ended("memory", f"{resident / (1 << 30):.2f} GiB"))
             wait = min(deadline - now, MEMORY_POLL_S if poll_memory else 1.0)
+            if self._channel_fd is None:  # closed (`_reap`)
+                raise self._end(Ended("closed"), kill=False)
             ready = readable(self._channel_fd, wait, poll_s)
             poll_s = 0.0
             if not ready:
@@ -477,7 +471,7 @@ class ExecutorProcess:
         try:
             self._commands.write(command.model_dump_json() + "\n")
             self._commands.flush()
-        except (BrokenPipeError, OSError, ValueError):
+        except (BrokenPipeError, OSError, ValueError, AttributeError):  # AttributeError: closed (`_reap`)
             raise self._end(Ended("closed"), kill=False)
         if during is not None:  # a handed-off window's relay (evaluator.referee.relay): has the executor answered?
             deadline += during(deadline, lambda: b"\n" in self._buffer or readable(self._channel_fd, 0)) or 0.0

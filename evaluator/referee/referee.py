@@ -143,7 +143,7 @@ class Referee:
         self.judged, self.timed_since_round, self.sessions = 0, 0, 0  # sessions: candidates begun (their keys' numbers)
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
-        self.exchanges = ExchangePool()  # executors' exchanges, kept for later ones (allocated and moved once)
+        self.exchanges = ExchangePool(ready=lambda: self.device != "cuda" or self.device_idle(1.0) is not None)
         self.calibrator = Calibrator(self)
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)

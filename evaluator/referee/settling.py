@@ -24,14 +24,7 @@ def contained(verdict: Verdict, messages: list[ExecutorMessage]) -> Verdict:
     candidate code existed: the launcher's, written before the executor started, then the executor's
     own), judged against what was asked for: every mechanism. An `unsandboxed` flag (flag, not
     reject) names what was not contained."""
-    reports = []
-    for message in messages:
-        if message.kind != "containment":
-            break
-        if message.containment is not None:
-            reports.append(message.containment.model_dump())
-    updates = [m for r in reports[1:] for m in r["mechanisms"]]
-    record, missing = launch.assess(reports[0] if reports else None, updates)
+    record, missing = launch.assess_messages(messages)
     verdict.containment = Containment.model_validate(record)
     if missing:
         verdict.flags.append(Flag(name="unsandboxed", reason=launch.unsandboxed_reason(record, missing)))

@@ -19,6 +19,7 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -31,6 +32,14 @@ DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 ALIGN = 256
+
+
+def _file_of(fd: int) -> tuple[int, int] | None:
+    try:
+        stat = os.fstat(fd)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 class ExchangeError(ValueError):
@@ -72,6 +81,7 @@ class Exchange:
         self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
         self.pinned = False
+        self.file = _file_of(fd)  # what the descriptor named when mapped (ExchangePool checks it before reuse)
 
     def pin(self) -> bool:
         """Page-lock the mapping for the GPU (cudaHostRegister): copies between it and the device then
@@ -182,45 +192,61 @@ class Exchange:
         return value.to(device, copy=True)
 
 
-# From this size up, an executor's start waits (at most REUSE_WAIT_S) for the exchange of one being closed rather
-# than make a fresh one: on an H200 a fresh 19 GB exchange cost 2.1 s to allocate and 8.7-9.2 s to page-lock the first
-# time (the pages moved as they were locked), against 2.4 s to lock the same pages again; a closing executor's exchange
-# comes back in about a second. Below it a fresh one costs tenths of a second, in the background.
-REUSE_WAIT_BYTES = 2 << 30
+# Exchanges from this size up are kept for later executors (ExchangePool), and a start waits (at most REUSE_WAIT_S) for
+# the exchange of an executor being closed rather than make a fresh one: on an H200 a fresh 19 GB exchange cost 2.1 s to
+# allocate and 8.7-9.2 s to page-lock the first time (the pages moved as they were locked), against 2.4 s to lock the
+# same pages again, and a closing executor's exchange comes back in about a second. A smaller one is made fresh, in
+# tenths of a second in the background: nothing of an earlier executor's is handed on where it saves little.
+KEEP_BYTES = 2 << 30
 REUSE_WAIT_S = 10.0
 
 
 class ExchangePool:
-    """The referee's exchanges, kept from one executor for a later one: their pages stay allocated (and where they
-    were moved to be page-locked), so a later executor's start skips allocating them and their first locking.
+    """The referee's large exchanges (KEEP_BYTES up), kept from one executor for a later one: their pages stay
+    allocated, and where they were moved to be page-locked, so a later executor's start skips both.
 
-    An exchange comes back only through `release`, once every process of the executor that mapped it has ended
-    (its cgroup empty and removed), so two live executors never share one. It comes back unpinned and is pinned
-    again by its next executor's referee side (`ExecutorProcess.start`): what an executor did to the file's pages
-    (a hole punched and filled again) can then never leave the referee's locked pages other than its mapping's.
-    What an executor wrote stays in it: the referee writes what each command needs before it and reads only the slots
-    of the current turn, and every call's inputs are fresh secret draws, so nothing an earlier executor left is the
-    answer to a later call (a stale output read for a call is wrong, as an unwritten one was)."""
+    An exchange comes back only through `release`, once every process of the executor that mapped it has ended for
+    certain: it joined its cgroup, every containment mechanism was in force (nothing of it could leave the group or
+    hand the descriptor on), and the group is empty and removed (ExecutorProcess._reap). Two live executors never share
+    one: each is kept once, and its file is checked before it is handed on. On a GPU it is handed on only while the
+    device is idle (`ready`): no kernel of a dead executor's context still in flight can write it. It comes back unpinned
+    and zeroed: both sides lock it again (the referee's locked pages are always its mapping's), and nothing of one
+    candidate's reaches the next."""
 
-    def __init__(self, keep: int = 2):
+    def __init__(self, keep: int = 2, ready: Callable[[], bool] | None = None):
         self.keep = keep  # idle exchanges kept at most (host memory)
+        self.ready = ready  # whether a kept exchange may be handed on now (the device idle); None: always
         self.idle: list[Exchange] = []
         self.closing = 0  # exchanges whose executors are being closed (`expect`), not yet released
         self.closed = False
         self.cond = threading.Condition()
 
     def take(self, size: int) -> Exchange:
-        """An idle exchange of `size` bytes, else a fresh one (waiting for one being released where that is cheaper)."""
-        deadline = time.monotonic() + (REUSE_WAIT_S if size >= REUSE_WAIT_BYTES else 0.0)
+        """A kept exchange of `size` bytes, else a fresh one (waiting for one being released where that is cheaper)."""
+        if size < KEEP_BYTES:
+            return Exchange.create(size)
+        deadline = time.monotonic() + REUSE_WAIT_S
         with self.cond:
-            while True:
-                for index, exchange in enumerate(self.idle):
-                    if exchange.size == size:
-                        return self.idle.pop(index)
+            while not any(e.size == size for e in self.idle) and self.closing:
                 left = deadline - time.monotonic()
-                if not self.closing or left <= 0:
+                if left <= 0:
+                    self.closing = 0  # what was expected did not come in time: later starts do not wait for it
                     break
                 self.cond.wait(left)
+            kept = [e for e in self.idle if e.size == size]
+            self.idle = [e for e in self.idle if e.size != size]
+        found = None
+        for exchange in kept:
+            if found is None and exchange.file is not None and _file_of(exchange.fd) == exchange.file:
+                found = exchange
+            else:  # its descriptor's number names another file now (closed and reused elsewhere): not ours to close
+                if _file_of(exchange.fd) != exchange.file:
+                    exchange.fd = -1
+                exchange.close()
+        if found is not None and (self.ready is None or self.ready()):
+            return found
+        if found is not None:
+            found.close()
         return Exchange.create(size)
 
     def expect(self) -> None:
@@ -231,13 +257,18 @@ class ExchangePool:
     def release(self, exchange: Exchange, reusable: bool) -> None:
         """An expected exchange back, its executor ended (`reusable`: every process of it, for certain); else closed."""
         exchange.unpin()
+        keep = (reusable and exchange.size >= KEEP_BYTES and exchange.pinned is False
+                and exchange.file is not None and _file_of(exchange.fd) == exchange.file)
+        if keep:
+            exchange.bytes.zero_()  # before any timing (the referee waits for its closes) and off the next start's path
         with self.cond:
             self.closing = max(0, self.closing - 1)
-            kept = reusable and exchange.pinned is False and not self.closed and len(self.idle) < self.keep
+            already = any(e is exchange for e in self.idle)  # released twice: kept once, never closed under a taker
+            kept = keep and not already and not self.closed and len(self.idle) < self.keep
             if kept:
                 self.idle.append(exchange)
             self.cond.notify_all()
-        if not kept:
+        if not kept and not already:
             exchange.close()
 
     def close(self) -> None:
