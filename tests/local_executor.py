@@ -72,6 +72,9 @@ class LocalLink:
     def start(self):
         pass
 
+    def will_close(self):
+        pass
+
     def close(self, wait_s=None):
         pass
 
