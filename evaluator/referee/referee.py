@@ -370,7 +370,7 @@ class Referee:
             source=source, digest=request.digest, device=self.device,
             compile_only=request.compile_only, watch=self.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
-            exchange_bytes=self.exchange_bytes, output_cap=config.output_cap_bytes,
+            exchange_bytes=None if request.compile_only else self.exchange_bytes, output_cap=config.output_cap_bytes,
             memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size, group=self.executor_group(),
             zygote=self.zygote, cores=self.call_cores, exchanges=self.exchanges)
 
