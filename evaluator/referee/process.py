@@ -340,7 +340,6 @@ class ExecutorProcess:
         large exchange (ExchangePool.take) then waits for this one's."""
         if self.exchanges is not None and self._exchange is not None and self.proc is not None and not self._returning:
             self._returning = True
-            _ = self.frozen_by_group  # whether its launcher joined its cgroup, read while it is alive
             self.exchanges.expect()
 
     def kill(self, wait_s: float = 5.0) -> bool:
@@ -461,6 +460,8 @@ class ExecutorProcess:
             if message.reply is None or message.reply.id != command_id:
                 raise self._end(Ended("malformed", f"the executor answered out of turn (expected the reply to "
                                                    f"command {command_id}, got {message.model_dump_json()[:300]})"))
+            if command_id == 0:
+                _ = self.frozen_by_group  # whether its launcher joined its cgroup, read while it is alive (_reap)
             return message.reply
 
     def request(self, command, deadline: float, during=None) -> Reply:
