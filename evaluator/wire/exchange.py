@@ -237,16 +237,14 @@ class ExchangePool:
             self.idle = [e for e in self.idle if e.size != size]
         found = None
         for exchange in kept:
-            if found is None and exchange.file is not None and _file_of(exchange.fd) == exchange.file:
+            if found is None and _still_itself(exchange):
                 found = exchange
-            else:  # its descriptor's number names another file now (closed and reused elsewhere): not ours to close
-                if _file_of(exchange.fd) != exchange.file:
-                    exchange.fd = -1
-                exchange.close()
+            else:
+                _discard(exchange)
         if found is not None and (self.ready is None or self.ready()):
             return found
         if found is not None:
-            found.close()
+            _discard(found)
         return Exchange.create(size)
 
     def expect(self) -> None:
@@ -257,10 +255,9 @@ class ExchangePool:
     def release(self, exchange: Exchange, reusable: bool) -> None:
         """An expected exchange back, its executor ended (`reusable`: every process of it, for certain); else closed."""
         exchange.unpin()
-        keep = (reusable and exchange.size >= KEEP_BYTES and exchange.pinned is False
-                and exchange.file is not None and _file_of(exchange.fd) == exchange.file)
-        if keep:
-            exchange.bytes.zero_()  # before any timing (the referee waits for its closes) and off the next start's path
+        keep = reusable and exchange.size >= KEEP_BYTES and exchange.pinned is False and _still_itself(exchange)
+        if keep:  # before any timing (the referee waits for its closes); the next start waits for it (seconds at most)
+            exchange.bytes.zero_()
         with self.cond:
             self.closing = max(0, self.closing - 1)
             already = any(e is exchange for e in self.idle)  # released twice: kept once, never closed under a taker
@@ -269,11 +266,23 @@ class ExchangePool:
                 self.idle.append(exchange)
             self.cond.notify_all()
         if not kept and not already:
-            exchange.close()
+            _discard(exchange)
 
     def close(self) -> None:
         with self.cond:
             self.closed, idle, self.idle = True, self.idle, []
             self.cond.notify_all()
         for exchange in idle:
-            exchange.close()
+            _discard(exchange)
+
+
+def _still_itself(exchange: Exchange) -> bool:
+    """Whether its descriptor still names the file it mapped (a number closed twice elsewhere can name another)."""
+    return exchange.file is not None and _file_of(exchange.fd) == exchange.file
+
+
+def _discard(exchange: Exchange) -> None:
+    """Closed; where its descriptor's number names another file now, that file is left open (not ours)."""
+    if not _still_itself(exchange):
+        exchange.fd = -1
+    exchange.close()
