@@ -170,7 +170,8 @@ def _executor(tmp_path: Path, pool: ExchangePool, group):
     from evaluator.referee.process import ExecutorProcess
 
     source = b"import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
-    return ExecutorProcess(source=source, digest=hashlib.sha256(source).hexdigest(), device="cpu", compile_only=True,
+    # not compile-only: it waits for commands after its import, as a judged executor does (alive when it is read)
+    return ExecutorProcess(source=source, digest=hashlib.sha256(source).hexdigest(), device="cpu", compile_only=False,
                            watch=[], cache_dir=tmp_path / "cache", problem_location=REFERENCE, protect=[],
                            exchange_bytes=SIZE, output_cap=1 << 16, memory_limit_gb=None, group=group,
                            exchanges=pool)
@@ -263,3 +264,27 @@ def test_an_executor_closed_twice_is_cleaned_up_once(tmp_path):
     finally:
         os.close(other)
         pool.close()
+
+
+@pytest.mark.slow
+def test_an_executor_not_wholly_contained_hands_its_exchange_on_to_none(tmp_path, monkeypatch):
+    """Uncontained (what would have its verdict flagged `unsandboxed`), a process of it could leave its cgroup or hand
+    the descriptor on: its exchange is closed, not kept."""
+    from evaluator.wire import cgroups
+
+    root = cgroups.root_group("test-pool")
+    if root is None:
+        pytest.skip(f"no cgroup here: {cgroups.usable()[1]}")
+    monkeypatch.setenv("HARNESS_CONTAINMENT_OFF", "all")
+    pool = ExchangePool()
+    try:
+        process = _executor(tmp_path, pool, cgroups.Group.create(root, "x"))
+        process.start()
+        assert process.reply(0, time.monotonic() + 120).error is None
+        assert process.in_group  # read as it answered its import
+        used = process._exchange
+        process.close(wait_s=10)
+        assert used.map.closed and pool.take(SIZE) is not used
+    finally:
+        pool.close()
+        root.remove(wait_s=5.0)

@@ -382,7 +382,7 @@ class ExecutorProcess:
         exchange, self._exchange = self.exchange, None
         if exchange is not None and self._returning:
             # reused only once every process of it has ended for certain: it joined its cgroup, nothing of it could
-            # leave (every mechanism in force), and the group is empty and removed
+            # leave (its containment complete: no `unsandboxed`), and the group is empty and removed
             whole = bool(self.in_group) and not launch.assess_messages(self.messages)[1]
             self.exchanges.release(exchange, reusable=gone and whole and self.proc.returncode is not None)
         elif exchange is not None:

@@ -206,8 +206,8 @@ class ExchangePool:
     allocated, and where they were moved to be page-locked, so a later executor's start skips both.
 
     An exchange comes back only through `release`, once every process of the executor that mapped it has ended for
-    certain: it joined its cgroup, every containment mechanism was in force (nothing of it could leave the group or
-    hand the descriptor on), and the group is empty and removed (ExecutorProcess._reap). Two live executors never share
+    certain: it joined its cgroup, its containment was complete (no `unsandboxed` flag: nothing of it could leave the
+    group or hand the descriptor on), and the group is empty and removed (ExecutorProcess._reap). Two live executors never share
     one: each is kept once, and its file is checked before it is handed on. On a GPU it is handed on only while the
     device is idle (`ready`): no kernel of a dead executor's context still in flight can write it. It comes back unpinned
     and zeroed: both sides lock it again (the referee's locked pages are always its mapping's), and nothing of one
