@@ -1,7 +1,7 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
 KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
-builds, the medians of its candidates' phases and steps, and the referee's largest costs by its costed steps'
-wall seconds (harness.bench.costs).
+builds, the medians of its candidates' phases and steps, each executor's own start, and the referee's largest costs
+by its costed steps' wall seconds (harness.bench.costs).
 
     python3 tools/gpu_checks/profile_summary.py DIR
 """
@@ -36,6 +36,12 @@ def summarize(log: Path) -> None:
             names = sorted({n for c in candidates for n in c.get(key, {})})
             print(f"  {key} (medians, s): " + ", ".join(f"{n} {median([c[key][n] for c in candidates if n in c[key]])}"
                                                     for n in names))
+        # each executor's own start, from its launch (time held while another candidate was timed included): its CUDA
+        # step is CUDA's init, the exchange's page-locking and the stage's mapping
+        starts = [c["startup"] for c in candidates if {"torch", "cuda"} <= set(c.get("startup", {}))]
+        if starts:
+            print(f"  executor start (each, s): to torch {[round(s['torch'], 2) for s in starts]}, "
+                  f"CUDA step {[round(s['cuda'] - s['torch'], 2) for s in starts]}")
     print(f"  {'largest costs (wall seconds of the referee steps)':<78}{'s':>8}{'judged':>8}{'a judged':>13}")
     for cost in costs.largest_costs([log]):
         print(f"  {cost.what[:76]:<78}{cost.seconds:>8.1f}{cost.calls:>8}{cost.per_judged:>13.2f}")
