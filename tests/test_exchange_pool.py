@@ -133,33 +133,34 @@ def test_a_large_exchange_waits_for_the_one_being_closed(monkeypatch):
 
 
 class StaleOutput(local_executor.Honest):
-    """Hostile: keeps its buffers right and has its executor name the output's place in the exchange without writing it, so
-    the referee reads whatever lies there: what the referee wrote last, or what an earlier executor left (the exchange
-    handed on from it)."""
+    """Hostile: keeps its buffers right and has its executor name the output's place in the stage without writing it, so
+    the referee reads whatever lies there: the output of the checked call before, or what an earlier executor left in
+    the exchange or the stage."""
 
     def forward(self, x):
         import gc
 
         from evaluator.wire.protocol import TensorSlot
+        from evaluator.wire.stage import Stage
 
         for found in gc.get_objects():
-            if type(found) is Exchange and "_put" not in vars(found):
-                honest = found._put
+            if type(found) is Stage and "write" not in vars(found):
+                honest = found.write
 
                 def unwritten(name, tensor, offset, honest=honest):
                     if name != "output":
                         return honest(name, tensor, offset)
                     return TensorSlot(name=name, dtype=exchanges.dtype_name(tensor.dtype), shape=list(tensor.shape),
-                                      offset=offset, nbytes=exchanges.nbytes_of(tensor))
-                found._put = unwritten
+                                      offset=offset, nbytes=exchanges.nbytes_of(tensor), in_stage=True)
+                found.write = unwritten
         honest_output = super().forward(x)  # its buffers right: only the output is left unwritten
         return torch.empty_like(honest_output)
 
 
-def test_what_an_earlier_executor_left_in_the_exchange_passes_no_check():
+def test_what_an_earlier_executor_left_passes_no_check():
     judge = local_executor.referee()
     session, _, honest = local_executor.checked(local_executor.Honest, judge)
-    assert honest.stop is None and any(honest.correctness.tiers.values())  # its outputs, for its own inputs, left in the exchange
+    assert honest.stop is None and any(honest.correctness.tiers.values())  # its outputs, for its own inputs, left behind
     handed_on = session.link.exchange
     _, _, stale = local_executor.checked(StaleOutput, judge, exchange=handed_on)
     assert stale.stop is not None and stale.stop.status.value == "incorrect"

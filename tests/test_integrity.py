@@ -233,11 +233,11 @@ def test_the_kernel_pass_sees_the_candidates_own_extension(cpu_verdicts):
 
 def test_a_reply_listing_its_tensors_over_and_over_is_read_once_and_fails_its_trial(cpu_verdicts):
     """A reply naming one slot ten thousand times (through the live executor's `ship`, swapped on the instance) would
-    have the referee copy the exchange over and over, on its own credited time: each slot is read once, never more
-    than the exchange holds, and the trial fails with the reason."""
+    have the referee copy the stage over and over, on its own credited time: each slot is read once, never more
+    than the stage holds, and the trial fails with the reason."""
     verdict = cpu_verdicts["reply_repeats_slots"]
     assert verdict.status == Status.incorrect and verdict.phase.value == "check", verdict.error
-    assert "shipped output again, or more than its exchange holds" in verdict.error
+    assert "shipped output again, or more than its exchange or stage holds" in verdict.error
 
 
 @pytest.mark.parametrize("name, flag, words", [

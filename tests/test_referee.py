@@ -18,10 +18,10 @@ from conftest import calls_drawn
 from evaluator.referee import phases
 from evaluator.referee.session import Imported, Judged, Session
 from evaluator.referee.time_phase import held, idle
-from evaluator.wire.exchange import ALIGN, Exchange, ExchangeError
+from evaluator.wire.exchange import ALIGN, Exchange, ExchangeError, capacity_for
 from evaluator.wire.polling import readable
 from evaluator.referee.process import Ended, ExecutorProcess
-from evaluator.wire.protocol import COMMAND, Call, ExecutorMessage, Profile, Reply, TensorSlot
+from evaluator.wire.protocol import COMMAND, Call, ExecutorMessage, LoadState, Profile, Reply, TensorSlot
 from evaluator.wire.records import Status
 
 
@@ -47,6 +47,7 @@ def test_tensors_travel_through_the_exchange_as_copies():
     (dict(nbytes=12), "bytes for shape"),
     (dict(dtype="complex128"), "unknown dtype"),
     (dict(shape=[-1, 4], nbytes=-16), "bad shape"),
+    (dict(shape=[0, 2 ** 63], nbytes=0), "bad shape"),  # empty: its dimensions multiply to nothing, and overflow a view
 ])
 def test_a_slot_that_does_not_describe_its_bytes_is_refused(change, words):
     exchange = Exchange.create(1 << 16)
@@ -56,14 +57,13 @@ def test_a_slot_that_does_not_describe_its_bytes_is_refused(change, words):
     exchange.close()
 
 
-def test_the_calibrators_exchange_holds_what_it_is_sent_and_is_not_sized_for_a_checked_call():
-    """The calibrator makes no checked call: its exchange holds its fixed inputs, its state and its handed-off windows
-    (on the CPU, in the exchange), far less than a candidate's."""
-    from evaluator.referee import calibrator
-
+def test_an_exchange_holds_what_it_is_sent_and_is_not_sized_for_a_checked_call():
+    """Checked calls go through the stage: an exchange holds the fixed inputs, the state and a handed-off window (on
+    the CPU, in the exchange), far less than a checked call's inputs, output and inputs as it left them."""
     judge = local_executor.referee()
-    size = calibrator.exchange_bytes(judge)
-    assert judge.handoff_plan is not None and judge.handoff_plan.size <= size < judge.exchange_bytes
+    size = judge.exchange_bytes
+    assert judge.handoff_plan is not None and judge.handoff_plan.size <= size
+    assert size < capacity_for(judge.output_nbytes, *judge.input_sizes, *judge.state_sizes, *judge.input_sizes)
     exchange = Exchange.create(size)
     judge.exchange_tensors(exchange)
     exchange.write([(f"state.{k}", v) for k, v in judge.baseline_model.state_dict().items()])  # raises where it does not fit
@@ -208,9 +208,11 @@ def test_a_pipe_is_polled_through_its_first_stretch_then_waited_on():
 
 
 def test_commands_are_one_typed_union():
-    command = COMMAND.validate_json(Call(id=3, tensors=[TensorSlot(name="input.0", dtype="float32", shape=[2],
-                                                                    offset=0, nbytes=8)]).model_dump_json())
-    assert isinstance(command, Call) and command.tensors[0].name == "input.0"
+    command = COMMAND.validate_json(Call(id=3, place=4096).model_dump_json())
+    assert isinstance(command, Call) and command.place == 4096
+    put = COMMAND.validate_json(LoadState(id=4, tensors=[TensorSlot(name="state.w", dtype="float32", shape=[2],
+                                                                     offset=0, nbytes=8)]).model_dump_json())
+    assert put.tensors[0].name == "state.w" and not put.tensors[0].in_stage
     with pytest.raises(ValueError):
         Reply.model_validate_json('{"id": 1, "verdict": "correct"}')  # replies carry nothing unknown
 
@@ -673,8 +675,8 @@ def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_erro
                   error_kind="staging_memory")
     closed = []
     session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda",
-                                                      judge_device="cpu"),
-                              link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: []),
+                                                      judge_device="cpu", layout=SimpleNamespace(inputs=(), region=0)),
+                              link=SimpleNamespace(stage=SimpleNamespace(device="cpu"),
                                                    close=lambda wait_s: closed.append(True)),
                               request=lambda command: reply, phase=Phase.check)
     wrong_before = ModeAccumulator("train", {"loose": None})
@@ -711,8 +713,8 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has ...")
 
     session = SimpleNamespace(referee=SimpleNamespace(draw=lambda distribution, seed: [torch.zeros(2)], device="cuda",
-                                                      judge_device="cpu"),
-                              link=SimpleNamespace(exchange=SimpleNamespace(write=lambda tensors: [])),
+                                                      judge_device="cpu", layout=SimpleNamespace(inputs=(), region=0)),
+                              link=SimpleNamespace(stage=SimpleNamespace(device="cpu")),
                               request=lambda command: Reply(id=0), shipment=shipment, phase=Phase.check)
     wrong_before = ModeAccumulator("train", {"loose": None})
     wrong_before.fail("output: 3 values outside")
@@ -1165,9 +1167,9 @@ def test_the_referees_work_meanwhile_moves_the_calls_deadline_on_within_its_cred
     session = Session(referee=None, link=SimpleNamespace(request=request), name="c", digest="d", problem="p",
                       size="s", device="cuda", compile_timeout_s=1, run_timeout_s=1, own_credit_s=0.05)
     order = []
-    session.request(Call(id=0, tensors=[], train=True), meanwhile=lambda: (order.append("meanwhile"), time.sleep(0.02)))
+    session.request(Call(id=0, place=0, train=True), meanwhile=lambda: (order.append("meanwhile"), time.sleep(0.02)))
     assert order == ["meanwhile"] and 0.02 <= seen["moved"] <= 0.05
     assert session.own_credit_s == pytest.approx(0.05 - seen["moved"])
     left = session.own_credit_s
-    session.request(Call(id=0, tensors=[], train=True), meanwhile=lambda: time.sleep(0.05))
+    session.request(Call(id=0, place=0, train=True), meanwhile=lambda: time.sleep(0.05))
     assert seen["moved"] == pytest.approx(left) and session.own_credit_s == 0.0  # at most what is left

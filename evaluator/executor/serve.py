@@ -33,12 +33,12 @@ from evaluator.executor import triton_watch
 from evaluator.executor.errors import describe_exception, describe_import_failure
 from evaluator.executor import errors
 from evaluator.wire import handoff, kernels
-from evaluator.wire.exchange import DTYPES, Exchange, ExchangeError
+from evaluator.wire.exchange import DTYPES, Exchange, ExchangeError, dtype_name
 from evaluator.wire.problem import import_file
 from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, Handoff, LoadState, Profile,
                                      Put, Reply, SendState, ValueInfo, unpack)
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
-from evaluator.wire.stage import Stage
+from evaluator.wire.stage import Stage, aligned
 from evaluator.executor.forward import RoomRefused, handed_off_forwards, timed_forwards
 from evaluator.executor.observe import cpu_extension_calls, cuda_kernels
 
@@ -94,7 +94,8 @@ class Executor:
         self.model: torch.nn.Module | None = None
         self.guard: guards.StateGuard | None = None
         self.specs, self.fixed, self.values = [], {}, {}
-        self.staged: list = []           # the first input set of the clocked calls (the profiled call's)
+        self.staged: list = []           # the first input set of the clocked calls (the profiled and checked calls')
+        self.staged_slots: list = []     # its slots (TensorSlot), where a checked call's inputs go back
         self.staged_sets: list[list] = []  # each input set: views of the stage (and plain values)
         self.staged_state, self.state_names = [], []  # the buffers `put` stages; the tensors `ship` sends (none: all)
         self.delay_cycles = 0
@@ -171,6 +172,7 @@ class Executor:
             staged = {int(s.name.removeprefix("input.")): self.stage.view(s) for s in moved}
             self.staged_sets.append([staged[i] if i in staged else self.values.get(i) for i in range(len(self.specs))])
         self.staged = self.staged_sets[0] if self.staged_sets else []
+        self.staged_slots = list(command.staged) if self.stage else []
         self.staged_state = list(command.staged_state)
         self.state_names = list(command.state_names)
         self.delay_cycles = self.stream_delay_cycles(command.stream_delay_ms)
@@ -208,9 +210,11 @@ class Executor:
         return Reply(id=command.id, flags=self.guard_flags(flags_before, "loading the weights"))
 
     def call(self, command: Call) -> Reply:
-        """One checked forward on the shipped inputs (see Call)."""
-        shipped = {int(s.name.removeprefix("input.")): self.exchange.read(s, self.device) for s in command.tensors}
-        inputs = [shipped[i] if i in shipped else self.values.get(i) for i in range(len(self.specs))]
+        """One checked forward on fresh copies of the stage's first input set (see Call)."""
+        try:  # the candidate's own memory: what it does to its inputs never reaches the stage before `ship`
+            inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.staged]
+        except torch.OutOfMemoryError as err:
+            raise StagingOutOfMemory(str(err)) from None
         self.model.train(command.train)
         self.stage_inputs(inputs)
         fill = None
@@ -237,9 +241,10 @@ class Executor:
         if cmp.is_plain_tensor(out) and seen is not None and not cmp.same_values(seen, out):
             problems.append("the output changed after forward returned: work still running when it returned "
                             "(on a stream the caller does not wait for, or in a thread)")
-        after = [(f"input.{i}", x) for i, x in enumerate(inputs) if i in shipped and isinstance(x, torch.Tensor)]
+        after = [(f"input.{i}", x) for i, (x, given) in enumerate(zip(inputs, self.staged))
+                 if isinstance(given, torch.Tensor)]
         reply = Reply(id=command.id, flags=flags, problems=problems, fill=fill, output=value_info(out))
-        return self.ship(reply, seen, after, state=command.send_state)
+        return self.ship(reply, seen, after, state=command.send_state, place=command.place)
 
     def go(self, command: Go) -> Reply:
         """`calls` clocked forwards back to back, call k on the stage's input set k (see protocol.Go): each
@@ -334,7 +339,7 @@ class Executor:
         return reply
 
     def send_state(self, command: SendState) -> Reply:
-        return self.ship(Reply(id=command.id), None, [], state=True)
+        return self.ship(Reply(id=command.id), None, [], state=True, place=0)
 
     def profile(self, command: Profile) -> Reply:
         """One forward, observed: its kernels (CUDA) or calls into the candidate's extensions (CPU)."""
@@ -360,7 +365,7 @@ class Executor:
                       kernel_times_us=times[:MAX_KERNEL_NAMES], kernel_count=len(names),
                       libraries=kernels.candidate_libraries(), output=value_info(out),
                       autotuned=triton_watch.autotuned())
-        return self.ship(reply, snapshot, [], state=False)
+        return self.ship(reply, snapshot, [], state=False, place=command.place)
 
     def finish(self, command: Finish) -> Reply:
         """What changed since the import (the guard's last look), then the executor exits."""
@@ -384,34 +389,46 @@ class Executor:
         aliased = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and cmp.shares_memory(out, x)]
         return [f"the output shares memory with input(s) {aliased}"] if aliased else []
 
-    def ship(self, reply: Reply, output: torch.Tensor | None, extra: list, *, state: bool) -> Reply:
-        """Write `output` (a plain tensor, described by `reply.output`), `extra` and (with `state`) the tensors the
-        referee compares (`state_names`) into the exchange, one after another; what does not fit or cannot travel is
-        described, not shipped."""
-        tensors = list(extra)
+    def ship(self, reply: Reply, output: torch.Tensor | None, inputs: list, *, state: bool, place: int) -> Reply:
+        """Stage `output` (a plain tensor, described by `reply.output`) at `place` and `inputs` (`input.N`, as the call
+        left them) back into their slots of the stage's first input set; with `state`, write the tensors the referee
+        compares (`state_names`) into the exchange, one after another. The device waited for before the reply says
+        where they lie; what does not fit or cannot travel is described, not shipped."""
         if output is not None and reply.output is not None and reply.output.plain:
-            tensors.insert(0, ("output", output))
+            try:
+                reply.tensors.append(self.stage.write("output", output, place))
+                reply.output = reply.output.model_copy(update={"shipped": True})
+            except (ExchangeError, RuntimeError) as err:
+                reply.problems.append(f"output could not be staged: {err}"[:500])
+        slots = {slot.name: slot for slot in self.staged_slots}
+        for name, tensor in inputs:
+            slot = slots.get(name)
+            if (slot is None or not cmp.is_plain_tensor(tensor) or list(tensor.shape) != slot.shape
+                    or dtype_name(tensor.dtype) != slot.dtype):
+                reply.problems.append(f"{name} could not be staged: no longer the tensor it was given")
+                continue
+            try:
+                reply.tensors.append(self.stage.write(name, tensor, slot.offset))
+            except (ExchangeError, RuntimeError) as err:
+                reply.problems.append(f"{name} could not be staged: {err}"[:500])
+        self.sync()
         if state:
             entries = cmp.module_tensors(self.model)
             reply.state = {name: list(v.shape) if isinstance(v, torch.Tensor) else [] for name, v in entries.items()}
             if self.state_names:  # the reference's, in its order (one it lacks is wrong there)
                 entries = {name: entries[name] for name in self.state_names if name in entries}
+            offset = 0
             for name, value in entries.items():
-                if cmp.is_plain_tensor(value):
-                    tensors.append((f"state.{name}", value))
-                else:
+                if not cmp.is_plain_tensor(value):
                     reply.problems.append(f"state.{name}: expected a plain torch.Tensor, got {type(value).__name__}")
-        offset = 0
-        for name, tensor in tensors:
-            try:
-                [slot] = self.exchange.write([(name, tensor)], start=offset)
-            except ExchangeError as err:
-                reply.problems.append(f"{name} could not be shipped: {err}")
-                continue
-            reply.tensors.append(slot)
-            offset = -(-(slot.offset + max(slot.nbytes, 1)) // 256) * 256
-            if name == "output":
-                reply.output = reply.output.model_copy(update={"shipped": True})
+                    continue
+                try:
+                    [slot] = self.exchange.write([(f"state.{name}", value)], start=offset)
+                except ExchangeError as err:
+                    reply.problems.append(f"state.{name} could not be shipped: {err}")
+                    continue
+                reply.tensors.append(slot)
+                offset = aligned(slot.offset + slot.nbytes)  # as Exchange.write lays tensors out (capacity_for)
         return reply
 
     def guard_flags(self, flags_before: dict[str, str], when: str) -> list[Flag]:

@@ -17,7 +17,6 @@ from evaluator.referee import clock, relay
 from evaluator.referee.process import Ended, ExecutorProcess
 from evaluator.referee.view import RefereeView
 from evaluator.wire import handoff
-from evaluator.wire.exchange import capacity_for, nbytes_of
 from evaluator.wire.protocol import LoadState
 
 CALIBRATOR_SOURCE = '''"""The referee's calibrator: never a candidate. It runs in an executor like any candidate (same
@@ -59,16 +58,6 @@ def _cycles_per_ms():
 '''
 
 
-def exchange_bytes(referee: RefereeView) -> int:
-    """The calibrator's exchange: it makes no checked call, so only the fixed inputs (`construct`), the state
-    (`LoadState`) and its handed-off windows pass through it, and on a GPU of those only the header with the window's
-    words. A candidate's is sized for a checked call (19 GB at 19_ReLU's KernelBench size, about 9 s to allocate and
-    page-lock on an H200)."""
-    plan = referee.handoff_plan
-    window = 0 if plan is None else handoff.HEADER if plan.on_device else plan.size
-    return max(capacity_for(*(nbytes_of(t) for t in referee.fixed.values())), capacity_for(*referee.state_sizes), window)
-
-
 class Calibrator:
     """The referee's own executor for measuring what a clocked window costs (see CALIBRATOR_SOURCE).
     Started as each baseline round begins; measured in every round (recorded with it, and the cost used
@@ -87,7 +76,7 @@ class Calibrator:
             source=source, digest=hashlib.sha256(source).hexdigest(), device=referee.device,
             compile_only=False, watch=referee.problem.rules.watch, cache_dir=Path(config.cache_dir),
             problem_location=referee.problem.location, protect=[Path(p) for p in config.protect],
-            exchange_bytes=exchange_bytes(referee), output_cap=config.output_cap_bytes, memory_limit_gb=None,
+            exchange_bytes=referee.exchange_bytes, output_cap=config.output_cap_bytes, memory_limit_gb=None,
             stage_bytes=referee.layout.size, group=referee.executor_group(), zygote=referee.zygote,
             cores=referee.call_cores)
         self.link.start()

@@ -117,9 +117,9 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     them) and buffers compared with `reference64` (advanced by the same call, in the same mode)."""
     referee = session.referee
     inputs = referee.draw(distribution, seed)
-    slots = session.link.exchange.write([(f"input.{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
+    stage_inputs(session, inputs)
     early = EarlyReference(referee, reference64, inputs, train) if overlapped(referee) else None
-    call = Call(id=0, tensors=slots, train=train, fill_uninitialized=fill, send_state=True)
+    call = Call(id=0, place=referee.layout.region, train=train, fill_uninitialized=fill, send_state=True)
     reply = session.request(call, meanwhile=early.run) if early is not None else session.request(call)
     if reply.error_kind == "staging_memory":
         staging_out_of_memory(session, inputs, reply, acc)
@@ -149,6 +149,16 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
             raise
         referee_out_of_memory(acc, err)
     return reply
+
+
+def stage_inputs(session: Session, inputs: list) -> None:
+    """A call's tensor inputs into the stage's first input set, where the executor reads a checked or profiled call's
+    inputs; the copies done before the call is sent (the stage is another process's too)."""
+    stage = session.link.stage
+    for slot in session.referee.layout.inputs:
+        stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
+    if stage.device == "cuda":
+        torch.cuda.current_stream().synchronize()
 
 
 # The float64 reference of a checked call runs while the executor's call waits behind its stream hold (tens of

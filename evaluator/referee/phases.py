@@ -37,7 +37,7 @@ from evaluator.wire.protocol import Finish, LoadState, Profile
 from evaluator.wire.records import (
     SHAKY_DRIFT, SHAKY_SPREAD, Correctness, Flag, Phase, Roofline, Status, TimingStats, Verdict, bounds_flag, merge_flags)
 from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop, Timed
-from evaluator.referee.check_phase import check_phase, out_of_memory, referee_memory_said
+from evaluator.referee.check_phase import check_phase, out_of_memory, referee_memory_said, stage_inputs
 from evaluator.referee.time_phase import spot, time_phase
 
 MAX_KERNEL_NAMES = 256
@@ -104,9 +104,8 @@ def profile_phase(session: Session, checked: Checked, timed: Timed) -> Profiled:
     timed calls and the check after them (`Timed.reference64`)."""
     referee = session.referee
     inputs = referee.draw(referee.problem.distributions[0], session.seed())
-    for slot in referee.layout.inputs:  # the profiled call reads the stage, as a clocked one does
-        session.link.stage.view(slot).copy_(inputs[int(slot.name.removeprefix("input."))])
-    reply = session.request(Profile(id=0, train=referee.problem.mode == "train"))
+    stage_inputs(session, inputs)  # the profiled call reads the stage, as a clocked one does
+    reply = session.request(Profile(id=0, train=referee.problem.mode == "train", place=referee.layout.region))
     if reply.error:
         session.add([Flag(name="profiler_failed", reason=f"the kernel listing failed: {reply.error}"[:500])])
         return Profiled()

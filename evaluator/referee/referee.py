@@ -50,7 +50,7 @@ from evaluator.referee.settling import settle
 from evaluator.referee.timing import Timer, launched_kernels
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
-from evaluator.wire import cgroups, identity
+from evaluator.wire import cgroups, handoff, identity
 from evaluator.wire.exchange import DTYPES, Exchange, ExchangePool, capacity_for, dtype_name
 from evaluator.referee.matched import matched_tolerance
 from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
@@ -181,11 +181,15 @@ class Referee:
 
     @property
     def exchange_bytes(self) -> int:
-        """Room for the largest turn: an output, the inputs as a call left them and the reference's parameters and
-        buffers, each aligned on its own (as the executor writes them: summed first, a tiny problem's state outgrew
-        it), and the inputs once more."""
-        return max(capacity_for(self.output_nbytes, *self.input_sizes, *self.state_sizes, *self.input_sizes),
-                   relay.exchange_room(self.layout, self.device))
+        """Room for the largest thing an exchange carries: the fixed inputs (`construct`), the reference's parameters
+        and buffers (`LoadState`, and a checked call's state after it, at twice their bytes: a candidate keeping
+        float64 statistics where the reference keeps float32 is compared, not refused), each aligned on its own (as
+        the executor writes them: summed first, a tiny problem's state outgrew it), and a handed-off window (through
+        host memory; on the device, its header). Calls' inputs and outputs go through the stage: at KernelBench's
+        19_ReLU an exchange sized for a checked call was 19 GB, seconds to allocate and page-lock for each executor."""
+        fixed = [t.numel() * t.element_size() for t in self.fixed.values()]
+        return max(capacity_for(*fixed), capacity_for(*(2 * n for n in self.state_sizes)),
+                   relay.exchange_room(self.layout, self.device), handoff.HEADER)
 
     def forward_ms(self, model: torch.nn.Module, inputs: list) -> float:
         with torch.no_grad():

@@ -11,7 +11,6 @@ them are handed off the same way, so a window's cost (its handoffs and copies) i
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import itertools
 import math
@@ -24,7 +23,7 @@ import torch
 
 from evaluator.referee import clock, tuning
 from evaluator.wire import handoff
-from evaluator.wire.exchange import DTYPES, Exchange, dtype_name
+from evaluator.wire.exchange import ALIGN, DTYPES, Exchange, dtype_name
 from evaluator.wire.protocol import Handoff, Reply
 from evaluator.wire.stage import Stage
 
@@ -66,9 +65,10 @@ CPU_NAP_S = float(os.environ.get("HARNESS_CPU_NAP_US", "50")) * 1e-6
 
 
 def exchange_room(layout, device: str) -> int:
-    """Bytes of the exchange a handed-off window needs, where a call's bytes allow one (else 0)."""
+    """Bytes of the exchange a handed-off window needs, where a call's bytes allow one (else 0): at least its plan's
+    size (`plan_for`: its output region is the stage's span less the span's ALIGN of slack)."""
     calls_bytes = layout.stride + layout.span
-    return handoff.HEADER + calls_bytes if calls_bytes <= HANDOFF_BYTES[device] else 0
+    return handoff.HEADER + calls_bytes if calls_bytes - ALIGN <= HANDOFF_BYTES[device] else 0
 
 
 def plan_for(referee) -> handoff.Plan | None:
@@ -81,14 +81,16 @@ def plan_for(referee) -> handoff.Plan | None:
     buffers = [(name, list(value.shape), dtype_name(value.dtype)) for name, value in referee.baseline_model.named_buffers()]
     if any(dtype is None for _, _, dtype in buffers):
         return None
-    plan = handoff.Plan.make(list(referee.layout.inputs), (referee.output_shape, referee.output_dtype), buffers)
+    made = functools.partial(handoff.Plan.make, list(referee.layout.inputs), (referee.output_shape, referee.output_dtype),
+                             buffers)
+    plan = made()
     call_bytes = plan.in_span + plan.out_span
     if call_bytes <= HANDOFF_BYTES[referee.device]:
         return plan if plan.size <= referee.exchange_bytes else None
     if (referee.device != "cuda" or 2 * call_bytes > DEVICE_WINDOW_BYTES or plan.size > referee.layout.size
             or handoff.stream_ops() is None):
         return None
-    return dataclasses.replace(plan, on_device=True)
+    return made(on_device=True)
 
 
 def window_calls(plan: handoff.Plan, calls: int, device: str) -> int:

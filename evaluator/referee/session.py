@@ -19,7 +19,7 @@ from evaluator.referee.launch import exit_description
 from evaluator.referee.process import Ended
 from evaluator.referee.view import RefereeView
 from evaluator.wire.exchange import ExchangeError
-from evaluator.wire.protocol import Reply
+from evaluator.wire.protocol import Reply, TensorSlot
 from evaluator.wire.records import Correctness, Flag, Phase, Status, TimingCheck, TimingStats
 
 
@@ -212,23 +212,41 @@ class Session:
         return Judged(Status.crashed, phase, f"the executor {how} during phase `{phase.value}` before it answered")
 
     def shipment(self, reply: Reply) -> tuple[dict[str, torch.Tensor], list[str]]:
-        """The tensors a reply shipped, read where the referee judges (its judge_device), and what could not be read."""
+        """The tensors a reply shipped (through the exchange or the stage), copied to where the referee judges (its
+        judge_device), and what could not be read."""
         tensors, problems = {}, []
         device = self.referee.judge_device if self.referee is not None else "cpu"
-        total = 0
+        read = {False: 0, True: 0}  # bytes read from the exchange and from the stage
         for slot in reply.tensors:
-            # read once each, and no more than the exchange holds: every read is a copy of the referee's
+            # read once each, and no more than each memory holds: every read is a copy of the referee's
             # (in host memory, where the float64 judge lives there), so a reply listing a slot many times cannot
             # make the referee copy the exchange over and over
-            total += slot.nbytes
-            if slot.name in tensors or total > self.link.exchange.size:
-                problems.append(f"the executor shipped {slot.name} again, or more than its exchange holds")
+            memory = self.link.stage if slot.in_stage else self.link.exchange
+            read[slot.in_stage] += slot.nbytes
+            if slot.name in tensors or memory is None or read[slot.in_stage] > memory.size:
+                problems.append(f"the executor shipped {slot.name} again, or more than its exchange or stage holds")
                 break
+            if slot.in_stage and not self.staged_where_asked(slot):
+                problems.append(f"the executor staged {slot.name} where the referee did not ask for it")
+                continue
             try:
-                tensors[slot.name] = self.link.exchange.read(slot, device)
+                tensors[slot.name] = memory.read(slot, device)
             except ExchangeError as err:
                 problems.append(f"the executor shipped an unreadable tensor ({err})")
         return tensors, problems
+
+    def staged_where_asked(self, slot: TensorSlot) -> bool:
+        """Whether a slot of the stage is where a checked or profiled call leaves it: the output at the region's start
+        (`Call.place`) within a call's room, an input in its slot of the first input set. Anything else is never read:
+        the stage is gigabytes, and each read a copy of the referee's that its memory plan does not count."""
+        layout = self.referee.layout if self.referee is not None else None
+        if layout is None:
+            return False
+        if slot.name == "output":
+            return slot.offset == layout.region and slot.nbytes <= layout.span
+        given = next((s for s in layout.inputs if s.name == slot.name), None)
+        return given is not None and (slot.offset, slot.nbytes, slot.dtype, slot.shape) == (
+            given.offset, given.nbytes, given.dtype, given.shape)
 
 
 # ------------------------------------------------------------------------------------------ results

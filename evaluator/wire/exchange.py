@@ -165,31 +165,45 @@ class Exchange:
 
     def check(self, slot: TensorSlot) -> torch.dtype:
         """The slot's dtype, once its fields are consistent and it lies inside the mapping."""
-        dtype = DTYPES.get(slot.dtype)
-        if dtype is None:
-            raise ExchangeError(f"{slot.name}: unknown dtype {slot.dtype!r}")
-        if any(d < 0 for d in slot.shape) or len(slot.shape) > 16:
-            raise ExchangeError(f"{slot.name}: bad shape {slot.shape}")
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if math.prod(slot.shape) * itemsize != slot.nbytes:
-            raise ExchangeError(f"{slot.name}: {slot.nbytes} bytes for shape {slot.shape} of {slot.dtype}")
-        if slot.offset % ALIGN:
-            raise ExchangeError(f"{slot.name}: offset {slot.offset} is not a multiple of {ALIGN}")
-        if slot.offset < 0 or slot.offset + slot.nbytes > self.size:
-            raise ExchangeError(f"{slot.name}: bytes {slot.offset}..{slot.offset + slot.nbytes} lie outside "
-                                f"the exchange ({self.size} bytes)")
-        return dtype
+        return checked_dtype(slot, self.size, "the exchange")
 
     def read(self, slot: TensorSlot, device: str | torch.device = "cpu") -> torch.Tensor:
         """A fresh tensor holding the slot's bytes, on `device`."""
-        dtype = self.check(slot)
-        raw = self.bytes[slot.offset:slot.offset + slot.nbytes]
-        if dtype == torch.bool:
-            value = raw.clone().to(torch.bool)
-        else:
-            value = raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype)
-        value = value.reshape(slot.shape)
-        return value.to(device, copy=True)
+        return tensor_of(self.bytes[slot.offset:slot.offset + slot.nbytes], self.check(slot), slot, device)
+
+
+# No dimension of a tensor that travels is larger: a slot's shape is the executor's word, and an empty tensor's
+# dimensions multiply to nothing, so one of 2^63 passed the size checks and overflowed torch's view of it.
+MAX_DIM = 1 << 48
+
+
+def checked_dtype(slot: TensorSlot, size: int, where: str) -> torch.dtype:
+    """The dtype of a slot in `where` (an exchange or a stage of `size` bytes), once its fields are consistent and it
+    lies inside: an ExchangeError says which field is not."""
+    dtype = DTYPES.get(slot.dtype)
+    if dtype is None:
+        raise ExchangeError(f"{slot.name}: unknown dtype {slot.dtype!r}")
+    if any(d < 0 or d > MAX_DIM for d in slot.shape) or len(slot.shape) > 16:
+        raise ExchangeError(f"{slot.name}: bad shape {slot.shape}")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if math.prod(slot.shape) * itemsize != slot.nbytes:
+        raise ExchangeError(f"{slot.name}: {slot.nbytes} bytes for shape {slot.shape} of {slot.dtype}")
+    if slot.offset % ALIGN:
+        raise ExchangeError(f"{slot.name}: offset {slot.offset} is not a multiple of {ALIGN}")
+    if slot.offset < 0 or slot.offset + slot.nbytes > size:
+        raise ExchangeError(f"{slot.name}: bytes {slot.offset}..{slot.offset + slot.nbytes} lie outside "
+                            f"{where} ({size} bytes)")
+    return dtype
+
+
+def tensor_of(raw: torch.Tensor, dtype: torch.dtype, slot: TensorSlot, device: str | torch.device) -> torch.Tensor:
+    """A fresh tensor of the slot's dtype and shape, on `device`, from its bytes (`raw`, uint8, checked): a bool read
+    through uint8, so that no byte but 0 and 1 reaches a comparison."""
+    if dtype == torch.bool:
+        value = raw.clone().to(torch.bool)
+    else:
+        value = raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype, device=raw.device)
+    return value.reshape(slot.shape).to(device, copy=True)
 
 
 # Exchanges from this size up are kept for later executors (ExchangePool), and a start waits (at most REUSE_WAIT_S) for

@@ -87,13 +87,14 @@ class Plan:
         (shape, dtype name), (name, shape, dtype name) of what each call leaves."""
         inputs, end = [], HEADER
         for slot in input_slots:
-            inputs.append(slot.model_copy(update={"offset": HEADER + slot.offset}))
+            inputs.append(slot.model_copy(update={"offset": HEADER + slot.offset, "in_stage": on_device}))
             end = max(end, aligned(HEADER + slot.offset + max(slot.nbytes, 1)))
         in_span = end - HEADER
         outputs, offset = [], end
         for name, shape, dtype in [("output", *output), *((f"state.{n}", s, d) for n, s, d in buffers)]:
             nbytes = math.prod(shape) * torch.empty((), dtype=DTYPES[dtype]).element_size()
-            outputs.append(TensorSlot(name=name, dtype=dtype, shape=list(shape), offset=offset, nbytes=nbytes))
+            outputs.append(TensorSlot(name=name, dtype=dtype, shape=list(shape), offset=offset, nbytes=nbytes,
+                                      in_stage=on_device))
             offset = aligned(offset + max(nbytes, 1))
         return cls(inputs=tuple(inputs), outputs=tuple(outputs), in_span=in_span, out_span=offset - end,
                    on_device=on_device)

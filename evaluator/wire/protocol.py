@@ -35,13 +35,14 @@ class Message(BaseModel):
 # ------------------------------------------------------------------------------------------ tensors
 
 class TensorSlot(Message):
-    """One tensor in the exchange: where its bytes are and how to read them back."""
+    """One tensor in the exchange or the stage: where its bytes are and how to read them back."""
 
     name: str = Field(description="What it is: `input.0`, `output`, `state.bn.running_mean`, ...")
     dtype: str = Field(description="A name of evaluator.wire.exchange.DTYPES (`float32`, `int64`, ...).")
     shape: list[int] = Field(description="Its shape; the bytes are contiguous, row-major.")
-    offset: int = Field(description="First byte in the exchange.")
+    offset: int = Field(description="First byte in the exchange (or the stage).")
     nbytes: int = Field(description="Length in bytes: the shape's element count times the dtype's size.")
+    in_stage: bool = Field(False, description="In the executor's stage (evaluator.wire.stage), not the exchange.")
 
 
 class ValueInfo(Message):
@@ -114,12 +115,14 @@ class LoadState(Message):
 
 
 class Call(Message):
-    """One checked forward on the inputs shipped (`input.N` slots): ship back the output, the inputs
-    as the call left them and (with `send_state`) every parameter and buffer."""
+    """One checked forward on fresh copies of the stage's first input set, which the referee has just written: the
+    output staged at `place`, the inputs as the call left them back into their slots of that set, and (with
+    `send_state`) every parameter and buffer through the exchange. Device memory both sides map, so a checked call of
+    gigabytes is copied on the device, not through host memory."""
 
     kind: Literal["call"] = "call"
     id: int
-    tensors: list[TensorSlot] = Field(description="The inputs, `input.N` for position N.")
+    place: int = Field(ge=0, description="Where in the stage the output goes (the start of its region).")
     train: bool = Field(True, description="Module mode of this call.")
     fill_uninitialized: bool = Field(False, description=(
         "Run it with uninitialised memory filled with NaN (deterministic algorithms, warn only, "
@@ -183,12 +186,13 @@ class SendState(Message):
 
 class Profile(Message):
     """One more forward on the inputs the referee has written into the stage, observed: the GPU kernels
-    it launched (CUDA) or its calls into the candidate's own extension modules (CPU). Ships its output
-    through the exchange."""
+    it launched (CUDA) or its calls into the candidate's own extension modules (CPU). Stages its output at
+    `place`."""
 
     kind: Literal["profile"] = "profile"
     id: int
     train: bool = True
+    place: int = Field(ge=0, description="Where in the stage the output goes (the start of its region).")
 
 
 class Finish(Message):

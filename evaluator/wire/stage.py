@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.wire.exchange import ALIGN, DTYPES, ExchangeError, dtype_name, sealed_memfd
+from evaluator.wire.exchange import ALIGN, DTYPES, ExchangeError, checked_dtype, dtype_name, sealed_memfd, tensor_of
 from evaluator.wire.protocol import TensorSlot
 
 
@@ -73,7 +73,7 @@ class Layout:
         for position, shape, dtype in inputs:
             nbytes = math.prod(shape) * torch.empty((), dtype=DTYPES[dtype]).element_size()
             slots.append(TensorSlot(name=f"input.{position}", dtype=dtype, shape=list(shape), offset=offset,
-                                    nbytes=nbytes))
+                                    nbytes=nbytes, in_stage=True))
             offset = aligned(offset + max(nbytes, 1))
         span = aligned(max(output_nbytes, 1)) + sum(aligned(max(n, 1)) for n in buffer_nbytes) + ALIGN
         stride = max(offset, ALIGN)
@@ -128,23 +128,17 @@ class Stage:
 
     def check(self, slot: TensorSlot) -> torch.dtype:
         """The slot's dtype, once its fields agree and it lies inside the stage."""
-        dtype = DTYPES.get(slot.dtype)
-        if dtype is None:
-            raise ExchangeError(f"{slot.name}: unknown dtype {slot.dtype!r}")
-        if any(d < 0 for d in slot.shape) or len(slot.shape) > 16:
-            raise ExchangeError(f"{slot.name}: bad shape {slot.shape}")
-        if math.prod(slot.shape) * torch.empty((), dtype=dtype).element_size() != slot.nbytes:
-            raise ExchangeError(f"{slot.name}: {slot.nbytes} bytes for shape {slot.shape} of {slot.dtype}")
-        if slot.offset % ALIGN or slot.offset < 0 or slot.offset + slot.nbytes > self.size:
-            raise ExchangeError(f"{slot.name}: bytes {slot.offset}..{slot.offset + slot.nbytes} are not an aligned "
-                                f"part of the stage ({self.size} bytes)")
-        return dtype
+        return checked_dtype(slot, self.size, "the stage")
 
     def view(self, slot: TensorSlot) -> torch.Tensor:
         """The slot's bytes as a tensor of its dtype and shape: a view of the shared memory."""
         dtype = self.check(slot)
         raw = self.bytes[slot.offset:slot.offset + slot.nbytes]
         return (raw.view(dtype) if slot.nbytes else torch.empty(0, dtype=dtype, device=self.device)).view(slot.shape)
+
+    def read(self, slot: TensorSlot, device: str | torch.device) -> torch.Tensor:
+        """A fresh tensor holding the slot's bytes, on `device` (what the other side may still write never is)."""
+        return tensor_of(self.bytes[slot.offset:slot.offset + slot.nbytes], self.check(slot), slot, device)
 
     def put(self, name: str, tensors: list[torch.Tensor], offset: int) -> TensorSlot:
         """Copy `tensors` (of one shape and dtype) in at `offset`, one after another, as one tensor of shape
@@ -157,13 +151,25 @@ class Stage:
         if any(t.dtype != first.dtype or t.shape != first.shape for t in tensors):
             raise ExchangeError(f"{name}: the calls' tensors differ in shape or dtype")
         slot = TensorSlot(name=name, dtype=dtype, shape=[len(tensors), *first.shape], offset=offset,
-                          nbytes=len(tensors) * first.numel() * first.element_size())
+                          nbytes=len(tensors) * first.numel() * first.element_size(), in_stage=True)
         view = self.view(slot)
         if all(t.device == view.device for t in tensors):
             torch.stack([t.detach() for t in tensors], out=view)
         else:
             for row, tensor in zip(view, tensors):
                 row.copy_(tensor.detach())
+        return slot
+
+    def write(self, name: str, tensor: torch.Tensor, offset: int) -> TensorSlot:
+        """Copy one tensor in at `offset`, in its own shape (a checked call's output); its slot. Queued on the
+        device's current stream where the stage is device memory: wait for it before saying where it lies. Raises
+        ExchangeError when it cannot be staged."""
+        dtype = dtype_name(tensor.dtype)
+        if dtype is None:
+            raise ExchangeError(f"{name}: dtype {tensor.dtype} cannot be staged")
+        slot = TensorSlot(name=name, dtype=dtype, shape=list(tensor.shape), offset=offset,
+                          nbytes=tensor.numel() * tensor.element_size(), in_stage=True)
+        self.view(slot).copy_(tensor.detach())
         return slot
 
 

@@ -48,10 +48,14 @@ def summarize(log: Path) -> None:
 
 
 def main() -> None:
-    logs = sorted(Path(p) for p in glob.glob(str(Path(sys.argv[1]) / "*.jsonl")))
+    root = Path(sys.argv[1])
+    # `harness bench` writes each pass's referees under DIR/passN/...: every profile below DIR, folder by folder
+    logs = sorted(Path(p) for p in glob.glob(str(root / "**" / "*.jsonl"), recursive=True))
     if not logs:
-        sys.exit(f"no referee profile in {sys.argv[1]}")
+        sys.exit(f"no referee profile in {root}")
     for log in logs:
+        if log.parent != root:
+            print(f"# {log.parent.relative_to(root)}")
         summarize(log)
 
 

@@ -1,0 +1,60 @@
+"""Checked and profiled calls through the stage (evaluator.wire.stage): the referee reads only what it asked for, where
+it asked for it, and an exchange holds the state an executor writes."""
+
+from __future__ import annotations
+
+import torch
+
+from evaluator.executor.serve import Executor
+from evaluator.wire.exchange import Exchange, capacity_for
+from evaluator.wire.protocol import ExecutorRequest, Reply, TensorSlot
+from evaluator.wire.stage import Stage
+from tests import local_executor
+
+
+class NamesTheWholeStage(local_executor.Honest):
+    """Hostile: correct, but its executor's replies name every byte of the stage under made-up names, so that the
+    referee would copy gigabytes its memory plan does not count with each checked call."""
+
+    def forward(self, x):
+        import gc
+
+        for found in gc.get_objects():
+            if type(found) is Executor and "ship" not in vars(found):
+                honest = found.ship
+
+                def ship(reply, *args, honest=honest, stage=found.stage, **kwargs):
+                    shipped = honest(reply, *args, **kwargs)
+                    shipped.tensors += [TensorSlot(name=f"extra.{k}", dtype="uint8", shape=[stage.size // 4],
+                                                   offset=0, nbytes=stage.size // 4, in_stage=True) for k in range(4)]
+                    return shipped
+                found.ship = ship
+        return super().forward(x)
+
+
+def test_a_reply_naming_stage_bytes_it_was_not_asked_for_is_never_read(monkeypatch):
+    judge = local_executor.referee()
+    read = []
+    honest_read = Stage.read
+    monkeypatch.setattr(Stage, "read", lambda self, slot, device: (read.append(slot.name), honest_read(self, slot, device))[1])
+    _, _, checked = local_executor.checked(NamesTheWholeStage, judge)
+    assert checked.stop is not None and checked.stop.status.value == "incorrect"
+    assert "where the referee did not ask" in checked.stop.error, checked.stop.error
+    assert read and not any(name.startswith("extra.") for name in read)  # the output and inputs alone were copied
+    honest = local_executor.checked(local_executor.Honest, judge)[2]
+    assert honest.stop is None and any(honest.correctness.tiers.values())
+
+
+def test_an_exchange_of_the_states_capacity_holds_what_an_executor_writes_of_it():
+    """The executor writes each state tensor after the last, as capacity_for counts them: empty ones included."""
+    state = {"a": torch.empty(0), "b": torch.empty(0, 3), "c": torch.randn(300)}
+    exchange = Exchange.create(capacity_for(*(t.numel() * t.element_size() for t in state.values())))
+    executor = Executor(ExecutorRequest(candidate_path="x.py", device="cpu", watch=[]), exchange, None)
+    executor.model = torch.nn.Module()
+    for name, value in state.items():
+        executor.model.register_buffer(name, value)
+    executor.state_names = list(state)
+    reply = executor.ship(Reply(id=0), None, [], state=True, place=0)
+    assert not reply.problems and [s.name for s in reply.tensors] == [f"state.{n}" for n in state]
+    assert torch.equal(exchange.read(reply.tensors[-1]), state["c"])
+    exchange.close()
