@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 import time
 from pathlib import Path
 
@@ -15,10 +16,10 @@ import torch
 
 import local_executor
 from conftest import calls_drawn
-from evaluator.referee import phases
+from evaluator.referee import phases, relay
 from evaluator.referee.session import Imported, Judged, Session
 from evaluator.referee.time_phase import held, idle
-from evaluator.wire.exchange import ALIGN, Exchange, ExchangeError, capacity_for
+from evaluator.wire.exchange import ALIGN, Exchange, ExchangeError
 from evaluator.wire.polling import readable
 from evaluator.referee.process import Ended, ExecutorProcess
 from evaluator.wire.protocol import COMMAND, Call, ExecutorMessage, LoadState, Profile, Reply, TensorSlot
@@ -63,11 +64,24 @@ def test_an_exchange_holds_what_it_is_sent_and_is_not_sized_for_a_checked_call()
     judge = local_executor.referee()
     size = judge.exchange_bytes
     assert judge.handoff_plan is not None and judge.handoff_plan.size <= size
-    assert size < capacity_for(judge.output_nbytes, *judge.input_sizes, *judge.state_sizes, *judge.input_sizes)
     exchange = Exchange.create(size)
     judge.exchange_tensors(exchange)
     exchange.write([(f"state.{k}", v) for k, v in judge.baseline_model.state_dict().items()])  # raises where it does not fit
     exchange.close()
+
+
+def test_a_checked_call_of_a_megabyte_goes_through_an_exchange_of_a_few_hundred_bytes(monkeypatch):
+    monkeypatch.setitem(relay.HANDOFF_BYTES, "cpu", 0)  # no window through host memory: every call through the stage
+    minibench = Path(__file__).resolve().parents[1] / "reference" / "minibench"
+    judge = local_executor.referee(problem=str(minibench / "level1" / "1_ReLU.py"), size="default")
+    assert judge.exchange_bytes <= 1024 < judge.input_nbytes == judge.output_nbytes == 1 << 20
+
+    class ReLU(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    checked = local_executor.checked(ReLU, judge)[2]
+    assert checked.stop is None and any(checked.correctness.tiers.values())
 
 
 @pytest.mark.gpu

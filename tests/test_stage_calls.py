@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
+import local_executor
 from evaluator.executor.serve import Executor
 from evaluator.wire.exchange import Exchange, capacity_for
 from evaluator.wire.protocol import ExecutorRequest, Reply, TensorSlot
 from evaluator.wire.stage import Stage
-from tests import local_executor
 
 
 class NamesTheWholeStage(local_executor.Honest):
@@ -58,3 +58,13 @@ def test_an_exchange_of_the_states_capacity_holds_what_an_executor_writes_of_it(
     assert not reply.problems and [s.name for s in reply.tensors] == [f"state.{n}" for n in state]
     assert torch.equal(exchange.read(reply.tensors[-1]), state["c"])
     exchange.close()
+
+
+def test_a_checked_calls_inputs_are_the_candidates_own_copies_of_the_stage():
+    from evaluator.executor.hold import inputs_behind_hold
+
+    given = [torch.randn(4), 3, torch.arange(3)]
+    inputs = inputs_behind_hold(given, 0, "cpu")
+    assert torch.equal(inputs[0], given[0]) and inputs[1] == 3 and torch.equal(inputs[2], given[2])
+    inputs[0].add_(1)  # what the candidate does to its inputs never reaches the stage
+    assert not torch.equal(inputs[0], given[0]) and inputs[0].data_ptr() != given[0].data_ptr()

@@ -103,7 +103,7 @@ def _watched_namespaces(problem_watch: list[str], served: list[tuple[str, object
 
     import torch.nn.functional as functional
 
-    from evaluator.executor import forward
+    from evaluator.executor import forward, hold
     from evaluator.wire import exchange, handoff, protocol, records, stage
 
     this = sys.modules[__name__]
@@ -121,7 +121,7 @@ def _watched_namespaces(problem_watch: list[str], served: list[tuple[str, object
         ("torch.cuda.Stream", torch.cuda.Stream), ("torch.testing", torch.testing), ("torch.backends", torch.backends),
         ("torch.autograd.grad_mode.no_grad", torch.no_grad), ("torch.UntypedStorage", torch.UntypedStorage),
         ("random.Random", random.Random),
-        ("evaluator.wire.tensors", cmp), ("evaluator.executor.forward", forward),
+        ("evaluator.wire.tensors", cmp), ("evaluator.executor.forward", forward), ("evaluator.executor.hold", hold),
         ("evaluator.wire.exchange", exchange), ("evaluator.wire.exchange.Exchange", exchange.Exchange),
         ("evaluator.wire.stage", stage), ("evaluator.wire.stage.Stage", stage.Stage),
         ("evaluator.wire.handoff", handoff),

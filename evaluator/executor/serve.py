@@ -38,8 +38,9 @@ from evaluator.wire.problem import import_file
 from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorRequest, Finish, Go, Handoff, LoadState, Profile,
                                      Put, Reply, SendState, ValueInfo, unpack)
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
-from evaluator.wire.stage import Stage, aligned
+from evaluator.wire.stage import Stage
 from evaluator.executor.forward import RoomRefused, handed_off_forwards, timed_forwards
+from evaluator.executor.hold import StagingOutOfMemory, inputs_behind_hold, sleep_cycles
 from evaluator.executor.observe import cpu_extension_calls, cuda_kernels
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -53,13 +54,8 @@ def value_info(value) -> ValueInfo:
     return ValueInfo(kind=type(value).__name__, plain=False)
 
 
-
 # The device time each call of the current window is to take, for the referee's calibrator (protocol.Go.pace_ms).
 PACE_MS = 0.0
-
-class StagingOutOfMemory(RuntimeError):
-    """The device's memory ran out as a call's inputs were staged, before the candidate was called."""
-
 
 class Channel:
     """The pipe to the referee: one JSON line per message."""
@@ -175,7 +171,7 @@ class Executor:
         self.staged_slots = list(command.staged) if self.stage else []
         self.staged_state = list(command.staged_state)
         self.state_names = list(command.state_names)
-        self.delay_cycles = self.stream_delay_cycles(command.stream_delay_ms)
+        self.delay_cycles = sleep_cycles(command.stream_delay_ms, self.device)
         flags_before = guards.read_global_flags()
         torch.manual_seed(command.seed)
         try:
@@ -211,12 +207,8 @@ class Executor:
 
     def call(self, command: Call) -> Reply:
         """One checked forward on fresh copies of the stage's first input set (see Call)."""
-        try:  # the candidate's own memory: what it does to its inputs never reaches the stage before `ship`
-            inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.staged]
-        except torch.OutOfMemoryError as err:
-            raise StagingOutOfMemory(str(err)) from None
+        inputs = inputs_behind_hold(self.staged, self.delay_cycles, self.device)  # never the stage itself
         self.model.train(command.train)
-        self.stage_inputs(inputs)
         fill = None
         with torch.no_grad():
             if command.fill_uninitialized:
@@ -391,44 +383,35 @@ class Executor:
 
     def ship(self, reply: Reply, output: torch.Tensor | None, inputs: list, *, state: bool, place: int) -> Reply:
         """Stage `output` (a plain tensor, described by `reply.output`) at `place` and `inputs` (`input.N`, as the call
-        left them) back into their slots of the stage's first input set; with `state`, write the tensors the referee
-        compares (`state_names`) into the exchange, one after another. The device waited for before the reply says
-        where they lie; what does not fit or cannot travel is described, not shipped."""
-        if output is not None and reply.output is not None and reply.output.plain:
-            try:
-                reply.tensors.append(self.stage.write("output", output, place))
-                reply.output = reply.output.model_copy(update={"shipped": True})
-            except (ExchangeError, RuntimeError) as err:
-                reply.problems.append(f"output could not be staged: {err}"[:500])
-        slots = {slot.name: slot for slot in self.staged_slots}
-        for name, tensor in inputs:
-            slot = slots.get(name)
-            if (slot is None or not cmp.is_plain_tensor(tensor) or list(tensor.shape) != slot.shape
-                    or dtype_name(tensor.dtype) != slot.dtype):
+        left them) back into their slots of the first input set, the device waited for; with `state`, the tensors the
+        referee compares (`state_names`) into the exchange. What cannot travel is described, not shipped."""
+        plain = output is not None and reply.output is not None and reply.output.plain
+        staged, given = [("output", output, place)] if plain else [], {slot.name: slot for slot in self.staged_slots}
+        for name, tensor in inputs:  # back into its own slot, as it was given (shape and dtype), or not at all
+            slot = given.get(name)
+            if slot and cmp.is_plain_tensor(tensor) and (list(tensor.shape), dtype_name(tensor.dtype)) == (slot.shape, slot.dtype):
+                staged.append((name, tensor, slot.offset))
+            else:
                 reply.problems.append(f"{name} could not be staged: no longer the tensor it was given")
-                continue
+        for name, tensor, offset in staged:
             try:
-                reply.tensors.append(self.stage.write(name, tensor, slot.offset))
+                reply.tensors.append(self.stage.write(name, tensor, offset))
             except (ExchangeError, RuntimeError) as err:
                 reply.problems.append(f"{name} could not be staged: {err}"[:500])
+        if plain and reply.tensors and reply.tensors[0].name == "output":
+            reply.output = reply.output.model_copy(update={"shipped": True})
         self.sync()
         if state:
             entries = cmp.module_tensors(self.model)
             reply.state = {name: list(v.shape) if isinstance(v, torch.Tensor) else [] for name, v in entries.items()}
             if self.state_names:  # the reference's, in its order (one it lacks is wrong there)
                 entries = {name: entries[name] for name in self.state_names if name in entries}
-            offset = 0
-            for name, value in entries.items():
-                if not cmp.is_plain_tensor(value):
-                    reply.problems.append(f"state.{name}: expected a plain torch.Tensor, got {type(value).__name__}")
-                    continue
-                try:
-                    [slot] = self.exchange.write([(f"state.{name}", value)], start=offset)
-                except ExchangeError as err:
-                    reply.problems.append(f"state.{name} could not be shipped: {err}")
-                    continue
-                reply.tensors.append(slot)
-                offset = aligned(slot.offset + slot.nbytes)  # as Exchange.write lays tensors out (capacity_for)
+            reply.problems += [f"state.{name}: expected a plain torch.Tensor, got {type(value).__name__}"
+                               for name, value in entries.items() if not cmp.is_plain_tensor(value)]
+            slots, unshipped = self.exchange.write_each([(f"state.{name}", value) for name, value in entries.items()
+                                                         if cmp.is_plain_tensor(value)])
+            reply.tensors += slots
+            reply.problems += unshipped
         return reply
 
     def guard_flags(self, flags_before: dict[str, str], when: str) -> list[Flag]:
@@ -459,34 +442,6 @@ class Executor:
     def sync(self) -> None:
         if self.device == "cuda":
             torch.cuda.synchronize()
-
-    def stream_delay_cycles(self, delay_ms: float) -> int:
-        if self.device != "cuda" or delay_ms <= 0:
-            return 0
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        torch.cuda._sleep(1_000_000)
-        end.record()
-        end.synchronize()
-        return int(delay_ms * 1_000_000 / max(begin.elapsed_time(end), 1e-3))
-
-    def stage_inputs(self, inputs: list) -> None:
-        """CUDA: fill the candidate's inputs with NaN, then, on the current stream, hold it busy and only then copy
-        the real values in. Work that honours stream order (the current stream, or a side stream that waits on it)
-        reads the real values; a side stream that does not wait reads NaN. CPU: nothing to do."""
-        if self.device != "cuda":
-            return
-        try:
-            staged = [(x, x.clone()) for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
-        except torch.OutOfMemoryError as err:
-            raise StagingOutOfMemory(str(err)) from None
-        for x, _ in staged:
-            x.fill_(float("nan"))
-        torch.cuda.synchronize()
-        if self.delay_cycles:
-            torch.cuda._sleep(self.delay_cycles)
-        for x, values in staged:
-            x.copy_(values)  # still queued behind the sleep when the candidate is called
 
     def warm_up_profiler(self) -> list[Flag]:
         """The profiler's first use imports and sets up things of torch's own: check for the

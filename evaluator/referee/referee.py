@@ -18,9 +18,8 @@ Started by the parent (evaluator.parent.sandbox) once per batch. It owns everyth
   (contained like any other, the same code and path) whose forward does known work and reports its
   device time truthfully (`Calibrator`).
 
-For each candidate it starts one executor (evaluator.referee.process, contained by evaluator.executor.lockdown) with
-an exchange sized for the problem, runs the phases and answers the parent with the verdict and the candidate's
-capped output. Requests and replies are JSON lines (evaluator.wire.protocol).
+For each candidate it starts one executor (evaluator.referee.process, contained by evaluator.executor.lockdown), runs
+the phases and answers the parent with the verdict and the candidate's capped output (JSON lines: evaluator.wire.protocol).
 """
 
 from __future__ import annotations
@@ -151,10 +150,9 @@ class Referee:
     # -- the reference -----------------------------------------------------------------------------
 
     def new_reference(self, seed: int) -> torch.nn.Module:
-        """A fresh reference Model (torch seeded with `seed`), made on the device (its initial weights drawn there: at
-        kernelbench, drawn on the CPU they took 0.2 s a candidate, 0.6 s while builds ran, on the referee's critical
-        path), then cast to the problem's precision as KernelBench casts it (`model.to(dtype)`: every floating
-        parameter and buffer)."""
+        """A fresh reference Model (torch seeded with `seed`), made on the device (drawn on the CPU, its weights took
+        0.2-0.6 s a candidate at kernelbench), then cast to the problem's precision as KernelBench casts it
+        (`model.to(dtype)`: every floating parameter and buffer)."""
         torch.manual_seed(seed)
         with torch.device(self.device):
             model = self.module.Model(*self.init_inputs).to(self.device)
@@ -181,12 +179,10 @@ class Referee:
 
     @property
     def exchange_bytes(self) -> int:
-        """Room for the largest thing an exchange carries: the fixed inputs (`construct`), the reference's parameters
-        and buffers (`LoadState`, and a checked call's state after it, at twice their bytes: a candidate keeping
-        float64 statistics where the reference keeps float32 is compared, not refused), each aligned on its own (as
-        the executor writes them: summed first, a tiny problem's state outgrew it), and a handed-off window (through
-        host memory; on the device, its header). Calls' inputs and outputs go through the stage: at KernelBench's
-        19_ReLU an exchange sized for a checked call was 19 GB, seconds to allocate and page-lock for each executor."""
+        """Room for the largest thing an exchange carries (calls' inputs and outputs go through the stage): the fixed
+        inputs, the reference's parameters and buffers, and a call's state after it at twice their bytes (float64
+        statistics where the reference keeps float32 are compared, not refused), each aligned on its own; a handed-off
+        window (through host memory; on the device, its header)."""
         fixed = [t.numel() * t.element_size() for t in self.fixed.values()]
         return max(capacity_for(*fixed), capacity_for(*(2 * n for n in self.state_sizes)),
                    relay.exchange_room(self.layout, self.device), handoff.HEADER)

@@ -147,6 +147,20 @@ class Exchange:
             offset = _align(offset + slot.nbytes)
         return slots
 
+    def write_each(self, tensors: list[tuple[str, torch.Tensor]]) -> tuple[list[TensorSlot], list[str]]:
+        """Copy each (name, tensor) in that fits and can travel, one after another as `write` lays them out (as
+        `capacity_for` counts them); their slots, and why each of the others was not shipped."""
+        slots, problems, offset = [], [], 0
+        for name, tensor in tensors:
+            try:
+                slot = self._put(name, tensor, offset)
+            except ExchangeError as err:
+                problems.append(f"{name} could not be shipped: {err}")
+                continue
+            slots.append(slot)
+            offset = _align(offset + slot.nbytes)
+        return slots, problems
+
     def _put(self, name: str, tensor: torch.Tensor, offset: int) -> TensorSlot:
         dtype = dtype_name(tensor.dtype)
         if dtype is None:
