@@ -672,6 +672,36 @@ def test_a_comparison_in_chunks_gives_what_one_whole_gives(monkeypatch):
     assert whole["near"].tiers == {"strict": False, "loose": True} and whole["broken"].failure == "out: 2 NaN/Inf values"
 
 
+@pytest.mark.parametrize("chunk", [1 << 25, 5])
+def test_a_tier_passed_by_every_difference_within_its_absolute_room_is_the_bounds_verdict(monkeypatch, chunk):
+    """compare_tensor skips a tier's bound where a chunk's largest difference is within the tier's atol (or the tier
+    failed already): every tier's verdict is still allclose's, `|got - want| <= |want| * rtol + atol` over the whole."""
+    from evaluator.referee import compare
+    from evaluator.wire.tiers import MatchedTolerance, Tolerance
+
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", chunk)
+    tolerances = {"strict": Tolerance(atol=1e-4, rtol=1e-4), "loose": Tolerance(atol=1e-2, rtol=1e-2),
+                  "absolute": Tolerance(atol=1e-3, rtol=0.0), "relative": Tolerance(atol=0.0, rtol=1e-3),
+                  "matched": MatchedTolerance(atol=0.0, rtol=1e-6, by_tensor={"out": 1e-4})}
+    generator = torch.Generator().manual_seed(3)
+    for case in range(60):
+        want = torch.randn(41, generator=generator, dtype=torch.float64) * 10 ** (case % 5 - 2)
+        if case % 7 == 0:
+            want[case % 41] = float("inf")
+        got = (want + torch.randn(41, generator=generator, dtype=torch.float64) * 10 ** -(case % 6)).float()
+        if case % 4 == 0:
+            got = want.float()
+        result = compare.compare_tensor("out", got, want, tolerances, 1e-3)
+        diff, ref_abs = (got.double() - want).abs(), want.abs()
+        scale = want.abs().max().item()
+        if not torch.isfinite(got).all():
+            assert result.failure is not None
+            continue
+        expected = {tier: bool((diff <= ref_abs * tol.rtol + tol.atol_for("out", scale)).all())
+                    for tier, tol in tolerances.items()}
+        assert result.tiers == expected, (case, result.tiers, expected)
+
+
 def test_a_judge_out_of_memory_staging_a_call_is_not_the_candidates_runtime_error():
     """At KernelBench's own sizes an executor ran out of GPU memory staging its inputs (the referee's float64 copies
     beside it), and the verdict read `runtime_error`, as if the candidate had failed: it is `crashed`, saying why.

@@ -68,3 +68,19 @@ def test_a_checked_calls_inputs_are_the_candidates_own_copies_of_the_stage():
     assert torch.equal(inputs[0], given[0]) and inputs[1] == 3 and torch.equal(inputs[2], given[2])
     inputs[0].add_(1)  # what the candidate does to its inputs never reaches the stage
     assert not torch.equal(inputs[0], given[0]) and inputs[0].data_ptr() != given[0].data_ptr()
+
+
+def test_a_stage_slot_is_checked_as_an_exchange_slot_is_and_read_as_a_copy():
+    import pytest
+
+    from evaluator.wire.exchange import ExchangeError
+
+    stage = Stage.create(1 << 16, "cpu")
+    with pytest.raises(ExchangeError, match="bad shape"):  # empty, so its dimensions multiply to nothing
+        stage.read(TensorSlot(name="output", dtype="float32", shape=[0, 2 ** 63], offset=0, nbytes=0, in_stage=True), "cpu")
+    stage.bytes[:4] = torch.tensor([0, 1, 2, 255], dtype=torch.uint8)  # bool bytes other than 0 and 1, as a writer may leave
+    flags = stage.read(TensorSlot(name="output", dtype="bool", shape=[4], offset=0, nbytes=4, in_stage=True), "cpu")
+    assert flags.tolist() == [False, True, True, True] and flags.view(torch.uint8).tolist() == [0, 1, 1, 1]
+    stage.bytes[0] = 7  # what the other side writes after the read never reaches the copy
+    assert flags.tolist() == [False, True, True, True]
+    stage.close()

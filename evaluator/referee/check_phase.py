@@ -133,6 +133,8 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         if expected is None:
             expected = reference_output(referee, reference64, inputs, train)
         acc.trials += 1
+        # what the output is (its dtype, its shape) first: the bytes of a wrong one were never staged where asked
+        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
         for problem in unreadable:
             acc.fail(problem)
         changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
@@ -140,7 +142,6 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
                             and compare.same_values_on(x, shipped[f"input.{i}"], referee.device))]
         if changed:
             acc.fail(f"the candidate modified its input(s) {changed} in place")
-        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
         for name, value in reference64.state_dict().items():
             acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
                                                  referee.rel_floor, on=referee.device))

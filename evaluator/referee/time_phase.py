@@ -430,9 +430,11 @@ def spot(session: Session, checked: Checked, after: torch.nn.Module | None, repl
         expected = reference64(*draws.as_float64(inputs, referee.judge_device))
     acc = compare.ModeAccumulator(referee.problem.mode, referee.tolerances)
     acc.trials = 1
-    for problem in reply.problems + unreadable:
+    for problem in reply.problems:
         acc.fail(problem)
     acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
+    for problem in unreadable:  # after what the output is: the bytes of a wrong one were never staged where asked
+        acc.fail(problem)
     if not acc.passed:
         raise Judged(Status.incorrect, Phase.time, f"wrong on {label}: {describe_regression(acc, checked.correctness)}")
     return acc
