@@ -102,7 +102,7 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
                 # the same verdict, fewer passes over the chunk: a tier failed stays failed, and where no difference
                 # passes the tier's absolute room none passes its bound (ref_abs * rtol, never negative, plus atol:
                 # rounding is monotone), so it holds without computing the bound (a NaN difference never takes this)
-                if not tiers[tier] or largest <= atol:
+                if not tiers[tier] or (largest <= atol and tol.rtol >= 0):
                     continue
                 bound = _add(_mul(ref_abs, tol.rtol), atol)
                 tiers[tier] = bool(_item(_all(_le(diff, bound))))
