@@ -675,14 +675,18 @@ def test_a_comparison_in_chunks_gives_what_one_whole_gives(monkeypatch):
 @pytest.mark.parametrize("chunk", [1 << 25, 5])
 def test_a_tier_passed_by_every_difference_within_its_absolute_room_is_the_bounds_verdict(monkeypatch, chunk):
     """compare_tensor skips a tier's bound where a chunk's largest difference is within the tier's atol (or the tier
-    failed already): every tier's verdict is still allclose's, `|got - want| <= |want| * rtol + atol` over the whole."""
+    failed already): every tier's verdict is still allclose's, `|got - want| <= |want| * rtol + atol` over the whole,
+    and a finite output against an infinite reference is close in no tier (it passed every tier of rtol > 0)."""
     from evaluator.referee import compare
     from evaluator.wire.tiers import MatchedTolerance, Tolerance
 
     monkeypatch.setattr(compare, "COMPARE_CHUNK", chunk)
     tolerances = {"strict": Tolerance(atol=1e-4, rtol=1e-4), "loose": Tolerance(atol=1e-2, rtol=1e-2),
                   "absolute": Tolerance(atol=1e-3, rtol=0.0), "relative": Tolerance(atol=0.0, rtol=1e-3),
-                  "matched": MatchedTolerance(atol=0.0, rtol=1e-6, by_tensor={"out": 1e-4})}
+                  "matched": MatchedTolerance(atol=0.0, rtol=1e-6, by_tensor={"out": 1e-4}),
+                  # |want| * rtol is NaN where want is infinite and rtol 0, or want 0 and rtol infinite: no bound holds
+                  "unbounded_absolute": Tolerance(atol=float("inf"), rtol=0.0),
+                  "unbounded_relative": Tolerance(atol=1e-4, rtol=float("inf"))}
     generator = torch.Generator().manual_seed(3)
     for case in range(60):
         want = torch.randn(41, generator=generator, dtype=torch.float64) * 10 ** (case % 5 - 2)
@@ -691,14 +695,19 @@ def test_a_tier_passed_by_every_difference_within_its_absolute_room_is_the_bound
         got = (want + torch.randn(41, generator=generator, dtype=torch.float64) * 10 ** -(case % 6)).float()
         if case % 4 == 0:
             got = want.float()
+        if case % 9 == 0:
+            want[(case + 5) % 41] = -0.0
+        if case % 11 == 0:  # finite where the reference is infinite
+            got = torch.where(torch.isinf(want), torch.zeros_like(want), want).float()
         result = compare.compare_tensor("out", got, want, tolerances, 1e-3)
         diff, ref_abs = (got.double() - want).abs(), want.abs()
         scale = want.abs().max().item()
         if not torch.isfinite(got).all():
             assert result.failure is not None
             continue
-        expected = {tier: bool((diff <= ref_abs * tol.rtol + tol.atol_for("out", scale)).all())
-                    for tier, tol in tolerances.items()}
+        # allclose: a finite output is close to no infinite reference, whatever inf * rtol + atol would allow
+        expected = {tier: bool((diff <= ref_abs * tol.rtol + tol.atol_for("out", scale)).all()
+                               and torch.isfinite(want).all()) for tier, tol in tolerances.items()}
         assert result.tiers == expected, (case, result.tiers, expected)
 
 
@@ -791,6 +800,20 @@ def test_the_referee_out_of_memory_reading_a_calls_outputs_is_crashed_saying_why
     with pytest.raises(Judged) as judged:
         check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {"loose": None}))
     assert judged.value.status == Status.incorrect and "num_batches_tracked" in judged.value.error
+    # what could not be read is counted before any comparison: one that runs the referee out of memory cannot hide it
+    from evaluator.wire.protocol import ValueInfo
+
+    session.request = lambda command: Reply(id=0, output=ValueInfo(kind="Tensor", plain=True, dtype="float32",
+                                                                   shape=[2], device="cuda"))
+    session.shipment = lambda reply: ({"output": torch.zeros(2)}, ["the executor staged state.w where the referee did "
+                                                                   "not ask for it"])
+    session.referee.output_dtype, session.referee.judge_device, session.referee.tolerances = "float32", "cpu", {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_phase, "reference_output", lambda *args: torch.zeros(2, dtype=torch.float64))
+        patch.setattr(check_phase, "compare_output", lambda *args: shipment(None))
+        with pytest.raises(Judged) as judged:
+            check_phase.trial(session, None, "randn", 0, train=True, acc=ModeAccumulator("train", {"loose": None}))
+    assert judged.value.status == Status.incorrect and "did not ask" in judged.value.error, judged.value.error
 
 
 def test_the_run_limit_counts_the_executors_time_and_the_device_work_it_leaves_not_the_referees_own(monkeypatch):

@@ -100,6 +100,18 @@ def output_problem(info: ValueInfo | None, actual: torch.Tensor | None, shape: l
     return None
 
 
+def said_first(acc: compare.ModeAccumulator, reply: Reply, shipped: dict, expected: torch.Tensor, referee: RefereeView,
+               unreadable: list[str]) -> None:
+    """What a reply's output is not (its dtype, its shape: the bytes of a wrong one were never staged where asked), then
+    what could not be read, into `acc` before any comparison: a comparison that runs the referee out of memory must
+    find every failure already there (wrong_already)."""
+    problem = output_problem(reply.output, shipped.get("output"), list(expected.shape), referee)
+    if problem is not None:
+        acc.fail(f"output: {problem}")
+    for problem in unreadable:
+        acc.fail(problem)
+
+
 def compare_output(info: ValueInfo | None, actual: torch.Tensor | None, expected: torch.Tensor, referee: RefereeView,
                    tolerances: dict) -> compare.TensorCompare:
     """What forward returned against the float64 `expected` (output_problem first)."""
@@ -133,15 +145,13 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         if expected is None:
             expected = reference_output(referee, reference64, inputs, train)
         acc.trials += 1
-        # what the output is (its dtype, its shape) first: the bytes of a wrong one were never staged where asked
-        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
-        for problem in unreadable:
-            acc.fail(problem)
+        said_first(acc, reply, shipped, expected, referee, unreadable)
         changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
                    and not (cmp.is_plain_tensor(shipped.get(f"input.{i}"))
                             and compare.same_values_on(x, shipped[f"input.{i}"], referee.device))]
         if changed:
             acc.fail(f"the candidate modified its input(s) {changed} in place")
+        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
         for name, value in reference64.state_dict().items():
             acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
                                                  referee.rel_floor, on=referee.device))

@@ -7,6 +7,7 @@ every comparison runs under `guarded()`: no torch-function subclass or mode, no 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -97,12 +98,15 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
             largest = float(_item(_amax(diff)))
             max_abs = max(max_abs, largest)
             max_rel = max(max_rel, float(_item(_amax(_div(diff, _clamp_min(ref_abs, rel_floor))))))
+            if not math.isfinite(largest):  # the reference is infinite or NaN where the output is finite: no tier
+                tiers = {tier: False for tier in tolerances}  # holds it (allclose), whatever inf * rtol would allow
             for tier, tol in tolerances.items():
                 atol = tol.atol_for(name, scale)
                 # the same verdict, fewer passes over the chunk: a tier failed stays failed, and where no difference
-                # passes the tier's absolute room none passes its bound (ref_abs * rtol, never negative, plus atol:
-                # rounding is monotone), so it holds without computing the bound (a NaN difference never takes this)
-                if not tiers[tier] or (largest <= atol and tol.rtol >= 0):
+                # passes the tier's absolute room none passes its bound (ref_abs * rtol, never negative nor NaN for a
+                # finite rtol of 0 or more and a finite ref_abs, plus atol: rounding is monotone), so it holds without
+                # computing the bound; a NaN or infinite difference (an infinite ref_abs's) never takes this
+                if not tiers[tier] or (largest <= atol and math.isfinite(atol) and 0 <= tol.rtol < math.inf):
                     continue
                 bound = _add(_mul(ref_abs, tol.rtol), atol)
                 tiers[tier] = bool(_item(_all(_le(diff, bound))))

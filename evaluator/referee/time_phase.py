@@ -24,7 +24,7 @@ from evaluator.wire.protocol import Reply, SendState
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, TimingStats
 from evaluator.referee.session import Built, Checked, Judged, Session, Timed
 from evaluator.referee.view import RefereeView
-from evaluator.referee.check_phase import compare_output, describe_regression, trial
+from evaluator.referee.check_phase import compare_output, describe_regression, said_first, trial
 from evaluator.referee.replay import Replay
 
 
@@ -432,9 +432,8 @@ def spot(session: Session, checked: Checked, after: torch.nn.Module | None, repl
     acc.trials = 1
     for problem in reply.problems:
         acc.fail(problem)
+    said_first(acc, reply, shipped, expected, referee, unreadable)
     acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
-    for problem in unreadable:  # after what the output is: the bytes of a wrong one were never staged where asked
-        acc.fail(problem)
     if not acc.passed:
         raise Judged(Status.incorrect, Phase.time, f"wrong on {label}: {describe_regression(acc, checked.correctness)}")
     return acc
