@@ -90,3 +90,15 @@ def test_every_harness_module_lives_in_a_folder_and_the_readme_map_names_every_f
     layout = (EVALUATOR.parent / "docs" / "layout.md").read_text()
     missing = [f for f in HARNESS_FLOORS if f"`{f}/`" not in layout]
     assert not missing, f"docs/layout.md does not name {missing}"
+
+
+def test_every_parse_of_the_harness_holds_the_parse_lock():
+    """CPython 3.11's AST constructor races across threads (evaluator/wire/syntax.py): no module of the harness or the
+    evaluator calls `ast.parse` but `syntax.parse`, which holds the lock."""
+    root = EVALUATOR.parent
+    raw = [f"{path.relative_to(root)}:{node.lineno}" for folder in ("evaluator", "harness")
+           for path in sorted((root / folder).rglob("*.py")) if path.name != "syntax.py"
+           for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse"
+           and isinstance(node.func.value, ast.Name) and node.func.value.id == "ast"]
+    assert not raw, f"ast.parse outside evaluator/wire/syntax.py: {raw}"

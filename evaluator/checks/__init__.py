@@ -30,10 +30,10 @@ or importing the candidate. `python -m evaluator.checks [--problem P] FILE...` p
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 
+from evaluator.wire import syntax
 from evaluator.checks.cpp_rules import CppRules
 from evaluator.checks.flags import DEFAULT_POLICIES, FLAG_DESCRIPTIONS
 from evaluator.checks.forward import ForwardPath
@@ -72,7 +72,7 @@ def _flags(source: str, rules_json: str, policies_json: str) -> tuple[Flag, ...]
     """The findings of one source under one set of rules and policies, read once (the harness reads a
     reply's candidate when it parses it and again when it judges it)."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except (SyntaxError, ValueError, RecursionError):  # null bytes, nesting too deep: reported elsewhere
         return ()
     merged = {k: FlagPolicy(v) for k, v in json.loads(policies_json).items()}

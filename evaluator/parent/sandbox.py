@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluator.wire import identity
+from evaluator.wire import identity, syntax
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.wire.tiers import Backend, Precision, keyed_backend, resolve_backend
 from evaluator.checks import static_flags
@@ -142,7 +142,7 @@ def source_digest(source: bytes) -> str:
 def parse_problem(source: str) -> str | None:
     """Why this source cannot be a candidate (None when it can): checked without importing it."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError as err:
         return f"syntax error at line {err.lineno}: {err.msg}"
     except (RecursionError, MemoryError, ValueError) as err:  # nested too deep for the parser, NUL bytes

@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from evaluator.wire import syntax
 from evaluator.referee.environment import toolchain_digest
 from evaluator.wire.records import json_digest
 
@@ -104,7 +105,7 @@ def builds_cuda(source: str) -> bool:
     CUDA. Read from the syntax tree, not the text: a comment naming them makes no CPU candidate `not_built` (which
     the boards leave out of the failures)."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:
         return False
 
@@ -132,7 +133,7 @@ def flag_sets(source: str) -> set[tuple[str, ...]]:
     """The `extra_cflags` a candidate gives `load_inline` (literal lists only; none given: the empty set),
     each kept only when every option in it is one FLAG_TOKEN allows."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:
         return set()
     found: set[tuple[str, ...]] = set()

@@ -16,6 +16,7 @@ import re
 import sys
 from pathlib import Path
 
+from evaluator.wire import syntax
 
 # Kernels that come from torch, its libraries or torch.compile, never from a candidate's own source.
 LIBRARY_KERNEL = re.compile(
@@ -154,7 +155,7 @@ def triton_kernel_names(source: str) -> list[str]:
     """The names of the source's `@triton.jit` functions (at any depth, `@triton.jit(...)` too, under the names triton
     is imported as), in order; [] when it does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return []
     jit = _jit_names(tree)

@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from evaluator.wire import syntax
 from evaluator.wire.assets import asset_dir
 from evaluator.wire.tiers import DEFAULT_TOLERANCES, MATCHED_TIER, Backend, Precision, Tolerance
 
@@ -446,7 +447,7 @@ def module_int_sizes(tree: ast.Module) -> dict[str, int]:
 
 def _bare_problem(path: Path) -> ProblemSpec:
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = syntax.parse(path.read_text(), filename=str(path))
     except SyntaxError as err:
         raise ValueError(f"problem file {path}: syntax error at line {err.lineno}: {err.msg}") from err
     defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}

@@ -26,6 +26,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from evaluator.wire import syntax
 from harness.core.records import ParseReason, ParseResult
 
 PYTHON_TAGS = {"", "python", "py", "python3", "py3"}
@@ -118,7 +119,7 @@ def code_blocks(text: str) -> list[CodeBlock]:
 
 def _syntax_error(source: str) -> SyntaxError | None:
     try:
-        ast.parse(source)
+        syntax.parse(source)
     except SyntaxError as err:
         return err
     except ValueError as err:  # null bytes
@@ -128,7 +129,7 @@ def _syntax_error(source: str) -> SyntaxError | None:
 
 def _defines_model_new(source: str) -> bool:
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except (SyntaxError, ValueError):
         return False
     return any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body)

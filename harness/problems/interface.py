@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from evaluator.wire import syntax
 from evaluator.wire.problem import ProblemSpec
 
 
@@ -14,7 +15,7 @@ def reference_interface(problem: ProblemSpec) -> dict[str, Any]:
     """`Model.__init__`'s parameters and the attributes it assigns, read from the reference with `ast`
     (never imported here)."""
     try:
-        tree = ast.parse(problem.reference_source())
+        tree = syntax.parse(problem.reference_source())
     except (OSError, SyntaxError, ValueError):
         return {"signature": None, "attributes": []}
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
