@@ -16,7 +16,6 @@ from pathlib import Path
 from evaluator.referee import clock, relay
 from evaluator.referee.process import Ended, ExecutorProcess
 from evaluator.referee.view import RefereeView
-from evaluator.wire import handoff
 from evaluator.wire.protocol import LoadState
 
 CALIBRATOR_SOURCE = '''"""The referee's calibrator: never a candidate. It runs in an executor like any candidate (same

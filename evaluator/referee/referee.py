@@ -50,7 +50,7 @@ from evaluator.referee.timing import Timer, launched_kernels
 from evaluator.referee.tuning import PROFILE_DIR, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, handoff, identity
-from evaluator.wire.exchange import DTYPES, Exchange, ExchangePool, capacity_for, dtype_name
+from evaluator.wire.exchange import DTYPES, Exchange, ExchangePool, capacity_for, dtype_name, nbytes_of
 from evaluator.referee.matched import matched_tolerance
 from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
 from evaluator.wire.tiers import MATCHED_TIER, PRECISION_DTYPES, tolerances_for
@@ -183,8 +183,7 @@ class Referee:
         inputs, the reference's parameters and buffers, and a call's state after it at twice their bytes (float64
         statistics where the reference keeps float32 are compared, not refused), each aligned on its own; a handed-off
         window (through host memory; on the device, its header)."""
-        fixed = [t.numel() * t.element_size() for t in self.fixed.values()]
-        return max(capacity_for(*fixed), capacity_for(*(2 * n for n in self.state_sizes)),
+        return max(capacity_for(*map(nbytes_of, self.fixed.values())), capacity_for(*(2 * n for n in self.state_sizes)),
                    relay.exchange_room(self.layout, self.device), handoff.HEADER)
 
     def forward_ms(self, model: torch.nn.Module, inputs: list) -> float:
