@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from conftest import FIXTURES
+from evaluator.wire.records import Status, Verdict
 from harness.bench import throughput
 
 
@@ -129,7 +130,8 @@ def test_a_suite_is_judged_problem_after_problem_cold_then_warm(monkeypatch, tmp
                      all("ModelNew" in f.path.read_text() for f in files)))
         return {"candidates": len(files), "wall_s": 10.0, "per_minute": 6.0 * len(files), "statuses": {"correct": 2},
                 "errors": [], "phase_median_s": {"time": 1.0}, "gpu_busy": {0: 0.5}, "lanes": {}, "median_ms": 1.0,
-                "baseline_rounds": 1, "baselines": "", "first_s": 4.0 if "Matmul" in options.problem else 6.0, "costs": []}
+                "baseline_rounds": 1, "baselines": "", "first_s": 4.0 if "Matmul" in options.problem else 6.0,
+                "setup_s": 1.5 if "Matmul" in options.problem else 2.5, "costs": []}
 
     monkeypatch.setattr(suite_throughput, "run_pass", run_pass)
     suite = load_suite(FIXTURES / "suites" / "quick.toml")
@@ -144,6 +146,18 @@ def test_a_suite_is_judged_problem_after_problem_cold_then_warm(monkeypatch, tmp
     cold = report["passes"]["cold"]
     assert cold["candidates"] == 6 and cold["wall_s"] == 30.0 and cold["per_minute"] == 12.0
     assert cold["first_median_s"] == 6.0 and cold["gpu_busy"] == {0: 0.5} and cold["statuses"] == {"correct": 6}
+    assert cold["setup_median_s"] == 2.5 and cold["setup_max_s"] == 2.5 and min(cold["setup_s"].values()) == 1.5
+
+
+def test_a_passs_set_up_is_its_first_verdict_less_that_candidates_own_phases():
+    """The goal's figure (set-up a problem): the referee's start and first round, not the first candidate's phases
+    (its import or build wait included), nor its executor's life before them (`total`)."""
+    from harness.bench.throughput import setup_seconds
+
+    first = Verdict(candidate="c", source_sha256="", problem="p", size="s", device="cpu", status=Status.correct,
+                    phase_seconds={"compile": 1.0, "init": 0.5, "check": 1.5, "time": 2.0, "total": 40.0})
+    assert setup_seconds(20.0, first) == 15.0
+    assert setup_seconds(None, first) is None and setup_seconds(3.0, first) == 0.0
 
 
 def test_the_one_problem_options_are_refused_with_a_suite(tmp_path):

@@ -77,10 +77,12 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                 profile = profiles / f"pass{number}" / f"p{index:03d}"
                 problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
                 console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "
-                              f"after {result['first_s'] or float('nan'):.1f} s; {result['statuses']}")
+                              f"after {result['first_s'] or float('nan'):.1f} s (set-up "
+                              f"{nan_for(result.get('setup_s')):.1f} s); {result['statuses']}")
             report["passes"][name] = summary = suite_pass(problems, profiles / f"pass{number}")
             console.print(f"{name}: {summary['candidates']} in {summary['wall_s']:.1f} s = {summary['per_minute']:.2f}/min;"
-                          f" first verdict after {summary['first_median_s']:.1f} s (median of problems)")
+                          f" first verdict after {summary['first_median_s']:.1f} s, set-up {summary['setup_median_s']:.1f}"
+                          f" s, the longest {summary['setup_max_s']:.1f} s (of problems)")
             for cost in summary["costs"]:
                 console.print(f"  {cost['per_judged']:6.2f} s a judged candidate: {cost['what']}")
             if out:
@@ -90,6 +92,10 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
         shutil.rmtree(work, ignore_errors=True)
     console.print(throughput_table(report["passes"]))
     return report
+
+
+def nan_for(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def suite_pass(problems: dict[str, dict], profile: Path) -> dict:
@@ -109,6 +115,7 @@ def suite_pass(problems: dict[str, dict], profile: Path) -> dict:
     for r in runs:
         statuses.update(r["statuses"])
     firsts = [r["first_s"] for r in runs if r["first_s"] is not None]
+    setups = [r["setup_s"] for r in runs if r.get("setup_s") is not None]
     return {
         "candidates": candidates, "wall_s": wall_s, "per_minute": 60 * candidates / wall_s if wall_s else 0.0,
         "statuses": dict(statuses), "phase_median_s": {k: statistics.median(v) for k, v in phases.items()},
@@ -116,5 +123,8 @@ def suite_pass(problems: dict[str, dict], profile: Path) -> dict:
         "median_ms": statistics.median([r["median_ms"] for r in runs]),
         "first_median_s": statistics.median(firsts) if firsts else float("nan"),
         "first_s": {name: r["first_s"] for name, r in problems.items()},
+        "setup_median_s": statistics.median(setups) if setups else float("nan"),
+        "setup_max_s": max(setups) if setups else float("nan"),
+        "setup_s": {name: r.get("setup_s") for name, r in problems.items()},
         "costs": [c.__dict__ for c in largest_costs(sorted(profile.rglob("*.jsonl")))],
     }

@@ -106,6 +106,14 @@ class GpuSampler:
         return {gpu: statistics.fmean(values) for gpu, values in sorted(self.samples.items()) if values}
 
 
+def setup_seconds(first_s: float | None, first: Verdict) -> float | None:
+    """A pass's set-up: the seconds to its first verdict less that candidate's own phases (its import or build wait
+    included), so the referee's start and its first baseline round."""
+    if first_s is None:
+        return None
+    return max(0.0, first_s - sum(seconds for phase, seconds in first.phase_seconds.items() if phase != "total"))
+
+
 def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | None = None,
              retime_baselines: bool = False, profile: Path | None = None) -> dict:
     """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions, and with `profile` (a
@@ -138,6 +146,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
             phases.setdefault(phase, []).append(seconds)
     return {
         "candidates": len(files), "wall_s": wall_s, "per_minute": 60 * len(files) / wall_s, "first_s": first_s,
+        "setup_s": setup_seconds(first_s, verdicts[0]) if verdicts else None,
         "statuses": dict(Counter(v.status.value for v in verdicts)),
         "errors": sorted({(v.error or "")[:200] for v in verdicts if v.status.value != "correct"}),
         "phase_median_s": {k: statistics.median(v) for k, v in phases.items()},
