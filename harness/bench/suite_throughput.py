@@ -78,7 +78,7 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                 problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
                 console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "
                               f"after {result['first_s'] or float('nan'):.1f} s (set-up "
-                              f"{nan_for(result.get('setup_s')):.1f} s); {result['statuses']}")
+                              f"{nan_for(result['setup_s']):.1f} s); {result['statuses']}")
             report["passes"][name] = summary = suite_pass(problems, profiles / f"pass{number}")
             console.print(f"{name}: {summary['candidates']} in {summary['wall_s']:.1f} s = {summary['per_minute']:.2f}/min;"
                           f" first verdict after {summary['first_median_s']:.1f} s, set-up {summary['setup_median_s']:.1f}"
@@ -115,7 +115,7 @@ def suite_pass(problems: dict[str, dict], profile: Path) -> dict:
     for r in runs:
         statuses.update(r["statuses"])
     firsts = [r["first_s"] for r in runs if r["first_s"] is not None]
-    setups = [r["setup_s"] for r in runs if r.get("setup_s") is not None]
+    setups = [r["setup_s"] for r in runs if r["setup_s"] is not None]
     return {
         "candidates": candidates, "wall_s": wall_s, "per_minute": 60 * candidates / wall_s if wall_s else 0.0,
         "statuses": dict(statuses), "phase_median_s": {k: statistics.median(v) for k, v in phases.items()},
@@ -125,6 +125,6 @@ def suite_pass(problems: dict[str, dict], profile: Path) -> dict:
         "first_s": {name: r["first_s"] for name, r in problems.items()},
         "setup_median_s": statistics.median(setups) if setups else float("nan"),
         "setup_max_s": max(setups) if setups else float("nan"),
-        "setup_s": {name: r.get("setup_s") for name, r in problems.items()},
+        "setup_s": {name: r["setup_s"] for name, r in problems.items()},
         "costs": [c.__dict__ for c in largest_costs(sorted(profile.rglob("*.jsonl")))],
     }
