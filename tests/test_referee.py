@@ -512,6 +512,40 @@ def test_eager_is_the_reference_judged_as_a_candidate_and_the_referees_own_figur
     assert current.moved["eager"] == pytest.approx(current.baselines["eager"].median_ms / before - 1)
 
 
+def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_the_batchs_last_round(monkeypatch):
+    """The twin imports while the candidate before its round is judged (held as any executor started ahead while that
+    one is timed), not inside the round, where it would wait held; the batch's last round keeps it too."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import twin
+    from evaluator.wire.protocol import JudgeRequest
+
+    referee, _ = _twin_referee(monkeypatch)
+    starts = []
+    monkeypatch.setattr(referee, "start_ahead", lambda requests: starts.append([r.name for r in requests]))
+    monkeypatch.setattr(referee, "ensure_round", lambda: None)
+    monkeypatch.setattr(phases, "judge", lambda session, compile_only: SimpleNamespace(timing=object()))
+    referee.rounds = [None]  # past the first round's early warm-up
+    every = referee.config.baseline_every
+    turns = []
+    for n in range(every):
+        before = len(starts)
+        referee.judge(JudgeRequest(name=f"c{n}", path=f"/c{n}", digest=str(n)))
+        turns.append(twin.NAME in sum(starts[before:], []))
+    assert turns == [False] * (every - 1) + [True]  # only in the turn a round follows
+
+    closed, at_round = [], []
+    kept, other = SimpleNamespace(close=lambda wait_s: closed.append("twin")), object()
+    referee.waiting = {(referee.twin.path, referee.twin.digest): kept, ("/c9", "9"): other}
+    monkeypatch.setattr("evaluator.referee.referee.close_ahead",
+                        lambda waiting, process: closed.append(process) or waiting.pop(next(
+                            k for k, p in waiting.items() if p is process)))
+    referee.current_round = SimpleNamespace()
+    monkeypatch.setattr(referee, "baseline_round", lambda: at_round.append(dict(referee.waiting)))
+    referee.close()
+    assert closed == [other] and list(at_round[0].values()) == [kept]  # the last round finds the twin imported
+
+
 def test_a_twin_that_is_not_correct_leaves_eager_failed_with_the_reason(monkeypatch):
     """No figure from the referee's own loop stands in for the twin's: where the twin fails, the round has no eager
     (verdicts divide by nothing there, and say why: `baseline_failed`)."""

@@ -5,8 +5,7 @@
 Started by the parent (evaluator.parent.sandbox) once per batch. It owns everything a judgement rests on:
 
 * the reference (`Model` from the problem, a fresh one per candidate, with its own seed) and its
-  float64 twin, the seeds, the inputs of every checked call, the tolerances and every comparison
-  (evaluator.referee.phases);
+  float64 twin, the seeds, the inputs of every checked call, the tolerances and every comparison (evaluator.referee.phases);
 * the baselines (eager, torch.compile, with and without TF32, the problem's ceilings), timed here
   with the same timing loop as the candidates (evaluator.referee.timing), in rounds: one before the batch's
   first candidate, again after every `baseline_every` candidates and once at the end, always with
@@ -18,8 +17,8 @@ Started by the parent (evaluator.parent.sandbox) once per batch. It owns everyth
   (contained like any other, the same code and path) whose forward does known work and reports its
   device time truthfully (`Calibrator`).
 
-For each candidate it starts one executor (evaluator.referee.process, contained by evaluator.executor.lockdown), runs
-the phases and answers the parent with the verdict and the candidate's capped output (JSON lines: evaluator.wire.protocol).
+Per candidate: one executor (evaluator.referee.process, contained by evaluator.executor.lockdown), the phases, and the
+verdict and capped output to the parent (JSON lines: evaluator.wire.protocol).
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import baselines, clock, forking, memory, phases, relay, tuning, twin
-from evaluator.referee import stored as stored_baselines
+from evaluator.referee import baselines, clock, forking, memory, phases, relay, stored as stored_baselines, tuning, twin
 from evaluator.referee.environment import cpu_call_cores
 from evaluator.referee.session import Session, candidate_text, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -203,9 +201,9 @@ class Referee:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def close_waiting(self) -> bool:
-        """Close every executor started ahead (each is started again in its turn); whether there was one."""
-        waiting = list(self.waiting.values())
+    def close_waiting(self, keep: JudgeRequest | None = None) -> bool:
+        """Close every executor started ahead but `keep`'s (each is started again in its turn); whether there was one."""
+        waiting = [p for key, p in self.waiting.items() if keep is None or key != (keep.path, keep.digest)]
         for process in waiting:
             close_ahead(self.waiting, process)
         return bool(waiting)
@@ -263,11 +261,11 @@ class Referee:
                 self.run_untimed(name, calls=1)
 
     def warm_baselines(self, early: bool = False) -> None:
-        """Before the batch's first round: each baseline runs untimed for FIRST_ROUND_WARM_S (at least the
-        warm-up's calls), so the first round is not measured cold (thread pools, allocator, clocks: on a
-        CPU the first round once read eager at 8.9 ms and the next at 1.2, a fake 5.9x for a candidate).
-        `early`, those that need no torch.compile, before the calibrator's start, which waits for the zygote's
-        imports (1-2 s on 2 cores): the round then runs only the warm-up's calls of these."""
+        """Before the batch's first round: each baseline runs untimed for FIRST_ROUND_WARM_S (at least the warm-up's
+        calls), so the first round is not measured cold (thread pools, allocator, clocks: on a CPU the first round once
+        read eager at 8.9 ms and the next at 1.2, a fake 5.9x for a candidate). `early`, those that need no
+        torch.compile, before the calibrator's start, which waits for the zygote's imports (1-2 s on 2 cores): the round
+        then runs only the warm-up's calls of these."""
         for name in [n for n in self.config.baselines if not (early and (n.startswith("compile") or n in self.warmed_early))]:
             self.run_untimed(name, calls=self.timer.warmup, seconds=self.warm_seconds(name))
             if early:
@@ -426,6 +424,8 @@ class Referee:
             process = self.executor_for(request)
             process.start()
         self.start_ahead(list(upcoming))
+        if self.twin and not request.compile_only and self.timed_since_round + 1 >= self.config.baseline_every:
+            self.start_ahead([self.twin])  # a round begins the next turn: the twin imports now, not held in the round
         steps["start"] = time.perf_counter()
         tuning.take_spent()  # none of it this candidate's
         self.sessions += 1
@@ -480,8 +480,9 @@ class Referee:
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds, after a last one when candidates were timed since the last."""
-        self.close_waiting()  # started for requests that never came
-        if self.current_round is not None and self.timed_since_round:
+        last = self.current_round is not None and self.timed_since_round
+        self.close_waiting(keep=self.twin if last else None)  # started for requests that never came, but the twin's
+        if last:
             self.baseline_round()
         self.calibrator.close()
         if self.groups is not None:
