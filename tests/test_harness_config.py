@@ -74,14 +74,27 @@ def test_endpoint_configured():
     assert endpoint_configured(RunConfig(model="replay:some/dir"), {})
 
 
-@pytest.mark.parametrize("cpus, jobs", [(None, 1), (1, 1), (2, 1), (3, 1), (4, 2), (9, 4), (16, 8), (17, 8), (128, 8)])
+@pytest.mark.parametrize("cpus, jobs", [(1, 1), (2, 1), (3, 1), (4, 2), (9, 4), (16, 8), (17, 8), (128, 8)])
 def test_build_jobs_default_is_half_the_cores_at_least_one_at_most_8(monkeypatch, cpus, jobs):
-    monkeypatch.setattr("evaluator.parent.sandbox.os.cpu_count", lambda: cpus)
+    monkeypatch.setattr("evaluator.parent.jobserver.usable_cores", lambda: cpus)
     assert RunConfig().jobs is None and Evaluator(EvalOptions(device="cpu")).jobs == jobs
 
 
+def test_the_cores_builds_count_on_are_the_processs_own_not_the_hosts(monkeypatch):
+    """A Slurm or container cpuset (or `taskset`) gives the harness fewer cores than the host has: builds and their
+    jobs are counted from those."""
+    from evaluator.parent.jobserver import build_slots, default_build_jobs
+    from evaluator.wire.identity import usable_cores
+
+    monkeypatch.setattr("os.cpu_count", lambda: 128)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.delenv("HARNESS_BUILD_SLOTS", raising=False)
+    assert usable_cores() == 6 and build_slots("cuda") == 12 and build_slots("cpu") == 3
+    assert default_build_jobs("cpu") == 3 and default_build_jobs("cuda") <= 6
+
+
 def test_build_jobs_setting_is_used_as_given(monkeypatch):
-    monkeypatch.setattr("evaluator.parent.sandbox.os.cpu_count", lambda: 2)
+    monkeypatch.setattr("evaluator.parent.jobserver.usable_cores", lambda: 2)
     assert Evaluator(EvalOptions(device="cpu", jobs=3)).jobs == 3
     assert Evaluator(EvalOptions(device="cpu", jobs=12)).jobs == 12   # the cap of 8 is only the default's
     assert resolve_config({"jobs": 5}, environ={}, cwd=Path("/nonexistent")).jobs == 5

@@ -14,6 +14,7 @@ from evaluator.referee.environment import build_arch_list
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.session import Session
 from evaluator.referee.settling import import_error_kind, settle
+from evaluator.wire.identity import usable_cores
 from evaluator.wire.protocol import VERDICT_TAIL_CHARS
 from evaluator.wire.records import Status, Verdict
 
@@ -32,7 +33,7 @@ def build_candidate(evaluator, name: str, source: bytes, digest: str,
         ahead_of_it = jobserver.begin()
         budget = dict(makeflags=jobserver.makeflags, jobs_fifo=jobserver.fifo, nice=min(19, BUILD_NICE + ahead_of_it))
     else:  # concurrent builds share the cores
-        budget = dict(max_jobs=max(1, (os.cpu_count() or 1) // evaluator.jobs))
+        budget = dict(max_jobs=max(1, usable_cores() // evaluator.jobs))
     placement = evaluator.placement
     process = ExecutorProcess(
         source=source, digest=digest, device=evaluator.device, compile_only=True, watch=evaluator.problem.rules.watch,

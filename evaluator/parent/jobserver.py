@@ -20,6 +20,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from evaluator.wire.identity import usable_cores
+
 NINJA_WITH_JOBSERVER = (1, 13)  # the first ninja that reads a jobserver from MAKEFLAGS
 
 
@@ -127,7 +129,7 @@ def default_build_jobs(device: str) -> int:
     evaluator.parent.jobserver), at most one per 4 GiB of memory (an executor and the compilers of torch's
     headers, 1.5-2.2 GiB each) and 32. On the CPU, where the cores also run the candidates being judged:
     half the cores, at most 8."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if device != "cuda":
         return max(1, min(8, cores // 2))
     try:
@@ -145,5 +147,5 @@ def build_slots(device: str) -> int:
     the CPU half the cores (the other half judge)."""
     if os.environ.get("HARNESS_BUILD_SLOTS", "").isdigit():  # a machine of another shape: set it yourself
         return max(1, int(os.environ["HARNESS_BUILD_SLOTS"]))
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     return 2 * cores if device == "cuda" else max(1, cores // 2)

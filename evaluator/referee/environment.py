@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from evaluator.wire.identity import usable_cores
 from evaluator.wire.records import json_digest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +111,7 @@ def scrubbed_environment(extension_dir: Path, device: str, workdir: Path | None 
             env.setdefault("PYTHONUSERBASE", user_base)
         env.update(private_folders(workdir))
     env["TORCH_EXTENSIONS_DIR"] = str(extension_dir)
-    env.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
+    env.setdefault("MAX_JOBS", str(max(1, usable_cores())))
     if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
         env["CUDA_HOME"] = "/usr/local/cuda"
     extra_headers = pip_cuda_include_dirs(env.get("CUDA_HOME"))

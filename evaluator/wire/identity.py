@@ -61,6 +61,14 @@ def judge_identity(problem: ProblemSpec) -> Judge:
                  torch_version=torch.__version__, cuda_version=torch.version.cuda)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity (a Slurm or container cpuset, `taskset`), not the host's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def cpu_name() -> str:
     return f"CPU {platform.processor() or platform.machine()} x{os.cpu_count()}"
 
