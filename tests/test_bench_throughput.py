@@ -60,6 +60,46 @@ def test_a_cold_pass_that_only_builds_leaves_the_first_warm_pass_to_time_and_sto
     assert seen == [("0", False, False), ("0", True, True), ("0", False, True), ("0,1", False, True)]
 
 
+def test_a_run_split_over_a_kept_folder_runs_cold_then_warm_on_the_same_builds_and_store(monkeypatch, tmp_path):
+    """64 copies cold and warm do not fit one device call: `--only cold` then `--only warm` on one `--work` folder, the
+    warm part reading what the cold part built and stored, each pass profiled apart; a warm part with no cold run of
+    the same copies, or a folder that is not the bench's, is refused."""
+    import pytest
+
+    seen, profiles, caches = [], [], []
+    fake = _fake_pass(seen, profiles)
+
+    def run_pass(files, options, store=None, retime_baselines=False, profile=None):
+        caches.append(sorted(p.name for p in options.cache_dir.glob("*")))
+        (options.cache_dir / f"built{len(caches)}").parent.mkdir(parents=True, exist_ok=True)
+        (options.cache_dir / f"built{len(caches)}").write_text("")  # what a pass leaves in the build cache
+        return fake(files, options, store, retime_baselines, profile)
+
+    monkeypatch.setattr(throughput, "run_pass", run_pass)
+    (tmp_path / "c.py").write_text("# c\n")
+    work = tmp_path / "work"
+    with pytest.raises(throughput.WorkError, match="no cold run"):
+        throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=work, only="warm")
+    cold = throughput.run_throughput(2, source=tmp_path / "c.py", gpus="0/0,1", device="cpu", work=work, only="cold")
+    assert list(cold["passes"]) == ["cold"] and (work / "results.sqlite").is_file()
+    with pytest.raises(throughput.WorkError, match="other copies"):
+        throughput.run_throughput(3, source=tmp_path / "c.py", device="cpu", work=work, only="warm")
+    warm = throughput.run_throughput(2, source=tmp_path / "c.py", gpus="0/0,1", device="cpu", work=work, only="warm")
+    assert list(warm["passes"]) == ["warm gpus 0", "warm gpus 0,1"]
+    assert seen == [("0", False, True), ("0", False, True), ("0,1", False, True)]  # one store, its figures read
+    assert caches[1] == ["built1", "headers"]  # the cold part's builds found by the warm part
+    assert [p.name for p in profiles] == ["pass0", "pass1", "pass2"]  # no pass's logs read twice
+    # a whole run (or a cold part) on a bench folder starts it afresh; any other folder is left alone
+    throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=work, only="cold")
+    assert "built1" not in caches[-1]
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "keep.txt").write_text("x")
+    with pytest.raises(throughput.WorkError, match="not empty"):
+        throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=other)
+    assert (other / "keep.txt").read_text() == "x"
+
+
 def test_each_pass_profiles_its_referees_apart_under_the_users_folder(monkeypatch, tmp_path):
     seen, profiles = [], []
     monkeypatch.setattr(throughput, "run_pass", _fake_pass(seen, profiles))
@@ -166,6 +206,9 @@ def test_the_one_problem_options_are_refused_with_a_suite(tmp_path):
 
     from harness.cli.app import app
 
-    for option in (["--build-cold"], ["--retime-baselines"], ["--gpus", "0/0,1"]):
+    for option in (["--build-cold"], ["--retime-baselines"], ["--gpus", "0/0,1"], ["--work", str(tmp_path)]):
         result = CliRunner().invoke(app, ["bench", "--throughput", "2", "--problems", str(tmp_path), *option])
         assert result.exit_code == 2 and "for one problem, not --problems" in result.output, result.output
+    for option in (["--only", "warm"], ["--only", "hot", "--work", str(tmp_path)]):  # a part needs its folder
+        result = CliRunner().invoke(app, ["bench", "--throughput", "2", *option])
+        assert result.exit_code == 2 and "--only is cold or warm, with --work" in result.output, result.output

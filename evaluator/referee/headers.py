@@ -71,7 +71,9 @@ def share_headers(cache_dir: Path, shared_cache: Path) -> None:
     shared = shared_cache / "headers"
     shared.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    (cache_dir / "headers").symlink_to(shared, target_is_directory=True)
+    link = cache_dir / "headers"
+    if not (link.is_symlink() and link.resolve() == shared.resolve()):  # a kept cache may hold it already
+        link.symlink_to(shared, target_is_directory=True)
 
 
 def link_header(root: Path) -> None:

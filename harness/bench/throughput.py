@@ -15,6 +15,11 @@ minute over the whole batch (the referee's start and baseline rounds included), 
 per GPU the fraction of the pass it was busy (nvidia-smi's utilization, sampled every 200 ms), and the five largest
 costs of a judged candidate by the referees' own logs (each pass's referees log the wall seconds of their steps,
 no profiler in the way: harness.bench.costs). Nothing is recorded in the user's store: the copies are not candidates anyone wrote.
+
+A run too long for one sitting (64 copies cold, then warm, on a device lent 10 minutes a call) splits in two with
+`work` (a folder kept: the copies, their builds, the bench's store and profiles): `only="cold"` runs the first pass,
+`only="warm"` the others on the same folder, which must hold a cold run of the same copies (a split run has no pass
+with every baseline timed again: its warm part fits a device call at 64 copies).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from hashlib import sha256
 from pathlib import Path
 
 from rich.console import Console
@@ -180,13 +186,18 @@ def throughput_table(passes: dict[str, dict]) -> Table:
 def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | None = None, device: str | None = None,
                    source: Path | None = None, jobs: int | None = None, gpus: str | None = None,
                    out: Path | None = None, console: Console | None = None, retime_baselines: bool = False,
-                   build_cold: bool = False) -> dict:
+                   build_cold: bool = False, work: Path | None = None, only: str | None = None) -> dict:
     """A cold pass, then a warm pass per GPU set (see the module docstring). `gpus` may name several
     sets separated by `/` (`0/0,1`): the cold pass runs on the first, then one warm pass on each, so
-    one run compares one GPU with two on the same built copies. With `build_cold`, the cold pass builds only."""
+    one run compares one GPU with two on the same built copies. With `build_cold`, the cold pass builds only.
+    With `work` (kept) and `only` ("cold" or "warm"), one part of the run (the module docstring)."""
+    if only not in (None, "cold", "warm") or (only and work is None):
+        raise WorkError("--only is cold or warm, with --work (the folder the two parts share)")
     console = console or Console()
     text = source.read_text() if source else default_source()
-    work = Path(tempfile.mkdtemp(prefix="kh-throughput-"))
+    copies = {"problem": problem, "size": size, "count": count, "source": sha256(text.encode()).hexdigest()}
+    kept = work is not None
+    work = start_work(work, copies, only) if kept else Path(tempfile.mkdtemp(prefix="kh-throughput-"))
     report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
     sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
     warm = [(f"warm gpus {g}" if g is not None else "warm", g, retime_baselines) for g in sets]
@@ -195,20 +206,22 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
         plan += warm if not retime_baselines else warm[1:]
     else:
         plan = [("cold", sets[0], retime_baselines)] + warm
-        if not retime_baselines:  # what reading the stored figures saves: the first set once more, every baseline timed
+        if not retime_baselines and not only:  # what stored figures save: the first set again, every baseline timed
             plan.append((f"{plan[1][0]}, baselines timed", sets[0], True))
+    chosen = {None: range(len(plan)), "cold": range(1), "warm": range(1, len(plan))}[only]
     store = Store(work / "results.sqlite")  # the bench's own (EvalOptions.store protects it from candidates)
     try:
         files = distinct_copies(text, count, work / "copies")
         share_headers(work / "cache", default_cache_dir())  # torch's precompiled headers: the user's
-        for name, gpu_set, retime in plan:
+        for index in chosen:
+            name, gpu_set, retime = plan[index]
             extra = {"jobs": jobs} if jobs else {}
-            built_only = build_cold and not report["passes"]
+            built_only = build_cold and index == 0
             options = EvalOptions(problem=problem, size=size, device=device, cache_dir=work / "cache",
                                   log_root=work / "logs", gpus=gpu_set, store=store.path, compile_only=built_only,
                                   **extra)
             # each pass's referee profiles apart: under the user's KH_REFEREE_PROFILE where set, else the bench's own
-            profile = Path(os.environ.get("KH_REFEREE_PROFILE") or work / "profile") / f"pass{len(report['passes'])}"
+            profile = Path(os.environ.get("KH_REFEREE_PROFILE") or work / "profile") / f"pass{index}"
             report["passes"][name] = result = run_pass(files, options, None if built_only else store, retime, profile)
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
                           f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}; "
@@ -221,6 +234,30 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
                 out.write_text(json.dumps(report, indent=2))
     finally:
         store.close()
-        shutil.rmtree(work, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
     console.print(throughput_table(report["passes"]))
     return report
+
+
+class WorkError(ValueError):
+    """A kept folder that cannot serve the part of a run asked for."""
+
+
+def start_work(work: Path, copies: dict, only: str | None) -> Path:
+    """`work` ready for `only`: a warm part needs the cold part of the same copies there (`copies.json`); a cold
+    part (or a whole run) starts it afresh, so nothing built or stored before makes its pass look cold."""
+    record = work / "copies.json"
+    if only == "warm":
+        found = json.loads(record.read_text()) if record.is_file() else None
+        if found != copies:
+            raise WorkError(f"{work} holds no cold run of these copies (run --only cold with --work {work} first)"
+                            if found is None else f"{work} holds a cold run of other copies: {found}, not {copies}")
+        return work
+    if work.exists() and any(work.iterdir()):
+        if not record.is_file():
+            raise WorkError(f"{work} is not empty and no bench folder: give an empty or new folder")
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(copies))
+    return work

@@ -12,10 +12,10 @@ from rich.console import Console
 
 from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.tiers import BACKENDS, PRECISIONS
-from harness.cli.option_help import (AHEAD_HELP, BACKEND_HELP, BASELINES_HELP, BUILD_COLD_HELP, BUILD_COST_HELP,
-                                      COMPILE_TIMEOUT_HELP, DRIFT_HELP, GPUS_HELP, LANES_HELP, PRECISION_HELP,
-                                      RAY_ADDRESS_HELP, RETIME_BASELINES_HELP, RUN_TIMEOUT_HELP, SPREAD_HELP,
-                                      WEIGHTS_SEED_HELP)
+from harness.cli.option_help import (AHEAD_HELP, BACKEND_HELP, BASELINES_HELP, BENCH_GPUS_HELP, BUILD_COLD_HELP,
+                                      BUILD_COST_HELP, COMPILE_TIMEOUT_HELP, DRIFT_HELP, GPUS_HELP, JUDGE_COST_HELP,
+                                      LANES_HELP, PRECISION_HELP, RAY_ADDRESS_HELP, RETIME_BASELINES_HELP,
+                                      RUN_TIMEOUT_HELP, SPREAD_HELP, THROUGHPUT_HELP, WEIGHTS_SEED_HELP, WORK_HELP)
 
 # Plain help (no rich markup): flags show as flags, not `--json <bool>` (issue 37).
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None)
@@ -276,23 +276,17 @@ def bench_command(
     out: Path = typer.Option(Path("bench.json"), help="Where the JSON table goes."),
     store: Optional[Path] = typer.Option(None, help="Result store for the verdicts (default as `harness run`)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the verdicts."),
-    throughput: Optional[int] = typer.Option(None, min=1, help=(
-        "Instead: evaluate N distinct copies of one correct candidate (FILES' first, default the CUDA replay "
-        "fixture's) cold, then warm, and print candidates per minute, phase seconds and GPU busy fractions "
-        "(size: the first of --sizes, else the problem's default).")),
+    throughput: Optional[int] = typer.Option(None, min=1, help=THROUGHPUT_HELP),
     jobs: Optional[int] = typer.Option(None, min=1, help="With --throughput: builds at once (default: the evaluator's)."),
-    gpus: Optional[str] = typer.Option(None, help=(
-        "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm "
-        "pass each.")),
+    gpus: Optional[str] = typer.Option(None, help=BENCH_GPUS_HELP),
     problems: Optional[Path] = typer.Option(None, help=(
         "With --throughput: a suite; N copies of each problem's control (the reference as ModelNew), cold then warm.")),
     retime_baselines: bool = typer.Option(False, "--retime-baselines", help=RETIME_BASELINES_HELP),
     build_cold: bool = typer.Option(False, "--build-cold", help=BUILD_COLD_HELP),
+    work: Optional[Path] = typer.Option(None, help=WORK_HELP),
+    only: Optional[str] = typer.Option(None, help="With --throughput --work: cold|warm, one part of the run."),
     build_cost: bool = typer.Option(False, "--build-cost", help=BUILD_COST_HELP),
-    judge_cost: Optional[int] = typer.Option(None, min=1, help=(
-        "Instead: a warm harness.Judge given N distinct copies of one correct candidate (FILES' first, default the "
-        "CPU PyTorch fixture), call by call: wall time, the verdict's own phases and the overhead (size: the first of "
-        "--sizes).")),
+    judge_cost: Optional[int] = typer.Option(None, min=1, help=JUDGE_COST_HELP),
 ) -> None:
     """Golden kernels (or FILES) against eager, torch.compile (fp32, TF32) and cuBLAS TF32 GEMM alone."""
     from evaluator.parent.sandbox import CandidateFile
@@ -314,8 +308,9 @@ def bench_command(
     if throughput and problems is not None:
         from harness.bench.suite_throughput import SuiteError, bench_suite
 
-        if build_cold or retime_baselines or gpus:  # a suite's passes are cold then warm, on every visible GPU
-            raise usage_error("--build-cold, --retime-baselines and --gpus are for one problem, not --problems")
+        if build_cold or retime_baselines or gpus or work or only:  # a suite's passes: cold then warm, every GPU
+            raise usage_error("--build-cold, --retime-baselines, --gpus, --work and --only are for one problem, "
+                              "not --problems")
         try:
             return bench_suite(throughput, problems, first_size, device=device, jobs=jobs, out=out, console=console)
         except SuiteError as err:
@@ -323,9 +318,14 @@ def bench_command(
     if throughput:
         from harness.bench.throughput import run_throughput
 
-        run_throughput(throughput, problem=problem, size=first_size, device=device,
-                       source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console,
-                       retime_baselines=retime_baselines, build_cold=build_cold)
+        from harness.bench.throughput import WorkError
+
+        try:
+            run_throughput(throughput, problem=problem, size=first_size, device=device,
+                           source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console,
+                           retime_baselines=retime_baselines, build_cold=build_cold, work=work, only=only)
+        except WorkError as err:
+            raise usage_error(str(err))
         return
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None

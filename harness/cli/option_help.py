@@ -26,6 +26,18 @@ RETIME_BASELINES_HELP = (
 BUILD_COLD_HELP = (
     "With --throughput: the cold pass only builds the copies; the first warm pass times the baselines (so that 64 "
     "copies fit one device call).")
+THROUGHPUT_HELP = (
+    "Instead: evaluate N distinct copies of one correct candidate (FILES' first, default the CUDA replay fixture's) "
+    "cold, then warm, and print candidates per minute, phase seconds and GPU busy fractions (size: the first of "
+    "--sizes, else the problem's default).")
+BENCH_GPUS_HELP = (
+    "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm pass each.")
+JUDGE_COST_HELP = (
+    "Instead: a warm harness.Judge given N distinct copies of one correct candidate (FILES' first, default the CPU "
+    "PyTorch fixture), call by call: wall time, the verdict's own phases and the overhead (size: the first of --sizes).")
+WORK_HELP = (
+    "With --throughput: keep the copies, their builds and the bench's store in this folder; with --only, a run split "
+    "in two parts (cold, then warm on the same folder), each its own device call.")
 BUILD_COST_HELP = (
     "Instead: build one candidate (FILES' first, default the throughput fixture) and print the CPU seconds of each "
     "translation unit and nvcc stage, and of the binding with the precompiled header.")
