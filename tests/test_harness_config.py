@@ -93,6 +93,16 @@ def test_the_cores_builds_count_on_are_the_processs_own_not_the_hosts(monkeypatc
     assert default_build_jobs("cpu") == 3 and default_build_jobs("cuda") <= 6
 
 
+def test_a_relative_build_cache_is_made_absolute_where_the_command_ran(monkeypatch, tmp_path):
+    """Executors run in folders of their own: a relative cache (`--work .khwork`, HARNESS_CACHE_DIR=cache) would name
+    another, empty folder there, and every lane's executor built its candidate again, on the lane's few cores."""
+    monkeypatch.chdir(tmp_path)
+    evaluator = Evaluator(EvalOptions(device="cpu", cache_dir=Path("cache"), log_root=Path("logs")))
+    assert evaluator.cache_dir == tmp_path / "cache" and evaluator.log_root == tmp_path / "logs"
+    monkeypatch.setenv("HARNESS_CACHE_DIR", "elsewhere")
+    assert Evaluator(EvalOptions(device="cpu")).cache_dir == tmp_path / "elsewhere"
+
+
 def test_build_jobs_setting_is_used_as_given(monkeypatch):
     monkeypatch.setattr("evaluator.parent.jobserver.usable_cores", lambda: 2)
     assert Evaluator(EvalOptions(device="cpu", jobs=3)).jobs == 3

@@ -184,8 +184,9 @@ class Evaluator:
         self.problem.size_values(self.size)  # fail now on an unknown size
         self.baselines = options.baselines if options.baselines is not None else default_baselines(self.problem,
                                                                                                     self.device)
-        self.cache_dir = options.cache_dir or default_cache_dir()
-        self.log_root = options.log_root or Path(".harness") / "logs"
+        # absolute: executors run in folders of their own, where a relative build cache is another, empty one
+        self.cache_dir = (options.cache_dir or default_cache_dir()).absolute()
+        self.log_root = (options.log_root or Path(".harness") / "logs").absolute()
         self.compile_timeout, self.run_timeout = (options.compile_timeout_s or self.problem.timeouts.compile_s,
                                                   options.run_timeout_s or self.problem.timeouts.run_s)
         # not set by the user: the problem's is a cap, each candidate's limit scaled to the reference's time within it

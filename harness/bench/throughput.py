@@ -197,7 +197,7 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
     text = source.read_text() if source else default_source()
     copies = {"problem": problem, "size": size, "count": count, "source": sha256(text.encode()).hexdigest()}
     kept = work is not None
-    work = start_work(work, copies, only) if kept else Path(tempfile.mkdtemp(prefix="kh-throughput-"))
+    work = start_work(work.absolute(), copies, only) if kept else Path(tempfile.mkdtemp(prefix="kh-throughput-"))
     report: dict = {"problem": problem, "size": size, "count": count, "passes": {}}
     sets = [g.strip() for g in gpus.split("/")] if gpus else [None]
     warm = [(f"warm gpus {g}" if g is not None else "warm", g, retime_baselines) for g in sets]
