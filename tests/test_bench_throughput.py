@@ -78,7 +78,13 @@ def test_a_run_split_over_a_kept_folder_runs_cold_then_warm_on_the_same_builds_a
     monkeypatch.setattr(throughput, "run_pass", run_pass)
     (tmp_path / "c.py").write_text("# c\n")
     work = tmp_path / "work"
-    with pytest.raises(throughput.WorkError, match="no cold run"):
+    with pytest.raises(throughput.WorkError, match="no finished cold run"):
+        throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=work, only="warm")
+    with monkeypatch.context() as cut:  # a cold part cut off (a device call's limit) is no cold run for a warm part
+        cut.setattr(throughput, "run_pass", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=work, only="cold")
+    with pytest.raises(throughput.WorkError, match="no finished cold run"):
         throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=work, only="warm")
     cold = throughput.run_throughput(2, source=tmp_path / "c.py", gpus="0/0,1", device="cpu", work=work, only="cold")
     assert list(cold["passes"]) == ["cold"] and (work / "results.sqlite").is_file()
@@ -95,9 +101,15 @@ def test_a_run_split_over_a_kept_folder_runs_cold_then_warm_on_the_same_builds_a
     other = tmp_path / "mine"
     other.mkdir()
     (other / "keep.txt").write_text("x")
+    (other / "copies.json").write_text("{}")  # another tool's file of a common name
     with pytest.raises(throughput.WorkError, match="not empty"):
         throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=other)
     assert (other / "keep.txt").read_text() == "x"
+    (work / "notes.txt").write_text("mine")  # a bench folder started afresh keeps what is not the bench's
+    throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=work, only="cold")
+    assert (work / "notes.txt").read_text() == "mine"
+    with pytest.raises(throughput.WorkError, match="not a folder"):
+        throughput.run_throughput(2, source=tmp_path / "c.py", device="cpu", work=other / "keep.txt")
 
 
 def test_each_pass_profiles_its_referees_apart_under_the_users_folder(monkeypatch, tmp_path):

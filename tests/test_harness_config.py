@@ -88,9 +88,10 @@ def test_the_cores_builds_count_on_are_the_processs_own_not_the_hosts(monkeypatc
 
     monkeypatch.setattr("os.cpu_count", lambda: 128)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.setattr("os.sysconf", lambda name: {"SC_PHYS_PAGES": 1 << 28, "SC_PAGE_SIZE": 4096}[name])  # 1 TiB
     monkeypatch.delenv("HARNESS_BUILD_SLOTS", raising=False)
     assert usable_cores() == 6 and build_slots("cuda") == 12 and build_slots("cpu") == 3
-    assert default_build_jobs("cpu") == 3 and default_build_jobs("cuda") <= 6
+    assert default_build_jobs("cpu") == 3 and default_build_jobs("cuda") == 6
 
 
 def test_a_relative_build_cache_is_made_absolute_where_the_command_ran(monkeypatch, tmp_path):

@@ -5,6 +5,7 @@ tests/test_integrity.py and tests/test_evaluator.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -530,9 +531,13 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
     turns = []
     for n in range(every):
         before = len(starts)
-        referee.judge(JudgeRequest(name=f"c{n}", path=f"/c{n}", digest=str(n)))
+        queued = [JudgeRequest(name=f"c{n + 1}", path=f"/c{n + 1}", digest=str(n + 1))]
+        referee.judge(JudgeRequest(name=f"c{n}", path=f"/c{n}", digest=str(n)), queued)
         turns.append(twin.NAME in sum(starts[before:], []))
     assert turns == [False] * (every - 1) + [True]  # only in the turn a round follows
+    referee.timed_since_round, before = every - 1, len(starts)
+    referee.judge(JudgeRequest(name="alone", path="/alone", digest="a"))  # a warm Judge's call, nothing queued
+    assert twin.NAME not in sum(starts[before:], [])  # no twin idling on the device between its calls
 
     closed, at_round = [], []
     kept, other = SimpleNamespace(close=lambda wait_s: closed.append("twin")), object()
@@ -560,6 +565,26 @@ def test_a_twin_that_is_not_correct_leaves_eager_failed_with_the_reason(monkeypa
     assert "eager" not in current.baselines and "eager" in referee.rounds[-1].in_referee
     assert "reference judged as a candidate" in current.failed["eager"] and "incorrect" in current.failed["eager"]
     assert referee.rounds[-1].failed == current.failed
+
+
+def test_a_twin_started_beside_a_candidate_that_fails_is_judged_again_from_a_fresh_executor(monkeypatch):
+    """The twin's executor started ahead shares the device with the candidate then judged, which could crowd out its
+    start: where it comes out other than `correct`, the round judges the twin once more from an executor started with
+    no candidate beside it (one judged in its round from the start is not judged twice: the test above)."""
+
+    class Off(local_executor.Honest):
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    referee, started = _twin_referee(monkeypatch)
+    crowded = local_executor.LocalLink(Off, referee)
+    closed = []
+    monkeypatch.setattr(referee, "close_later", lambda process: closed.append(process))
+    monkeypatch.setattr(referee, "exclusive", contextlib.nullcontext)  # nothing real to hold in this process
+    referee.waiting[(referee.twin.path, referee.twin.digest)] = crowded
+    referee.ensure_round()
+    assert crowded in closed and len(started) == 1  # one fresh executor, after the one started ahead failed
+    assert "eager" in referee.current_round.baselines and "eager" not in referee.current_round.failed
 
 
 def test_stored_figures_never_stand_in_for_the_twins_eager(monkeypatch):

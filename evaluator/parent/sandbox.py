@@ -131,7 +131,7 @@ def default_baselines(problem: ProblemSpec, device: str) -> list[str]:
 
 def default_cache_dir() -> Path:
     if os.environ.get("HARNESS_CACHE_DIR"):
-        return Path(os.environ["HARNESS_CACHE_DIR"])
+        return Path(os.environ["HARNESS_CACHE_DIR"]).absolute()  # executors and links read it from other folders
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelharness"
 
 

@@ -5,7 +5,7 @@
 Started by the parent (evaluator.parent.sandbox) once per batch. It owns everything a judgement rests on:
 
 * the reference (`Model` from the problem, a fresh one per candidate, with its own seed) and its
-  float64 twin, the seeds, the inputs of every checked call, the tolerances and every comparison (evaluator.referee.phases);
+  float64 twin, the seeds, every checked call's inputs, the tolerances and every comparison (evaluator.referee.phases);
 * the baselines (eager, torch.compile, with and without TF32, the problem's ceilings), timed here
   with the same timing loop as the candidates (evaluator.referee.timing), in rounds: one before the batch's
   first candidate, again after every `baseline_every` candidates and once at the end, always with
@@ -409,9 +409,8 @@ class Referee:
         return self.beside.broken()
 
     def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> Callable[[], JudgeReply]:
-        """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its
-        executor's exit and clean-up (a CUDA context's teardown takes tenths of a second) overlap the
-        next candidate's start, and are over before anything is timed (`exclusive`)."""
+        """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its executor's exit
+        and clean-up (a CUDA context's teardown: tenths of a second) overlap the next candidate's start (`exclusive`)."""
         steps = {"begin": time.perf_counter()}  # the referee's own steps, for the profile
         if not request.compile_only:
             if not self.rounds:  # before the executors' start, which waits for the zygote's imports
@@ -424,8 +423,9 @@ class Referee:
             process = self.executor_for(request)
             process.start()
         self.start_ahead(list(upcoming))
-        if self.twin and not request.compile_only and self.timed_since_round + 1 >= self.config.baseline_every:
-            self.start_ahead([self.twin])  # a round begins the next turn: the twin imports now, not held in the round
+        # a round begins the next turn: the twin imports now, not held in the round (a warm Judge, nothing queued: no)
+        if self.twin and upcoming and not request.compile_only and self.timed_since_round + 1 >= self.config.baseline_every:
+            self.start_ahead([self.twin])
         steps["start"] = time.perf_counter()
         tuning.take_spent()  # none of it this candidate's
         self.sessions += 1

@@ -54,6 +54,15 @@ def figure(verdict: Verdict) -> tuple[TimingStats | None, str | None]:
     return verdict.timing, None
 
 
+def judge_twin(referee, process, round_: int, again: bool = False) -> tuple:
+    """(its executor, its verdict): the twin judged as a candidate, in `process` (one started ahead) or a fresh one."""
+    if process is None:
+        process = referee.executor_for(referee.twin)
+        process.start()
+    keys = referee.keys.derive("twin", round_, "again") if again else referee.keys.derive("twin", round_)
+    return process, phases.judge(referee.session_for(referee.twin, process, keys), compile_only=False)
+
+
 def judged_round(referee, timed: Round, previous: Round | None) -> Round:
     """The round `timed` (evaluator.referee.referee.Referee's, just timed) with eager's figure the twin's, judged as a
     candidate against it; the referee's own eager kept on its record (`in_referee`). Where the twin has no figure,
@@ -68,11 +77,14 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
     referee.current_round = dataclasses.replace(
         timed, baselines=dict(baselines), failed={**failed, TIMED: "the reference judged as a candidate did not finish"})
     try:
-        if process is None:
-            process = referee.executor_for(request)
-            process.start()
-        session = referee.session_for(request, process, referee.keys.derive("twin", timed.source.round))
-        verdict = phases.judge(session, compile_only=False)
+        started_ahead = process is not None
+        process, verdict = judge_twin(referee, process, timed.source.round)
+        if started_ahead and verdict.status != Status.correct:
+            # its executor started beside a candidate (Referee.judge), which could crowd it out of the device as it
+            # started: judged once more from an executor of its own, started with no candidate beside it
+            referee.close_later(process)
+            process = None
+            process, verdict = judge_twin(referee, None, timed.source.round, again=True)
         stats, why = figure(verdict)
         profile_log({"event": "twin", "round": timed.source.round, "phases": verdict.phase_seconds,
                      "ms": verdict.runtime_ms, "in_referee_ms": own.median_ms if own else None,

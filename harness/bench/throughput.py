@@ -18,7 +18,7 @@ no profiler in the way: harness.bench.costs). Nothing is recorded in the user's 
 
 A run too long for one sitting (64 copies cold, then warm, on a device lent 10 minutes a call) splits in two with
 `work` (a folder kept: the copies, their builds, the bench's store and profiles): `only="cold"` runs the first pass,
-`only="warm"` the others on the same folder, which must hold a cold run of the same copies (a split run has no pass
+`only="warm"` the others on the same folder, which must hold a finished cold run of the same copies (a split run has no pass
 with every baseline timed again: its warm part fits a device call at 64 copies).
 """
 
@@ -223,6 +223,8 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
             # each pass's referee profiles apart: under the user's KH_REFEREE_PROFILE where set, else the bench's own
             profile = Path(os.environ.get("KH_REFEREE_PROFILE") or work / "profile") / f"pass{index}"
             report["passes"][name] = result = run_pass(files, options, None if built_only else store, retime, profile)
+            if kept and index == 0:
+                write_record(work, copies, "done")  # its builds and baselines are there for a warm part
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
                           f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}; "
                           f"{result['baselines']}")
@@ -244,20 +246,45 @@ class WorkError(ValueError):
     """A kept folder that cannot serve the part of a run asked for."""
 
 
+# A kept folder's record: which copies it holds and whether their cold part finished (a cold part cut off by a device
+# call's limit leaves builds half made: a warm part on it would time builds). Only the bench's own entries are removed.
+RECORD = "kh-throughput.json"
+OWN = ("copies", "cache", "logs", "profile", "results.sqlite", "results.sqlite-wal", "results.sqlite-shm", RECORD)
+
+
+def read_record(work: Path) -> dict | None:
+    try:
+        record = json.loads((work / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and {"copies", "cold"} <= set(record) else None
+
+
 def start_work(work: Path, copies: dict, only: str | None) -> Path:
-    """`work` ready for `only`: a warm part needs the cold part of the same copies there (`copies.json`); a cold
-    part (or a whole run) starts it afresh, so nothing built or stored before makes its pass look cold."""
-    record = work / "copies.json"
+    """`work` ready for `only`: a warm part needs a finished cold part of the same copies there (RECORD); a cold part
+    (or a whole run) starts it afresh, so nothing built or stored before makes its pass look cold."""
+    if work.exists() and not work.is_dir():
+        raise WorkError(f"{work} is not a folder")
+    record = read_record(work)
     if only == "warm":
-        found = json.loads(record.read_text()) if record.is_file() else None
-        if found != copies:
-            raise WorkError(f"{work} holds no cold run of these copies (run --only cold with --work {work} first)"
-                            if found is None else f"{work} holds a cold run of other copies: {found}, not {copies}")
+        if record is None or record["cold"] != "done":
+            raise WorkError(f"{work} holds no finished cold run (run --only cold with --work {work} first)")
+        if record["copies"] != copies:
+            raise WorkError(f"{work} holds a cold run of other copies: {record['copies']}, not {copies}")
         return work
     if work.exists() and any(work.iterdir()):
-        if not record.is_file():
+        if record is None:
             raise WorkError(f"{work} is not empty and no bench folder: give an empty or new folder")
-        shutil.rmtree(work)
+        for name in OWN:
+            entry = work / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps(copies))
+    write_record(work, copies, "started")
     return work
+
+
+def write_record(work: Path, copies: dict, cold: str) -> None:
+    (work / RECORD).write_text(json.dumps({"copies": copies, "cold": cold}))
