@@ -47,11 +47,14 @@ def fake_verdict(name: str) -> Verdict:
                    status=Status.correct)
 
 
-def sources(tmp_path: Path, count: int) -> list[CandidateFile]:
+def sources(tmp_path: Path, count: int, builds: bool = True) -> list[CandidateFile]:
+    """Candidates whose text names an extension build (so the pool builds them, as a GPU machine's lanes would have
+    it: `builds_beside_windows`), or, with `builds` false, names none (a Triton or PyTorch candidate)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     files = []
     for index in range(count):
         path = tmp_path / f"c{index}.py"
-        path.write_text(f"# {index}\nclass ModelNew:\n    pass\n")
+        path.write_text(f"# {index}{' (load_inline)' if builds else ''}\nclass ModelNew:\n    pass\n")
         files.append(CandidateFile(name=f"c{index}", path=path))
     return files
 
@@ -60,9 +63,10 @@ def test_builds_go_on_while_the_first_candidates_are_judged_and_verdicts_come_in
     """No barrier between building and judging: the last build waits until the first candidate is being
     judged (with a barrier this would time out), and the verdicts still come in the candidates' order."""
     judging_started = threading.Event()
-    order = []
+    order, built = [], []
 
     def build(self, name, source, digest, max_jobs=None):
+        built.append(name)
         if name == "c3":
             assert judging_started.wait(20), "the first candidate was not judged before every build was done"
         time.sleep(0.05 * int(name[1:]))
@@ -79,10 +83,44 @@ def test_builds_go_on_while_the_first_candidates_are_judged_and_verdicts_come_in
     monkeypatch.setattr(Evaluator, "build", build)
     monkeypatch.setattr(RefereeClient, "submit", submit)
     monkeypatch.setattr(RefereeClient, "collect", collect)
-    evaluator = Evaluator(EvalOptions(device="cpu", size="small", jobs=2, log_root=tmp_path / "logs"))
+    monkeypatch.setattr("evaluator.parent.sandbox.builds_beside_windows", lambda device, placement: True)
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", jobs=2, log_root=tmp_path / "logs",
+                                      cache_dir=tmp_path / "cache"))
     verdicts = list(evaluator.evaluate_all(sources(tmp_path, 4)))
+    assert sorted(built) == ["c0", "c1", "c2", "c3"]  # each in the pool, not by its lane's executor
     assert [v.candidate for v in verdicts] == ["c0", "c1", "c2", "c3"]
     assert all(v.status == Status.correct for v in verdicts) and sorted(order) == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_candidate_with_nothing_to_build_is_judged_while_the_pools_builds_run(tmp_path, monkeypatch):
+    """A Triton (or PyTorch) candidate names no extension build: it goes to its lane at once, never behind the pool's
+    nvcc builds (a build here holds until that candidate has been judged; with it queued behind them, this times out)."""
+    plain_judged = threading.Event()
+
+    def build(self, name, source, digest, max_jobs=None):
+        assert plain_judged.wait(20), "the candidate with nothing to build waited behind the builds"
+        return fake_verdict(name).model_copy(update={"status": Status.compiled}), b"", b""
+
+    def submit(self, name, source, digest):
+        return name
+
+    def collect(self, name):
+        if name == "plain":
+            plain_judged.set()
+        return fake_verdict(name), b"", b""
+
+    monkeypatch.setattr(Evaluator, "build", build)
+    monkeypatch.setattr(RefereeClient, "submit", submit)
+    monkeypatch.setattr(RefereeClient, "collect", collect)
+    monkeypatch.setattr("evaluator.parent.sandbox.builds_beside_windows", lambda device, placement: True)
+    files = sources(tmp_path, 3)
+    plain = sources(tmp_path / "plain", 1, builds=False)[0]
+    files.append(CandidateFile(name="plain", path=plain.path))
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", jobs=2, log_root=tmp_path / "logs",
+                                      cache_dir=tmp_path / "cache"))
+    verdicts = list(evaluator.evaluate_all(files))
+    assert [v.candidate for v in verdicts] == ["c0", "c1", "c2", "plain"]
+    assert all(v.status == Status.correct for v in verdicts)
 
 
 def test_a_lane_keeps_ahead_candidates_queued_and_a_dead_referee_costs_one_candidate(tmp_path, monkeypatch):
