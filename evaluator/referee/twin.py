@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 import traceback
 
 from evaluator.referee import phases
@@ -84,6 +85,9 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
             # started: judged once more from an executor of its own, started with no candidate beside it
             referee.close_later(process)
             process = None
+            said = f"the twin started ahead was {verdict.status.value}: {verdict.error}"[:400]
+            print(f"round {timed.source.round}: {said}; judged again from a fresh executor", file=sys.stderr)
+            profile_log({"event": "twin_again", "round": timed.source.round, "first": said})
             process, verdict = judge_twin(referee, None, timed.source.round, again=True)
         stats, why = figure(verdict)
         profile_log({"event": "twin", "round": timed.source.round, "phases": verdict.phase_seconds,
