@@ -257,8 +257,14 @@ def test_a_problem_of_tiny_tensors_has_room_for_each_of_them_in_the_exchange(tmp
     # eager is the reference judged as a candidate too (evaluator.referee.twin): the reference itself reads about 1x,
     # where against the referee's own loop it read 2.5-4.8x at this dispatch-bound size (docs/timing.md)
     assert evaluator.rounds and all("eager" in r.baselines and "eager" in r.in_referee for r in evaluator.rounds)
-    if verdict.runtime_ms is not None:  # a figure the clock resolves
-        assert 0.5 < verdict.speedup["eager"] < 2.0, verdict.speedup
+    # a figure the clock resolves reads about 1x; a 2-core machine's noise once read 2.09x, so one outside the bounds
+    # is judged once more: a bias (the referee's own loop's 2.5-4.8x) reads outside them both times
+    speedups = [verdict.speedup["eager"]] if verdict.runtime_ms is not None else []
+    if speedups and not 0.5 < speedups[0] < 2.0:
+        again = Evaluator(cpu_options(tmp_path, problem=str(folder), size="tiny", eager_as_candidate=True))
+        [verdict] = again.evaluate_all([twin])
+        speedups.append(verdict.speedup.get("eager") if verdict.runtime_ms is not None else speedups[0])
+    assert not speedups or any(0.5 < s < 2.0 for s in speedups), speedups
 
 
 @pytest.mark.slow
