@@ -316,9 +316,7 @@ def bench_command(
         except SuiteError as err:
             raise usage_error(str(err))
     if throughput:
-        from harness.bench.throughput import run_throughput
-
-        from harness.bench.throughput import WorkError
+        from harness.bench.throughput import WorkError, run_throughput
 
         try:
             run_throughput(throughput, problem=problem, size=first_size, device=device,
