@@ -77,7 +77,7 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                 profile = profiles / f"pass{number}" / f"p{index:03d}"
                 problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
                 console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "
-                              f"after {result['first_s'] or float('nan'):.1f} s (set-up "
+                              f"after {nan_for(result['first_s']):.1f} s (set-up "
                               f"{nan_for(result['setup_s']):.1f} s); {result['statuses']}")
             report["passes"][name] = summary = suite_pass(problems, profiles / f"pass{number}")
             console.print(f"{name}: {summary['candidates']} in {summary['wall_s']:.1f} s = {summary['per_minute']:.2f}/min;"
