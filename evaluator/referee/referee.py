@@ -438,11 +438,10 @@ class Referee:
         steps["phases"] = time.perf_counter()
         release_cached(self.device)  # the checks' float64 copies: the next executor's memory, not the referee's cache
         costs = tuning.take_spent()  # its steps', for the profile (written with its reply)
-        self.judged += 1
-        if verdict.timing is not None:
-            self.timed_since_round += 1
+        self.judged, self.timed_since_round = self.judged + 1, self.timed_since_round + (verdict.timing is not None)
         self.closing.append(closed := threading.Event())
         process.will_close()  # before the next executor's start, which may wait for its exchange
+        steps["released"] = time.perf_counter()  # release_cached, mostly (the next candidate allocates afresh)
         return functools.partial(self.finish, request, process, session, verdict, steps, costs, closed)
 
     def session_for(self, request: JudgeRequest, process: ExecutorProcess, keys: Keys) -> Session:
