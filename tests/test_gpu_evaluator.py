@@ -73,3 +73,33 @@ def test_an_honest_candidate_held_through_hundreds_of_windows_is_never_blamed(tm
     assert good.timing.reps >= 30 and good.timing_check.calls >= 200 and not good.rejected, [
         (f.name, f.reason) for f in good.flags]
     assert good.timing_check.hold == ("sigstop" if cgroups == "0" else good.timing_check.hold)
+
+
+@pytest.mark.gpu
+def test_two_lanes_on_one_gpu_take_turns_and_never_time_beside_each_other(tmp_path, monkeypatch):
+    """`--gpus 0,0`: two referees on one GPU (evaluator.referee.device_share). Every copy is judged correct, both lanes
+    judge, and no lane's exclusive turn (its windows, its baseline rounds) overlaps the other's: each referee logs its
+    turns (the profile), the time it held one taken after its lock was taken and the time it let go before its lock
+    was let go."""
+    import json
+
+    profile = tmp_path / "profile"
+    monkeypatch.setenv("KH_REFEREE_PROFILE", str(profile))
+    source = (CUDA / "bn_after_addmm_correct.py").read_text()
+    batch = []
+    for index in range(6):  # distinct sources, one build each
+        path = tmp_path / f"copy_{index}.py"
+        path.write_text(source + f"\n# copy {index}\n")
+        batch.append(CandidateFile(name=path.stem, path=path))
+    verdicts = evaluate(batch, EvalOptions(device="cuda", size="small", gpus="0,0", jobs=6, baselines=["eager"],
+                                           log_root=tmp_path / "logs"))
+    assert [v.status for v in verdicts] == [Status.correct] * 6, [v.error for v in verdicts]
+    turns = {}
+    for log in profile.glob("referee-*.jsonl"):
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        turns[log.name] = [(r["took"], r["let_go"]) for r in records if r["event"] == "turn_over"]
+    lanes = [name for name, held in turns.items() if held]
+    assert len(lanes) == 2, turns  # both lanes timed something
+    ordered = sorted((took, let_go, name) for name, held in turns.items() for took, let_go in held)
+    for (_, let_go, first), (took, _, second) in zip(ordered, ordered[1:]):
+        assert let_go <= took or first == second, (first, let_go, second, took)

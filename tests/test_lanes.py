@@ -25,7 +25,8 @@ CPU = FIXTURES / "candidates" / "cpu"
 def test_gpus_are_chosen_among_the_visible_ones_by_position(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     assert choose_gpus(None) == ["3", "5"] and choose_gpus("all") == ["3", "5"]
-    assert choose_gpus("1") == ["5"] and choose_gpus("1,0,1") == ["5", "3"]
+    assert choose_gpus("1") == ["5"] and choose_gpus("1,0") == ["5", "3"]
+    assert choose_gpus("1,0,1") == ["5", "3", "5"]  # GPU 5 named twice: two lanes taking turns on it
     with pytest.raises(ValueError, match="not one of the 2 visible"):
         choose_gpus("2")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -381,6 +381,20 @@ def test_a_busy_device_stops_the_executors_started_ahead_before_the_candidate_is
         judged.value.error
 
 
+def test_a_busy_device_shared_with_another_lane_voids_the_window_instead_of_blaming_the_candidate():
+    """With lanes taking turns on the GPU (evaluator.referee.device_share), work left on the device between a candidate's
+    windows may be another lane's candidate's: the window is void (timed again), not this candidate's verdict."""
+    from evaluator.referee.time_phase import SharedBusy
+
+    referee = local_executor.referee()
+    session = local_executor.session_for(local_executor.Honest, referee)
+    referee.device_idle = lambda limit_s: None
+    referee.close_waiting = lambda: False
+    referee.share = object()  # another lane's referee takes turns on this GPU
+    with pytest.raises(SharedBusy, match="other lanes' referees take turns on this GPU"):
+        idle(session, "after clocked call 2 had returned")
+
+
 def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
     events = []
 

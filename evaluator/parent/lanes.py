@@ -81,7 +81,8 @@ def visible_gpus() -> list[str]:
 
 
 def choose_gpus(spec: str | None) -> list[str]:
-    """`--gpus`: None or `all`, every visible GPU; else a comma list of positions among them (`0,2`)."""
+    """`--gpus`: None or `all`, every visible GPU; else a comma list of positions among them (`0,2`), one lane each: a
+    position named twice gives its GPU two lanes, whose referees take turns on it (evaluator.referee.device_share)."""
     visible = visible_gpus()
     if spec is None or spec.strip() in ("", "all"):
         return visible
@@ -91,7 +92,7 @@ def choose_gpus(spec: str | None) -> list[str]:
         if not part.isdigit() or int(part) >= len(visible):
             raise ValueError(f"--gpus {spec!r}: {part!r} is not one of the {len(visible)} visible GPU(s) (0..{len(visible) - 1})")
         chosen.append(visible[int(part)])
-    return list(dict.fromkeys(chosen))
+    return chosen
 
 
 def crashed(job: Job, error: str, device: str) -> Judged:
@@ -104,9 +105,9 @@ class LaneWorker:
     of them sent before the reply to the one being judged. Runs in the parent (a thread per lane)
     or in a Ray actor."""
 
-    def __init__(self, evaluator, gpu: str | None, lane: int):
+    def __init__(self, evaluator, gpu: str | None, lane: int, device_lanes: int = 1):
         self.evaluator = evaluator
-        self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True)
+        self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True, device_lanes=device_lanes)
         self.ahead = evaluator.ahead
         self.place = place()  # what its verdicts say they were judged on
 
@@ -260,7 +261,9 @@ class Scheduler:
             thread.join(timeout=60)
 
     def local_workers(self) -> list:
-        return [LaneWorker(self.evaluator, gpu, lane) for gpu, lane in self.lanes()]
+        lanes = self.lanes()
+        on = [gpu for gpu, _ in lanes]  # a GPU named twice in `--gpus`: two lanes taking turns on it
+        return [LaneWorker(self.evaluator, gpu, lane, on.count(gpu) if gpu is not None else 1) for gpu, lane in lanes]
 
     def _builds(self, jobs: list[Job], ready: ReadyQueue, out) -> None:
         """Each job to the lanes as soon as its build succeeds; a failed build is the job's verdict."""

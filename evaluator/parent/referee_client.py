@@ -105,10 +105,12 @@ class RefereeClient:
     (`submit`, then `collect` in the same order): the referee starts the executors of those queued
     behind the one it judges (`ahead`)."""
 
-    def __init__(self, evaluator: Batch, gpu: str | None = None, lane: int = 0, early: bool = False):
+    def __init__(self, evaluator: Batch, gpu: str | None = None, lane: int = 0, early: bool = False,
+                 device_lanes: int = 1):
         self.evaluator = evaluator
         self.submitted: set[Path] = set()  # sources of requests sent and not yet answered (submit, collect)
         self.gpu, self.lane = gpu, lane
+        self.device_lanes = device_lanes  # lanes on this GPU (`--gpus 0,0`: two), their referees taking turns on it
         self.early = early  # started before its first candidate is ready: its first baseline round at once
         self.proc: subprocess.Popen | None = None
         # an interrupt stops the referee from the main thread while its lane's thread may be stopping it too
@@ -128,7 +130,7 @@ class RefereeClient:
             output_cap_bytes=options.output_cap_bytes,
             compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
             protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early,
-            **self.placed())
+            device_lanes=self.device_lanes, **self.placed())
 
     def placed(self) -> dict:
         """Where this lane runs and how its builds are kept from its clock (evaluator.parent.placement)."""

@@ -49,7 +49,8 @@ class WarmJudge:
                     raise RuntimeError("no GPU is visible to judge CUDA candidates on")
                 if len(gpus) > 1:
                     ev.placement = plan_placement(len(gpus))
-                lanes = [LaneWorker(ev, gpu=gpu, lane=lane) for lane, gpu in enumerate(gpus)]
+                lanes = [LaneWorker(ev, gpu=gpu, lane=lane, device_lanes=gpus.count(gpu) if gpu is not None else 1)
+                         for lane, gpu in enumerate(gpus)]
                 for lane in lanes:
                     lane.start()
             self.lanes, self.busy = lanes, [False] * len(lanes)

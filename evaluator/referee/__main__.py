@@ -153,6 +153,8 @@ def serve(argv: list[str] | None = None) -> int:
         traceback.print_exc()
     while True:
         waited = time.perf_counter()
+        if referee is not None and not inbox.queued():  # its turn on a GPU other lanes share let go meanwhile
+            referee.step_aside()
         request = inbox.next()
         if time.perf_counter() - waited > 0.05:
             profile_log({"event": "idle", "s": time.perf_counter() - waited})

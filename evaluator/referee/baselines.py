@@ -4,6 +4,7 @@ eager, torch.compile (compiled once a batch), with and without TF32, and the pro
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 
@@ -96,3 +97,22 @@ def time_baseline(referee, name: str) -> TimingStats:
         raise RuntimeError(f"every window of baseline {name!r} was void: something held beside it kept running or "
                            "dying (evaluator.referee.beside)")
     return summarize(kept, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})
+
+
+def run_untimed(referee, name: str, calls: int, seconds: float = 0.0) -> None:
+    """Baseline `name` run untimed on one draw of inputs, `calls` times and for at least `seconds`, the
+    device waited for after each call. A failure is left to the round, which times it and records why."""
+    try:
+        model = referee.baseline_callable(name)
+        referee.baseline_model.train(referee.problem.mode == "train")
+        inputs = referee.draw(referee.problem.distributions[0], referee.keys.next_seed("baseline"))
+        started, done = time.perf_counter(), 0
+        with torch.no_grad():
+            while done < calls or time.perf_counter() - started < seconds:
+                model(*inputs)
+                referee._sync()
+                done += 1
+    except Exception:
+        pass  # timing it fails the same way, and the round records why
+    finally:
+        torch.set_float32_matmul_precision("highest")

@@ -164,9 +164,8 @@ def judge(session: Session, compile_only: bool, imported: Imported | None = None
             checked = results["checked"] = check_phase(session, built)
             outcome = checked.stop
             if outcome is None:
-                with session.exclusive():
-                    results["timed"] = time_phase(session, checked, built)
-                    results["profiled"] = profile_phase(session, checked, results["timed"])
+                results["timed"] = time_phase(session, checked, built)  # its windows alone `session.exclusive`
+                results["profiled"] = profile_phase(session, checked, results["timed"])
                 finish(session)
     except Judged as judged:
         outcome = Stop(judged.status, judged.phase, judged.error)

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-from evaluator.referee import baselines, clock, forking, memory, phases, relay, stored as stored_baselines, tuning, twin
+from evaluator.referee import (
+    baselines, clock, device_share, forking, memory, phases, relay, stored as stored_baselines, tuning, twin)
 from evaluator.referee.environment import cpu_call_cores
 from evaluator.referee.session import Session, candidate_text, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -117,7 +118,9 @@ class Referee:
         staged += [(i, list(t.shape), dtype_name(t.dtype)) for i, t in self.fixed.items()]
         self.layout = Layout.plan(sorted(staged), self.output_nbytes, [b.numel() * b.element_size() for b in probe.buffers()],
                                   budget=STAGE_BYTES[self.device], most=MOST_CALLS)
-        total = torch.cuda.mem_get_info()[1] if self.device == "cuda" else 0
+        # the GPU's memory, shared out among the lanes taking turns on it (evaluator.referee.device_share)
+        total = torch.cuda.mem_get_info()[1] // config.device_lanes if self.device == "cuda" else 0
+        self.share = device_share.open_for(config, self.device)
         self.memory = memory.plan(self.device, total, self.layout.size, self.input_nbytes, self.output_nbytes,
                                   self.state_nbytes, config.ahead, beside=int(self.twin is not None))
         self.judge_device = self.memory.judge_device  # where the float64 reference and the comparisons live
@@ -227,6 +230,7 @@ class Referee:
         """Every baseline timed once more (or stored figures spot-checked), and the loop's own cost per call, no executor
         running (those started ahead stopped; torch.compile compiles before); then eager's twin judged."""
         started = time.perf_counter()
+        device_share.take_turn(self)
         if not self.rounds:
             self.warm_baselines(early=True)
         self.calibrator.start_early()
@@ -279,22 +283,7 @@ class Referee:
         return 0.0 if fresh else FIRST_ROUND_WARM_S
 
     def run_untimed(self, name: str, calls: int, seconds: float = 0.0) -> None:
-        """Baseline `name` run untimed on one draw of inputs, `calls` times and for at least `seconds`, the
-        device waited for after each call. A failure is left to the round, which times it and records why."""
-        try:
-            model = self.baseline_callable(name)
-            self.baseline_model.train(self.problem.mode == "train")
-            inputs = self.draw(self.problem.distributions[0], self.keys.next_seed("baseline"))
-            started, done = time.perf_counter(), 0
-            with torch.no_grad():
-                while done < calls or time.perf_counter() - started < seconds:
-                    model(*inputs)
-                    self._sync()
-                    done += 1
-        except Exception:
-            pass  # timing it fails the same way, and the round records why
-        finally:
-            torch.set_float32_matmul_precision("highest")
+        baselines.run_untimed(self, name, calls, seconds)
 
     def wait_for_idle_device(self) -> str | None:
         """Before a round: the device idle (clock.device_idle), the executors started ahead closed if it is not
@@ -388,9 +377,10 @@ class Referee:
             profile_log({"event": "start_ahead", "name": request.name, "steps": process.start_seconds})
 
     @contextlib.contextmanager
-    def exclusive(self):
+    def exclusive(self, link: ExecutorProcess | None = None):
         """The device and the CPU to one candidate (or to the baselines): every executor started ahead is held, the
-        builds too where they share this lane's cores (their cgroup frozen), the exchanges' page-locking is over."""
+        builds too where they share this lane's cores (their cgroup frozen), the exchanges' page-locking is over; the
+        other lanes on this GPU out of their turns (device_share.timed_turn: `link`, the candidate's, held meanwhile)."""
         for closed in self.closing:  # judged executors are gone (each within about two seconds)
             closed.wait()
         self.closing.clear()
@@ -401,9 +391,13 @@ class Referee:
             process.wait_pinned()
         self.beside.hold(waiting)
         try:
-            yield
+            with device_share.timed_turn(self, link):
+                yield
         finally:
             self.beside.release()
+
+    def step_aside(self) -> None:
+        device_share.step_aside(self)
 
     def held_elsewhere_broken(self) -> str | None:
         return self.beside.broken()
@@ -412,6 +406,7 @@ class Referee:
         """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its executor's exit
         and clean-up (a CUDA context's teardown: tenths of a second) overlap the next candidate's start (`exclusive`)."""
         steps = {"begin": time.perf_counter()}  # the referee's own steps, for the profile
+        device_share.take_turn(self)
         if not request.compile_only:
             if not self.rounds:  # before the executors' start, which waits for the zygote's imports
                 self.warm_baselines(early=True)
@@ -489,6 +484,8 @@ class Referee:
         if self.zygote is not None:
             self.zygote.close()
         self.exchanges.close()
+        if self.share is not None:
+            self.share.close()
         return self.rounds
 
 

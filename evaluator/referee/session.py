@@ -121,7 +121,7 @@ class Session:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     command_seconds: dict[str, float] = field(default_factory=dict)  # waited on the executor, per command kind
     # the device to this candidate alone while it is timed and profiled (the referee stops the others)
-    exclusive: Callable[[], ContextManager] = contextlib.nullcontext
+    exclusive: Callable[..., ContextManager] = contextlib.nullcontext  # given the executor being timed
     _entered: float = 0.0
     _own_since: float = 0.0  # when the referee's own work began (its last reply): time the run limit does not count
 

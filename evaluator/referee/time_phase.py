@@ -75,7 +75,9 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     session.enter(Phase.time)
     referee = session.referee
     series = Series(session, checked)
-    with clock.collector_paused():
+    # the windows alone hold the device (and its clock) to this candidate: what follows them is the referee's own work
+    # and checked calls, beside other lanes' (evaluator.referee.device_share)
+    with session.exclusive(session.link), clock.collector_paused():
         series.run(referee.timer.warmup + 1, 1, calibrated="last")
         beside = series.costs[-1] if series.costs else None
         # whether calls are handed off: a call's bytes decide (the referee's `handoff_plan`, as its baselines are
@@ -110,7 +112,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         timing, cost = series.figures(timed)
         jit_in_clock(session, jit_before, series.jit)
         series.run(BACK_TO_BACK_WINDOWS, min(together, referee.layout.sets), beside=False)
-    sm_clock = referee.sm_clock()
+        sm_clock = referee.sm_clock()
     check = clock.cross_check(series.windows[timed], cost, referee.device)
     check.hold = getattr(session.link, "hold_mechanism", None)
     check.void_windows, check.retimed = series.void, retimed
@@ -316,11 +318,15 @@ class Series:
         referee = session.referee
         calibrated, paced = None, 0.0
         with held(session.link):
-            idle(session, f"after {what} had returned")
-            if wanted:
-                paced = self.pace_for(clocked)
-                calibrated = referee.calibrator.window(input_sets, paced, plan)
-                idle(session, f"through the calibrator's window after {what}")
+            try:
+                idle(session, f"after {what} had returned")
+                if wanted:
+                    paced = self.pace_for(clocked)
+                    calibrated = referee.calibrator.window(input_sets, paced, plan)
+                    idle(session, f"through the calibrator's window after {what}")
+            except SharedBusy as busy:
+                void.append(str(busy))
+                return None, 0.0
             around = "around the calibrator's window" if wanted else "between its windows"
             own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
             if own:
@@ -394,10 +400,19 @@ def idle(session: Session, when: str) -> None:
         waited = session.referee.device_idle(clock.IDLE_WAIT_S)
     if waited is not None:
         session.charge(waited)  # the candidate's own work: its time, though between its calls
+    if waited is None and getattr(session.referee, "share", None) is not None:
+        raise SharedBusy(f"the device stayed busy {when}, for {clock.IDLE_WAIT_S:g} s with the candidate's processes "
+                         "stopped; other lanes' referees take turns on this GPU, and work their held processes queued "
+                         "could be it")
     if waited is None:
         raise Judged(Status.runtime_error, Phase.time, (
             f"device work kept running {when}, for {clock.IDLE_WAIT_S:g} s with the candidate's processes "
             "stopped: work left queued could make the calibrator's windows, and so a window's cost, dearer"))
+
+
+class SharedBusy(Exception):
+    """The device stayed busy between a candidate's windows, with another lane on the GPU (`idle`): perhaps that lane's
+    candidate's doing, so not this one's verdict: the window is void (`Series.run`: timed again)."""
 
 
 @contextlib.contextmanager

@@ -381,6 +381,9 @@ class RefereeConfig(BaseModel):
         "The cgroup this referee freezes while it times anything (a baseline round, a candidate's calls), which "
         "holds every build of the batch; None when builds run on cores apart, or no cgroup can be made."))
     cores: list[int] | None = Field(None, description="The CPUs this referee and its executors run on (None: any).")
+    device_lanes: int = Field(1, ge=1, description=(
+        "Lanes whose referees take turns on this referee's GPU (evaluator.referee.device_share), each planning on "
+        "that share of its memory; 1: the GPU is this lane's alone."))
     round_at_start: bool = Field(False, description=(
         "Time the first baseline round as soon as the referee is up, before any request (a lane starts its "
         "referee while the first builds run)."))

@@ -4,7 +4,8 @@ WEIGHTS_SEED_HELP = ("Pins the reference's initial weights (default: fresh for e
                      "pinned (run's --seed is the model's sampling seed).")
 BASELINES_HELP = "Comma list of eager,eager_tf32,compile,compile_tf32 (default: all four on a GPU, eager on the CPU)."
 COMPILE_TIMEOUT_HELP = "Seconds allowed to build a candidate (default: the problem's)."
-GPUS_HELP = "GPUs to judge on, one lane each: all, or positions among the visible ones (0,2) (default: all)."
+GPUS_HELP = ("GPUs to judge on, one lane each: all, or positions among the visible ones (0,2); a position named "
+             "twice gives that GPU two lanes taking turns on its clock (0,0) (default: all).")
 AHEAD_HELP = "Candidates a lane starts ahead, importing while another is judged (default: 4 on a GPU, 0 on the CPU)."
 RAY_ADDRESS_HELP = "Ray cluster to join with --executor ray (default: a local Ray instance)."
 LANES_HELP = "--executor ray: actors (default: the cluster's GPUs; CPU problems: its CPUs, at most 4)."
@@ -31,7 +32,8 @@ THROUGHPUT_HELP = (
     "cold, then warm, and print candidates per minute, phase seconds and GPU busy fractions (size: the first of "
     "--sizes, else the problem's default).")
 BENCH_GPUS_HELP = (
-    "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm pass each.")
+    "With --throughput: GPUs to judge on (default: all visible); sets separated by / (0/0,1) give one warm pass each; "
+    "a position named twice, two lanes on that GPU (0/0,0).")
 JUDGE_COST_HELP = (
     "Instead: a warm harness.Judge given N distinct copies of one correct candidate (FILES' first, default the CPU "
     "PyTorch fixture), call by call: wall time, the verdict's own phases and the overhead (size: the first of --sizes).")

@@ -1,0 +1,67 @@
+"""Lanes taking turns on one GPU (evaluator.referee.device_share): the exclusive turn shuts every other lane out, shared
+turns overlap, and a lane waiting for the exclusive turn is served before a lane that lets go and asks again."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from evaluator.parent.lanes import Scheduler
+from evaluator.referee.device_share import EXCLUSIVE, NONE, SHARED, DeviceShare, open_for
+from evaluator.wire.protocol import RefereeConfig
+
+
+def _taken(share: DeviceShare, state: str) -> threading.Event:
+    """`share` takes `state` in a thread of its own; the event is set once it holds it."""
+    done = threading.Event()
+    threading.Thread(target=lambda: (share.take(state), done.set()), daemon=True).start()
+    return done
+
+
+def test_the_exclusive_turn_waits_for_every_shared_one_and_shuts_them_out(tmp_path):
+    a, b, c = (DeviceShare(tmp_path, "GPU-x") for _ in range(3))
+    a.take(SHARED)
+    assert _taken(b, SHARED).wait(2)  # shared turns overlap
+    wants = _taken(c, EXCLUSIVE)
+    assert not wants.wait(0.2)
+    a.take(NONE)
+    assert not wants.wait(0.2)  # b still holds its shared turn
+    b.take(NONE)
+    assert wants.wait(2) and c.state == EXCLUSIVE
+    again = _taken(a, SHARED)
+    assert not again.wait(0.2)  # nothing beside an exclusive turn
+    c.take(NONE)
+    assert again.wait(2)
+    for share in (a, b, c):
+        share.close()
+
+
+def test_a_lane_waiting_for_its_windows_goes_before_a_lane_that_let_go_and_asks_again(tmp_path):
+    """flock alone wakes every waiter and the first to run wins, often the one that just let go: the turnstile keeps
+    two lanes alternating (one lane's windows never starve behind the other's checks)."""
+    a, b = DeviceShare(tmp_path, "GPU-x"), DeviceShare(tmp_path, "GPU-x")
+    a.take(SHARED)
+    wants = _taken(b, EXCLUSIVE)
+    time.sleep(0.2)  # b waits at the turns, holding the turnstile
+    again = _taken(a, EXCLUSIVE)  # a lets go of its shared turn and asks for the exclusive one: b goes first
+    assert wants.wait(2) and b.state == EXCLUSIVE and not again.wait(0.2)
+    b.take(NONE)
+    assert again.wait(2) and a.state == EXCLUSIVE
+    a.close()
+    b.close()
+
+
+def test_a_gpu_named_twice_gives_two_lanes_that_take_turns_and_plan_on_half_its_memory(monkeypatch, tmp_path):
+    from evaluator.parent.sandbox import EvalOptions, Evaluator
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    evaluator = Evaluator(EvalOptions(device="cuda", gpus="0,0,1"))
+    scheduler = Scheduler(evaluator, build=lambda job: None, builds=lambda job: False)
+    assert scheduler.lanes() == [("3", 0), ("3", 1), ("5", 2)]
+    workers = scheduler.local_workers()
+    assert [w.referee.device_lanes for w in workers] == [2, 2, 1]
+    config = RefereeConfig.model_validate(dict(
+        problem="p", size="small", device="cuda", baselines=["eager"], compile_timeout_s=1, run_timeout_s=1,
+        output_cap_bytes=1, compile_memory_limit_gb=None, cache_dir=str(tmp_path)))
+    assert config.device_lanes == 1 and open_for(config, "cuda") is None  # a GPU of its own: no turns
+    assert open_for(config.model_copy(update={"device_lanes": 2}), "cpu") is None
