@@ -826,7 +826,12 @@ def test_each_cuda_hack_gets_its_exact_verdict(tmp_path):
     # work it left queued was waited out before the calibrator's windows: they cost what the round's do
     queued = verdicts["queued_work_for_the_calibrator"].timing_check
     assert queued.overhead_ms < 1.5 * good.timing_check.overhead_ms
-    assert verdicts["queued_work_for_the_calibrator"].runtime_ms > 0.5 * good.runtime_ms
+    # and its calls are no cheaper than honest ones: against the faster of the batch's two honest copies (at `small` a
+    # call of about 0.05 ms reads 0.05-0.2 ms from one candidate to the next, each `shaky_timing`: one H200 batch read
+    # the last honest copy at 0.131 ms and the one beside the spin at 0.055); its 10 ms sleeps, were they inside the
+    # calibrator's windows, would take their cost off every window, far past half of a call
+    honest = min(good.runtime_ms, verdicts["good-beside-the-spin"].runtime_ms)
+    assert verdicts["queued_work_for_the_calibrator"].runtime_ms > 0.5 * honest
     assert {"scale_batch_stats", "scale_normalize"} <= {k.split("(")[0].split()[-1] for k in good.custom_kernels}
     assert good.kernel_count >= 3 and good.runtime_ms > good.runtime_floor_ms > 0
     unused = verdicts["no_custom_kernel"]
