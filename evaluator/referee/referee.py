@@ -89,6 +89,10 @@ class Referee:
         self.dtype = DTYPES[PRECISION_DTYPES[config.precision]]  # what inputs, weights and buffers are cast to
         self.tolerances = tolerances_for(self.problem.tolerances, self.precision)  # `matched` added once measured
         self.rel_floor = min(t.atol for t in self.tolerances.values())
+        # its turns on a GPU other lanes share (evaluator.referee.device_share): the shared one before its first device work
+        self.share = device_share.open_for(config, self.device)
+        if self.share is not None:
+            self.share.take(device_share.SHARED)
         self.environment = identity.describe_environment(self.device)
         self.module = import_file(self.problem.reference_path, "kh_reference")
         wanted = config.eager_as_candidate and twin.TIMED in config.baselines  # eager's twin (evaluator.referee.twin)
@@ -120,7 +124,6 @@ class Referee:
                                   budget=STAGE_BYTES[self.device], most=MOST_CALLS)
         # the GPU's memory, shared out among the lanes taking turns on it (evaluator.referee.device_share)
         total = torch.cuda.mem_get_info()[1] // config.device_lanes if self.device == "cuda" else 0
-        self.share = device_share.open_for(config, self.device)
         self.memory = memory.plan(self.device, total, self.layout.size, self.input_nbytes, self.output_nbytes,
                                   self.state_nbytes, config.ahead, beside=int(self.twin is not None))
         self.judge_device = self.memory.judge_device  # where the float64 reference and the comparisons live
@@ -474,6 +477,7 @@ class Referee:
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds, after a last one when candidates were timed since the last."""
+        device_share.take_turn(self)  # its executors' teardown is device work too
         last = self.current_round is not None and self.timed_since_round
         self.close_waiting(keep=self.twin if last else None)  # started for requests that never came, but the twin's
         if last:

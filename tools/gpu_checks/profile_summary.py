@@ -1,7 +1,7 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
 KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
 builds, the medians of its candidates' phases and steps, each executor's own start, and the referee's largest costs
-by its costed steps' wall seconds (harness.bench.costs).
+by its costed steps' wall seconds (harness.bench.costs); with lanes taking turns on a GPU, its exclusive turns.
 
     python3 tools/gpu_checks/profile_summary.py DIR
 """
@@ -28,6 +28,11 @@ def summarize(log: Path) -> None:
         elif r.get("event") == "baseline_round":
             print(f"  round {r['index']}: compile {r['compile_s']:.2f} s, round {r['round_s']:.2f} s, "
                   f"twin {r.get('twin_s', 0):.2f} s; the round's steps {r.get('costs', {})}")
+    turns = [r["let_go"] - r["took"] for r in records if r.get("event") == "turn_over"]  # lanes sharing a GPU
+    if turns:
+        span = max(r["let_go"] for r in records if r.get("event") == "turn_over") - \
+            min(r["took"] for r in records if r.get("event") == "turn_over")
+        print(f"  exclusive turns: {len(turns)}, held {sum(turns):.1f} s of {span:.1f} s (median {median(turns)} s)")
     idle = [r["s"] for r in records if r.get("event") == "idle"]
     if idle:
         print(f"  waited for builds {sum(idle):.1f} s in {len(idle)} waits (longest {max(idle):.1f} s)")
