@@ -95,3 +95,70 @@ def test_a_referee_steps_aside_only_once_its_closings_are_over_and_takes_its_tur
     assert other.take(EXCLUSIVE) < 1.0  # nothing of the referee's holds a turn now
     other.close()
     referee.share.close()
+
+
+def _referee(tmp_path):
+    referee = type("R", (), {})()
+    referee.share = DeviceShare(tmp_path, "GPU-x")
+    referee.closing, referee.waiting, referee.opened_busy = [], {}, False
+    referee._sync = lambda: None
+    referee.device_idle = lambda limit_s: 0.0
+    referee.close_waiting = lambda: False
+    return referee
+
+
+def test_a_lane_that_keeps_judging_lets_a_waiting_lane_time_before_its_next_candidate(tmp_path):
+    from evaluator.referee import device_share
+
+    referee = _referee(tmp_path)
+    device_share.take_turn(referee)  # its first candidate
+    other = DeviceShare(tmp_path, "GPU-x")
+    wants = _taken(other, EXCLUSIVE)
+    time.sleep(0.2)
+    assert not wants.is_set()
+    threading.Timer(0.3, lambda: other.take(NONE)).start()
+    device_share.take_turn(referee)  # its next candidate: the waiting lane's windows first
+    assert wants.is_set() and referee.share.state == SHARED
+    other.close()
+    referee.share.close()
+
+
+class _Link:
+    def __init__(self, holds: bool):
+        self.holds, self.killed, self.events = holds, False, []
+
+    def hold(self):
+        if not self.holds:
+            raise RuntimeError("it kept forking")
+        self.events.append("held")
+
+    def release(self):
+        self.events.append("released")
+
+    def kill(self, wait_s=5.0):
+        self.killed = True
+
+
+def test_a_candidate_that_cannot_be_held_or_leaves_work_running_as_its_lane_lets_go_is_killed_and_judged(tmp_path):
+    import pytest
+
+    from evaluator.referee import device_share
+    from evaluator.referee.session import Judged
+    from evaluator.wire.records import Status
+
+    referee = _referee(tmp_path)
+    waited = []
+    honest = _Link(holds=True)
+    with device_share.timed_turn(referee, honest, waited.append):
+        assert referee.share.state == EXCLUSIVE and honest.events == ["held", "released"]
+    assert referee.share.state == SHARED and not honest.killed and len(waited) == 2
+    with pytest.raises(Judged) as judged:  # held while its lane waits for the exclusive turn: it cannot be
+        with device_share.timed_turn(referee, _Link(holds=False)):
+            pass
+    assert judged.value.status == Status.runtime_error and referee.share.state == SHARED
+    busy = _Link(holds=True)
+    with pytest.raises(Judged, match="kept running"):  # its own work still on the device after its windows
+        with device_share.timed_turn(referee, busy):
+            referee.device_idle = lambda limit_s: None
+    assert busy.killed and referee.share.state == SHARED
+    referee.share.close()

@@ -381,18 +381,22 @@ def test_a_busy_device_stops_the_executors_started_ahead_before_the_candidate_is
         judged.value.error
 
 
-def test_a_busy_device_shared_with_another_lane_voids_the_window_instead_of_blaming_the_candidate():
+def test_a_busy_device_shared_with_another_lane_voids_the_window_only_where_the_turn_began_busy():
     """With lanes taking turns on the GPU (evaluator.referee.device_share), work left on the device between a candidate's
-    windows may be another lane's candidate's: the window is void (timed again), not this candidate's verdict."""
+    windows may be another lane's candidate's where its turn began with the device busy: the window is void (timed
+    again). In a turn that began idle only its own can run: its verdict, as on a GPU of its own."""
     from evaluator.referee.time_phase import SharedBusy
 
     referee = local_executor.referee()
     session = local_executor.session_for(local_executor.Honest, referee)
     referee.device_idle = lambda limit_s: None
     referee.close_waiting = lambda: False
-    referee.share = object()  # another lane's referee takes turns on this GPU
-    with pytest.raises(SharedBusy, match="other lanes' referees take turns on this GPU"):
+    referee.share, referee.opened_busy = object(), True  # its turn began with another lane's work on the device
+    with pytest.raises(SharedBusy, match="began with the device busy"):
         idle(session, "after clocked call 2 had returned")
+    referee.opened_busy = False  # a turn that began idle: what runs is its own
+    with pytest.raises(Judged, match="device work kept running"):
+        idle(session, "after clocked call 3 had returned")
 
 
 def test_a_candidate_is_held_around_the_calibrators_window_and_released_after():
@@ -594,7 +598,7 @@ def test_a_twin_started_beside_a_candidate_that_fails_is_judged_again_from_a_fre
     crowded = local_executor.LocalLink(Off, referee)
     closed = []
     monkeypatch.setattr(referee, "close_later", lambda process: closed.append(process))
-    monkeypatch.setattr(referee, "exclusive", contextlib.nullcontext)  # nothing real to hold in this process
+    monkeypatch.setattr(referee, "exclusive", lambda *args: contextlib.nullcontext())  # nothing real to hold here
     referee.waiting[(referee.twin.path, referee.twin.digest)] = crowded
     referee.ensure_round()
     assert crowded in closed and len(started) == 1  # one fresh executor, after the one started ahead failed

@@ -25,7 +25,7 @@ from pathlib import Path
 
 # Nothing here imports torch: the zygote starts first and makes its imports while the referee makes its own (about
 # 2.5 s of a core each on a 2-core machine; one after the other, every batch waited for both before its first call).
-from evaluator.referee import forking
+from evaluator.referee import device_share, forking
 from evaluator.referee.tuning import CPROFILE, PROFILE_DIR, profile_log
 from evaluator.referee.environment import cpu_call_cores
 from evaluator.wire import cgroups
@@ -154,7 +154,7 @@ def serve(argv: list[str] | None = None) -> int:
     while True:
         waited = time.perf_counter()
         if referee is not None and not inbox.queued():  # its turn on a GPU other lanes share let go meanwhile
-            referee.step_aside()
+            device_share.step_aside(referee)
         request = inbox.next()
         if time.perf_counter() - waited > 0.05:
             profile_log({"event": "idle", "s": time.perf_counter() - waited})

@@ -58,40 +58,68 @@ class DeviceShare:
         self.waited_s += waited
         return waited
 
+    def someone_waiting(self) -> bool:
+        """Whether another referee waits for a turn (it holds the turnstile meanwhile)."""
+        try:
+            fcntl.flock(self.turnstile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        return False
+
     def close(self) -> None:
+        if self.turns < 0:
+            return
         self.take(NONE)
         for fd in (self.turns, self.turnstile):
             os.close(fd)
+        self.turns = self.turnstile = -1
+
+    __del__ = close  # a referee whose start failed lets go of its turn with it
 
 
 # -- a referee's turns ---------------------------------------------------------------------------------------------
 
 def open_for(config, device: str) -> DeviceShare | None:
-    """The turns of a referee whose GPU `config.device_lanes` lanes share (None: it has the GPU alone)."""
+    """The turns of a referee whose GPU `config.device_lanes` lanes share, the shared one taken (None: it has the GPU
+    alone)."""
     if device != "cuda" or config.device_lanes <= 1:
         return None
     import torch
 
     uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
     key = f"GPU-{uuid}" if uuid is not None else "gpu-" + os.environ.get("CUDA_VISIBLE_DEVICES", "0").replace("/", "_")
-    return DeviceShare(Path(config.cache_dir) / "device-share", key)
+    share = DeviceShare(Path(config.cache_dir) / "device-share", key)
+    share.take(SHARED)
+    return share
 
 
 def hold_still(referee) -> None:
     """Nothing of `referee`'s own left to reach the device: its judged executors closed (their contexts' teardown),
-    those started ahead held, its own queued work done. (The executor being judged: `timed_turn`.)"""
-    from evaluator.referee.beside import pause_all
+    those started ahead held (one that cannot be is closed, started again in its turn), its own queued work done.
+    (The executor being judged: `timed_turn`.)"""
+    from evaluator.referee.beside import close_ahead, pause_all
 
     for closed in list(referee.closing):
         closed.wait()
-    pause_all(list(referee.waiting.values()))
+    waiting = list(referee.waiting.values())
+    pause_all(waiting)
+    for process in waiting:
+        if process.proc is not None and process.proc.poll() is None and not process.held_still():
+            close_ahead(referee.waiting, process)
     referee._sync()
 
 
 def take_turn(referee) -> None:
-    """The shared turn, before anything of `referee`'s reaches the device; its executors started ahead go on."""
+    """The shared turn, before anything of `referee`'s reaches the device; its executors started ahead go on. A referee
+    that holds it already lets go and takes it again where another waits for a turn, so that a lane judging candidates
+    that are never timed (failures, timeouts) does not keep the other from its windows."""
     share = referee.share
-    if share is not None and share.state == NONE:
+    if share is None:
+        return
+    if share.state != NONE and share.someone_waiting():
+        step_aside(referee)
+    if share.state == NONE:
         share.take(SHARED)
         from evaluator.referee.process import resume_all
 
@@ -107,46 +135,82 @@ def step_aside(referee) -> None:
 
 class timed_turn:
     """The exclusive turn around what `referee` times (evaluator.referee.Referee.exclusive, inside its holds), then the
-    shared turn again; `link`, the executor being judged, held while a turn is waited for (a process of a
-    candidate's left running could reach the device inside another lane's windows)."""
+    shared turn again. `link`, the executor being judged, is held while a turn is waited for, and before the exclusive
+    turn is let go the device must fall idle with it held (nothing else holds a turn then: what runs is its own); one
+    that cannot be held, or leaves work running, is killed and judged `runtime_error`: it would run inside another
+    lane's windows. `excuse` is given the seconds waited for turns (not the candidate's: its run limit moves on)."""
 
-    def __init__(self, referee, link=None):
-        self.referee, self.link = referee, link
+    def __init__(self, referee, link=None, excuse=None):
+        self.referee, self.link, self.excuse = referee, link, excuse
 
     def __enter__(self):
+        self.referee.opened_busy = False
         self._wait_for(EXCLUSIVE)
-        if self.referee.share is not None:  # what the other lanes queued before they let go: over before any window
+        if self.referee.share is not None:
             from evaluator.referee.clock import IDLE_WAIT_S
 
-            self.referee.device_idle(IDLE_WAIT_S)  # still busy: the windows' own waits void them (time_phase.idle)
+            try:  # what the other lanes queued before they let go: over before any window, else said (time_phase.idle)
+                self.referee.opened_busy = self.referee.device_idle(IDLE_WAIT_S) is None
+            except BaseException:
+                self._wait_for(SHARED)
+                raise
+        self.took = time.time()
         from evaluator.referee.tuning import profile_log
 
-        self.took = time.time()
         profile_log({"event": "turn", "lane_pid": os.getpid(), "took": self.took})
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
         let_go = time.time()
-        self._wait_for(SHARED)
         from evaluator.referee.tuning import profile_log
 
-        profile_log({"event": "turn_over", "took": self.took, "let_go": let_go})
+        left, held = None, False
+        if self.referee.share is not None and self.link is not None and kind is None:
+            from evaluator.referee.clock import IDLE_WAIT_S
 
-    def _wait_for(self, state: str) -> None:
+            self._hold()
+            held = True
+            busy = self.referee.device_idle(IDLE_WAIT_S) is None
+            if busy and self.referee.close_waiting():  # work its executors started ahead queued at import, perhaps
+                busy = self.referee.device_idle(IDLE_WAIT_S) is None
+            if busy:
+                left = f"its device work kept running for {IDLE_WAIT_S:g} s after its windows, its processes held"
+        self._wait_for(SHARED, held=held)
+        self.referee.opened_busy = False
+        profile_log({"event": "turn_over", "took": self.took, "let_go": let_go})
+        if left is not None:
+            self._fail(left)
+
+    def _hold(self) -> None:
+        hold = getattr(self.link, "hold", None)
+        if hold is None:
+            return
+        try:
+            hold()
+        except Exception as err:  # noqa: BLE001 - holding.NotHeld: it would run on beside another lane's windows
+            self._fail(f"it could not be held still while its lane gave the GPU to another: {err}")
+
+    def _fail(self, why: str) -> None:
+        from evaluator.referee.session import Judged
+        from evaluator.wire.records import Phase, Status
+
+        self.link.kill(wait_s=5)
+        if self.referee.share is not None and self.referee.share.state == EXCLUSIVE:
+            self.referee.share.take(SHARED)
+        raise Judged(Status.runtime_error, Phase.time, why)
+
+    def _wait_for(self, state: str, held: bool = False) -> None:
         share = self.referee.share
         if share is None:
             return
-        hold, release = getattr(self.link, "hold", None), getattr(self.link, "release", None)
         self.referee._sync()
-        held = False
-        if hold is not None:
-            try:
-                hold()
-                held = True
-            except Exception:  # noqa: BLE001 - holding.NotHeld: it keeps running; the other lanes' windows see its work
-                pass
+        if self.link is not None and share.state != state and not held:
+            self._hold()
         try:
-            share.take(state)
+            waited = share.take(state)
         finally:
-            if held and release is not None:
+            release = getattr(self.link, "release", None)
+            if release is not None:
                 release()
+        if self.excuse is not None:
+            self.excuse(waited)

@@ -90,9 +90,7 @@ class Referee:
         self.tolerances = tolerances_for(self.problem.tolerances, self.precision)  # `matched` added once measured
         self.rel_floor = min(t.atol for t in self.tolerances.values())
         # its turns on a GPU other lanes share (evaluator.referee.device_share): the shared one before its first device work
-        self.share = device_share.open_for(config, self.device)
-        if self.share is not None:
-            self.share.take(device_share.SHARED)
+        self.share, self.opened_busy = device_share.open_for(config, self.device), False
         self.environment = identity.describe_environment(self.device)
         self.module = import_file(self.problem.reference_path, "kh_reference")
         wanted = config.eager_as_candidate and twin.TIMED in config.baselines  # eager's twin (evaluator.referee.twin)
@@ -380,10 +378,11 @@ class Referee:
             profile_log({"event": "start_ahead", "name": request.name, "steps": process.start_seconds})
 
     @contextlib.contextmanager
-    def exclusive(self, link: ExecutorProcess | None = None):
+    def exclusive(self, link: ExecutorProcess | None = None, excuse: Callable[[float], None] | None = None):
         """The device and the CPU to one candidate (or to the baselines): every executor started ahead is held, the
         builds too where they share this lane's cores (their cgroup frozen), the exchanges' page-locking is over; the
-        other lanes on this GPU out of their turns (device_share.timed_turn: `link`, the candidate's, held meanwhile)."""
+        other lanes on this GPU out of their turns (device_share.timed_turn: `link`, the candidate's, held meanwhile;
+        `excuse`, given the seconds waited for turns)."""
         for closed in self.closing:  # judged executors are gone (each within about two seconds)
             closed.wait()
         self.closing.clear()
@@ -394,13 +393,10 @@ class Referee:
             process.wait_pinned()
         self.beside.hold(waiting)
         try:
-            with device_share.timed_turn(self, link):
+            with device_share.timed_turn(self, link, excuse):
                 yield
         finally:
             self.beside.release()
-
-    def step_aside(self) -> None:
-        device_share.step_aside(self)
 
     def held_elsewhere_broken(self) -> str | None:
         return self.beside.broken()
@@ -488,8 +484,7 @@ class Referee:
         if self.zygote is not None:
             self.zygote.close()
         self.exchanges.close()
-        if self.share is not None:
-            self.share.close()
+        device_share.step_aside(self)  # its last executors gone first
         return self.rounds
 
 

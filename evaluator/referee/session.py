@@ -121,7 +121,7 @@ class Session:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     command_seconds: dict[str, float] = field(default_factory=dict)  # waited on the executor, per command kind
     # the device to this candidate alone while it is timed and profiled (the referee stops the others)
-    exclusive: Callable[..., ContextManager] = contextlib.nullcontext  # given the executor being timed
+    exclusive: Callable[..., ContextManager] = lambda *given: contextlib.nullcontext()  # given (link, excuse)
     _entered: float = 0.0
     _own_since: float = 0.0  # when the referee's own work began (its last reply): time the run limit does not count
 
@@ -181,6 +181,11 @@ class Session:
         self.own_credit_s -= credit
         self.deadline += credit
         return credit
+
+    def excuse(self, seconds: float) -> None:
+        """Seconds its lane waited for a turn on a GPU other lanes share (evaluator.referee.device_share): neither the
+        candidate's nor the referee's own work, so its run limit moves on by all of them."""
+        self.deadline += seconds
 
     def charge(self, seconds: float) -> None:
         """Seconds the referee waited between calls on the candidate's own work (device work it left queued:

@@ -77,7 +77,8 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     series = Series(session, checked)
     # the windows alone hold the device (and its clock) to this candidate: what follows them is the referee's own work
     # and checked calls, beside other lanes' (evaluator.referee.device_share)
-    with session.exclusive(session.link), clock.collector_paused():
+    with session.exclusive(session.link, session.excuse), clock.collector_paused():
+        opened_busy = getattr(referee, "opened_busy", False)  # another lane's work still ran as its turn began
         series.run(referee.timer.warmup + 1, 1, calibrated="last")
         beside = series.costs[-1] if series.costs else None
         # whether calls are handed off: a call's bytes decide (the referee's `handoff_plan`, as its baselines are
@@ -113,6 +114,10 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         jit_in_clock(session, jit_before, series.jit)
         series.run(BACK_TO_BACK_WINDOWS, min(together, referee.layout.sets), beside=False)
         sm_clock = referee.sm_clock()
+    if opened_busy:
+        session.add([Flag(name="shaky_timing", reason=(
+            f"the device was still busy {clock.IDLE_WAIT_S:g} s into its lane's turn on a GPU other lanes share (work "
+            "another lane's held processes left queued): its windows may have run beside it"))])
     check = clock.cross_check(series.windows[timed], cost, referee.device)
     check.hold = getattr(session.link, "hold_mechanism", None)
     check.void_windows, check.retimed = series.void, retimed
@@ -400,10 +405,10 @@ def idle(session: Session, when: str) -> None:
         waited = session.referee.device_idle(clock.IDLE_WAIT_S)
     if waited is not None:
         session.charge(waited)  # the candidate's own work: its time, though between its calls
-    if waited is None and getattr(session.referee, "share", None) is not None:
+    if waited is None and getattr(session.referee, "opened_busy", False):
         raise SharedBusy(f"the device stayed busy {when}, for {clock.IDLE_WAIT_S:g} s with the candidate's processes "
-                         "stopped; other lanes' referees take turns on this GPU, and work their held processes queued "
-                         "could be it")
+                         "stopped; its lane's turn on a GPU other lanes share began with the device busy, and work "
+                         "another lane's held processes queued could be it")
     if waited is None:
         raise Judged(Status.runtime_error, Phase.time, (
             f"device work kept running {when}, for {clock.IDLE_WAIT_S:g} s with the candidate's processes "
@@ -411,8 +416,9 @@ def idle(session: Session, when: str) -> None:
 
 
 class SharedBusy(Exception):
-    """The device stayed busy between a candidate's windows, with another lane on the GPU (`idle`): perhaps that lane's
-    candidate's doing, so not this one's verdict: the window is void (`Series.run`: timed again)."""
+    """The device stayed busy between a candidate's windows, in a turn that began with another lane's work still on the
+    GPU (`idle`): perhaps that work, so not this candidate's verdict: the window is void (`Series.run`: timed again). In
+    a turn that began idle nothing but its own can run (device_share.timed_turn): then it is its verdict."""
 
 
 @contextlib.contextmanager
