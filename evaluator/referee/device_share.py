@@ -135,51 +135,72 @@ def step_aside(referee) -> None:
 
 class timed_turn:
     """The exclusive turn around what `referee` times (evaluator.referee.Referee.exclusive, inside its holds), then the
-    shared turn again. `link`, the executor being judged, is held while a turn is waited for, and before the exclusive
-    turn is let go the device must fall idle with it held (nothing else holds a turn then: what runs is its own); one
-    that cannot be held, or leaves work running, is killed and judged `runtime_error`: it would run inside another
-    lane's windows. `excuse` is given the seconds waited for turns (not the candidate's: its run limit moves on)."""
+    shared turn again. `link`, the executor being judged, is held while a turn is waited for and while the device is
+    waited for at either end of the exclusive turn; before that turn is let go the device must fall idle (nothing else
+    holds a turn then: what runs is the candidate's, unless the turn began busy). One that cannot be held, or leaves
+    work running, is killed inside the turn and judged `runtime_error`: it would run on inside another lane's windows.
+    `excuse` is given the seconds waited for turns (neither the candidate's nor the referee's own time)."""
 
     def __init__(self, referee, link=None, excuse=None):
         self.referee, self.link, self.excuse = referee, link, excuse
+        self.share = referee.share
 
     def __enter__(self):
         self.referee.opened_busy = False
-        self._wait_for(EXCLUSIVE)
-        if self.referee.share is not None:
+        if self.share is not None:
             from evaluator.referee.clock import IDLE_WAIT_S
 
-            try:  # what the other lanes queued before they let go: over before any window, else said (time_phase.idle)
+            self.referee._sync()
+            self._hold()  # judged and killed where it cannot be, the shared turn still held
+            try:
+                self._wait(EXCLUSIVE)
+                # what other lanes queued before they let go: over before any window, else said (time_phase.idle)
                 self.referee.opened_busy = self.referee.device_idle(IDLE_WAIT_S) is None
             except BaseException:
-                self._wait_for(SHARED)
+                self.share.take(NONE)  # the referee's own failure: nothing of it holds a turn
                 raise
+            finally:
+                self._release()
         self.took = time.time()
         from evaluator.referee.tuning import profile_log
 
         profile_log({"event": "turn", "lane_pid": os.getpid(), "took": self.took})
         return self
 
-    def __exit__(self, kind, *exc) -> None:
+    def __exit__(self, kind, value, traceback) -> None:
         let_go = time.time()
         from evaluator.referee.tuning import profile_log
 
-        left, held = None, False
-        if self.referee.share is not None and self.link is not None and kind is None:
+        profile_log({"event": "turn_over", "took": self.took, "let_go": let_go})
+        opened_busy, self.referee.opened_busy = self.referee.opened_busy, False
+        if self.share is None:
+            return
+        from evaluator.referee.session import Judged
+
+        if kind is not None:  # no synchronize or idle wait (a stuck stream would hang them)
+            if issubclass(kind, Judged) and self.link is not None:
+                self.link.kill(wait_s=5)  # judged already: nothing of it runs into another lane's turn
+                self.share.take(SHARED)
+            else:
+                self.share.take(NONE)  # the referee's own failure: the lane starts another
+            return
+        self.referee._sync()
+        self._hold()
+        try:
             from evaluator.referee.clock import IDLE_WAIT_S
 
-            self._hold()
-            held = True
             busy = self.referee.device_idle(IDLE_WAIT_S) is None
             if busy and self.referee.close_waiting():  # work its executors started ahead queued at import, perhaps
                 busy = self.referee.device_idle(IDLE_WAIT_S) is None
-            if busy:
-                left = f"its device work kept running for {IDLE_WAIT_S:g} s after its windows, its processes held"
-        self._wait_for(SHARED, held=held)
-        self.referee.opened_busy = False
-        profile_log({"event": "turn_over", "took": self.took, "let_go": let_go})
-        if left is not None:
-            self._fail(left)
+            if busy and not opened_busy:  # else perhaps the other lane's (the candidate is `shaky_timing` already)
+                self._fail(f"its device work kept running for {IDLE_WAIT_S:g} s after its windows, its processes held")
+            self._wait(SHARED)
+        except BaseException:
+            if self.share.state == EXCLUSIVE:
+                self.share.take(SHARED)
+            raise
+        finally:
+            self._release()
 
     def _hold(self) -> None:
         hold = getattr(self.link, "hold", None)
@@ -190,27 +211,22 @@ class timed_turn:
         except Exception as err:  # noqa: BLE001 - holding.NotHeld: it would run on beside another lane's windows
             self._fail(f"it could not be held still while its lane gave the GPU to another: {err}")
 
+    def _release(self) -> None:
+        release = getattr(self.link, "release", None)
+        if release is not None:
+            release()
+
     def _fail(self, why: str) -> None:
+        """The candidate killed, and its device work waited out while this lane still holds its turn; its verdict."""
+        from evaluator.referee.clock import IDLE_WAIT_S
         from evaluator.referee.session import Judged
         from evaluator.wire.records import Phase, Status
 
         self.link.kill(wait_s=5)
-        if self.referee.share is not None and self.referee.share.state == EXCLUSIVE:
-            self.referee.share.take(SHARED)
+        self.referee.device_idle(IDLE_WAIT_S)
         raise Judged(Status.runtime_error, Phase.time, why)
 
-    def _wait_for(self, state: str, held: bool = False) -> None:
-        share = self.referee.share
-        if share is None:
-            return
-        self.referee._sync()
-        if self.link is not None and share.state != state and not held:
-            self._hold()
-        try:
-            waited = share.take(state)
-        finally:
-            release = getattr(self.link, "release", None)
-            if release is not None:
-                release()
+    def _wait(self, state: str) -> None:
+        waited = self.share.take(state)
         if self.excuse is not None:
             self.excuse(waited)

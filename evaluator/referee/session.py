@@ -184,8 +184,11 @@ class Session:
 
     def excuse(self, seconds: float) -> None:
         """Seconds its lane waited for a turn on a GPU other lanes share (evaluator.referee.device_share): neither the
-        candidate's nor the referee's own work, so its run limit moves on by all of them."""
+        candidate's nor the referee's own work, so its run limit moves on by all of them (and none of its credit for
+        the referee's own time is spent on them)."""
         self.deadline += seconds
+        if self._own_since:
+            self._own_since += seconds
 
     def charge(self, seconds: float) -> None:
         """Seconds the referee waited between calls on the candidate's own work (device work it left queued:
