@@ -60,9 +60,10 @@ class Beside:
         self.builds_late = 0  # times the builds were not all frozen within BUILDS_FREEZE_S (said in verdicts)
         self.builds_held: dict[Path, cgroups.Held] | None = None  # each build's frozen group as `hold` found it
         self.paused: list[ExecutorProcess] = []                    # the executors started ahead that `hold` holds
+        self.killed: set[Path] = set()                               # the builds' groups this hold killed
 
     def hold(self, waiting: list[ExecutorProcess]) -> None:
-        self.builds_held = None
+        self.builds_held, self.killed = None, set()
         if self.builds is not None:
             if self.builds.freeze(BUILDS_FREEZE_S):  # each freezes as it leaves the kernel
                 self.builds_held = self._settled()
@@ -81,7 +82,10 @@ class Beside:
             self.builds.thaw()
 
     def _settled(self) -> dict[Path, cgroups.Held]:
-        return {child.path: child.settle(BUILDS_FREEZE_S) for child in self.builds.children()}
+        """Each build's group as it settled, but those this hold killed (their exits charge CPU time for a while yet,
+        and they are over: watched no longer)."""
+        return {child.path: child.settle(BUILDS_FREEZE_S) for child in self.builds.children()
+                if child.path not in self.killed}
 
     def broken(self) -> str | None:
         """What was held beside the executor being timed and ran or died although held, since the last look (None:
@@ -100,6 +104,7 @@ class Beside:
                             ("its group was removed" if held.tasks else None)) is not None:
                         why.append(f"a build: {broken} (killed)")
                         group.kill()
+                        self.killed.add(path)
                 self.builds_held = self._settled() if why else self.builds_held
         for process in list(self.paused):
             if (broken := process.hold_broken(process.paused_times)) is not None:
