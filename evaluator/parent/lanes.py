@@ -95,6 +95,12 @@ def choose_gpus(spec: str | None) -> list[str]:
     return chosen
 
 
+def lane_workers(evaluator, gpus: list[str | None]) -> list[LaneWorker]:
+    """A LaneWorker per entry of `gpus` (None: the CPU), lane by lane; a GPU named twice gets two lanes, which take
+    turns on it (evaluator.referee.device_share)."""
+    return [LaneWorker(evaluator, gpu, lane, gpus.count(gpu) if gpu is not None else 1) for lane, gpu in enumerate(gpus)]
+
+
 def crashed(job: Job, error: str, device: str) -> Judged:
     return Judged(job, Verdict(candidate=job.name, source_sha256=job.digest, problem="", size="", device=device,
                                status=Status.crashed, error=error))
@@ -261,9 +267,7 @@ class Scheduler:
             thread.join(timeout=60)
 
     def local_workers(self) -> list:
-        lanes = self.lanes()
-        on = [gpu for gpu, _ in lanes]  # a GPU named twice in `--gpus`: two lanes taking turns on it
-        return [LaneWorker(self.evaluator, gpu, lane, on.count(gpu) if gpu is not None else 1) for gpu, lane in lanes]
+        return lane_workers(self.evaluator, [gpu for gpu, _ in self.lanes()])
 
     def _builds(self, jobs: list[Job], ready: ReadyQueue, out) -> None:
         """Each job to the lanes as soon as its build succeeds; a failed build is the job's verdict."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from evaluator.parent.lanes import Job, LaneWorker, choose_gpus, crashed
+from evaluator.parent.lanes import Job, choose_gpus, crashed, lane_workers
 from evaluator.parent.placement import plan as plan_placement
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, evaluator_from_options
 from evaluator.wire.protocol import BaselineRound
@@ -49,8 +49,7 @@ class WarmJudge:
                     raise RuntimeError("no GPU is visible to judge CUDA candidates on")
                 if len(gpus) > 1:
                     ev.placement = plan_placement(len(gpus))
-                lanes = [LaneWorker(ev, gpu=gpu, lane=lane, device_lanes=gpus.count(gpu) if gpu is not None else 1)
-                         for lane, gpu in enumerate(gpus)]
+                lanes = lane_workers(ev, gpus)
                 for lane in lanes:
                     lane.start()
             self.lanes, self.busy = lanes, [False] * len(lanes)

@@ -39,6 +39,17 @@ def pause_all(processes: list[ExecutorProcess]) -> None:
             process.paused_pids = None
 
 
+def hold_ahead(waiting: list[ExecutorProcess], drop: Callable[[ExecutorProcess], None]) -> list[ExecutorProcess]:
+    """The executors started ahead paused (`pause_all`) and those alive held still; each that could not be held is
+    `drop`ped (not beside a clock: closed, started again in its turn)."""
+    pause_all(waiting)
+    held = [p for p in waiting if p.proc is not None and p.proc.poll() is None]
+    for process in [p for p in held if not p.held_still()]:
+        held.remove(process)
+        drop(process)
+    return held
+
+
 def close_ahead(waiting: dict, process: ExecutorProcess) -> None:
     """An executor started ahead closed and out of `waiting` (started again in its turn), nothing of it left before
     anything is timed again: a CUDA context's teardown takes seconds, and would run inside the next windows."""
@@ -69,11 +80,7 @@ class Beside:
                 self.builds_held = self._settled()
             else:
                 self.builds_late += 1
-        pause_all(waiting)
-        self.paused = [p for p in waiting if p.proc is not None and p.proc.poll() is None]
-        for process in [p for p in self.paused if not p.held_still()]:  # it could not be held: not beside a clock
-            self.paused.remove(process)
-            self.drop(process)
+        self.paused = hold_ahead(waiting, self.drop)
 
     def release(self) -> None:
         waiting, self.paused, self.builds_held = self.paused, [], None

@@ -35,7 +35,6 @@ class DeviceShare:
         self.turns = os.open(folder / f"{key}.turn", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.turnstile = os.open(folder / f"{key}.turnstile", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.state = NONE
-        self.waited_s = 0.0  # seconds spent waiting for turns, all told (for the profile)
 
     def take(self, state: str) -> float:
         """Hold the turn `state` (NONE lets go); the seconds waited for it. From a turn held, the turn is let go
@@ -54,9 +53,7 @@ class DeviceShare:
         finally:
             fcntl.flock(self.turnstile, fcntl.LOCK_UN)
         self.state = state
-        waited = time.perf_counter() - started
-        self.waited_s += waited
-        return waited
+        return time.perf_counter() - started
 
     def someone_waiting(self) -> bool:
         """Whether another referee waits for a turn (it holds the turnstile meanwhile)."""
@@ -98,15 +95,11 @@ def hold_still(referee) -> None:
     """Nothing of `referee`'s own left to reach the device: its judged executors closed (their contexts' teardown),
     those started ahead held (one that cannot be is closed, started again in its turn), its own queued work done.
     (The executor being judged: `timed_turn`.)"""
-    from evaluator.referee.beside import close_ahead, pause_all
+    from evaluator.referee.beside import close_ahead, hold_ahead
 
     for closed in list(referee.closing):
         closed.wait()
-    waiting = list(referee.waiting.values())
-    pause_all(waiting)
-    for process in waiting:
-        if process.proc is not None and process.proc.poll() is None and not process.held_still():
-            close_ahead(referee.waiting, process)
+    hold_ahead(list(referee.waiting.values()), lambda process: close_ahead(referee.waiting, process))
     referee._sync()
 
 
@@ -161,10 +154,7 @@ class timed_turn:
                 raise
             finally:
                 self._release()
-        self.took = time.time()
-        from evaluator.referee.tuning import profile_log
-
-        profile_log({"event": "turn", "lane_pid": os.getpid(), "took": self.took})
+        self.took = time.time()  # logged with the turn's end (`turn_over`)
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
