@@ -1227,15 +1227,42 @@ def test_the_kept_calls_are_drawn_from_where_they_outgrow_the_memory_plan():
     assert 17 < counts[0][0] <= counts[0][1]
 
 
-def test_a_kept_window_counts_the_inputs_it_is_replayed_on():
-    """A reduction's output is tiny beside its input: the kept bytes the memory plan bounds hold both, or a window of
-    32 calls of 134 MB of input each is kept at the size of its outputs (fp32 47_Sum ran an H200 out of memory)."""
+def test_a_kept_window_holds_its_copies_and_draws_its_inputs_again_from_their_seeds():
+    """A kept call's inputs are drawn again from their seed to replay it, never kept: the kept bytes the memory plan
+    bounds are the copies alone (kernelbench's inputs, kept beside its outputs, outgrew the plan's 24 GiB in every
+    candidate and drew 16 of all the calls, not of the ranked ones, inside the exclusive turn), and a draw from the same
+    seed gives the very values the call was given."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import inputs as draws
+    from evaluator.referee.replay import Replay, kept_nbytes
+
+    assert kept_nbytes({"outputs": torch.zeros(4, 1), "states.mean": torch.zeros(4, 2)}) == 16 + 32
+    specs, fixed, values = draws.input_specs([torch.zeros(64, 8), torch.arange(3), 2.5])
+    referee = SimpleNamespace(problem=SimpleNamespace(distributions=["randn"]),
+                              draw=lambda distribution, seed: draws.draw(specs, distribution, seed, "cpu", fixed, values))
+    replay = Replay.__new__(Replay)
+    replay.session = SimpleNamespace(referee=referee)
+    given = referee.draw("randn", 1234)
+    again = replay.inputs(1234)
+    assert torch.equal(again[0], given[0]) and torch.equal(again[1], given[1]) and again[2] == 2.5
+    assert not torch.equal(replay.inputs(1235)[0], given[0])
+
+
+def test_at_kernelbench_an_80_gb_gpu_keeps_every_clocked_call_for_one_draw_at_the_end():
+    """The stated bound (16 of the ranked calls compared) holds where the copies fit: gemm_scale_bn at `kernelbench`
+    (a 256 MiB output a call, about 46 clocked calls) on one lane of an 80 GB GPU keeps 64 calls' copies."""
+    from evaluator.referee import memory
+    from evaluator.referee.referee import MOST_CALLS, STAGE_BYTES
+    from evaluator.wire.stage import Layout
+
+    io = 16384 * 4096 * 4
+    layout = Layout.plan([(0, [16384, 4096], "float32")], io, [4096 * 4] * 3, budget=STAGE_BYTES["cuda"], most=MOST_CALLS)
+    plan = memory.plan("cuda", 80 * 10**9, layout.size, io, io, 3 * 4096 * 4, ahead=4, beside=1)
     from evaluator.referee.replay import kept_nbytes
 
-    inputs = [[torch.zeros(1 << 18), 3] for _ in range(4)]  # 1 MiB each, and a number, for 4 calls
-    staged = {"outputs": torch.zeros(4, 1)}
-    assert kept_nbytes(staged, inputs) == 4 * (1 << 20) + 16
-    assert kept_nbytes(staged, []) == 16
+    copies = {"outputs": torch.empty(64, 16384, 4096, device="meta"), "states.running_mean": torch.empty(64, 4096)}
+    assert plan.judge_device == "cuda" and plan.kept_bytes >= kept_nbytes(copies)
 
 
 # --------------------------------------------------------------------------- a checked call's reference, overlapped

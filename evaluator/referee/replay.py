@@ -21,8 +21,9 @@ from the state the candidate reported, and a staged state wrong after a call is 
 (it gains no time: no output reads it). The state the candidate ends with is compared against the state after the
 last call, which is always compared.
 
-Where the kept copies and the inputs they are replayed on outgrow what the memory plan leaves for them
-(`MemoryPlan.kept_bytes`; none where the judge lives in host memory), the kept calls are drawn from there as at the
+A kept call's inputs are not kept: the referee drew them from a seed of its own, and draws them again from it to
+replay the call (the same generator, the same values). Where the kept copies outgrow what the memory plan leaves for
+them (`MemoryPlan.kept_bytes`; none where the judge lives in host memory), the kept calls are drawn from there as at the
 end (SAMPLED_CALLS and the last of them) and freed, and the draw at the end is over the calls after them: each draw
 is made once its calls have all run and is independent of the others, so a gap the candidate may notice tells it
 nothing of the calls to come.
@@ -56,7 +57,7 @@ SAMPLED_OTHERS = 4
 class Kept:
     """A clocked window's copies, kept until the calls to compare are drawn."""
 
-    input_sets: list[list]
+    seeds: list[int]                    # each call's inputs' seed (drawn again to replay it: `Replay.inputs`)
     window: clock.Clocked               # its window (kept alive: `settle` asks whether it ranked by its id())
     first: int                          # the number of its first call (from 1, warm-up included)
     staged: dict[str, torch.Tensor]     # `outputs` and `states.NAME`, a row a call
@@ -64,7 +65,7 @@ class Kept:
 
     @property
     def calls(self) -> int:
-        return len(self.input_sets)
+        return len(self.seeds)
 
 
 class Replay:
@@ -95,17 +96,18 @@ class Replay:
             self.forced = changing if not read else None
         self.states: dict[int, dict[str, torch.Tensor]] = {}
 
-    def keep(self, clocked: clock.Clocked, input_sets: list[list]) -> None:
-        """A window's copies, kept (its calls' outputs checked for what they are now); compared at once where
-        something of it did not reach the referee, and the kept windows drawn from where the copies outgrow `limit`."""
+    def keep(self, clocked: clock.Clocked, seeds: list[int]) -> None:
+        """A window's copies, kept (its calls' outputs checked for what they are now), with the seeds its calls' inputs
+        were drawn from (`inputs`); compared at once where something of it did not reach the referee, and the kept
+        windows drawn from where the copies outgrow `limit`."""
         referee = self.session.referee
         staged, problems = staged_tensors(self.session, clocked)
         for name, value in list(staged.items()):  # a row a call, as the referee asked: else no copy of it stands
-            if value.dim() == 0 or value.shape[0] != len(input_sets):
+            if value.dim() == 0 or value.shape[0] != len(seeds):
                 problems.append(f"the executor staged `{name}` as {tuple(value.shape)}, not a row for each of the "
-                                f"window's {len(input_sets)} call(s)")
+                                f"window's {len(seeds)} call(s)")
                 del staged[name]
-        kept = Kept(input_sets, clocked, self.count + 1, staged, kept_nbytes(staged, input_sets))
+        kept = Kept(list(seeds), clocked, self.count + 1, staged, kept_nbytes(staged))
         clocked.capture = clocked.staged = None  # the window keeps its times only; the copies live here
         self.count += kept.calls
         outputs = (clocked.go.outputs if clocked.put is None else clocked.put.outputs)
@@ -150,6 +152,12 @@ class Replay:
             last = max(self.states)
             self.states = {last: {name: value.clone() for name, value in self.states[last].items()}}
 
+    def inputs(self, seed: int) -> list:
+        """A clocked call's inputs, drawn again from its seed (the time phase draws every call from the problem's first
+        distribution)."""
+        referee = self.session.referee
+        return referee.draw(referee.problem.distributions[0], seed)
+
     def step_from(self, call: int) -> None:
         """The changing buffers (`forced`) set to what they were after clocked call `call`, as the candidate staged them
         (after the checks: the float64 reference's own), where the module is not there already; every other buffer
@@ -178,7 +186,7 @@ class Replay:
             for index in range(kept.calls) if self.chain else indices:
                 call = kept.first + index
                 self.step_from(call - 1)
-                out = self.module(*draws.as_float64(kept.input_sets[index], referee.judge_device))
+                out = self.module(*draws.as_float64(self.inputs(kept.seeds[index]), referee.judge_device))
                 if index in chosen:
                     expected.append({"output": out, **{name: value.clone() for name, value in self.module.named_buffers()}})
                 self.through = call
@@ -234,12 +242,9 @@ class Replay:
         return None, window
 
 
-def kept_nbytes(staged: dict[str, torch.Tensor], input_sets: list[list]) -> int:
-    """What a kept window holds: its calls' copies and the inputs they are replayed on. A reduction's output is tiny
-    beside its input: counting the copies alone, fp32 47_Sum at `default/4` (134 MB of input a call, 32 calls a
-    window) kept every clocked call's inputs and ran an H200 out of memory."""
-    tensors = [*staged.values(), *(x for inputs in input_sets for x in inputs if isinstance(x, torch.Tensor))]
-    return sum(nbytes_of(t) for t in tensors)
+def kept_nbytes(staged: dict[str, torch.Tensor]) -> int:
+    """What a kept window holds: its calls' copies (their inputs are drawn again from their seeds, never kept)."""
+    return sum(nbytes_of(t) for t in staged.values())
 
 
 def state_use(reference64: torch.nn.Module, inputs: list) -> tuple[set[str], bool]:

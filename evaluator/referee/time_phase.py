@@ -252,7 +252,8 @@ class Series:
         stage = session.link.stage
         made = beside_so_far = 0
         while made < count:
-            input_sets = [referee.draw(referee.problem.distributions[0], session.seed()) for _ in range(calls)]
+            seeds = [session.seed() for _ in range(calls)]  # the replay draws a kept call's inputs again from its seed
+            input_sets = [referee.draw(referee.problem.distributions[0], seed) for seed in seeds]
             if beside:
                 referee.held_elsewhere_broken()  # what happened before this window is no part of it
             # the calibrator held through the candidate's window as the candidate is through the calibrator's:
@@ -284,12 +285,12 @@ class Series:
             if plan is not None and plan.on_device:
                 self.room_known = True  # a window on the device ended: a `room` reply later is the candidate's own
             if not beside:
-                self.replay.keep(clocked, input_sets)
+                self.replay.keep(clocked, seeds)
                 made += 1
                 continue
             wanted = self.beside_here(calibrated, count - made, beside_so_far)
             calibrated_window, paced = self.calibrate(clocked, input_sets, plan, what, void, wanted)
-            self.replay.keep(clocked, input_sets)
+            self.replay.keep(clocked, seeds)
             if void and self.retime(what, void):
                 continue  # neither the window nor the calibrator's beside it is kept: timed again
             self.windows.append(clocked)
