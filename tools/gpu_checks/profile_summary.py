@@ -1,7 +1,8 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
 KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
 builds, the medians of its candidates' phases and steps, each executor's own start, and the referee's largest costs
-by its costed steps' wall seconds (harness.bench.costs); with lanes taking turns on a GPU, its exclusive turns.
+by its costed steps' wall seconds (harness.bench.costs); with lanes taking turns on a GPU, its exclusive turns, and
+for the folder the stretches in which no lane held one (both lanes' other work at once: docs/throughput.md).
 
     python3 tools/gpu_checks/profile_summary.py DIR
 """
@@ -52,16 +53,36 @@ def summarize(log: Path) -> None:
         print(f"  {cost.what[:76]:<78}{cost.seconds:>8.1f}{cost.calls:>8}{cost.per_judged:>13.2f}")
 
 
+def between_turns(logs: list[Path]) -> None:
+    """Where two or more referees of one folder took turns: how long none of them held the exclusive turn, and in
+    how many stretches (over 0.1 s) of what median length."""
+    turns = sorted((r["took"], r["let_go"]) for log in logs for r in costs.records(log) if r.get("event") == "turn_over")
+    if len(logs) < 2 or not turns:
+        return
+    stretches, held_until = [], turns[0][1]
+    for took, let_go in turns[1:]:
+        if took > held_until:
+            stretches.append(took - held_until)
+        held_until = max(held_until, let_go)
+    span = held_until - turns[0][0]
+    long = [g for g in stretches if g > 0.1]
+    print(f"# none of {len(logs)} referees held the exclusive turn {sum(stretches):.1f} s of {span:.1f} s, "
+          f"{len(long)} stretches over 0.1 s (median {median(long)} s)")
+
+
 def main() -> None:
     root = Path(sys.argv[1])
     # `harness bench` writes each pass's referees under DIR/passN/...: every profile below DIR, folder by folder
     logs = sorted(Path(p) for p in glob.glob(str(root / "**" / "*.jsonl"), recursive=True))
     if not logs:
         sys.exit(f"no referee profile in {root}")
-    for log in logs:
-        if log.parent != root:
-            print(f"# {log.parent.relative_to(root)}")
-        summarize(log)
+    for folder in sorted({log.parent for log in logs}):
+        if folder != root:
+            print(f"# {folder.relative_to(root)}")
+        in_folder = [log for log in logs if log.parent == folder]
+        for log in in_folder:
+            summarize(log)
+        between_turns(in_folder)
 
 
 if __name__ == "__main__":
