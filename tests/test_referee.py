@@ -1216,15 +1216,42 @@ def test_the_kept_calls_are_drawn_from_where_they_outgrow_the_memory_plan():
 
     from evaluator.referee.time_phase import time_phase
 
-    counts = {}
+    from evaluator.referee.replay import SAMPLED_CALLS
+
+    counts, ranked, ranked_calls = {}, {}, {}
     for room in (1 << 30, 0):
         session, built, checked = local_executor.checked(local_executor.Honest)
         session.referee.memory = dataclasses.replace(session.referee.memory, kept_bytes=room)
         timed = time_phase(session, checked, built)
         counts[room] = (timed.check.compared_calls, timed.check.clocked_calls, calls_drawn(timed.check))
+        ranked[room], ranked_calls[room] = timed.check.compared_ranked, timed.check.calls
         assert timed.later.trials >= timed.check.compared_calls
     assert counts[1 << 30][0] == counts[1 << 30][2] < counts[1 << 30][1]
     assert 17 < counts[0][0] <= counts[0][1]
+    assert ranked[1 << 30] == min(SAMPLED_CALLS, ranked_calls[1 << 30])  # one draw at the end: 16 of the ranked
+
+
+def test_fewer_ranked_calls_compared_than_the_bound_counts_is_flagged_with_the_bound_that_holds():
+    """The detection bound is on the ranked calls compared: where a draw made before the ranked windows were known (the
+    copies outgrowing the memory plan) left fewer than 16 of them, the verdict says so and what then holds."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import clock
+    from evaluator.referee.replay import Replay
+
+    flags = []
+    replay = Replay.__new__(Replay)
+    replay.session = SimpleNamespace(add=flags.extend)
+    windows = [clock.Clocked(ms=1.0, go=Reply(id=1), put=None, offset=0, capture=None, calls=3) for _ in range(12)]
+    ranked = {id(w) for w in windows[2:]}  # ten windows of 3 ranked: 30 calls
+    replay.compared_in = [(windows[0], 3), (windows[1], 3), *((w, 1) for w in windows[2:])]  # 10 of the ranked
+    assert replay.ranked_compared(ranked, 30) == 10
+    assert [f.name for f in flags] == ["few_ranked_compared"] and "about 6%" in flags[0].reason
+    flags.clear()
+    replay.compared_in = [(w, 2) for w in windows[2:]]  # 20 of them
+    assert replay.ranked_compared(ranked, 30) == 20 and not flags
+    replay.compared_in = [(w, 1) for w in windows[2:5]]  # every one of only 3 ranked calls
+    assert replay.ranked_compared({id(w) for w in windows[2:5]}, 3) == 3 and not flags
 
 
 def test_a_kept_window_holds_its_copies_and_draws_its_inputs_again_from_their_seeds():

@@ -43,7 +43,7 @@ from evaluator.referee.check_phase import describe_regression, output_problem
 from evaluator.referee.session import Checked, Judged, Session
 from evaluator.wire import tensors as cmp
 from evaluator.wire.exchange import ExchangeError, nbytes_of
-from evaluator.wire.records import Phase, Status
+from evaluator.wire.records import Flag, Phase, Status
 
 # Clocked calls compared after the candidate's windows close, beside the last (always compared): SAMPLED_CALLS of the
 # ranked ones (a cheat that gains time is on those: the detection bound above, stated in docs/judging.md) and
@@ -82,6 +82,7 @@ class Replay:
         self.limit = referee.memory.kept_bytes
         self.count = 0      # clocked calls made
         self.compared = 0   # of them, compared
+        self.compared_in: list[tuple[clock.Clocked, int]] = []  # each compared window (held: its id() stays its own), calls
         self.through = 0    # the call the module's buffers are after (0: the checks)
         # training: the buffers a call changes, taken from the candidate (a compared call after one that was not), or
         # None where every call is replayed in order (the output reads them); each kept call's as it staged them
@@ -152,6 +153,19 @@ class Replay:
             last = max(self.states)
             self.states = {last: {name: value.clone() for name, value in self.states[last].items()}}
 
+    def ranked_compared(self, ranked: set[int], ranked_calls: int) -> int:
+        """How many compared calls were of the windows that ranked (`ranked`: their id(); `ranked_calls` calls);
+        flagged where fewer than SAMPLED_CALLS though there were as many (drawn before the ranked windows were known,
+        the copies outgrowing the memory plan), with the bound that then holds."""
+        compared = sum(calls for window, calls in self.compared_in if id(window) in ranked)
+        if compared < min(SAMPLED_CALLS, ranked_calls):
+            self.session.add([Flag(name="few_ranked_compared", reason=(
+                f"{compared} of its {ranked_calls} ranked calls were replayed and compared, not {SAMPLED_CALLS}: the "
+                "clocked calls' copies outgrew the memory left for them and were drawn from before the ranked windows "
+                f"were known; a candidate wrong on one ranked call in four would escape with probability about "
+                f"{0.75 ** compared:.0%}"))])
+        return compared
+
     def inputs(self, seed: int) -> list:
         """A clocked call's inputs, drawn again from its seed (the time phase draws every call from the problem's first
         distribution)."""
@@ -193,6 +207,7 @@ class Replay:
         if not indices:
             return
         self.compared += len(indices)
+        self.compared_in.append((kept.window, len(indices)))
         acc = self.against(kept, indices, expected, problems)
         if not acc.passed:
             position, acc = self.first_failure(acc, kept, indices, expected)

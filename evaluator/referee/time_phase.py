@@ -128,8 +128,10 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     if not check.agrees:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     replay = series.replay
-    replay.settle(ranked={id(w) for w in series.windows[timed]})  # the windows are closed: the calls compared drawn now
+    ranked = {id(w) for w in series.windows[timed]}
+    replay.settle(ranked=ranked)  # the windows are closed: the calls compared drawn now
     check.compared_calls, check.clocked_calls = replay.compared, replay.count
+    check.compared_ranked = replay.ranked_compared(ranked, sum(w.calls for w in series.windows[timed]))
     compare_state_after_timing(session, replay.module, replay.count, replay.later)
     floor_ms, resolved = floor.check_floor(session, built, timing, cost, calls)
     recheck(session, replay.module, replay.later)

@@ -262,6 +262,11 @@ class TimingCheck(Record):
     compared_calls: int | None = Field(None, description=(
         "Of `clocked_calls`, how many the float64 reference replayed and compared in every tier: a sample drawn from "
         "a secret seed once the windows were closed (evaluator.referee.replay), every call where there were few."))
+    compared_ranked: int | None = Field(None, description=(
+        "Of `compared_calls`, how many were ranked calls: the detection bound is on these (a candidate wrong on a "
+        "fraction q of its ranked calls escapes with probability at most (1 - q) ** compared_ranked); fewer than 16 "
+        "where the ranked calls were fewer, or where the kept copies outgrew the memory plan (flag "
+        "`few_ranked_compared`). Null on verdicts made before it was recorded."))
     longer_than_window: list[int] = Field(default_factory=list, description=(
         "Calls the executor reported as longer than the referee's whole window around them (at most 16)."))
     hold: str | None = Field(None, description=(

@@ -99,8 +99,10 @@ def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
         lines.append(("timing check", f"{'agrees' if tc.agrees else 'MISMATCH'}: referee {tc.referee_ms:.4f} ms "
                                       f"per call, window cost {tc.overhead_ms:.4f} ms, {tc.calls} clocked calls"))
         if tc.compared_calls is not None:
+            ranked = f", {tc.compared_ranked} of them ranked" if tc.compared_ranked is not None else ""
             lines.append(("replayed", f"{tc.compared_calls} of {tc.clocked_calls} clocked calls (warm-up and back to back "
-                                      "included) compared with the float64 reference, drawn after the windows closed"))
+                                      f"included{ranked}) compared with the float64 reference, drawn after the windows "
+                                      "closed"))
     for name, stats in verdict.baselines.items():
         speedup = verdict.speedup.get(name)
         lines.append((f"baseline {name}", f"{stats.median_ms:.4f} ms" + (f" -> {speedup:.3f}x" if speedup else "")))
