@@ -1276,6 +1276,46 @@ def test_a_kept_window_holds_its_copies_and_draws_its_inputs_again_from_their_se
     assert not torch.equal(replay.inputs(1235)[0], given[0])
 
 
+def test_a_window_staged_under_names_the_referee_never_asked_for_or_twice_is_wrong_and_never_counted_as_kept():
+    """The slots a window's put reply names are the executor's (the candidate's interpreter): 200 slots over one region
+    must not make the kept copies look 200 times larger (a draw forced before the ranked windows are known), and a
+    name the referee did not ask for, or one named twice, is a problem of the window (compared at once: incorrect)."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import clock
+    from evaluator.referee.replay import Replay, staged_tensors
+    from evaluator.wire.protocol import ValueInfo
+    from evaluator.wire.stage import Layout
+
+    layout = Layout(inputs=(), span=64, region=0, sets=1, stride=0)
+    stage = SimpleNamespace(check=lambda slot: torch.float32)
+    referee = SimpleNamespace(layout=layout, buffer_names=["bn.running_mean"], judge_device="cpu", output_shape=[4],
+                              output_dtype="float32", device="cpu")
+    session = SimpleNamespace(referee=referee, link=SimpleNamespace(stage=stage))
+
+    def window(*names):
+        slots = [TensorSlot(name=n, dtype="float32", shape=[1, 4], offset=0, nbytes=16, in_stage=True) for n in names]
+        output = ValueInfo(plain=True, kind="Tensor", shape=[4], dtype="float32", device="cpu")
+        return clock.Clocked(ms=1.0, go=Reply(id=1), put=Reply(id=2, tensors=slots, outputs=[output]), offset=0,
+                             capture=torch.zeros(64, dtype=torch.uint8))
+
+    tensors, problems = staged_tensors(session, window("outputs", "states.bn.running_mean"))
+    assert set(tensors) == {"outputs", "states.bn.running_mean"} and not problems
+    tensors, problems = staged_tensors(session, window("outputs", "outputs", "states.alias1"))
+    assert set(tensors) == {"outputs"} and len(problems) == 2
+    assert "twice" in problems[0] and "did not ask for" in problems[1]
+
+    kept = []
+    replay = Replay.__new__(Replay)
+    replay.session, replay.count, replay.kept, replay.kept_bytes, replay.limit = session, 0, [], 0, 1 << 20
+    replay.forced, replay.states = None, {}
+    replay.compare = lambda *args: kept.append(args)
+    replay.keep(window("outputs", "states.bn.running_mean"), [7])
+    assert replay.kept_bytes == 64 and not kept  # the referee's copy of the span, not the slots' sum
+    replay.keep(window("outputs", *(f"states.alias{i}" for i in range(200))), [8])
+    assert kept and "did not ask for" in kept[0][2][0]  # compared at once, with its first problem
+
+
 def test_at_kernelbench_an_80_gb_gpu_keeps_every_clocked_call_for_one_draw_at_the_end():
     """The stated bound (16 of the ranked calls compared) holds where the copies fit: gemm_scale_bn at `kernelbench`
     (a 256 MiB output a call, about 46 clocked calls) on one lane of an 80 GB GPU keeps 64 calls' copies."""

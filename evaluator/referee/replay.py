@@ -108,7 +108,9 @@ class Replay:
                 problems.append(f"the executor staged `{name}` as {tuple(value.shape)}, not a row for each of the "
                                 f"window's {len(seeds)} call(s)")
                 del staged[name]
-        kept = Kept(list(seeds), clocked, self.count + 1, staged, kept_nbytes(staged))
+        # what the referee holds: its copy of the window's span (the staged tensors are views of it), else its copies
+        held = nbytes_of(clocked.capture) if clocked.staged is None and clocked.capture is not None else kept_nbytes(staged)
+        kept = Kept(list(seeds), clocked, self.count + 1, staged, held)
         clocked.capture = clocked.staged = None  # the window keeps its times only; the copies live here
         self.count += kept.calls
         outputs = (clocked.go.outputs if clocked.put is None else clocked.put.outputs)
@@ -302,7 +304,12 @@ def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, 
     referee = session.referee
     if clocked.staged is not None:  # handed off: the referee's copies, made at each call's commit
         return {name: value.to(referee.judge_device) for name, value in clocked.staged.items()}, problems
+    asked = {"outputs", *(f"states.{name}" for name in referee.buffer_names)}
     for slot in clocked.put.tensors if clocked.put is not None else []:
+        if slot.name not in asked or slot.name in tensors:  # names the executor chose: never the referee's count
+            problems.append(f"the executor staged `{slot.name[:100]}`, "
+                            f"{'twice' if slot.name in tensors else 'which the referee did not ask for'}")
+            continue
         try:
             tensors[slot.name] = clocked.tensor(slot, referee.layout, session.link.stage)
         except ExchangeError as err:
