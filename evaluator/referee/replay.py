@@ -169,8 +169,8 @@ class Replay:
         return compared
 
     def inputs(self, seed: int) -> list:
-        """A clocked call's inputs, drawn again from its seed (the time phase draws every call from the problem's first
-        distribution)."""
+        """A clocked call's inputs, drawn from its seed: for its window (time_phase.Series.run), and again to replay it
+        (the same generator, the same values)."""
         referee = self.session.referee
         return referee.draw(referee.problem.distributions[0], seed)
 

@@ -131,7 +131,7 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     ranked = {id(w) for w in series.windows[timed]}
     replay.settle(ranked=ranked)  # the windows are closed: the calls compared drawn now
     check.compared_calls, check.clocked_calls = replay.compared, replay.count
-    check.compared_ranked = replay.ranked_compared(ranked, sum(w.calls for w in series.windows[timed]))
+    check.compared_ranked = replay.ranked_compared(ranked, check.calls)
     compare_state_after_timing(session, replay.module, replay.count, replay.later)
     floor_ms, resolved = floor.check_floor(session, built, timing, cost, calls)
     recheck(session, replay.module, replay.later)
@@ -255,7 +255,7 @@ class Series:
         made = beside_so_far = 0
         while made < count:
             seeds = [session.seed() for _ in range(calls)]  # the replay draws a kept call's inputs again from its seed
-            input_sets = [referee.draw(referee.problem.distributions[0], seed) for seed in seeds]
+            input_sets = [self.replay.inputs(seed) for seed in seeds]
             if beside:
                 referee.held_elsewhere_broken()  # what happened before this window is no part of it
             # the calibrator held through the candidate's window as the candidate is through the calibrator's:
