@@ -1103,7 +1103,11 @@ def test_helpers_a_build_plants_void_other_candidates_windows_and_die_with_their
     planter = tmp_path / "build_freeze_kill.py"
     planter.write_text((hacks / "build_freeze_kill.py").read_text() + f"\n# {os.urandom(8).hex()}\n")
     batch = [CandidateFile(name="control", path=hacks / "padded_control.py"), CandidateFile(name="planter", path=planter)]
-    verdicts = {v.candidate: v for v in evaluate(batch, options(tmp_path, run_rejected=True, ahead=0))}
+    # the builds are frozen while the lane times (the windows): a timing budget past the helpers' longest horizon
+    # (4.8 s) keeps them frozen long enough that one dies inside; at the suite's 0.2 s the freeze was about 0.6 s, and
+    # the attack landed in about half the runs
+    timed_long = options(tmp_path, run_rejected=True, ahead=0, timing_budget_s=5.0)
+    verdicts = {v.candidate: v for v in evaluate(batch, timed_long)}
     control = verdicts["control"]
     assert control.status == Status.correct, control.error
     assert control.timing_check.builds.startswith("frozen"), control.timing_check.builds
