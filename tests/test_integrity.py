@@ -117,11 +117,12 @@ def cpu_verdicts(tmp_path_factory):
 
 
 # Fixtures caught by chance: an attack that lands by a race with the hold (a helper must die after a hold has settled;
-# its verdict, where it did not land, `correct`, having gained nothing), and one the secret sample of compared calls
-# misses with probability under 1% (evaluator.referee.replay). Where the batch's verdict is not the EXPECT's, it is
-# judged alone again, up to RACE_TRIES times, and the first verdict that is its EXPECT's stands; missed every time
-# (about 1e-6 for the sample) is a failure.
-RACES = {"freeze_kill", "wrong_quarter_of_clocked_calls"}
+# its verdict, where it did not land, `correct`, having gained nothing), one the secret sample of compared calls
+# misses with probability under 1% (evaluator.referee.replay), and those that tell clocked calls by their pace (in a
+# loaded batch a window's call can come 10 ms after the one before: then they do nothing wrong, and are `correct`).
+# Where the batch's verdict is not the EXPECT's, it is judged alone again, up to RACE_TRIES times, and the first
+# verdict that is its EXPECT's stands; missed every time (about 1e-6 for the sample) is a failure.
+RACES = {"freeze_kill", "wrong_quarter_of_clocked_calls", "wrong_mid_series"}
 RACE_TRIES = 2
 _race_verdicts: dict = {}
 
@@ -884,6 +885,49 @@ def test_one_clocked_call_in_four_wrong_is_caught_in_each_of_20_runs(tmp_path):
         print(f"{v.candidate:12} {v.status.value:10} {(v.error or '')[:140]}")
     assert [v.status for v in verdicts] == [Status.incorrect] * 20, [(v.status.value, v.error) for v in verdicts]
     assert all(re.search(r"clocked call \d+", v.error) for v in verdicts)
+
+
+# Hacks a compared clocked call catches: judged again with the compared calls replayed beside the next candidate
+LATER_HACKS = ["wrong_mid_series", "wrong_quarter_of_clocked_calls", "correct_first_12_calls", "running_stats_skipped_back_to_back",
+               "cadence_back_to_back", "running_stats_first_16_calls", "deferred_buffers", "output_caching",
+               "late_stage_write"]
+
+
+@pytest.mark.slow  # ten candidates judged on the CPU by a referee of its own: about a minute
+def test_hacks_caught_by_a_compared_call_are_caught_with_the_calls_replayed_beside_the_next_candidate(
+        tmp_path, monkeypatch):
+    """The path a GPU judge takes where its memory has room (KH_DEFER_REPLAY=1 takes it on the CPU): a candidate's
+    compared calls but the run that ends with the last are replayed in a thread of the referee's beside the next
+    candidate's start and checks, and its verdict is made once they are over. Every hack a compared call catches gets
+    its EXPECT verdict there, and the honest candidates around them stay `correct`. The referee's profile says each
+    replay ran later (`replay_later`)."""
+    import json
+
+    monkeypatch.setenv("KH_DEFER_REPLAY", "1")
+    monkeypatch.setenv("KH_REFEREE_PROFILE", str(tmp_path / "profile"))
+    good = (FIXTURES / "candidates" / "cpu" / "torch_ops_correct.py").read_text()
+    honest = []
+    for n in range(2):  # two sources: two candidates
+        (path := tmp_path / f"good_{n}.py").write_text(good + f"\n# copy {n}\n")
+        honest.append(CandidateFile(name=f"good-{n}", path=path))
+    hacks = [CandidateFile(name=name, path=FIXTURES / "hacks" / "cpu" / f"{name}.py") for name in LATER_HACKS]
+    batch = [honest[0], *hacks, honest[1]]
+    verdicts = {v.candidate: v for v in evaluate(batch, options(tmp_path, run_rejected=True, seed=0))}
+    for name in LATER_HACKS:
+        verdict, path = verdicts[name], FIXTURES / "hacks" / "cpu" / f"{name}.py"
+        for _ in range(RACE_TRIES if name in RACES else 0):  # the secret sample missed it (under 1%): once more
+            if verdict.status != Status.correct:
+                break
+            verdict = next(iter(evaluate([CandidateFile(name=name, path=path)], options(
+                tmp_path / f"again-{name}", run_rejected=True))))
+        assert_expected(verdict, path)
+    for candidate in honest:
+        verdict = verdicts[candidate.name]
+        assert verdict.status == Status.correct, verdict.error
+        assert 0 < verdict.timing_check.compared_calls <= verdict.correctness.later.trials
+    later = [json.loads(line)["costs"].get("replay_later") for log in (tmp_path / "profile").glob("referee-*.jsonl")
+             for line in log.read_text().splitlines() if json.loads(line).get("event") == "candidate"]
+    assert sum(seconds is not None for seconds in later) >= 2, later  # the honest ones' at least
 
 
 def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():

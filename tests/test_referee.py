@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from pathlib import Path
 import time
@@ -543,7 +544,8 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
     starts = []
     monkeypatch.setattr(referee, "start_ahead", lambda requests: starts.append([r.name for r in requests]))
     monkeypatch.setattr(referee, "ensure_round", lambda: None)
-    monkeypatch.setattr(phases, "judge", lambda session, compile_only: SimpleNamespace(timing=object()))
+    monkeypatch.setattr(phases, "begin", lambda session, compile_only: SimpleNamespace(
+        results={"timed": object()}, outcome=None, rest=None))
     referee.rounds = [None]  # past the first round's early warm-up
     every = referee.config.baseline_every
     turns = []
@@ -565,6 +567,7 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
                             k for k, p in waiting.items() if p is process)))
     referee.current_round = SimpleNamespace()
     monkeypatch.setattr(referee, "baseline_round", lambda: at_round.append(dict(referee.waiting)))
+    referee.closing.clear()  # no reply was made here (`finish`, which closes each judged executor, never ran)
     referee.close()
     assert closed == [other] and list(at_round[0].values()) == [kept]  # the last round finds the twin imported
 
@@ -1330,6 +1333,74 @@ def test_at_kernelbench_an_80_gb_gpu_keeps_every_clocked_call_for_one_draw_at_th
 
     copies = {"outputs": torch.empty(64, 16384, 4096, device="meta"), "states.running_mean": torch.empty(64, 4096)}
     assert plan.judge_device == "cuda" and plan.kept_bytes >= kept_nbytes(copies)
+    # and room past them for one candidate's replay beside the next one's start and checks (replay.Later): 46 calls'
+    # copies and twice the float64 judge's
+    assert plan.beside_bytes >= 46 * io + 2 * plan.judge_bytes
+    two_lanes = memory.plan("cuda", 40 * 10**9, layout.size, io, io, 3 * 4096 * 4, ahead=4, beside=1)
+    assert two_lanes.beside_bytes == 0  # an 80 GB GPU's half: every compared call replayed before the verdict
+
+
+class _WrongMidSeries(local_executor.Honest):
+    """Right on every checked call and on the last clocked calls, wrong (twice the output, the buffers right) on its
+    15th to 30th calls: clocked ones, never the last of them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        out = super().forward(x)
+        return out * 2 if 15 <= self.calls <= 30 else out
+
+
+def _deferring(monkeypatch, model_class, judge=None):
+    from evaluator.referee import replay
+
+    monkeypatch.setattr(replay, "DEFER", "1")  # the GPU's path on the CPU
+    session = local_executor.session_for(model_class, judge)
+    session.defer_replay = True
+    return session
+
+
+@pytest.mark.slow  # an in-process judgement with the calibrator: about a second
+def test_compared_calls_left_for_later_are_counted_when_drawn_and_compared_before_the_verdict(monkeypatch):
+    """Where the memory plan has room, only the run of compared calls that ends with the last is replayed before the
+    state after the windows is compared; the others are drawn and counted at once (the bound's figures), and replayed
+    after the executor's last reply on a copy of the reference, into the same accumulator, before the verdict."""
+    from evaluator.referee.replay import SAMPLED_CALLS
+    from evaluator.referee.time_phase import time_phase
+
+    session = _deferring(monkeypatch, local_executor.Honest)
+    built = phases.init_phase(session, Imported())
+    checked = phases.check_phase(session, built)
+    timed = time_phase(session, checked, built)
+    later = timed.rest
+    assert later is not None and later.thread is None  # started by the referee once the phases are over
+    deferred = sum(len(indices) for _, indices in later.plan)
+    assert 0 < deferred < timed.check.compared_calls and timed.check.compared_ranked == SAMPLED_CALLS
+    before = timed.later.trials
+    later.wait()
+    assert timed.later.trials == before + deferred and timed.later.passed
+    assert later.plan == [] and later.worker is None  # its copies let go
+
+
+@pytest.mark.slow  # two in-process judgements with the calibrator: about two seconds
+def test_a_call_wrong_among_those_replayed_later_makes_the_verdict_incorrect_as_it_does_replayed_at_once(monkeypatch):
+    """A candidate wrong on clocked calls but not the last passes every step of its own phases when the calls that
+    catch it are replayed later; its verdict, made once they are over, is `incorrect` and names the call, as without."""
+    judgement = phases.begin(_deferring(monkeypatch, _WrongMidSeries), compile_only=False, imported=Imported())
+    assert judgement.outcome is None and judgement.rest is not None
+    judgement.rest.start()
+    later = judgement.verdict()
+    at_once = phases.judge(local_executor.session_for(_WrongMidSeries), compile_only=False, imported=Imported())
+    for verdict in (later, at_once):
+        assert verdict.status == Status.incorrect and verdict.phase.value == "time", verdict.error
+        assert re.search(r"wrong on clocked call \d+:", verdict.error), verdict.error
+        assert verdict.runtime_ms is None and verdict.speedup == {}
+    honest = phases.judge(_deferring(monkeypatch, local_executor.Honest), compile_only=False, imported=Imported())
+    assert honest.status == Status.correct, honest.error
+    assert honest.timing_check.compared_calls == honest.correctness.later.trials - 2  # the state's and the recheck's
 
 
 # --------------------------------------------------------------------------- a checked call's reference, overlapped

@@ -10,7 +10,9 @@ At once, on the device (I, O, S: a call's input, output and state bytes; the sta
 - each executor started ahead: a stage more.
 
 What is left after that (at most KEPT_CAP) keeps clocked calls' copies until the calls to compare are drawn
-(evaluator.referee.replay); with less, they are drawn from sooner, in more draws.
+(evaluator.referee.replay); with less, they are drawn from sooner, in more draws. What is left after those
+(`beside_bytes`) lets one candidate's compared calls be replayed beside the next one's start and checks (its kept
+copies and a second float64 judge: `replay.Later`); with less, they are replayed before its verdict as the rest.
 
 Where all of it does not fit, the float64 judge moves to host memory (the reference's twin runs on the CPU and
 the comparisons there, chunk by chunk, against copies read off the device) and no executor is started ahead:
@@ -38,6 +40,8 @@ class MemoryPlan:
     need_bytes: int     # what the judgement holds on the device at once, as planned
     device_bytes: int   # the device's whole memory (0 off a GPU)
     kept_bytes: int = KEPT_CAP["cpu"]  # clocked calls' copies kept for the replay's draw (evaluator.referee.replay)
+    judge_bytes: int = 0   # the float64 judge's own copies (its reference's inputs, outputs and state)
+    beside_bytes: int = 0  # what is left past the kept copies' room: a candidate's replay beside the next (replay.Later)
 
     def said(self) -> str | None:
         """What a verdict says of a judge moved to host memory (None where it stayed on the device)."""
@@ -72,4 +76,4 @@ def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, out
     spare = room - need - (started + beside) * (stage_bytes + CONTEXT_BYTES)
     kept = max(0, min(KEPT_CAP["cuda"], spare)) if judge_device == device else 0
     return MemoryPlan(judge_device=judge_device, ahead=started, need_bytes=need, device_bytes=device_bytes,
-                      kept_bytes=kept)
+                      kept_bytes=kept, judge_bytes=judge, beside_bytes=max(0, spare - kept) if kept else 0)

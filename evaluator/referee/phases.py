@@ -5,7 +5,7 @@
     checked  = check_phase(session, built)      checked calls compared with the float64 reference
     timed    = time_phase(session, checked)     timed calls, their outputs, the buffers after them
     profiled = profile_phase(session, timed)    which kernels one forward launches (CUDA: with their times)
-    verdict  = compose(session, results, outcome)
+    verdict  = compose(session, results, outcome)   once the compared calls left for later are over (Judgement)
 
 Each phase takes the previous phase's result (frozen) and returns its own, or raises `Judged`
 (status, phase, error) when the candidate is judged there; a result may also end the judgement
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -153,6 +154,38 @@ def finish(session: Session) -> None:
 def judge(session: Session, compile_only: bool, imported: Imported | None = None) -> Verdict:
     """The phases in order, then the verdict (see the module's docstring). With `imported`, the
     candidate is taken as imported already (an executor in the test's own process)."""
+    return begin(session, compile_only, imported).verdict()
+
+
+@dataclass
+class Judgement:
+    """A candidate's phases run: their results and how they ended, and the verdict, made once the compared calls left
+    for after its executor's last reply (`Timed.rest`, evaluator.referee.replay.Later) are over."""
+
+    session: Session
+    results: dict
+    outcome: Stop | None
+
+    @property
+    def rest(self):
+        timed = self.results.get("timed")
+        return timed.rest if timed is not None and self.outcome is None else None
+
+    def verdict(self) -> Verdict:
+        if (rest := self.rest) is not None:
+            try:
+                rest.wait()
+            except Judged as judged:
+                self.outcome = Stop(judged.status, judged.phase, judged.error)
+            except (torch.OutOfMemoryError, RuntimeError) as err:
+                if not out_of_memory(err):
+                    raise
+                self.outcome = Stop(Status.crashed, Phase.time, referee_memory_said("replayed the candidate's calls", err))
+        return compose(self.session, self.results, self.outcome)
+
+
+def begin(session: Session, compile_only: bool, imported: Imported | None = None) -> Judgement:
+    """The phases in order (`judge`), the verdict left to `Judgement.verdict`."""
     results: dict[str, object] = {}
     outcome: Stop | None = None
     try:
@@ -174,7 +207,7 @@ def judge(session: Session, compile_only: bool, imported: Imported | None = None
             raise
         outcome = Stop(Status.crashed, session.phase, referee_memory_said("judged the candidate's calls", err))
     session.leave()
-    return compose(session, results, outcome)
+    return Judgement(session, results, outcome)
 
 
 def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:

@@ -23,7 +23,6 @@ verdict and capped output to the parent (JSON lines: evaluator.wire.protocol).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import secrets
@@ -44,9 +43,9 @@ from evaluator.referee.calibrator import Calibrator
 from evaluator.referee.keys import Keys
 from evaluator.referee.beside import Beside, close_ahead
 from evaluator.referee.process import ExecutorProcess
-from evaluator.referee.settling import settle
+from evaluator.referee.settling import reply
 from evaluator.referee.timing import Timer, launched_kernels
-from evaluator.referee.tuning import PROFILE_DIR, profile_log
+from evaluator.referee.tuning import profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, handoff, identity
 from evaluator.wire.exchange import DTYPES, Exchange, ExchangePool, capacity_for, dtype_name, nbytes_of
@@ -54,8 +53,8 @@ from evaluator.referee.matched import matched_tolerance
 from evaluator.wire.problem import import_file, load_problem, reference_as_candidate
 from evaluator.wire.tiers import MATCHED_TIER, PRECISION_DTYPES, tolerances_for
 from evaluator.wire.protocol import (
-    VERDICT_TAIL_CHARS, BaselineRound, Construct, JudgeReply, JudgeRequest, RefereeConfig, TensorSlot, pack)
-from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
+    BaselineRound, Construct, JudgeReply, JudgeRequest, RefereeConfig, TensorSlot, pack)
+from evaluator.wire.records import BaselineSource, TimingStats
 from evaluator.wire.stage import Layout
 
 FIRST_ROUND_WARM_S = 0.5  # each baseline's untimed run before the batch's first round (warm_baselines)
@@ -424,19 +423,24 @@ class Referee:
         tuning.take_spent()  # none of it this candidate's
         self.sessions += 1
         session = self.session_for(request, process, self.keys.derive("candidate", self.sessions, request.digest))
+        session.defer_replay = True  # its compared calls but the last run beside the next candidate's start (Later)
         try:
-            verdict = phases.judge(session, request.compile_only)
+            judgement = phases.begin(session, request.compile_only)
         except BaseException:
             process.close(wait_s=1)
             raise
         steps["phases"] = time.perf_counter()
         release_cached(self.device)  # the checks' float64 copies: the next executor's memory, not the referee's cache
+        if judgement.rest is not None:  # after release_cached, whose cudaFree would wait for it
+            judgement.rest.start()
         costs = tuning.take_spent()  # its steps', for the profile (written with its reply)
-        self.judged, self.timed_since_round = self.judged + 1, self.timed_since_round + (verdict.timing is not None)
+        timed = "timed" in judgement.results and judgement.outcome is None  # its windows ran (`Later` may fail it yet)
+        self.judged, self.timed_since_round = self.judged + 1, self.timed_since_round + timed
+        # set once its executor is closed and its later replay over: before the next exclusive turn (`exclusive`)
         self.closing.append(closed := threading.Event())
         process.will_close()  # before the next executor's start, which may wait for its exchange
         steps["released"] = time.perf_counter()  # release_cached, mostly (the next candidate allocates afresh)
-        return functools.partial(self.finish, request, process, session, verdict, steps, costs, closed)
+        return functools.partial(reply, request, process, session, judgement, steps, costs, closed)
 
     def session_for(self, request: JudgeRequest, process: ExecutorProcess, keys: Keys) -> Session:
         config = self.config
@@ -449,31 +453,11 @@ class Referee:
             memory_limit_gb=config.compile_memory_limit_gb, keys=keys, exclusive=self.exclusive,
             source=candidate_text(request.path) if config.backend == "triton" else "")
 
-    def finish(self, request: JudgeRequest, process: ExecutorProcess, session: Session, verdict: Verdict,
-               steps: dict[str, float], costs: dict[str, float], closed: threading.Event) -> JudgeReply:
-        returncode = None
-        try:
-            if verdict.status == Status.correct:
-                returncode = process.wait_exit(1)  # it exits by itself after `finish`
-            steps["exit"] = time.perf_counter()
-        finally:
-            process.close(wait_s=1)  # the rest of a slow exit in the background
-            closed.set()
-        steps["close"] = time.perf_counter()
-        verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
-        if PROFILE_DIR:  # where each candidate's seconds went
-            startup = next((m.reply.startup for m in process.messages if m.reply is not None and m.reply.id == 0), {})
-            marks = list(steps.items())
-            profile_log({"event": "candidate", "name": request.name, "phases": verdict.phase_seconds,
-                         "executor": session.command_seconds,
-                         "startup": {k: v - process.launched_at for k, v in startup.items()}, "costs": costs,
-                         "referee": {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])}})
-        return JudgeReply(verdict=verdict, stdout=base64.b64encode(process.stdout.tail()).decode(),
-                          stderr=base64.b64encode(process.stderr.tail()).decode())
-
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds, after a last one when candidates were timed since the last."""
         device_share.take_turn(self)  # its executors' teardown is device work too
+        for closed in self.closing:  # the last candidates' executors closed, their replays over (`finish`)
+            closed.wait()
         last = self.current_round is not None and self.timed_since_round
         self.close_waiting(keep=self.twin if last else None)  # started for requests that never came, but the twin's
         if last:

@@ -32,7 +32,10 @@ nothing of the calls to come.
 from __future__ import annotations
 
 import copy
+import os
 import random
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +54,9 @@ from evaluator.wire.records import Flag, Phase, Status
 # (kept copies outgrowing the memory plan) takes SAMPLED_CALLS of all it holds.
 SAMPLED_CALLS = 16
 SAMPLED_OTHERS = 4
+# Compared calls replayed after the executor's last reply (`Later`): where the judge lives on the GPU and the memory plan
+# has room. KH_DEFER_REPLAY=0: never (for measuring what it saves); =1: off a GPU too (tests: the same path on the CPU).
+DEFER = os.environ.get("KH_DEFER_REPLAY")
 
 
 @dataclass
@@ -134,26 +140,57 @@ class Replay:
         if self.kept_bytes > self.limit:
             self.settle()
 
-    def settle(self, ranked: set[int] | None = None) -> None:
+    def settle(self, ranked: set[int] | None = None, defer: bool = False) -> Later | None:
         """The kept windows' calls compared and freed: drawn now, with the last. With `ranked` (id() of the windows that
         ranked), SAMPLED_CALLS of their calls and SAMPLED_OTHERS of the rest; without, SAMPLED_CALLS of all (every
-        call of a part that has no more)."""
+        call of a part that has no more). With `defer` (where `deferrable`), only the run of compared calls that ends
+        with the last is replayed now (what the state after the windows is compared against); the others are returned,
+        to be replayed as they would have been, on a copy of the reference as it stands now (`Later`), and counted now."""
         calls = [id(kept.window) in ranked if ranked is not None else True for kept in self.kept for _ in range(kept.calls)]
         draw = random.Random(self.session.keys.next_seed("compared calls"))
         chosen = {len(calls) - 1} if calls else set()
         for part, count in ((True, SAMPLED_CALLS), (False, SAMPLED_OTHERS)):
             pool = [i for i, in_part in enumerate(calls[:-1]) if in_part == part]
             chosen |= set(pool if len(pool) <= count else draw.sample(pool, count))
+        tail = len(calls) - 1  # the first of the run of compared calls that ends with the last
+        while tail - 1 in chosen:
+            tail -= 1
+        later = Later(self) if defer and self.deferrable() else None
         position = 0
         for kept in self.kept:
             indices = [i for i in range(kept.calls) if position + i in chosen]
+            now = [i for i in indices if later is None or position + i >= tail]
             position += kept.calls
-            if indices or self.chain:  # the chain runs through every call
-                self.compare(kept, indices)
+            if len(now) < len(indices):
+                later.add(kept, [i for i in indices if i not in now])
+            if now or self.chain:  # the chain runs through every call
+                self.compare(kept, now)
         self.kept, self.kept_bytes = [], 0
         if self.states:  # a compared call of the next draw may start from the last call's buffers, no other's
             last = max(self.states)
             self.states = {last: {name: value.clone() for name, value in self.states[last].items()}}
+        return later if later is not None and later.plan else None
+
+    def deferrable(self) -> bool:
+        """Whether compared calls may be replayed after the executor's last reply (`Later`): for a candidate the referee
+        judges in its turn (not the twin: a round needs its figure now), calls that do not chain, and room on the device
+        for the kept copies and a second float64 judge beside the next candidate's (`MemoryPlan.beside_bytes`)."""
+        referee = self.session.referee
+        if not self.session.defer_replay or self.chain or DEFER == "0":
+            return False
+        if referee.judge_device != "cuda":
+            return DEFER == "1"  # tests: the same path on the CPU
+        return self.kept_bytes + 2 * referee.memory.judge_bytes <= referee.memory.beside_bytes  # 2: a window's stack
+
+    def fork(self) -> Replay:
+        """A replay of its own for calls compared later (`Later`): the float64 reference copied as it stands, the kept
+        calls' staged buffers shared (read only), its own accumulator and counts."""
+        other = copy.copy(self)
+        other.module = copy.deepcopy(self.module)
+        other.later = compare.ModeAccumulator(self.session.referee.problem.mode, self.session.referee.tolerances)
+        other.kept, other.kept_bytes, other.compared, other.compared_in = [], 0, 0, []
+        other.states = dict(self.states)
+        return other
 
     def ranked_compared(self, ranked: set[int], ranked_calls: int) -> int:
         """How many compared calls were of the windows that ranked (`ranked`: their id(); `ranked_calls` calls);
@@ -315,3 +352,70 @@ def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, 
         except ExchangeError as err:
             problems.append(f"the executor staged an unreadable tensor ({err})")
     return tensors, problems
+
+
+class Later:
+    """Compared calls replayed after the executor's last reply, beside the next candidate's start and checks (where the
+    GPU is mostly idle: its holds, its executor's replies), on a stream of their own in a thread of the referee's.
+    Counted when drawn (`Replay.settle`); the verdict waits for them (evaluator.referee.phases.Judgement), and so does
+    the next exclusive turn (the referee's `closing`). The replay is the referee's alone: its copies of the calls, its
+    reference, the seeds it drew the inputs from; the candidate's executor has exited when it runs."""
+
+    def __init__(self, replay: Replay):
+        self.origin, self.worker, self.into = replay, replay.fork(), replay.later
+        self.plan: list[tuple[Kept, list[int]]] = []
+        on_gpu = replay.session.referee.judge_device == "cuda"
+        self.ready = torch.cuda.current_stream().record_event() if on_gpu else None  # after the reference's copy
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.done: compare.ModeAccumulator | None = None  # the compared calls' comparisons, once over
+        self.seconds = 0.0
+
+    def add(self, kept: Kept, indices: list[int]) -> None:
+        """Calls `indices` of `kept`, compared later and counted now (the verdict's counts, the bound's)."""
+        self.plan.append((kept, indices))
+        self.origin.compared += len(indices)
+        self.origin.compared_in.append((kept.window, len(indices)))
+
+    def start(self) -> None:
+        """The replay begun in a thread of its own (`wait` joins it); once."""
+        if self.thread is not None:
+            return
+        self.thread = threading.Thread(target=self._run, name="replay-later", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        """Its calls compared (here and now where never started) and taken into the replay's accumulator (here: the
+        judging thread merges into it until the executor's last reply); `Judged` where one is wrong."""
+        if self.thread is None:
+            self.start()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        if self.done is not None:
+            self.into.merge(self.done)
+            self.done = None
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        try:
+            if self.ready is None:
+                self._compare()
+            else:
+                stream = torch.cuda.Stream()
+                stream.wait_event(self.ready)  # the kept copies and the reference's copy made on the judging thread
+                try:
+                    with torch.cuda.stream(stream):
+                        self._compare()
+                finally:
+                    stream.synchronize()  # before the copies are freed, which other streams may then reuse
+        except BaseException as err:  # noqa: BLE001 - the verdict's, raised where it waits (`wait`)
+            self.error = err
+        finally:
+            self.plan, self.worker, self.origin = [], None, None
+            self.seconds = time.perf_counter() - started
+
+    def _compare(self) -> None:
+        for kept, indices in self.plan:
+            self.worker.compare(kept, indices)
+        self.done = self.worker.later

@@ -114,6 +114,7 @@ class Session:
     source: str = ""  # the candidate's text (read by the referee, never run here): its @triton.jit names
     run_limit_scaled: bool = False  # run_timeout_s was scaled to the reference (scaled_run_limit)
     own_credit_s: float = 0.0  # the most of the referee's own time between calls that moves the run limit on
+    defer_replay: bool = False  # compared calls may be replayed after its executor's last reply (replay.Later)
     keys: Keys = field(default_factory=Keys)  # its own: every seed it draws (evaluator.referee.keys)
     flags: list[Flag] = field(default_factory=list)
     phase: Phase = Phase.compile
@@ -289,6 +290,7 @@ class Timed:
     later: object = None      # compare.ModeAccumulator: every call compared after the checks, in every tier
     resolved: bool = True     # whether the figure per call stands as a number (evaluator.referee.floor.check_floor)
     reference64: object = None  # torch.nn.Module: the float64 reference after the timed calls and the check after them
+    rest: object = None       # replay.Later: compared calls replayed after the executor's last reply, before the verdict
 
 
 @dataclass(frozen=True)

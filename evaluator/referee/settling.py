@@ -1,15 +1,20 @@
 """A verdict completed with what its executor showed: the containment reports it sent before any
 candidate code existed (`contained`), its capped output and exit (`settle`), and how its import failed
-(`import_error_kind`). Used by the referee for every candidate and by the parent for builds.
+(`import_error_kind`). Used by the referee for every candidate and by the parent for builds; and a judged
+candidate's reply, made on the referee's reply thread (`reply`).
 """
 
 from __future__ import annotations
 
+import base64
+import threading
 import time
 
 from evaluator.referee import launch
 from evaluator.referee.process import ExecutorProcess
-from evaluator.wire.protocol import ExecutorMessage
+from evaluator.referee.session import Session, release_cached
+from evaluator.referee.tuning import PROFILE_DIR, profile_log
+from evaluator.wire.protocol import VERDICT_TAIL_CHARS, ExecutorMessage, JudgeReply, JudgeRequest
 from evaluator.wire.records import Containment, Flag, Verdict
 
 
@@ -48,3 +53,37 @@ def settle(verdict: Verdict, process: ExecutorProcess, returncode: int | None, t
         stdout_tail=process.stdout.tail().decode("utf-8", "replace")[-tail_chars:],
         stderr_tail=process.stderr.tail().decode("utf-8", "replace")[-tail_chars:],
         stdout_bytes=process.stdout.total, stderr_bytes=process.stderr.total))
+
+
+def reply(request: JudgeRequest, process: ExecutorProcess, session: Session, judgement, steps: dict[str, float],
+          costs: dict[str, float], closed: threading.Event) -> JudgeReply:
+    """A judged candidate's reply, made on the referee's reply thread while the next candidate starts: its executor's
+    exit waited for (it exits by itself after `finish`) and closed, the compared calls left for later replayed
+    (evaluator.referee.phases.Judgement), the verdict settled with what the executor showed. `closed` is set once
+    both are over: the next exclusive turn waits for it (Referee.exclusive)."""
+    returncode = None
+    try:
+        try:
+            if judgement.outcome is None:
+                returncode = process.wait_exit(1)
+            steps["exit"] = time.perf_counter()
+        finally:
+            process.close(wait_s=1)  # the rest of a slow exit in the background
+        rest = judgement.rest
+        verdict = judgement.verdict()
+        if rest is not None:
+            costs["replay_later"] = round(rest.seconds, 4)
+            release_cached(session.device)  # its copies: the next executor's memory, not the referee's cache
+    finally:
+        closed.set()
+    steps["close"] = time.perf_counter()
+    verdict = settle(verdict, process, returncode, VERDICT_TAIL_CHARS)
+    if PROFILE_DIR:  # where each candidate's seconds went
+        startup = next((m.reply.startup for m in process.messages if m.reply is not None and m.reply.id == 0), {})
+        marks = list(steps.items())
+        profile_log({"event": "candidate", "name": request.name, "phases": verdict.phase_seconds,
+                     "executor": session.command_seconds,
+                     "startup": {k: v - process.launched_at for k, v in startup.items()}, "costs": costs,
+                     "referee": {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])}})
+    return JudgeReply(verdict=verdict, stdout=base64.b64encode(process.stdout.tail()).decode(),
+                      stderr=base64.b64encode(process.stderr.tail()).decode())

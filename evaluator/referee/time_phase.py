@@ -129,14 +129,14 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
         session.add([Flag(name="timing_mismatch", policy=FlagPolicy.reject, reason=clock.mismatch_reason(check))])
     replay = series.replay
     ranked = {id(w) for w in series.windows[timed]}
-    replay.settle(ranked=ranked)  # the windows are closed: the calls compared drawn now
+    later = replay.settle(ranked=ranked, defer=True)  # the windows are closed: the calls compared drawn now
     check.compared_calls, check.clocked_calls = replay.compared, replay.count
     check.compared_ranked = replay.ranked_compared(ranked, check.calls)
     compare_state_after_timing(session, replay.module, replay.count, replay.later)
     floor_ms, resolved = floor.check_floor(session, built, timing, cost, calls)
     recheck(session, replay.module, replay.later)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=replay.later,
-                 reference64=replay.module,
+                 reference64=replay.module, rest=later,
                  resolved=resolved)
 
 
