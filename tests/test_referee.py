@@ -1403,6 +1403,24 @@ def test_a_call_wrong_among_those_replayed_later_makes_the_verdict_incorrect_as_
     assert honest.timing_check.compared_calls == honest.correctness.later.trials - 2  # the state's and the recheck's
 
 
+@pytest.mark.slow  # an in-process judgement and two rounds: about three seconds
+def test_a_verdict_made_after_the_next_round_began_divides_by_the_round_its_windows_followed(monkeypatch):
+    """Its verdict waits for the compared calls replayed beside the next candidate, and a baseline round can come in
+    between (before that candidate): the verdict still divides by the round before its own windows, and names it."""
+    referee = local_executor.referee(baselines=["eager"])
+    referee.ensure_round()
+    before = referee.current_round
+    judgement = phases.begin(_deferring(monkeypatch, local_executor.Honest, referee), compile_only=False,
+                             imported=Imported())
+    assert judgement.rest is not None
+    judgement.rest.start()
+    referee.baseline_round()
+    assert referee.current_round.source != before.source
+    verdict = judgement.verdict()
+    assert verdict.status == Status.correct, verdict.error
+    assert verdict.baseline_source == before.source and verdict.baselines["eager"] == before.baselines["eager"]
+
+
 # --------------------------------------------------------------------------- a checked call's reference, overlapped
 
 def _overlap_referee(device: str = "cuda", judge_device: str = "cuda", kept: int = 1 << 30, peak: int | None = 1 << 20):

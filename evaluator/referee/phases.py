@@ -165,6 +165,7 @@ class Judgement:
     session: Session
     results: dict
     outcome: Stop | None
+    round: Round | None = None  # the round its windows were timed after: what it divides by, whatever came since
 
     @property
     def rest(self):
@@ -181,7 +182,7 @@ class Judgement:
                 if not out_of_memory(err):
                     raise
                 self.outcome = Stop(Status.crashed, Phase.time, referee_memory_said("replayed the candidate's calls", err))
-        return compose(self.session, self.results, self.outcome)
+        return compose(self.session, self.results, self.outcome, self.round)
 
 
 def begin(session: Session, compile_only: bool, imported: Imported | None = None) -> Judgement:
@@ -207,11 +208,12 @@ def begin(session: Session, compile_only: bool, imported: Imported | None = None
             raise
         outcome = Stop(Status.crashed, session.phase, referee_memory_said("judged the candidate's calls", err))
     session.leave()
-    return Judgement(session, results, outcome)
+    return Judgement(session, results, outcome, session.referee.current_round if session.referee is not None else None)
 
 
-def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
-    """The one place a verdict is made: from the phases' results and how the judgement ended."""
+def compose(session: Session, results: dict, outcome: Stop | None, current: Round | None = None) -> Verdict:
+    """The one place a verdict is made: from the phases' results and how the judgement ended; `current`, the round its
+    windows were timed after (else the referee's current one)."""
     referee = session.referee
     checked, timed, profiled = results.get("checked"), results.get("timed"), results.get("profiled")
     status = outcome.status if outcome is not None else Status.correct
@@ -226,7 +228,7 @@ def compose(session: Session, results: dict, outcome: Stop | None) -> Verdict:
         timed = None
     timing = timed.timing if timed else None
     figure = timing if timed is not None and timed.resolved else None  # a number the clock resolves, or none
-    rounds = referee.current_round if referee is not None and timing is not None else None
+    rounds = (current or referee.current_round) if referee is not None and timing is not None else None
     baselines = dict(rounds.baselines) if rounds is not None else {}
     environment = referee.environment.model_copy() if referee is not None else None
     if environment is not None and timed is not None:

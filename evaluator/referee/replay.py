@@ -27,6 +27,11 @@ them (`MemoryPlan.kept_bytes`; none where the judge lives in host memory), the k
 end (SAMPLED_CALLS and the last of them) and freed, and the draw at the end is over the calls after them: each draw
 is made once its calls have all run and is independent of the others, so a gap the candidate may notice tells it
 nothing of the calls to come.
+
+The run of compared calls that ends with the last is replayed at once: the state after the windows is compared against
+the reference after it. Where the judge lives on the GPU and the memory plan has room (`Replay.deferrable`), the others
+are replayed later, beside the next candidate's start and checks, on a copy of the reference as it stood at the draw
+(`Later`): the same comparisons, made before the verdict.
 """
 
 from __future__ import annotations
