@@ -415,7 +415,8 @@ class Later:
                 finally:
                     stream.synchronize()  # before the copies are freed, which other streams may then reuse
         except BaseException as err:  # noqa: BLE001 - the verdict's, raised where it waits (`wait`)
-            self.error = err
+            # a verdict's frames hold the replay's float64 copies: let them go now (the referee's own failure keeps them)
+            self.error = err.with_traceback(None) if isinstance(err, Judged) else err
         finally:
             self.plan, self.worker, self.origin = [], None, None
             self.seconds = time.perf_counter() - started
