@@ -1340,20 +1340,6 @@ def test_at_kernelbench_an_80_gb_gpu_keeps_every_clocked_call_for_one_draw_at_th
     assert two_lanes.beside_bytes == 0  # an 80 GB GPU's half: every compared call replayed before the verdict
 
 
-class _WrongMidSeries(local_executor.Honest):
-    """Right on every checked call and on the last clocked calls, wrong (twice the output, the buffers right) on its
-    15th to 30th calls: clocked ones, never the last of them."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        out = super().forward(x)
-        return out * 2 if 15 <= self.calls <= 30 else out
-
-
 def _deferring(monkeypatch, model_class, judge=None):
     from evaluator.referee import replay
 
@@ -1376,28 +1362,28 @@ def test_compared_calls_left_for_later_are_counted_when_drawn_and_compared_befor
     checked = phases.check_phase(session, built)
     timed = time_phase(session, checked, built)
     later = timed.rest
-    assert later is not None and later.thread is None  # started by the referee once the phases are over
+    assert later is not None and later.seconds is None  # run on the reply thread, its executor closed first
     deferred = sum(len(indices) for _, indices in later.plan)
     assert 0 < deferred < timed.check.compared_calls and timed.check.compared_ranked == SAMPLED_CALLS
     before = timed.later.trials
-    later.wait()
+    later.run()
     assert timed.later.trials == before + deferred and timed.later.passed
     assert later.plan == [] and later.worker is None  # its copies let go
 
 
 @pytest.mark.slow  # two in-process judgements with the calibrator: about two seconds
-def test_a_call_wrong_among_those_replayed_later_makes_the_verdict_incorrect_as_it_does_replayed_at_once(monkeypatch):
-    """A candidate wrong on clocked calls but not the last passes every step of its own phases when the calls that
-    catch it are replayed later; its verdict, made once they are over, is `incorrect` and names the call, as without."""
-    judgement = phases.begin(_deferring(monkeypatch, _WrongMidSeries), compile_only=False, imported=Imported())
+def test_a_call_wrong_among_those_replayed_later_makes_the_verdict_incorrect_and_names_it(monkeypatch):
+    """Every step of the candidate's own phases passed; one of the calls left for later is wrong as its window copied
+    it (what a candidate wrong on that call alone leaves): the verdict, made once they are over, is `incorrect`, names
+    the call and ranks nothing. An honest candidate's is `correct`, every drawn call compared."""
+    judgement = phases.begin(_deferring(monkeypatch, local_executor.Honest), compile_only=False, imported=Imported())
     assert judgement.outcome is None and judgement.rest is not None
-    judgement.rest.start()
-    later = judgement.verdict()
-    at_once = phases.judge(local_executor.session_for(_WrongMidSeries), compile_only=False, imported=Imported())
-    for verdict in (later, at_once):
-        assert verdict.status == Status.incorrect and verdict.phase.value == "time", verdict.error
-        assert re.search(r"wrong on clocked call \d+:", verdict.error), verdict.error
-        assert verdict.runtime_ms is None and verdict.speedup == {}
+    kept, indices = judgement.rest.plan[len(judgement.rest.plan) // 2]
+    kept.staged["outputs"][indices[0]] += 1.0
+    verdict = judgement.verdict()
+    assert verdict.status == Status.incorrect and verdict.phase.value == "time", verdict.error
+    assert f"wrong on clocked call {kept.first + indices[0]}:" in verdict.error
+    assert verdict.runtime_ms is None and verdict.speedup == {}
     honest = phases.judge(_deferring(monkeypatch, local_executor.Honest), compile_only=False, imported=Imported())
     assert honest.status == Status.correct, honest.error
     assert honest.timing_check.compared_calls == honest.correctness.later.trials - 2  # the state's and the recheck's
@@ -1413,7 +1399,6 @@ def test_a_verdict_made_after_the_next_round_began_divides_by_the_round_its_wind
     judgement = phases.begin(_deferring(monkeypatch, local_executor.Honest, referee), compile_only=False,
                              imported=Imported())
     assert judgement.rest is not None
-    judgement.rest.start()
     referee.baseline_round()
     assert referee.current_round.source != before.source
     verdict = judgement.verdict()

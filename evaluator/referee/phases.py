@@ -175,7 +175,7 @@ class Judgement:
     def verdict(self) -> Verdict:
         if (rest := self.rest) is not None:
             try:
-                rest.wait()
+                rest.run()
             except Judged as judged:
                 self.outcome = Stop(judged.status, judged.phase, judged.error)
             except (torch.OutOfMemoryError, RuntimeError) as err:

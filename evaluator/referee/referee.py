@@ -402,7 +402,8 @@ class Referee:
 
     def judge(self, request: JudgeRequest, upcoming: list[JudgeRequest] = ()) -> Callable[[], JudgeReply]:
         """The candidate's phases, here and now; then what makes its reply, for the outbox's thread: its executor's exit
-        and clean-up (a CUDA context's teardown: tenths of a second) overlap the next candidate's start (`exclusive`)."""
+        and clean-up (a CUDA context's teardown: tenths of a second) and the compared calls left for later
+        (replay.Later) overlap the next candidate's start and checks (`exclusive` waits for them)."""
         steps = {"begin": time.perf_counter()}  # the referee's own steps, for the profile
         device_share.take_turn(self)
         if not request.compile_only:
@@ -423,7 +424,7 @@ class Referee:
         tuning.take_spent()  # none of it this candidate's
         self.sessions += 1
         session = self.session_for(request, process, self.keys.derive("candidate", self.sessions, request.digest))
-        session.defer_replay = True  # its compared calls but the last run beside the next candidate's start (Later)
+        session.defer_replay = True  # compared calls replayed beside the next candidate's start (replay.Later)
         try:
             judgement = phases.begin(session, request.compile_only)
         except BaseException:
@@ -431,12 +432,11 @@ class Referee:
             raise
         steps["phases"] = time.perf_counter()
         release_cached(self.device)  # the checks' float64 copies: the next executor's memory, not the referee's cache
-        if judgement.rest is not None:  # after release_cached, whose cudaFree would wait for it
-            judgement.rest.start()
         costs = tuning.take_spent()  # its steps', for the profile (written with its reply)
         timed = "timed" in judgement.results and judgement.outcome is None  # its windows ran (`Later` may fail it yet)
         self.judged, self.timed_since_round = self.judged + 1, self.timed_since_round + timed
-        # set once its executor is closed and its later replay over: before the next exclusive turn (`exclusive`)
+        # set once its executor is closed and its compared calls left for later replayed (settling.reply): before the
+        # next exclusive turn (`exclusive`)
         self.closing.append(closed := threading.Event())
         process.will_close()  # before the next executor's start, which may wait for its exchange
         steps["released"] = time.perf_counter()  # release_cached, mostly (the next candidate allocates afresh)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 import os
 import random
-import threading
 import time
 from dataclasses import dataclass
 
@@ -184,7 +183,7 @@ class Replay:
         if not self.session.defer_replay or self.chain or DEFER == "0":
             return False
         if referee.judge_device != "cuda":
-            return DEFER == "1"  # tests: the same path on the CPU
+            return DEFER == "1" and referee.device == "cpu"  # tests: the same path on the CPU
         return self.kept_bytes + 2 * referee.memory.judge_bytes <= referee.memory.beside_bytes  # 2: a window's stack
 
     def fork(self) -> Replay:
@@ -360,21 +359,19 @@ def staged_tensors(session: Session, clocked: clock.Clocked) -> tuple[dict[str, 
 
 
 class Later:
-    """Compared calls replayed after the executor's last reply, beside the next candidate's start and checks (where the
-    GPU is mostly idle: its holds, its executor's replies), on a stream of their own in a thread of the referee's.
-    Counted when drawn (`Replay.settle`); the verdict waits for them (evaluator.referee.phases.Judgement), and so does
-    the next exclusive turn (the referee's `closing`). The replay is the referee's alone: its copies of the calls, its
-    reference, the seeds it drew the inputs from; the candidate's executor has exited when it runs."""
+    """Compared calls replayed after the candidate's executor has exited and been closed, on the referee's reply thread,
+    on a stream of their own, beside the next candidate's start and checks (where the GPU is mostly idle: its holds,
+    its executor's replies). Counted when drawn (`Replay.settle`); the verdict is made once they are over
+    (evaluator.referee.phases.Judgement, evaluator.referee.settling.reply), and the next exclusive turn waits for them
+    (the referee's `closing`). The replay is the referee's alone: its copies of the calls, its reference, the seeds it
+    drew the inputs from; nothing of the candidate's is left beside it."""
 
     def __init__(self, replay: Replay):
         self.origin, self.worker, self.into = replay, replay.fork(), replay.later
         self.plan: list[tuple[Kept, list[int]]] = []
         on_gpu = replay.session.referee.judge_device == "cuda"
         self.ready = torch.cuda.current_stream().record_event() if on_gpu else None  # after the reference's copy
-        self.thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-        self.done: compare.ModeAccumulator | None = None  # the compared calls' comparisons, once over
-        self.seconds = 0.0
+        self.seconds: float | None = None  # how long it took, once run
 
     def add(self, kept: Kept, indices: list[int]) -> None:
         """Calls `indices` of `kept`, compared later and counted now (the verdict's counts, the bound's)."""
@@ -382,41 +379,23 @@ class Later:
         self.origin.compared += len(indices)
         self.origin.compared_in.append((kept.window, len(indices)))
 
-    def start(self) -> None:
-        """The replay begun in a thread of its own (`wait` joins it); once."""
-        if self.thread is not None:
+    def run(self) -> None:
+        """Its calls compared, into the replay's accumulator (once); `Judged` where one is wrong. Its copies are let go
+        whatever the outcome."""
+        if self.seconds is not None:
             return
-        self.thread = threading.Thread(target=self._run, name="replay-later", daemon=True)
-        self.thread.start()
-
-    def wait(self) -> None:
-        """Its calls compared (here and now where never started) and taken into the replay's accumulator (here: the
-        judging thread merges into it until the executor's last reply); `Judged` where one is wrong."""
-        if self.thread is None:
-            self.start()
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        if self.done is not None:
-            self.into.merge(self.done)
-            self.done = None
-
-    def _run(self) -> None:
         started = time.perf_counter()
         try:
             if self.ready is None:
                 self._compare()
             else:
                 stream = torch.cuda.Stream()
-                stream.wait_event(self.ready)  # the kept copies and the reference's copy made on the judging thread
+                stream.wait_event(self.ready)  # the kept copies and the reference's copy, made on the judging thread
                 try:
                     with torch.cuda.stream(stream):
                         self._compare()
                 finally:
                     stream.synchronize()  # before the copies are freed, which other streams may then reuse
-        except BaseException as err:  # noqa: BLE001 - the verdict's, raised where it waits (`wait`)
-            # a verdict's frames hold the replay's float64 copies: let them go now (the referee's own failure keeps them)
-            self.error = err.with_traceback(None) if isinstance(err, Judged) else err
         finally:
             self.plan, self.worker, self.origin = [], None, None
             self.seconds = time.perf_counter() - started
@@ -424,4 +403,4 @@ class Later:
     def _compare(self) -> None:
         for kept, indices in self.plan:
             self.worker.compare(kept, indices)
-        self.done = self.worker.later
+        self.into.merge(self.worker.later)

@@ -58,22 +58,24 @@ def settle(verdict: Verdict, process: ExecutorProcess, returncode: int | None, t
 def reply(request: JudgeRequest, process: ExecutorProcess, session: Session, judgement, steps: dict[str, float],
           costs: dict[str, float], closed: threading.Event) -> JudgeReply:
     """A judged candidate's reply, made on the referee's reply thread while the next candidate starts: its executor's
-    exit waited for (it exits by itself after `finish`), the compared calls left for later replayed
-    (evaluator.referee.phases.Judgement), the executor closed, the verdict settled with what it showed. `closed` is set
-    once all of it is over: the next exclusive turn waits for it (Referee.exclusive)."""
+    exit waited for (it exits by itself after `finish`) and the executor closed, then the compared calls left for
+    later replayed (evaluator.referee.replay.Later, in phases.Judgement.verdict), the verdict settled with what the
+    executor showed. `closed` is set once all of it is over: the next exclusive turn waits for it (Referee.exclusive)."""
     returncode = None
     try:
         try:
             if judgement.outcome is None:
                 returncode = process.wait_exit(1)
             steps["exit"] = time.perf_counter()
-            rest = judgement.rest
-            verdict = judgement.verdict()
-            if rest is not None:
-                costs["replay_later"] = round(rest.seconds, 4)
-                release_cached(session.device)  # its copies: the next executor's memory, not the referee's cache
-        finally:  # after the replay: an exchange is handed on only while the device is idle (ExchangePool)
-            process.close(wait_s=1)  # the rest of a slow exit in the background
+        finally:
+            # before the later replay: nothing of the candidate's beside it (a process holding the device's memory
+            # could make it fail as the referee's own), and its exchange handed on while the device is idle
+            process.close(wait_s=1)
+        rest = judgement.rest
+        verdict = judgement.verdict()
+        if rest is not None:
+            costs["replay_later"] = round(rest.seconds, 4)
+            release_cached(session.device)  # its copies: the next executor's memory, not the referee's cache
     finally:
         closed.set()
     steps["close"] = time.perf_counter()
