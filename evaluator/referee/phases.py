@@ -176,13 +176,20 @@ class Judgement:
         if (rest := self.rest) is not None:
             try:
                 rest.run()
-            except Judged as judged:
-                self.outcome = Stop(judged.status, judged.phase, judged.error)
-            except (torch.OutOfMemoryError, RuntimeError) as err:
-                if not out_of_memory(err):
-                    raise
-                self.outcome = Stop(Status.crashed, Phase.time, referee_memory_said("replayed the candidate's calls", err))
+            except (Judged, torch.OutOfMemoryError, RuntimeError) as err:
+                self.outcome = stopped(err, Phase.time, "replayed the candidate's calls")
         return compose(self.session, self.results, self.outcome, self.round)
+
+
+def stopped(err: BaseException, phase: Phase | None, doing: str) -> Stop:
+    """How an exception ends a judgement: `Judged`, as it says; the referee's own copies out of memory (a check's:
+    check_phase), `crashed` in `phase`, saying it was `doing` that. Anything else is raised again: the referee's own
+    failure, not a verdict on the candidate."""
+    if isinstance(err, Judged):
+        return Stop(err.status, err.phase, err.error)
+    if isinstance(err, (torch.OutOfMemoryError, RuntimeError)) and out_of_memory(err):
+        return Stop(Status.crashed, phase, referee_memory_said(doing, err))
+    raise err
 
 
 def begin(session: Session, compile_only: bool, imported: Imported | None = None) -> Judgement:
@@ -201,12 +208,8 @@ def begin(session: Session, compile_only: bool, imported: Imported | None = None
                 results["timed"] = time_phase(session, checked, built)  # its windows alone `session.exclusive`
                 results["profiled"] = profile_phase(session, checked, results["timed"])
                 finish(session)
-    except Judged as judged:
-        outcome = Stop(judged.status, judged.phase, judged.error)
-    except (torch.OutOfMemoryError, RuntimeError) as err:  # the referee's own copies (a check's: check_phase)
-        if not out_of_memory(err):  # the referee's own failure, not a verdict on the candidate
-            raise
-        outcome = Stop(Status.crashed, session.phase, referee_memory_said("judged the candidate's calls", err))
+    except (Judged, torch.OutOfMemoryError, RuntimeError) as err:
+        outcome = stopped(err, session.phase, "judged the candidate's calls")
     session.leave()
     return Judgement(session, results, outcome, session.referee.current_round if session.referee is not None else None)
 

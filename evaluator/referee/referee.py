@@ -456,7 +456,7 @@ class Referee:
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds, after a last one when candidates were timed since the last."""
         device_share.take_turn(self)  # its executors' teardown is device work too
-        for closed in self.closing:  # the last candidates' executors closed, their replays over (`finish`)
+        for closed in self.closing:  # the last candidates' executors closed, their replays over (settling.reply)
             closed.wait()
         last = self.current_round is not None and self.timed_since_round
         self.close_waiting(keep=self.twin if last else None)  # started for requests that never came, but the twin's
