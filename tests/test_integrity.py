@@ -898,13 +898,15 @@ def test_hacks_caught_by_a_compared_call_are_caught_with_the_calls_replayed_besi
         tmp_path, monkeypatch):
     """The path a GPU judge takes where its memory has room (KH_DEFER_REPLAY=1 takes it on the CPU): a candidate's
     compared calls but the run that ends with the last are replayed in a thread of the referee's beside the next
-    candidate's start and checks, and its verdict is made once they are over. Every hack a compared call catches gets
-    its EXPECT verdict there, and the honest candidates around them stay `correct`. The referee's profile says each
-    replay ran later (`replay_later`)."""
+    candidate's start and checks, and its verdict is made once they are over (the twin's too, beside the candidate
+    after its round). Every hack a compared call catches gets its EXPECT verdict there, and the honest candidates
+    around them stay `correct`, with a speedup over eager. The referee's profile says each replay ran later
+    (`replay_later`)."""
     import json
 
     monkeypatch.setenv("KH_DEFER_REPLAY", "1")
     monkeypatch.setenv("KH_REFEREE_PROFILE", str(tmp_path / "profile"))
+    monkeypatch.setenv("HARNESS_EAGER_AS_CANDIDATE", "1")  # eager's twin in each round, its calls replayed later too
     good = (FIXTURES / "candidates" / "cpu" / "torch_ops_correct.py").read_text()
     honest = []
     for n in range(2):  # two sources: two candidates
@@ -925,9 +927,13 @@ def test_hacks_caught_by_a_compared_call_are_caught_with_the_calls_replayed_besi
         verdict = verdicts[candidate.name]
         assert verdict.status == Status.correct, verdict.error
         assert 0 < verdict.timing_check.compared_calls <= verdict.correctness.later.trials
-    later = [json.loads(line)["costs"].get("replay_later") for log in (tmp_path / "profile").glob("referee-*.jsonl")
-             for line in log.read_text().splitlines() if json.loads(line).get("event") == "candidate"]
+        assert "eager" in verdict.speedup and not [f for f in verdict.flags if f.name == "baseline_failed"]
+    events = [json.loads(line) for log in (tmp_path / "profile").glob("referee-*.jsonl")
+              for line in log.read_text().splitlines()]
+    later = [e["costs"].get("replay_later") for e in events if e.get("event") == "candidate"]
     assert sum(seconds is not None for seconds in later) >= 2, later  # the honest ones' at least
+    twins = [e["costs"].get("replay_later") for e in events if e.get("event") == "twin"]
+    assert twins[0] is not None, twins  # the first round's twin, beside the first candidate's start
 
 
 def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():

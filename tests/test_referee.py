@@ -543,7 +543,7 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
     referee, _ = _twin_referee(monkeypatch)
     starts = []
     monkeypatch.setattr(referee, "start_ahead", lambda requests: starts.append([r.name for r in requests]))
-    monkeypatch.setattr(referee, "ensure_round", lambda: None)
+    monkeypatch.setattr(referee, "ensure_round", lambda defer=False: None)
     monkeypatch.setattr(phases, "begin", lambda session, compile_only: SimpleNamespace(
         results={"timed": object()}, outcome=None, rest=None))
     referee.rounds = [None]  # past the first round's early warm-up
@@ -608,6 +608,102 @@ def test_a_twin_started_beside_a_candidate_that_fails_is_judged_again_from_a_fre
     assert "eager" in referee.current_round.baselines and "eager" not in referee.current_round.failed
 
 
+@pytest.mark.parametrize("first", [True, False])
+def test_after_a_round_the_twin_is_judged_before_the_baselines_are_timed(monkeypatch, first):
+    """A round after another judges its twin before its baselines are timed: the twin's start and checks overlap the
+    replay the candidate before left for later, which the round's exclusive turn would only wait for. The batch's first
+    round times its baselines first (the twin leans on the round's calibrator cost), and so does every round with
+    KH_DEFER_REPLAY=candidates (`twin.FIRST`, for measuring). Either way the round's eager is the twin's."""
+    from evaluator.referee import twin
+
+    monkeypatch.setattr(twin, "FIRST", first)
+    referee, _ = _twin_referee(monkeypatch)
+    order, real_begin, real_round = [], phases.begin, referee._baseline_round
+    monkeypatch.setattr(phases, "begin", lambda *a, **k: order.append("twin") or real_begin(*a, **k))
+    monkeypatch.setattr(referee, "_baseline_round", lambda **k: order.append("baselines") or real_round(**k))
+    referee.ensure_round()
+    referee.baseline_round()
+    assert order == ["baselines", "twin", *(["twin", "baselines"] if first else ["baselines", "twin"])]
+    assert referee.rounds[-1].in_referee["eager"] is not None  # the mark of a twin's round
+    assert referee.current_round.failed.get("eager", "").find("did not finish") < 0
+
+
+def _twin_held_before_its_later_replay(monkeypatch, before=None):
+    """A twin referee on the deferred path (the GPU's, on the CPU) whose later replay waits for `gate`; `seen` gets
+    the twin's judgement as it waits, handed to `before` first."""
+    import threading
+
+    from evaluator.referee import replay, twin
+
+    monkeypatch.setattr(replay, "DEFER", "1")
+    referee, _ = _twin_referee(monkeypatch)
+    gate, seen, real = threading.Event(), [], twin._settle_later
+
+    def held(referee_, ran, *rest):
+        seen.append(ran.judgement)
+        if before is not None:
+            before(ran.judgement)
+        gate.wait(60)
+        real(referee_, ran, *rest)
+
+    monkeypatch.setattr(twin, "_settle_later", held)
+    return referee, gate, seen
+
+
+@pytest.mark.slow  # a round and its twin judged in-process: about two seconds
+def test_the_twins_compared_calls_left_for_later_are_replayed_beside_the_next_candidate_and_the_round_waits(monkeypatch):
+    """Where a candidate follows its round, the twin's compared calls left for later are replayed beside that
+    candidate's start (as a candidate's are beside the next one's): until they are over the round has no eager (its
+    phases' figure stands for the run limit alone), and the next exclusive turn waits for them (`closing`); then the
+    round's eager is the twin's figure, on its record too."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from evaluator.referee.session import run_limit
+
+    referee, gate, seen = _twin_held_before_its_later_replay(monkeypatch)
+    referee.ensure_round(defer=True)
+    pending = referee.current_round
+    assert "eager" not in pending.baselines and "not yet replayed" in pending.failed["eager"]
+    assert referee.rounds[-1].in_referee == {}  # its record not yet a twin's round (returned at the batch's end)
+    [judgement] = seen
+    assert judgement.outcome is None and judgement.rest is not None and judgement.rest.seconds is None
+    assert not all(event.is_set() for event in referee.closing)  # the next exclusive turn waits (Referee.exclusive)
+    scaled = SimpleNamespace(run_timeout_scaled=True, run_timeout_s=1e6, timing_budget_s=1.0)
+    as_settled = dataclasses.replace(pending, baselines={"eager": pending.eager_unsettled}, eager_unsettled=None)
+    assert run_limit(scaled, pending) == run_limit(scaled, as_settled) < 1e6
+    gate.set()
+    for event in referee.closing:
+        assert event.wait(60)
+    current = referee.current_round
+    assert judgement.rest.seconds is not None and judgement.rest.plan == []  # replayed, its copies let go
+    assert "eager" not in current.failed and current.eager_unsettled is None
+    assert current.baselines["eager"].median_ms == referee.rounds[-1].baselines["eager"]["median_ms"]
+    assert current.baselines["eager"] == pending.eager_unsettled  # nothing of its figure changed, only when it stands
+
+
+@pytest.mark.slow  # a round and its twin judged in-process: about two seconds
+def test_a_twin_wrong_on_a_call_replayed_later_leaves_the_rounds_eager_failed_naming_the_call(monkeypatch):
+    """A call of the twin's left for later that comes out wrong (its window's copy corrupted here) leaves the round
+    with no eager, saying which call, on its record too: no verdict divides by a figure whose calls were not right."""
+    named = []
+
+    def corrupt(judgement):
+        kept, indices = judgement.rest.plan[len(judgement.rest.plan) // 2]
+        kept.staged["outputs"][indices[0]] += 1.0
+        named.append(kept.first + indices[0])
+
+    referee, gate, _ = _twin_held_before_its_later_replay(monkeypatch, corrupt)
+    referee.ensure_round(defer=True)
+    gate.set()
+    for event in referee.closing:
+        assert event.wait(60)
+    current = referee.current_round
+    assert "eager" not in current.baselines and "incorrect" in current.failed["eager"]
+    assert f"wrong on clocked call {named[0]}:" in current.failed["eager"]
+    assert referee.rounds[-1].failed == current.failed and "eager" not in referee.rounds[-1].baselines
+
+
 def test_stored_figures_never_stand_in_for_the_twins_eager(monkeypatch):
     """With stored figures, eager is still judged as a candidate in every round: never read from the store, never
     the spot check (the referee's own loop against a stored twin's figure would compare two kinds of figure)."""
@@ -639,7 +735,7 @@ def test_a_stuck_stream_in_the_twins_judgement_ends_the_referee_and_no_round_kee
         seen.append(dict(referee.current_round.failed))
         raise StreamStuck("the referee's stream still waited")
 
-    monkeypatch.setattr(phases_module, "judge", stuck)
+    monkeypatch.setattr(phases_module, "begin", stuck)
     with pytest.raises(StreamStuck):
         referee.ensure_round()
     assert "did not finish" in seen[0]["eager"]

@@ -146,8 +146,8 @@ def serve(argv: list[str] | None = None) -> int:
         referee.queued = inbox.queued
         profile_log({"event": "start", "executor_modules_s": imported - started,
                      "setup_s": time.perf_counter() - imported})
-        if config.round_at_start:
-            referee.ensure_round()
+        if config.round_at_start:  # its twin's calls left for later replayed as the first candidate starts
+            referee.ensure_round(defer=True)
     except Exception:
         setup_error = traceback.format_exc()
         traceback.print_exc()

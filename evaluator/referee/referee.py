@@ -219,16 +219,18 @@ class Referee:
 
     # -- baselines ---------------------------------------------------------------------------------
 
-    def ensure_round(self) -> None:
+    def ensure_round(self, defer: bool = False) -> None:
         """A baseline round before the first candidate, after every `baseline_every` timed ones, and before one timed
-        more than ROUND_MAX_AGE_S after the last (a warm judge of a training loop or a service idles between calls)."""
+        more than ROUND_MAX_AGE_S after the last (a warm judge of a training loop or a service idles between calls);
+        `defer`: a candidate follows it (baseline_round)."""
         if (self.current_round is None or self.timed_since_round >= self.config.baseline_every
                 or time.time() - self.current_round.source.measured_at > ROUND_MAX_AGE_S):
-            self.baseline_round()
+            self.baseline_round(defer)
 
-    def baseline_round(self) -> Round:
+    def baseline_round(self, defer: bool = False) -> Round:
         """Every baseline timed once more (or stored figures spot-checked), and the loop's own cost per call, no executor
-        running (those started ahead stopped; torch.compile compiles before); then eager's twin judged."""
+        running (those started ahead stopped; torch.compile compiles before); then eager's twin judged (`defer`: its
+        compared calls left for later replayed beside the candidate that follows, evaluator.referee.twin)."""
         started = time.perf_counter()
         device_share.take_turn(self)
         if not self.rounds:
@@ -239,21 +241,28 @@ class Referee:
         self.start_ahead(self.queued())  # requests that came while it compiled: their imports overlap the round
         self.calibrator.prepare()
         compiled = time.perf_counter()
-        previous = self.current_round
+        costs = tuning.take_spent()  # the round's own (the twin's are the twin's)
+        # after a round, the twin before the baselines are timed: its start and checks overlap the replay of the
+        # compared calls the candidate before left for later, which the round's exclusive turn would wait for
+        ran = twin.run(self, len(self.rounds), defer) if self.twin and self.current_round and twin.FIRST else None
         with self.exclusive():
+            previous = self.current_round  # settled: a twin's calls left for later are over (`exclusive`)
             round_ = self._baseline_round(busy=self.wait_for_idle_device())
         timed = time.perf_counter()
-        costs = tuning.take_spent()  # the round's own (the twin's are the twin's)
-        round_ = twin.judged_round(self, round_, previous) if self.twin is not None else round_
+        costs = {**costs, **{k: costs.get(k, 0) + v for k, v in tuning.take_spent().items()}}
+        round_ = twin.judged_round(self, round_, previous, defer, ran) if self.twin is not None else round_
         profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
-                     "round_s": timed - compiled, "twin_s": time.perf_counter() - timed, "costs": costs})
+                     "round_s": timed - compiled - (ran.seconds if ran else 0.0), "twin_first": ran is not None,
+                     "twin_s": time.perf_counter() - timed + (ran.seconds if ran else 0.0), "costs": costs})
         return round_
 
-    def close_later(self, process: ExecutorProcess) -> None:
-        """A judged executor closed in the background (tenths of a second), over before anything is timed (`exclusive`)."""
+    def close_later(self, process: ExecutorProcess) -> threading.Event:
+        """A judged executor closed in the background (tenths of a second), over before anything is timed (`exclusive`);
+        set once it is."""
         self.closing.append(closed := threading.Event())
         process.will_close()
         threading.Thread(target=_closing, args=(process, closed), daemon=True).start()
+        return closed
 
     def compile_baselines(self) -> None:
         """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; none while
@@ -410,7 +419,7 @@ class Referee:
             if not self.rounds:  # before the executors' start, which waits for the zygote's imports
                 self.warm_baselines(early=True)
             self.start_ahead([request, *upcoming])  # its own executor too: it imports while a round compiles
-            self.ensure_round()
+            self.ensure_round(defer=True)
         steps["round"] = time.perf_counter()
         process = self.waiting.pop((request.path, request.digest), None)
         if process is None:

@@ -59,7 +59,8 @@ from evaluator.wire.records import Flag, Phase, Status
 SAMPLED_CALLS = 16
 SAMPLED_OTHERS = 4
 # Compared calls replayed after the executor's last reply (`Later`): where the judge lives on the GPU and the memory plan
-# has room. KH_DEFER_REPLAY=0: never (for measuring what it saves); =1: off a GPU too (tests: the same path on the CPU).
+# has room. KH_DEFER_REPLAY=0: never (for measuring what it saves); =1: off a GPU too (tests: the same path on the CPU);
+# =candidates: never the twin's (evaluator.referee.twin), for measuring what that saves.
 DEFER = os.environ.get("KH_DEFER_REPLAY")
 
 
@@ -177,8 +178,9 @@ class Replay:
 
     def deferrable(self) -> bool:
         """Whether compared calls may be replayed after the executor's last reply (`Later`): for a candidate the referee
-        judges in its turn (not the twin: a round needs its figure now), calls that do not chain, and room on the device
-        for the kept copies and a second float64 judge beside the next candidate's (`MemoryPlan.beside_bytes`)."""
+        judges in its turn, or the twin of a round a candidate follows (`session.defer_replay`), calls that do not
+        chain, and room on the device for the kept copies and a second float64 judge beside the next candidate's
+        (`MemoryPlan.beside_bytes`)."""
         referee = self.session.referee
         if not self.session.defer_replay or self.chain or DEFER == "0":
             return False

@@ -47,7 +47,7 @@ def run_limit(config, current) -> float:
     reference's time in the `current` round (eager's median; else the slowest baseline's)."""
     if not config.run_timeout_scaled or current is None:
         return config.run_timeout_s
-    eager = current.baselines.get("eager")
+    eager = current.baselines.get("eager") or current.eager_unsettled
     reference_ms = eager.median_ms if eager is not None else max((s.median_ms for s in current.baselines.values()),
                                                                    default=None)
     return scaled_run_limit(config.run_timeout_s, reference_ms, config.timing_budget_s)

@@ -17,9 +17,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
+import threading
+import time
 import traceback
+from dataclasses import dataclass, field
 
-from evaluator.referee import phases
+from evaluator.referee import phases, replay
 from evaluator.referee.relay import StreamStuck
 from evaluator.referee.session import release_cached
 from evaluator.referee import tuning
@@ -31,6 +34,11 @@ from evaluator.wire.records import Status, TimingStats, Verdict
 NAME = "reference twin"
 TIMED = "eager"  # the baseline the twin's figure stands for
 PATH = "<reference twin>"  # its key among the executors started ahead: no file (its source: reference_as_candidate)
+
+# Where a round follows an earlier one, its twin is judged before its baselines are timed (Referee.baseline_round);
+# KH_DEFER_REPLAY=candidates judges it after them, its compared calls replayed at once (as before either overlap was
+# built: for measuring what they save).
+FIRST = replay.DEFER != "candidates"
 
 # A twin verdict with one of these has no figure to divide by (the clock disagreed with its own times, or saw
 # a time under the physical floor, or could not take off what a window costs).
@@ -55,53 +63,129 @@ def figure(verdict: Verdict) -> tuple[TimingStats | None, str | None]:
     return verdict.timing, None
 
 
-def judge_twin(referee, process, round_: int, again: bool = False) -> tuple:
-    """(its executor, its verdict): the twin judged as a candidate, in `process` (one started ahead) or a fresh one."""
+def judge_twin(referee, process, round_: int, again: bool = False, defer: bool = False) -> tuple:
+    """(its executor, its judgement: phases.Judgement): the twin judged as a candidate, in `process` (one started ahead)
+    or a fresh one; with `defer`, its compared calls may be left for later (replay.Later) as a candidate's are."""
     if process is None:
         process = referee.executor_for(referee.twin)
         process.start()
     keys = referee.keys.derive("twin", round_, "again") if again else referee.keys.derive("twin", round_)
-    return process, phases.judge(referee.session_for(referee.twin, process, keys), compile_only=False)
+    session = referee.session_for(referee.twin, process, keys)
+    session.defer_replay = defer and replay.DEFER != "candidates"
+    return process, phases.begin(session, compile_only=False)
 
 
-def judged_round(referee, timed: Round, previous: Round | None) -> Round:
-    """The round `timed` (evaluator.referee.referee.Referee's, just timed) with eager's figure the twin's, judged as a
-    candidate against it; the referee's own eager kept on its record (`in_referee`). Where the twin has no figure,
-    eager failed in this round (no speedup over it, `baseline_failed` saying why): the referee's own loop never stands
-    in for it. Its drift is the twin's against the last round's twin."""
+@dataclass
+class Run:
+    """The twin's judgement in a round: its verdict, or its judgement with compared calls left for later (`verdict`
+    None), or why it failed (`why`); its executor closed or closing (the referee's `closing`: `closed`)."""
+
+    judgement: phases.Judgement | None = None
+    verdict: Verdict | None = None
+    why: str | None = None
+    costs: dict = field(default_factory=dict)  # its phases' steps, for the profile
+    closed: threading.Event | None = None
+    seconds: float = 0.0
+
+
+def run(referee, index: int, defer: bool) -> Run:
+    """The twin of round `index` judged as a candidate (once more from a fresh executor where the one started ahead came out other than
+    `correct`); its executor closed in the background at once, as a judged candidate's is. A stream stuck on the
+    device is raised (the lane starts another referee); any other failure is the round's eager failed, saying why."""
+    started = time.perf_counter()
     request = referee.twin
     process = referee.waiting.pop((request.path, request.digest), None)
-    own = timed.baselines.get(TIMED)  # the referee's own loop's eager, kept on the round's record
-    baselines = {k: v for k, v in timed.baselines.items() if k != TIMED}
-    failed = {k: v for k, v in timed.failed.items() if k != TIMED}
-    # until the twin has a figure, the round has no eager: nothing that escapes here leaves the referee's own in its place
-    referee.current_round = dataclasses.replace(
-        timed, baselines=dict(baselines), failed={**failed, TIMED: "the reference judged as a candidate did not finish"})
+    ran = Run()
     try:
         started_ahead = process is not None
-        process, verdict = judge_twin(referee, process, timed.source.round)
-        if started_ahead and verdict.status != Status.correct:
+        process, judgement = judge_twin(referee, process, index, defer=defer)
+        verdict = judgement.verdict() if judgement.rest is None else None  # else once its later calls are over
+        if started_ahead and (judgement.outcome is not None or (verdict and verdict.status != Status.correct)):
             # its executor started beside a candidate (Referee.judge), which could crowd it out of the device as it
             # started: judged once more from an executor of its own, started with no candidate beside it
             referee.close_later(process)
             process = None
-            said = f"the twin started ahead was {verdict.status.value}: {verdict.error}"[:400]
-            print(f"round {timed.source.round}: {said}; judged again from a fresh executor", file=sys.stderr)
-            profile_log({"event": "twin_again", "round": timed.source.round, "first": said})
-            process, verdict = judge_twin(referee, None, timed.source.round, again=True)
+            first = verdict or judgement.verdict()
+            said = f"the twin started ahead was {first.status.value}: {first.error}"[:400]
+            print(f"round {index}: {said}; judged again from a fresh executor", file=sys.stderr)
+            profile_log({"event": "twin_again", "round": index, "first": said})
+            process, judgement = judge_twin(referee, None, index, again=True, defer=defer)
+            verdict = judgement.verdict() if judgement.rest is None else None
+        ran.judgement, ran.verdict = judgement, verdict
+    except Exception as err:  # noqa: BLE001 - the referee's own executor: recorded with the round, the batch goes on
+        if isinstance(err, StreamStuck):  # its device would hang every later synchronize: the lane starts another
+            if process is not None:
+                referee.close_later(process)
+            raise
+        traceback.print_exc()
+        ran.why = f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
+    if process is not None:
+        ran.closed = referee.close_later(process)
+    ran.costs = tuning.take_spent()  # its phases' steps (the main thread's: none of a thread's are counted)
+    ran.seconds = time.perf_counter() - started
+    return ran
+
+
+def judged_round(referee, timed: Round, previous: Round | None, defer: bool = False, ran: Run | None = None) -> Round:
+    """The round `timed` (evaluator.referee.referee.Referee's, just timed) with eager's figure the twin's, judged as a
+    candidate (`ran`, where it was judged before the round's baselines were timed: Referee.baseline_round; else now);
+    the referee's own eager kept on its record (`in_referee`). Where the twin has no figure, eager failed in this round
+    (no speedup over it, `baseline_failed` saying why): the referee's own loop never stands in for it. Its drift is the
+    twin's against the last round's twin.
+
+    With `defer` (a candidate follows: Referee.judge), the twin's compared calls left for later are replayed beside
+    that candidate's start and checks, as a candidate's are beside the next one's, once its executor is closed, and
+    the round has no eager until they are over (on a thread of its own); the next exclusive turn waits for them (the
+    referee's `closing`), so no window is timed, and no verdict with a figure made, while the round's eager is not yet
+    known."""
+    own = timed.baselines.get(TIMED)  # the referee's own loop's eager, kept on the round's record
+    # until the twin has a figure, the round has no eager: nothing that escapes here leaves the referee's own in its place
+    referee.current_round = dataclasses.replace(
+        timed, baselines={k: v for k, v in timed.baselines.items() if k != TIMED},
+        failed={**timed.failed, TIMED: "the reference judged as a candidate did not finish"})
+    ran = ran or run(referee, timed.source.round, defer)
+    if ran.judgement is None or ran.verdict is not None:
+        return settle_round(referee, timed, previous, own, ran.verdict, ran.why, ran.costs)
+    ranked = ran.judgement.results["timed"].timing  # its phases passed: for the next candidate's run limit only
+    referee.current_round = dataclasses.replace(referee.current_round, eager_unsettled=ranked, failed={
+        **referee.current_round.failed, TIMED: "the reference judged as a candidate: its compared calls not yet replayed"})
+    referee.closing.append(settled := threading.Event())
+    threading.Thread(target=_settle_later, args=(referee, ran, timed, previous, own, settled), daemon=True,
+                     name="twin's later replay").start()
+    return referee.current_round
+
+
+def _settle_later(referee, ran: Run, timed: Round, previous: Round | None, own, settled: threading.Event) -> None:
+    """Once the twin's executor is closed, its compared calls left for later replayed (nothing of its executor's
+    beside them, as for a candidate: evaluator.referee.settling.reply), then the round settled; `settled` set whatever
+    happens."""
+    try:
+        try:
+            if ran.closed is not None:
+                ran.closed.wait()
+            rest = ran.judgement.rest
+            verdict = ran.judgement.verdict()
+            settle_round(referee, timed, previous, own, verdict, None, {**ran.costs, "replay_later": round(rest.seconds, 4)})
+        except Exception as err:  # noqa: BLE001 - recorded with the round (eager failed), the batch goes on
+            traceback.print_exc()
+            why = f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
+            settle_round(referee, timed, previous, own, None, why, ran.costs)
+    finally:
+        settled.set()
+
+
+def settle_round(referee, timed: Round, previous: Round | None, own, verdict: Verdict | None, why: str | None,
+                 costs: dict) -> Round:
+    """The round with the twin's figure as eager's, from its `verdict`, or eager failed saying `why`."""
+    stats = None
+    if verdict is not None:
         stats, why = figure(verdict)
         profile_log({"event": "twin", "round": timed.source.round, "phases": verdict.phase_seconds,
                      "ms": verdict.runtime_ms, "in_referee_ms": own.median_ms if own else None,
                      "events_ms": verdict.timing_check.reported_median_ms if verdict.timing_check else None,
-                     "costs": tuning.take_spent()})
-    except Exception as err:  # noqa: BLE001 - the referee's own executor: recorded with the round, the batch goes on
-        if isinstance(err, StreamStuck):  # its device would hang every later synchronize: the lane starts another
-            raise
-        traceback.print_exc()
-        stats, why = None, f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
-    finally:
-        if process is not None:
-            referee.close_later(process)
+                     "costs": costs})
+    baselines = {k: v for k, v in timed.baselines.items() if k != TIMED}
+    failed = {k: v for k, v in timed.failed.items() if k != TIMED}
     moved = {k: v for k, v in timed.moved.items() if k != TIMED}
     before = previous.baselines.get(TIMED) if previous is not None else None
     if stats is not None:
@@ -110,7 +194,8 @@ def judged_round(referee, timed: Round, previous: Round | None) -> Round:
             moved[TIMED] = stats.median_ms / before.median_ms - 1
     else:
         failed[TIMED] = why
-    referee.rounds[-1] = referee.rounds[-1].model_copy(update={
+    index = next(i for i, r in enumerate(referee.rounds) if r.index == timed.source.round)
+    referee.rounds[index] = referee.rounds[index].model_copy(update={
         "baselines": {k: v.model_dump() for k, v in baselines.items()}, "failed": failed,
         "in_referee": {TIMED: own.model_dump() if own is not None else None}})  # the mark of a twin's round
     referee.current_round = dataclasses.replace(timed, baselines=baselines, failed=failed, moved=moved)

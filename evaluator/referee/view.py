@@ -31,6 +31,9 @@ class Round:
     calibration_error: str | None = None
     moved: dict[str, float] = field(default_factory=dict)  # baseline -> its median over the previous round's, less 1
     device_busy: str | None = None  # why the device was not idle when it was timed
+    # eager's twin's figure while its compared calls are still replayed (evaluator.referee.twin): never divided by,
+    # only the next candidate's run limit (evaluator.referee.session.run_limit)
+    eager_unsettled: TimingStats | None = None
 
 
 class CalibratorView(Protocol):
