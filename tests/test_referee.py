@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
-from pathlib import Path
 import time
 from pathlib import Path
 

@@ -5,8 +5,6 @@ before a batch is judged, and Ray's build tasks all come here (`Evaluator.build`
 
 from __future__ import annotations
 
-import os
-
 from evaluator.parent.lanes import resolve_device
 from evaluator.parent.referee_client import protected_paths
 from evaluator.referee import headers, phases
