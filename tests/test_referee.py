@@ -702,6 +702,87 @@ def test_a_twin_wrong_on_a_call_replayed_later_leaves_the_rounds_eager_failed_na
     assert referee.rounds[-1].failed == current.failed and "eager" not in referee.rounds[-1].baselines
 
 
+@pytest.mark.slow  # a round, its twin and a candidate judged in-process: about four seconds
+def test_the_candidate_after_a_round_is_timed_only_once_the_twins_calls_are_replayed_and_divides_by_its_figure(
+        monkeypatch):
+    """The candidate that follows a round starts and is checked beside the twin's replay, but its windows (its
+    exclusive turn) wait for that replay, and its verdict divides by the round's settled eager: the twin's figure."""
+    import threading
+
+    from evaluator.wire.protocol import JudgeRequest
+
+    referee, gate, seen = _twin_held_before_its_later_replay(monkeypatch)
+    referee.ensure_round(defer=True)
+    entered, real_exclusive = [], referee.exclusive
+
+    @contextlib.contextmanager
+    def watched(*args, **kwargs):
+        with real_exclusive(*args, **kwargs):
+            entered.append("eager" in referee.current_round.baselines)  # the round settled as its turn began
+            yield
+
+    monkeypatch.setattr(referee, "exclusive", watched)
+    threading.Timer(2.0, gate.set).start()  # the replay held past the candidate's start and checks
+    request = JudgeRequest(name="next", path="/next", digest="n")
+    session = referee.session_for(request, local_executor.LocalLink(local_executor.Honest, referee),
+                                  referee.keys.derive("candidate", 1, "n"))
+    verdict = phases.judge(session, compile_only=False, imported=Imported())
+    assert verdict.status == Status.correct, verdict.error
+    assert entered and all(entered), entered
+    assert seen[0].rest.seconds is not None
+    assert verdict.baselines["eager"] == referee.current_round.baselines["eager"] and "eager" in verdict.speedup
+
+
+@pytest.mark.slow  # two rounds and their twins judged in-process: about five seconds
+def test_a_round_begun_before_the_last_twins_calls_are_replayed_drifts_against_its_settled_figure(monkeypatch):
+    """A round that begins while the last round's twin is still being replayed (its twin judged first, its own calls
+    left for later too) waits for it before anything is timed, and its eager's drift is against that settled figure."""
+    import threading
+
+    from evaluator.referee import twin
+
+    monkeypatch.setattr(twin, "FIRST", True)
+    referee, gate, seen = _twin_held_before_its_later_replay(monkeypatch)
+    referee.ensure_round(defer=True)
+    threading.Timer(2.0, gate.set).start()
+    referee.baseline_round(defer=True)
+    for event in referee.closing:
+        assert event.wait(60)
+    assert len(seen) == 2 and all(judgement.rest.seconds is not None for judgement in seen)  # both left for later
+    first = referee.rounds[0].baselines["eager"]["median_ms"]
+    current = referee.current_round
+    assert current.moved["eager"] == pytest.approx(current.baselines["eager"].median_ms / first - 1)
+    assert referee.rounds[1].baselines["eager"]["median_ms"] == current.baselines["eager"].median_ms
+
+
+@pytest.mark.slow  # two rounds and their twins judged in-process: about four seconds
+def test_a_twin_whose_later_replay_runs_out_of_memory_leaves_its_round_without_eager_and_a_round_due(monkeypatch):
+    """Beside the next candidate's own code, whose memory can crowd the twin's replay out: the round has no eager
+    (`crashed`, the referee's memory), and the candidate after the one beside it gets a round of its own."""
+
+    def crowded(judgement):
+        rest = judgement.rest
+        if crowded.done:  # the first round's twin alone
+            return
+        crowded.done = True
+
+        def out_of_memory():
+            rest.seconds = 0.0
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        rest.run = out_of_memory
+
+    crowded.done = False
+    referee, gate, _ = _twin_held_before_its_later_replay(monkeypatch, crowded)
+    gate.set()
+    referee.ensure_round(defer=True)
+    for event in referee.closing:
+        assert event.wait(60)
+    assert "crashed" in referee.current_round.failed["eager"] and referee.round_due
+    referee.ensure_round(defer=True)
+    assert len(referee.rounds) == 2 and not referee.round_due
+
+
 def test_stored_figures_never_stand_in_for_the_twins_eager(monkeypatch):
     """With stored figures, eager is still judged as a candidate in every round: never read from the store, never
     the spot check (the referee's own loop against a stored twin's figure would compare two kinds of figure)."""

@@ -141,6 +141,7 @@ class Referee:
         self.buffer_use: tuple[set[str], bool] | None = None  # replay.state_use, probed by the batch's first candidate
         self.cached_said = ""  # what the verdicts dividing by stored figures say of them
         self.judged, self.timed_since_round, self.sessions = 0, 0, 0  # sessions: candidates begun (their keys' numbers)
+        self.round_due = False  # a round before the next candidate: a twin's later replay left its round without eager
         self.waiting: dict[tuple[str, str], ExecutorProcess] = {}  # started ahead, by (path, digest)
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
         self.exchanges = ExchangePool(ready=lambda: self.device != "cuda" or self.device_idle(1.0) is not None)
@@ -223,7 +224,7 @@ class Referee:
         """A baseline round before the first candidate, after every `baseline_every` timed ones, and before one timed
         more than ROUND_MAX_AGE_S after the last (a warm judge of a training loop or a service idles between calls);
         `defer`: a candidate follows it (baseline_round)."""
-        if (self.current_round is None or self.timed_since_round >= self.config.baseline_every
+        if (self.current_round is None or self.timed_since_round >= self.config.baseline_every or self.round_due
                 or time.time() - self.current_round.source.measured_at > ROUND_MAX_AGE_S):
             self.baseline_round(defer)
 
@@ -333,7 +334,7 @@ class Referee:
                  if name in previous and previous[name].median_ms > 0}
         self.current_round = Round(baselines=baselines, failed=failed, source=source, window_cost=cost,
                                    calibration_error=self.calibrator.error, moved=moved, device_busy=busy)
-        self.timed_since_round = 0
+        self.timed_since_round, self.round_due = 0, False
         release_cached(self.device)  # what the round's baselines (torch.compile's too) held, free for the executors
         return self.current_round
 

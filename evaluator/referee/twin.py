@@ -35,10 +35,10 @@ NAME = "reference twin"
 TIMED = "eager"  # the baseline the twin's figure stands for
 PATH = "<reference twin>"  # its key among the executors started ahead: no file (its source: reference_as_candidate)
 
-# Where a round follows an earlier one, its twin is judged before its baselines are timed (Referee.baseline_round);
-# KH_DEFER_REPLAY=candidates judges it after them, its compared calls replayed at once (as before either overlap was
-# built: for measuring what they save).
-FIRST = replay.DEFER != "candidates"
+# Where a round follows an earlier one, its twin is judged before its baselines are timed (Referee.baseline_round), to
+# overlap the replay the candidate before left for later; KH_DEFER_REPLAY=candidates (and =0, where nothing is left for
+# later) judges it after them, its compared calls replayed at once (for measuring what the overlaps save).
+FIRST = replay.DEFER not in ("0", "candidates")
 
 # A twin verdict with one of these has no figure to divide by (the clock disagreed with its own times, or saw
 # a time under the physical floor, or could not take off what a window costs).
@@ -66,13 +66,20 @@ def figure(verdict: Verdict) -> tuple[TimingStats | None, str | None]:
 def judge_twin(referee, process, round_: int, again: bool = False, defer: bool = False) -> tuple:
     """(its executor, its judgement: phases.Judgement): the twin judged as a candidate, in `process` (one started ahead)
     or a fresh one; with `defer`, its compared calls may be left for later (replay.Later) as a candidate's are."""
-    if process is None:
+    fresh = process is None
+    if fresh:
         process = referee.executor_for(referee.twin)
-        process.start()
-    keys = referee.keys.derive("twin", round_, "again") if again else referee.keys.derive("twin", round_)
-    session = referee.session_for(referee.twin, process, keys)
-    session.defer_replay = defer and replay.DEFER != "candidates"
-    return process, phases.begin(session, compile_only=False)
+    try:
+        if fresh:
+            process.start()
+        keys = referee.keys.derive("twin", round_, "again") if again else referee.keys.derive("twin", round_)
+        session = referee.session_for(referee.twin, process, keys)
+        session.defer_replay = defer and replay.DEFER != "candidates"
+        return process, phases.begin(session, compile_only=False)
+    except BaseException:
+        if fresh:  # one given is its caller's to close
+            referee.close_later(process)
+        raise
 
 
 @dataclass
@@ -166,10 +173,16 @@ def _settle_later(referee, ran: Run, timed: Round, previous: Round | None, own, 
             rest = ran.judgement.rest
             verdict = ran.judgement.verdict()
             settle_round(referee, timed, previous, own, verdict, None, {**ran.costs, "replay_later": round(rest.seconds, 4)})
+            crowded = verdict.status == Status.crashed
         except Exception as err:  # noqa: BLE001 - recorded with the round (eager failed), the batch goes on
             traceback.print_exc()
             why = f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
             settle_round(referee, timed, previous, own, None, why, ran.costs)
+            crowded = True
+        if crowded:
+            # the referee's own failure (its memory, beside the next candidate's own code, which can crowd it out):
+            # that candidate divides by this round, with no eager; the ones after it by a round of their own
+            referee.round_due = True
     finally:
         settled.set()
 
