@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES
 from evaluator.wire.records import Status, Verdict
 from harness.bench import throughput
@@ -224,3 +226,39 @@ def test_the_one_problem_options_are_refused_with_a_suite(tmp_path):
     for option in (["--only", "warm"], ["--only", "hot", "--work", str(tmp_path)]):  # a part needs its folder
         result = CliRunner().invoke(app, ["bench", "--throughput", "2", *option])
         assert result.exit_code == 2 and "--only is cold or warm, with --work" in result.output, result.output
+
+
+def test_a_passs_builds_give_the_least_wall_time_their_cpu_seconds_take_on_the_builds_cores():
+    from harness.bench.throughput import build_summary, builds_line
+
+    assert build_summary([]) is None
+    builds = build_summary([(60.0, 12), (90.0, 12), (70.0, 12)])
+    assert builds == {"count": 3, "cpu_s_median": 70.0, "cpu_s_total": 220.0, "cores": 12, "floor_s": 220.0 / 12}
+    assert builds_line("cold", builds) == ("cold: 3 builds, 70.0 CPU s each (median), 220 in all: at least 18 s on "
+                                           "the builds' 12 cores")
+
+
+@pytest.mark.slow  # one contained build that spends its CPU at import: a few seconds
+def test_a_build_made_here_records_the_cpu_seconds_of_its_whole_group(tmp_path):
+    """What a build cost the CPU is its cgroup's count (its compilers and every other process of it), read before
+    the group is removed: a candidate that spends about a second of CPU at import in a child process records it."""
+    from conftest import cpu_options
+    from evaluator.parent.placement import plan
+    from evaluator.parent.sandbox import Evaluator
+    from evaluator.wire import cgroups
+
+    if not cgroups.usable()[0]:
+        pytest.skip(f"no cgroup can be made here ({cgroups.usable()[1]})")
+    source = (b"import subprocess, sys\n"
+              b"subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+              b"while time.process_time() - t < 1.0: pass'], check=True)\n"
+              b"import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    evaluator = Evaluator(cpu_options(tmp_path, compile_only=True))
+    evaluator.placement = plan(1)
+    try:
+        verdict, _, _ = evaluator.build("spends", source, "f" * 64)
+    finally:
+        evaluator.placement.close()
+    assert verdict.status.value == "compiled", verdict.error
+    [(seconds, cores)] = evaluator.build_cpu
+    assert 1.0 <= seconds < 30.0 and cores >= 1

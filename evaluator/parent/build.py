@@ -51,7 +51,11 @@ def build_candidate(evaluator, name: str, source: bytes, digest: str,
         if verdict.status == Status.compiled:
             returncode = process.wait_exit(10)
     finally:
+        used = process.group.usage_usec() if process.group is not None else None  # its whole tree, compilers too
         process.close()
+        if used is not None:  # what the batch's builds cost the CPU (harness bench --throughput)
+            cores = placement.build_cores if placement is not None else None
+            evaluator.build_cpu.append((used / 1e6, len(cores or []) or usable_cores()))
         if jobserver is not None and max_jobs is None:
             jobserver.end()
     if (verdict.status == Status.compile_error and not evaluator.options.compile_only and evaluator.device == "cuda"

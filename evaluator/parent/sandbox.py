@@ -192,6 +192,8 @@ class Evaluator:
         # not set by the user: the problem's is a cap, each candidate's limit scaled to the reference's time within it
         self.run_timeout_scaled = not options.run_timeout_s  # (a looping candidate at `small` cost 300 s)
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
+        # the last batch's builds made here: each one's CPU seconds (its cgroup's), and the cores builds could use
+        self.build_cpu: list[tuple[float, int]] = []
         self.jobs = options.jobs or default_build_jobs(self.device)
         self.jobserver: JobServer | None = None  # the compilers' shared budget while a batch builds in a pool
         # where a batch's builds run while its lanes time (evaluator.parent.placement); None: no lane times
@@ -439,7 +441,7 @@ class Evaluator:
         if running and self.options.executor == "local":
             self.placement = plan_placement(len(scheduler.lanes()))
             builds_here = builds_here and builds_beside_windows(self.device, self.placement)
-        self.rounds = []
+        self.rounds, self.build_cpu = [], []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
                 if judged.job.index in ahead_of_time:

@@ -161,7 +161,25 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
         "baseline_rounds": len(evaluator.rounds), "baselines": baselines,
         "costs": [cost.__dict__ for cost in largest_costs(sorted(profile.glob("*.jsonl")))] if profile else [],
+        "builds": build_summary(evaluator.build_cpu),
     }
+
+
+def build_summary(builds: list[tuple[float, int]]) -> dict | None:
+    """A pass's builds made here (Evaluator.build_cpu): how many, each one's CPU seconds (median) and all of theirs,
+    the cores builds could use, and the least wall time those seconds take on them (`floor_s`: where a cold pass's
+    rate is bound by its builds, what no scheduling can beat); None where it built nothing here."""
+    if not builds:
+        return None
+    seconds = [s for s, _ in builds]
+    cores = max(c for _, c in builds)
+    return {"count": len(builds), "cpu_s_median": statistics.median(seconds), "cpu_s_total": sum(seconds),
+            "cores": cores, "floor_s": sum(seconds) / cores}
+
+
+def builds_line(name: str, builds: dict) -> str:
+    return (f"{name}: {builds['count']} builds, {builds['cpu_s_median']:.1f} CPU s each (median), "
+            f"{builds['cpu_s_total']:.0f} in all: at least {builds['floor_s']:.0f} s on the builds' {builds['cores']} cores")
 
 
 def throughput_table(passes: dict[str, dict]) -> Table:
@@ -239,6 +257,9 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
         if not kept:
             shutil.rmtree(work, ignore_errors=True)
     console.print(throughput_table(report["passes"]))
+    for name, record in report["passes"].items():
+        if record.get("builds"):
+            console.print(builds_line(name, record["builds"]))
     return report
 
 
