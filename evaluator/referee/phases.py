@@ -166,6 +166,7 @@ class Judgement:
     results: dict
     outcome: Stop | None
     round: Round | None = None  # the round its windows were timed after: what it divides by, whatever came since
+    later_s: float | None = None  # how long the calls left for later took, once `verdict` replayed them
 
     @property
     def rest(self):
@@ -178,6 +179,8 @@ class Judgement:
                 rest.run()
             except (Judged, torch.OutOfMemoryError, RuntimeError) as err:
                 self.outcome = stopped(err, Phase.time, "replayed the candidate's calls")
+            finally:
+                self.later_s = rest.seconds
         return compose(self.session, self.results, self.outcome, self.round)
 
 

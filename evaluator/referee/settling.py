@@ -71,10 +71,9 @@ def reply(request: JudgeRequest, process: ExecutorProcess, session: Session, jud
             # before the later replay: nothing of the candidate's beside it (a process holding the device's memory
             # could make it fail as the referee's own), and its exchange handed on while the device is idle
             process.close(wait_s=1)
-        rest = judgement.rest
         verdict = judgement.verdict()
-        if rest is not None:
-            costs["replay_later"] = round(rest.seconds, 4)
+        if judgement.later_s is not None:
+            costs["replay_later"] = round(judgement.later_s, 4)
             release_cached(session.device)  # its copies: the next executor's memory, not the referee's cache
     finally:
         closed.set()

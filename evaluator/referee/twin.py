@@ -96,9 +96,10 @@ class Run:
 
 
 def run(referee, index: int, defer: bool) -> Run:
-    """The twin of round `index` judged as a candidate (once more from a fresh executor where the one started ahead came out other than
-    `correct`); its executor closed in the background at once, as a judged candidate's is. A stream stuck on the
-    device is raised (the lane starts another referee); any other failure is the round's eager failed, saying why."""
+    """The twin of round `index` judged as a candidate (once more from a fresh executor where the one started ahead
+    came out other than `correct`); its executor closed in the background at once, as a judged candidate's is. A
+    stream stuck on the device is raised (the lane starts another referee); any other failure is the round's eager
+    failed, saying why."""
     started = time.perf_counter()
     request = referee.twin
     process = referee.waiting.pop((request.path, request.digest), None)
@@ -106,14 +107,14 @@ def run(referee, index: int, defer: bool) -> Run:
     try:
         started_ahead = process is not None
         process, judgement = judge_twin(referee, process, index, defer=defer)
-        verdict = judgement.verdict() if judgement.rest is None else None  # else once its later calls are over
-        if started_ahead and (judgement.outcome is not None or (verdict and verdict.status != Status.correct)):
+        # made now unless compared calls are left for later (its phases then all passed); else once they are over
+        verdict = judgement.verdict() if judgement.rest is None else None
+        if started_ahead and verdict is not None and verdict.status != Status.correct:
             # its executor started beside a candidate (Referee.judge), which could crowd it out of the device as it
             # started: judged once more from an executor of its own, started with no candidate beside it
             referee.close_later(process)
             process = None
-            first = verdict or judgement.verdict()
-            said = f"the twin started ahead was {first.status.value}: {first.error}"[:400]
+            said = f"the twin started ahead was {verdict.status.value}: {verdict.error}"[:400]
             print(f"round {index}: {said}; judged again from a fresh executor", file=sys.stderr)
             profile_log({"event": "twin_again", "round": index, "first": said})
             process, judgement = judge_twin(referee, None, index, again=True, defer=defer)
@@ -125,12 +126,17 @@ def run(referee, index: int, defer: bool) -> Run:
                 referee.close_later(process)
             raise
         traceback.print_exc()
-        ran.why = f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
+        ran.why = failure(err)
     if process is not None:
         ran.closed = referee.close_later(process)
     ran.costs = tuning.take_spent()  # its phases' steps (the main thread's: none of a thread's are counted)
     ran.seconds = time.perf_counter() - started
     return ran
+
+
+def failure(err: BaseException) -> str:
+    """Why the round's eager failed where judging its twin raised."""
+    return f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
 
 
 def judged_round(referee, timed: Round, previous: Round | None, defer: bool = False, ran: Run | None = None) -> Round:
@@ -154,8 +160,9 @@ def judged_round(referee, timed: Round, previous: Round | None, defer: bool = Fa
     if ran.judgement is None or ran.verdict is not None:
         return settle_round(referee, timed, previous, own, ran.verdict, ran.why, ran.costs)
     ranked = ran.judgement.results["timed"].timing  # its phases passed: for the next candidate's run limit only
-    referee.current_round = dataclasses.replace(referee.current_round, eager_unsettled=ranked, failed={
-        **referee.current_round.failed, TIMED: "the reference judged as a candidate: its compared calls not yet replayed"})
+    pending = "the reference judged as a candidate: its compared calls not yet replayed"
+    referee.current_round = dataclasses.replace(referee.current_round, eager_unsettled=ranked,
+                                                failed={**referee.current_round.failed, TIMED: pending})
     referee.closing.append(settled := threading.Event())
     threading.Thread(target=_settle_later, args=(referee, ran, timed, previous, own, settled), daemon=True,
                      name="twin's later replay").start()
@@ -170,14 +177,13 @@ def _settle_later(referee, ran: Run, timed: Round, previous: Round | None, own, 
         try:
             if ran.closed is not None:
                 ran.closed.wait()
-            rest = ran.judgement.rest
             verdict = ran.judgement.verdict()
-            settle_round(referee, timed, previous, own, verdict, None, {**ran.costs, "replay_later": round(rest.seconds, 4)})
+            settle_round(referee, timed, previous, own, verdict, None,
+                         {**ran.costs, "replay_later": round(ran.judgement.later_s, 4)})
             crowded = verdict.status == Status.crashed
         except Exception as err:  # noqa: BLE001 - recorded with the round (eager failed), the batch goes on
             traceback.print_exc()
-            why = f"the reference judged as a candidate failed: {type(err).__name__}: {err}"[:400]
-            settle_round(referee, timed, previous, own, None, why, ran.costs)
+            settle_round(referee, timed, previous, own, None, failure(err), ran.costs)
             crowded = True
         if crowded:
             # the referee's own failure (its memory, beside the next candidate's own code, which can crowd it out):
