@@ -3,6 +3,7 @@ it asked for it, and an exchange holds the state an executor writes."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import local_executor
@@ -61,10 +62,10 @@ def test_an_exchange_of_the_states_capacity_holds_what_an_executor_writes_of_it(
 
 
 def test_a_checked_calls_inputs_are_the_candidates_own_copies_of_the_stage():
-    from evaluator.executor.hold import inputs_behind_hold
+    from evaluator.executor.hold import StreamHold, inputs_behind_hold
 
     given = [torch.randn(4), 3, torch.arange(3)]
-    inputs = inputs_behind_hold(given, 0, "cpu")
+    inputs = inputs_behind_hold(given, StreamHold(66.0, "cpu"), "cpu")
     assert torch.equal(inputs[0], given[0]) and inputs[1] == 3 and torch.equal(inputs[2], given[2])
     inputs[0].add_(1)  # what the candidate does to its inputs never reaches the stage
     assert not torch.equal(inputs[0], given[0]) and inputs[0].data_ptr() != given[0].data_ptr()
@@ -84,3 +85,25 @@ def test_a_stage_slot_is_checked_as_an_exchange_slot_is_and_read_as_a_copy():
     stage.bytes[0] = 7  # what the other side writes after the read never reaches the copy
     assert flags.tolist() == [False, True, True, True]
     stage.close()
+
+
+@pytest.mark.gpu
+def test_the_stream_hold_keeps_the_stream_waiting_and_a_side_stream_that_does_not_wait_reads_nan():
+    from evaluator.executor.hold import StreamHold, inputs_behind_hold
+
+    hold = StreamHold(50.0, "cuda")
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    hold.queue()
+    end.record()
+    end.synchronize()
+    assert begin.elapsed_time(end) >= 49.0
+    given = [torch.randn(1 << 20, device="cuda"), torch.arange(4, device="cuda")]
+    side = torch.cuda.Stream()
+    inputs = inputs_behind_hold(given, hold, "cuda")
+    with torch.cuda.stream(side):  # does not wait for the current stream
+        seen = inputs[0] * 1
+    side.synchronize()
+    assert seen.isnan().all() and torch.equal(inputs[1], given[1])
+    torch.cuda.synchronize()
+    assert torch.equal(inputs[0], given[0])  # the real values, once the hold has passed

@@ -1,11 +1,20 @@
-"""The stream hold before a checked call: its inputs reach the candidate behind a sleep on the current stream.
+"""The stream hold before a checked call: its inputs reach the candidate behind a wait on the current stream.
 
-On CUDA each floating input is NaN until the sleep (`Construct.stream_delay_ms`) has passed on the current stream;
+On CUDA each floating input is NaN until the hold (`Construct.stream_delay_ms`) has passed on the current stream;
 the real values are copied in behind it. Work that honours stream order (the current stream, or a side stream that
 waits on it) reads the real values; a side stream that does not wait reads NaN, and the call is wrong.
+
+The hold is a host function on the stream (`cuLaunchHostFunc`) that sleeps, not a spinning kernel: the stream waits
+and no kernel runs, so the referee's float64 work beside the call keeps the GPU. Two contexts on one GPU time-slice,
+and a spinning kernel cost a referee's float64 matmuls beside it about half their rate on an H200, a host function
+about 4% (`tools/experiments/hold_beside.py`). The host function is libc's `usleep`, its one argument the
+microseconds: a C function, so the driver's thread never waits for this interpreter's lock (a Python callback would
+deadlock against a forward that synchronizes while holding it).
 """
 
 from __future__ import annotations
+
+import ctypes
 
 import torch
 
@@ -14,22 +23,32 @@ class StagingOutOfMemory(RuntimeError):
     """The device's memory ran out as a call's inputs were staged, before the candidate was called."""
 
 
-def sleep_cycles(delay_ms: float, device: str) -> int:
-    """The cycles of `torch.cuda._sleep` that take `delay_ms` on this GPU (0 off a GPU)."""
-    if device != "cuda" or delay_ms <= 0:
-        return 0
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    torch.cuda._sleep(1_000_000)
-    end.record()
-    end.synchronize()
-    return int(delay_ms * 1_000_000 / max(begin.elapsed_time(end), 1e-3))
+class StreamHold:
+    """Holds a CUDA stream for `delay_ms` with a host function that sleeps; no hold off a GPU or at 0 ms."""
+
+    def __init__(self, delay_ms: float, device: str):
+        self.micros = int(delay_ms * 1000) if device == "cuda" and delay_ms > 0 else 0
+        if not self.micros:
+            return
+        launch = ctypes.CDLL("libcuda.so.1").cuLaunchHostFunc
+        launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        launch.restype = ctypes.c_int
+        self._launch = launch
+        self._usleep = ctypes.cast(ctypes.CDLL("libc.so.6").usleep, ctypes.c_void_p).value
+
+    def queue(self) -> None:
+        """The hold, queued on the current stream: work queued after it starts once it has passed."""
+        if not self.micros:
+            return
+        rc = self._launch(torch.cuda.current_stream().cuda_stream, self._usleep, self.micros)
+        if rc != 0:
+            raise RuntimeError(f"cuLaunchHostFunc failed with CUresult {rc}: the stream hold was not queued")
 
 
-def inputs_behind_hold(given: list, cycles: int, device: str) -> list:
+def inputs_behind_hold(given: list, hold: StreamHold, device: str) -> list:
     """Fresh copies of `given` (the stage's first input set: views of it, and plain values) for one checked call, the
-    candidate's own memory: on CUDA each floating one NaN until `cycles` of sleep have passed, its values queued behind
-    them; on the CPU plain copies."""
+    candidate's own memory: on CUDA each floating one NaN until `hold` has passed, its values queued behind it; on the
+    CPU plain copies."""
     try:
         inputs = [torch.empty_like(x) if isinstance(x, torch.Tensor) else x for x in given]
     except torch.OutOfMemoryError as err:
@@ -45,8 +64,7 @@ def inputs_behind_hold(given: list, cycles: int, device: str) -> list:
             x.copy_(source)
     if held:
         torch.cuda.synchronize()
-        if cycles:
-            torch.cuda._sleep(cycles)
+        hold.queue()
         for x, source in held:
-            x.copy_(source)  # still queued behind the sleep when the candidate is called
+            x.copy_(source)  # still queued behind the hold when the candidate is called
     return inputs

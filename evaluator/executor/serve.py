@@ -40,7 +40,7 @@ from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorR
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
 from evaluator.wire.stage import Stage
 from evaluator.executor.forward import RoomRefused, handed_off_forwards, timed_forwards
-from evaluator.executor.hold import StagingOutOfMemory, inputs_behind_hold, sleep_cycles
+from evaluator.executor.hold import StagingOutOfMemory, StreamHold, inputs_behind_hold
 from evaluator.executor.observe import cpu_extension_calls, cuda_kernels
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -94,7 +94,7 @@ class Executor:
         self.staged_slots: list = []     # its slots (TensorSlot), where a checked call's inputs go back
         self.staged_sets: list[list] = []  # each input set: views of the stage (and plain values)
         self.staged_state, self.state_names = [], []  # the buffers `put` stages; the tensors `ship` sends (none: all)
-        self.delay_cycles = 0
+        self.hold = StreamHold(0.0, self.device)  # the stream hold before a checked call, set at construct
         self.pending = None              # each output of the last `go` and the buffers after it, until `put`
         self.clocked_since: dict[str, str] | None = None  # global flags before the first `go` not yet settled
 
@@ -171,7 +171,7 @@ class Executor:
         self.staged_slots = list(command.staged) if self.stage else []
         self.staged_state = list(command.staged_state)
         self.state_names = list(command.state_names)
-        self.delay_cycles = sleep_cycles(command.stream_delay_ms, self.device)
+        self.hold = StreamHold(command.stream_delay_ms, self.device)
         flags_before = guards.read_global_flags()
         torch.manual_seed(command.seed)
         try:
@@ -207,7 +207,7 @@ class Executor:
 
     def call(self, command: Call) -> Reply:
         """One checked forward on fresh copies of the stage's first input set (see Call)."""
-        inputs = inputs_behind_hold(self.staged, self.delay_cycles, self.device)  # never the stage itself
+        inputs = inputs_behind_hold(self.staged, self.hold, self.device)  # never the stage itself
         self.model.train(command.train)
         fill = None
         with torch.no_grad():
