@@ -100,6 +100,9 @@ def test_the_stream_hold_keeps_the_stream_waiting_and_a_side_stream_that_does_no
     assert begin.elapsed_time(end) >= 49.0
     given = [torch.randn(1 << 20, device="cuda"), torch.arange(4, device="cuda")]
     side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # the kernel loaded ahead: CUDA's lazy loading of a module waits for the device
+        given[0] * 1
+    torch.cuda.synchronize()
     inputs = inputs_behind_hold(given, hold, "cuda")
     with torch.cuda.stream(side):  # does not wait for the current stream
         seen = inputs[0] * 1
