@@ -2,8 +2,9 @@
 part runs float64 matmuls back to back and counts them a second, while the executor's part holds its stream (as a
 checked call's hold does, 66 ms at `kernelbench`) then makes a short call, over and over: with no hold at all, with a
 spinning kernel (`torch.cuda._sleep`, today's hold), or with a stream waiting on a device word that another stream of
-its process writes once the hold's time is up (`cuStreamWaitValue32`: no kernel runs while it waits), or with a host
-function on the stream that sleeps the hold's time (`cuLaunchHostFunc` calling libc's `usleep`: no kernel either).
+its process writes once the hold's time is up (`cuStreamWaitValue32`: no kernel runs while it waits; on an H200 it was
+never released, and that mode is reported `hung`), or with a host function on the stream that sleeps the hold's time
+(`cuLaunchHostFunc` calling libc's `usleep`: no kernel either; the harness's hold, evaluator/executor/hold.py).
 
     python3 tools/experiments/hold_beside.py [--seconds 3] [--hold-ms 66] [--modes idle,spin,wait,host]
 """
