@@ -1,7 +1,7 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
 KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
 builds, the medians of its candidates' phases and steps, each executor's own start, and the referee's largest costs
-by its costed steps' wall seconds (harness.bench.costs); with lanes taking turns on a GPU, its exclusive turns, and
+by its costed steps' wall seconds (harness.bench.costs), the rate its candidates' windows came at; with lanes taking turns on a GPU, its exclusive turns, and
 for the folder the stretches in which no lane held one (both lanes' other work at once: docs/throughput.md).
 
     python3 tools/gpu_checks/profile_summary.py DIR
@@ -34,6 +34,7 @@ def summarize(log: Path) -> None:
         span = max(r["let_go"] for r in records if r.get("event") == "turn_over") - \
             min(r["took"] for r in records if r.get("event") == "turn_over")
         print(f"  exclusive turns: {len(turns)}, held {sum(turns):.1f} s of {span:.1f} s (median {median(turns)} s)")
+    window_rate(records)
     idle = [r["s"] for r in records if r.get("event") == "idle"]
     if idle:
         print(f"  waited for builds {sum(idle):.1f} s in {len(idle)} waits (longest {max(idle):.1f} s)")
@@ -51,6 +52,21 @@ def summarize(log: Path) -> None:
     print(f"  {'largest costs (wall seconds of the referee steps)':<78}{'s':>8}{'judged':>8}{'a judged':>13}")
     for cost in costs.largest_costs([log]):
         print(f"  {cost.what[:76]:<78}{cost.seconds:>8.1f}{cost.calls:>8}{cost.per_judged:>13.2f}")
+
+
+def window_rate(records: list[dict]) -> None:
+    """How fast candidates' windows came, from the exclusive turn each was timed in: the rate of a pass that was cut
+    off before it printed its own (the twin's windows left out)."""
+    took, times = None, []
+    for r in records:
+        if r.get("event") == "turn_over":
+            took = r["took"]
+        elif r.get("event") == "windows" and r.get("name") != "reference twin" and took is not None:
+            times.append(took)
+    if len(times) > 1:
+        span = times[-1] - times[0]
+        print(f"  candidates' windows: {len(times)}, {(len(times) - 1) / span * 60:.2f} a minute "
+              f"(the first to the last, {span:.1f} s)")
 
 
 def between_turns(logs: list[Path]) -> None:
