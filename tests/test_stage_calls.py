@@ -87,10 +87,46 @@ def test_a_stage_slot_is_checked_as_an_exchange_slot_is_and_read_as_a_copy():
     stage.close()
 
 
+
+def test_the_stream_hold_uses_only_what_was_looked_up_before_the_candidate_and_says_when_it_fails(monkeypatch):
+    from types import SimpleNamespace
+
+    from evaluator.executor import hold
+
+    monkeypatch.setattr(hold, "_LAUNCH", None)
+    with pytest.raises(RuntimeError, match="not prepared before the candidate"):
+        hold.StreamHold(66.0, "cuda")
+    assert hold.StreamHold(66.0, "cpu").micros == 0 and hold.StreamHold(0.0, "cuda").micros == 0
+    calls = []
+    monkeypatch.setattr(hold, "_LAUNCH", lambda stream, fn, arg: calls.append((stream, fn, arg)) or 0)
+    monkeypatch.setattr(hold, "_USLEEP", 1234)
+    monkeypatch.setattr(hold.torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=77))
+    hold.StreamHold(66.0, "cuda").queue()
+    assert calls == [(77, 1234, 66000)]  # the current stream, usleep, the microseconds
+    monkeypatch.setattr(hold, "_LAUNCH", lambda stream, fn, arg: 1)
+    with pytest.raises(RuntimeError, match="CUresult 1"):
+        hold.StreamHold(66.0, "cuda").queue()
+
+
+def test_a_candidate_that_replaces_the_stream_holds_method_is_seen_and_put_back():
+    from evaluator.executor import hold
+    from evaluator.executor.guard import StateGuard
+
+    guard = StateGuard()
+    queue = hold.StreamHold.queue
+    hold.StreamHold.queue = lambda self: None
+    try:
+        assert "evaluator.executor.hold.StreamHold.queue" in guard.changes()
+    finally:
+        hold.StreamHold.queue = queue
+    assert hold.StreamHold.queue is queue
+
+
 @pytest.mark.gpu
 def test_the_stream_hold_keeps_the_stream_waiting_and_a_side_stream_that_does_not_wait_reads_nan():
-    from evaluator.executor.hold import StreamHold, inputs_behind_hold
+    from evaluator.executor.hold import StreamHold, inputs_behind_hold, prepare
 
+    assert prepare() is None  # as an executor does before its candidate's import
     hold = StreamHold(50.0, "cuda")
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
@@ -107,6 +143,7 @@ def test_the_stream_hold_keeps_the_stream_waiting_and_a_side_stream_that_does_no
     with torch.cuda.stream(side):  # does not wait for the current stream
         seen = inputs[0] * 1
     side.synchronize()
+    assert not torch.cuda.current_stream().query()  # read while the hold still held the current stream
     assert seen.isnan().all() and torch.equal(inputs[1], given[1])
     torch.cuda.synchronize()
     assert torch.equal(inputs[0], given[0])  # the real values, once the hold has passed

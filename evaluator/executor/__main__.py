@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.executor import lockdown, serve
+from evaluator.executor import hold, lockdown, serve
 from evaluator.wire.containment import IN_FORCE_ENV, OFF_ENV
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
@@ -73,12 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     # confirm here, before the candidate exists, that they are in force, or do not run it.
     not_in_force = lockdown.confirm_in_worker(os.environ.pop(IN_FORCE_ENV, ""))
     off = os.environ.pop(OFF_ENV, "").split(",")
+    cuda_up = False
     if request.device == "cuda" and not not_in_force:
         try:
             # The driver opens unix sockets while it initialises; after it, none may be made. A build
             # needs it too: load_inline asks the GPU which architecture to build for (without an
             # answer it builds for every one, and the build a check later loads differs).
             torch.cuda.init()
+            cuda_up = True
             if exchange is not None:
                 exchange.pin()
         except Exception:
@@ -90,11 +92,14 @@ def main(argv: list[str] | None = None) -> int:
             stage = Stage.attach(int(fd), int(size), request.device)
         except Exception:
             stage_error = serve.describe_exception("the executor could not map the stage")
+    hold_error = None
+    if cuda_up and not request.compile_only:
+        hold_error = hold.prepare()  # the stream hold's driver call, looked up before the candidate exists
     serve.STARTUP["cuda"] = time.time()
     channel.containment(Containment(mechanisms=[Mechanism(**lockdown.deny_unix_sockets(off))]))
     channel.phase(Phase.compile)
-    if not_in_force or stage_error:
-        why = f"containment not in force: {not_in_force}" if not_in_force else stage_error
+    if not_in_force or stage_error or hold_error:
+        why = f"containment not in force: {not_in_force}" if not_in_force else stage_error or hold_error
         channel.reply(Reply(id=0, error=why, error_kind="internal"))
         os._exit(0)
     executor = serve.Executor(request, exchange, stage)

@@ -122,6 +122,7 @@ def _watched_namespaces(problem_watch: list[str], served: list[tuple[str, object
         ("torch.autograd.grad_mode.no_grad", torch.no_grad), ("torch.UntypedStorage", torch.UntypedStorage),
         ("random.Random", random.Random),
         ("evaluator.wire.tensors", cmp), ("evaluator.executor.forward", forward), ("evaluator.executor.hold", hold),
+        ("evaluator.executor.hold.StreamHold", hold.StreamHold),
         ("evaluator.wire.exchange", exchange), ("evaluator.wire.exchange.Exchange", exchange.Exchange),
         ("evaluator.wire.stage", stage), ("evaluator.wire.stage.Stage", stage.Stage),
         ("evaluator.wire.handoff", handoff),
