@@ -158,6 +158,55 @@ def test_a_lane_keeps_ahead_candidates_queued_and_a_dead_referee_costs_one_candi
     assert sent == ["c0", "c1", "c2", "c1", "c2", "c3"]  # c1 and c2 sent again to the fresh referee
 
 
+
+def test_a_lane_lends_its_cores_only_while_it_waits_with_nothing_queued_after_its_first_verdict(tmp_path):
+    """Its cores go to the builds only where its referee times nothing (after the round at its start, with no
+    candidate queued) and come back before the next candidate is sent."""
+    events = []
+
+    class FakeReferee:
+        proc = object()
+
+        def submit(self, name, source, digest):
+            events.append(f"send {name}")
+            return name
+
+        def collect(self, name):
+            return fake_verdict(name), b"", b""
+
+        def close(self):
+            return []
+
+    class Lender:
+        def can_lend(self):
+            return True
+
+        def lend(self, lane):
+            events.append(f"lend {lane}")
+
+        def take_back(self, lane):
+            events.append(f"back {lane}")
+
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=0, log_root=tmp_path / "logs"))
+    evaluator.placement = Lender()
+    worker = LaneWorker(evaluator, gpu=None, lane=1)
+    worker.referee = FakeReferee()
+    ready = [None, "c0", "c1", None, "c2", None, None]  # None: not built yet (a take that does not block gets nothing)
+
+    def take(block):
+        while ready:
+            name = ready.pop(0)
+            if name is not None:
+                return Job(index=int(name[1]), name=name, source=b"", digest="")
+            if not block:
+                return None
+        return None
+
+    assert [j.job.name for j in worker.stream(take)] == ["c0", "c1", "c2"]
+    # none before the first verdict (the round at the referee's start), none where a candidate was ready
+    assert events == ["send c0", "send c1", "lend 1", "back 1", "send c2", "lend 1", "back 1"]
+
+
 @pytest.mark.slow
 def test_executors_started_ahead_change_no_verdict(tmp_path):
     """Real CPU candidates judged with two executors started ahead: the same statuses and flags as one at

@@ -341,3 +341,78 @@ def test_a_thread_gone_or_born_during_a_hold_counts_as_having_run(tmp_path):
     finally:
         kill_group(proc)
         proc.wait(timeout=30)
+
+
+class _Tree:
+    """A process and every process below it, found by their parents (as a build's cgroup lists its processes)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def pids(self) -> list[int]:
+        parents = {}
+        for entry in os.listdir("/proc"):
+            try:
+                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (ValueError, OSError, IndexError):
+                continue
+        found, frontier = [self.pid], [self.pid]
+        while frontier:
+            frontier = [p for p, parent in parents.items() if parent in frontier]
+            found += frontier
+        return found
+
+
+_FORKS_WHEN_TOLD = """
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+os.fork()  # parent and child alike sleep on
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_waiting_lanes_cores_go_to_the_builds_and_are_all_back_before_it_goes_on(tmp_path, monkeypatch):
+    """A build lent a lane's cores forks meanwhile: its child, born on the wider set, is moved back with it."""
+    monkeypatch.delenv("HARNESS_LEND_CORES", raising=False)
+    build_core, lane_core = sorted(os.sched_getaffinity(0))[:2]
+    go = tmp_path / "go"
+    proc = subprocess.Popen([sys.executable, "-c", _FORKS_WHEN_TOLD, str(go)])
+    try:
+        os.sched_setaffinity(proc.pid, {build_core})
+        tree = _Tree(proc.pid)
+        place = placement.Placement("cores", lane_cores=[[lane_core]], build_cores=[build_core], builds=tree)
+        assert place.can_lend()
+        place.lend(0)
+        assert os.sched_getaffinity(proc.pid) == {build_core, lane_core}
+        go.touch()
+        deadline = time.monotonic() + 10
+        while len(tree.pids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child = tree.pids()[1]
+        assert os.sched_getaffinity(child) == {build_core, lane_core}  # forked while lent
+        place.take_back(0)
+        assert [os.sched_getaffinity(p) for p in tree.pids()] == [{build_core}, {build_core}]
+        assert place.ended == 0 and "except while it waited" in place.describe(0)
+        monkeypatch.setenv("HARNESS_LEND_CORES", "0")
+        assert not place.can_lend()
+    finally:
+        for pid in _Tree(proc.pid).pids()[::-1]:
+            os.kill(pid, 9)
+        proc.wait()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_build_still_on_a_lanes_cores_after_the_last_pass_is_ended(tmp_path, monkeypatch):
+    build_core, lane_core = sorted(os.sched_getaffinity(0))[:2]
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        place = placement.Placement("cores", lane_cores=[[lane_core]], build_cores=[build_core], builds=_Tree(proc.pid))
+        place.lend(0)
+        monkeypatch.setattr(placement, "TAKE_BACK_PASSES", 1)  # the one pass finds it outside: no pass proves it back
+        place.take_back(0)
+        assert proc.wait(10) == -9 and place.ended == 1 and "1 build process(es) ended" in place.describe(0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

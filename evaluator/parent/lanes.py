@@ -114,6 +114,8 @@ class LaneWorker:
     def __init__(self, evaluator, gpu: str | None, lane: int, device_lanes: int = 1):
         self.evaluator = evaluator
         self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True, device_lanes=device_lanes)
+        self.lane = lane
+        self.judged = 0  # verdicts collected: after the first, an idle referee times nothing (its round at start done)
         self.ahead = evaluator.ahead
         self.place = place()  # what its verdicts say they were judged on
 
@@ -133,7 +135,7 @@ class LaneWorker:
         done = False
         while True:
             while not done and len(pending) <= self.ahead:
-                job = take(not pending)  # blocks only when nothing is pending
+                job = self._take(take, pending)  # blocks only when nothing is pending
                 if job is None:
                     done = not pending  # a blocking take that gives nothing: there is no more
                     break
@@ -143,8 +145,25 @@ class LaneWorker:
                 return
             job, path = pending.popleft()
             judged = self._collect(job, path, pending)
+            self.judged += 1
             judged.verdict.judged_on = self.place
             yield judged
+
+    def _take(self, take: Callable[[bool], Job | None], pending: deque) -> Job | None:
+        """The next job; where the lane would wait for one with nothing queued at its referee, after its first
+        verdict, its cores are lent to the builds meanwhile (evaluator.parent.placement) and taken back before the
+        job is sent."""
+        placement = self.evaluator.placement
+        if pending or not self.judged or placement is None or not placement.can_lend():
+            return take(not pending)
+        job = take(False)
+        if job is not None:
+            return job
+        placement.lend(self.lane)
+        try:
+            return take(True)
+        finally:
+            placement.take_back(self.lane)
 
     def _send(self, pending: deque, position: int) -> None:
         job, _ = pending[position]

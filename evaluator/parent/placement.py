@@ -13,20 +13,30 @@ the CPU the timing needs, in one of two ways:
   calls and the calibrator's beside them): the builds then stop until the lane thaws it (a group is frozen
   while any group above it is).
 
+In mode `cores` a lane's cores are lent to the builds running while the lane waits for one: nothing queued at its
+referee, which has judged a candidate already (a referee times only within a candidate's judgement and the round at
+its start). Builds started meanwhile still start on the builds' own cores; the lane takes its cores back before it
+hands its referee the next candidate, and goes on only once no thread of any build may run on them (`take_back`).
+A build cannot move itself (seccomp), so only what it forks while lent inherits the wider set, and is moved back
+with it; a build that keeps forking faster than it is moved back is ended.
+
 Where neither is possible (few cores and no cgroup the harness may make), builds only run niced, and each
-verdict says so (`TimingCheck.builds`). `HARNESS_BUILD_ISOLATION=cores|frozen|niced` chooses one, for
-measuring what each costs.
+verdict says so (`TimingCheck.builds`). `HARNESS_BUILD_ISOLATION=cores|frozen|niced` chooses one, and
+`HARNESS_LEND_CORES=0` keeps every lane's cores from the builds, for measuring what each costs.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from dataclasses import dataclass, field
 
 from evaluator.wire import cgroups
 
 MODES = ("cores", "frozen", "niced")
 MIN_BUILD_CORES = 2
+TAKE_BACK_PASSES = 50  # passes over the builds' threads before those still on a lane's cores are ended
 
 
 def lane_core_count(cores: int, lanes: int) -> int:
@@ -44,12 +54,17 @@ class Placement:
     lane_groups: list[cgroups.Group] = field(default_factory=list)  # mode `frozen`: lane i freezes its group
     builds: cgroups.Group | None = None  # each build's group lies below it (mode `frozen`: frozen with the lanes')
     why: str = ""
+    lent: set[int] = field(default_factory=set)  # mode `cores`: the lanes whose cores the builds may use now
+    lending: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    ended: int = 0  # build processes ended because they could not be moved off a lane's cores
 
     def describe(self, lane: int) -> str:
         """For the verdicts of lane `lane` (TimingCheck.builds)."""
         if self.mode == "cores":
+            lent = (" except while it waited for a build with nothing to time" if self.can_lend() else "") + (
+                f" ({self.ended} build process(es) ended for staying on them)" if self.ended else "")
             return (f"on cores {_ranges(self.build_cores or [])}, apart from this lane's "
-                    f"{_ranges(self.lane_cores[lane])}")
+                    f"{_ranges(self.lane_cores[lane])}{lent}")
         if self.mode == "frozen":
             return "frozen (their cgroup) whenever this lane timed anything"
         return f"niced only, beside the clock ({self.why})"
@@ -69,6 +84,55 @@ class Placement:
             return cgroups.Group.create(self.builds, "b")
         except OSError:
             return None
+
+    def can_lend(self) -> bool:
+        """Whether a waiting lane's cores may go to the builds (mode `cores`, their threads found in their group)."""
+        return self.mode == "cores" and self.builds is not None and os.environ.get("HARNESS_LEND_CORES", "1") != "0"
+
+    def lend(self, lane: int) -> None:
+        """Lane `lane`'s cores to every build thread running now (see the module's docstring)."""
+        with self.lending:
+            self.lent.add(lane)
+            self._move(self._allowed(), every=True)
+
+    def take_back(self, lane: int) -> None:
+        """Lane `lane`'s cores back: returns once no build thread may run on them (those that could not be moved
+        back in `TAKE_BACK_PASSES` passes are ended with their processes)."""
+        with self.lending:
+            self.lent.discard(lane)
+            allowed = self._allowed()
+            outside: set[int] = set()
+            for _ in range(TAKE_BACK_PASSES):
+                outside = self._move(allowed, every=False)
+                if not outside:
+                    return
+            for pid in outside:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.ended += 1
+                except OSError:
+                    pass
+
+    def _allowed(self) -> set[int]:
+        return set(self.build_cores or []).union(*(self.lane_cores[lane] for lane in self.lent))
+
+    def _move(self, allowed: set[int], every: bool) -> set[int]:
+        """Every build thread (`every`), or those that may run outside `allowed`, onto `allowed`: the processes of
+        the threads found outside (a thread forked meanwhile from one not yet moved is found by the next pass)."""
+        moved: set[int] = set()
+        for pid in self.builds.pids() if self.builds is not None else []:
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue  # gone
+            for tid in tids:
+                try:
+                    if every or not os.sched_getaffinity(tid) <= allowed:
+                        moved.add(pid)  # counted until a pass finds it inside, even where it cannot be moved
+                        os.sched_setaffinity(tid, allowed)
+                except OSError:
+                    continue  # gone, or not ours to move: found outside again by the next pass
+        return moved
 
     def close(self) -> None:
         if self.lane_groups:
