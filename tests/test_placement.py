@@ -343,76 +343,88 @@ def test_a_thread_gone_or_born_during_a_hold_counts_as_having_run(tmp_path):
         proc.wait(timeout=30)
 
 
-class _Tree:
-    """A process and every process below it, found by their parents (as a build's cgroup lists its processes)."""
 
-    def __init__(self, pid: int):
-        self.pid = pid
-
-    def pids(self) -> list[int]:
-        parents = {}
-        for entry in os.listdir("/proc"):
-            try:
-                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (ValueError, OSError, IndexError):
-                continue
-        found, frontier = [self.pid], [self.pid]
-        while frontier:
-            frontier = [p for p, parent in parents.items() if parent in frontier]
-            found += frontier
-        return found
-
-
-_FORKS_WHEN_TOLD = """
-import os, sys, time
-while not os.path.exists(sys.argv[1]):
-    time.sleep(0.01)
-os.fork()  # parent and child alike sleep on
-time.sleep(60)
+_FORKS_ON = """
+import os, signal, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+memory = bytearray(int(sys.argv[1]) << 20)
+memory[::4096] = b"x" * len(memory[::4096])  # a fork copies its page tables: the longer, the later its child is seen
+open(sys.argv[2], "w").close()
+while True:
+    if os.fork() == 0:
+        time.sleep(1)
+        os._exit(0)
+    time.sleep(0.002)
 """
 
 
+def _a_build(tmp_path: Path, builds: cgroups.Group, core: int, megabytes: int) -> subprocess.Popen:
+    """A process in a build's own group below `builds`, on `core`, forking over and over (each child sleeps 1 s)."""
+    group, ready = cgroups.Group.create(builds, "b"), tmp_path / f"ready-{megabytes}"
+
+    def placed():
+        group.join(0)
+        os.sched_setaffinity(0, {core})
+
+    proc = subprocess.Popen([sys.executable, "-c", _FORKS_ON, str(megabytes), str(ready)], preexec_fn=placed)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
+
+
+def _on(builds: cgroups.Group, core: int) -> list[int]:
+    found = []
+    for tid in builds.tasks():
+        try:
+            if core in os.sched_getaffinity(tid):
+                found.append(tid)
+        except OSError:
+            pass
+    return found
+
+
+@needs_cgroups
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_a_waiting_lanes_cores_go_to_the_builds_and_are_all_back_before_it_goes_on(tmp_path, monkeypatch):
-    """A build lent a lane's cores forks meanwhile: its child, born on the wider set, is moved back with it."""
+def test_a_waiting_lanes_cores_go_to_the_builds_and_none_is_left_there_once_taken_back(tmp_path, monkeypatch):
+    """A build lent a lane's cores forks all the while, each fork copying 512 MiB of page tables' worth: once the
+    lane has taken its cores back, no thread of it (forks under way included) may run there."""
     monkeypatch.delenv("HARNESS_LEND_CORES", raising=False)
     build_core, lane_core = sorted(os.sched_getaffinity(0))[:2]
-    go = tmp_path / "go"
-    proc = subprocess.Popen([sys.executable, "-c", _FORKS_WHEN_TOLD, str(go)])
+    builds = cgroups.root_group("builds")
+    proc = _a_build(tmp_path, builds, build_core, 512)
     try:
-        os.sched_setaffinity(proc.pid, {build_core})
-        tree = _Tree(proc.pid)
-        place = placement.Placement("cores", lane_cores=[[lane_core]], build_cores=[build_core], builds=tree)
-        assert place.can_lend()
-        place.lend(0)
-        assert os.sched_getaffinity(proc.pid) == {build_core, lane_core}
-        go.touch()
-        deadline = time.monotonic() + 10
-        while len(tree.pids()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        child = tree.pids()[1]
-        assert os.sched_getaffinity(child) == {build_core, lane_core}  # forked while lent
-        place.take_back(0)
-        assert [os.sched_getaffinity(p) for p in tree.pids()] == [{build_core}, {build_core}]
-        assert place.ended == 0 and "except while it waited" in place.describe(0)
+        place = placement.Placement("cores", lane_cores=[[lane_core]], build_cores=[build_core], builds=builds)
+        assert place.can_lend() and "except while it waited" in place.describe(0)
+        for _ in range(3):
+            place.lend(0)
+            assert lane_core in os.sched_getaffinity(proc.pid)
+            time.sleep(0.2)  # forks born on both cores
+            place.take_back(0)
+            time.sleep(0.1)  # any fork under way as it returned is seen by now
+            assert _on(builds, lane_core) == [] and proc.poll() is None
         monkeypatch.setenv("HARNESS_LEND_CORES", "0")
         assert not place.can_lend()
     finally:
-        for pid in _Tree(proc.pid).pids()[::-1]:
-            os.kill(pid, 9)
+        builds.kill()
         proc.wait()
+        builds.remove(wait_s=5)
 
 
+@needs_cgroups
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_a_build_still_on_a_lanes_cores_after_the_last_pass_is_ended(tmp_path, monkeypatch):
+def test_a_build_whose_group_does_not_freeze_as_the_cores_are_taken_back_is_ended_whole(tmp_path, monkeypatch):
     build_core, lane_core = sorted(os.sched_getaffinity(0))[:2]
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    builds = cgroups.root_group("builds")
+    proc = _a_build(tmp_path, builds, build_core, 1)
     try:
-        place = placement.Placement("cores", lane_cores=[[lane_core]], build_cores=[build_core], builds=_Tree(proc.pid))
+        place = placement.Placement("cores", lane_cores=[[lane_core]], build_cores=[build_core], builds=builds)
         place.lend(0)
-        monkeypatch.setattr(placement, "TAKE_BACK_PASSES", 1)  # the one pass finds it outside: no pass proves it back
+        monkeypatch.setattr(builds, "freeze", lambda wait_s: False)  # a task that would not freeze in time
         place.take_back(0)
-        assert proc.wait(10) == -9 and place.ended == 1 and "1 build process(es) ended" in place.describe(0)
+        assert proc.wait(10) == -9 and not builds.populated()
     finally:
+        builds.kill()
         if proc.poll() is None:
-            proc.kill()
+            proc.wait()
+        builds.remove(wait_s=5)

@@ -159,8 +159,8 @@ class LaneWorker:
         job = take(False)
         if job is not None:
             return job
-        placement.lend(self.lane)
         try:
+            placement.lend(self.lane)
             return take(True)
         finally:
             placement.take_back(self.lane)

@@ -16,9 +16,9 @@ the CPU the timing needs, in one of two ways:
 In mode `cores` a lane's cores are lent to the builds running while the lane waits for one: nothing queued at its
 referee, which has judged a candidate already (a referee times only within a candidate's judgement and the round at
 its start). Builds started meanwhile still start on the builds' own cores; the lane takes its cores back before it
-hands its referee the next candidate, and goes on only once no thread of any build may run on them (`take_back`).
-A build cannot move itself (seccomp), so only what it forks while lent inherits the wider set, and is moved back
-with it; a build that keeps forking faster than it is moved back is ended.
+hands its referee the next candidate, the builds frozen meanwhile, and goes on only once no thread of any build may
+run on them (`take_back`). A build cannot move itself (seccomp), so only what it forks while lent inherits the
+wider set, and is moved back with it.
 
 Where neither is possible (few cores and no cgroup the harness may make), builds only run niced, and each
 verdict says so (`TimingCheck.builds`). `HARNESS_BUILD_ISOLATION=cores|frozen|niced` chooses one, and
@@ -28,7 +28,6 @@ verdict says so (`TimingCheck.builds`). `HARNESS_BUILD_ISOLATION=cores|frozen|ni
 from __future__ import annotations
 
 import os
-import signal
 import threading
 from dataclasses import dataclass, field
 
@@ -36,7 +35,7 @@ from evaluator.wire import cgroups
 
 MODES = ("cores", "frozen", "niced")
 MIN_BUILD_CORES = 2
-TAKE_BACK_PASSES = 50  # passes over the builds' threads before those still on a lane's cores are ended
+FREEZE_WAIT_S = 1.0  # for the builds' group to freeze as a lane takes its cores back, else those outside are ended
 
 
 def lane_core_count(cores: int, lanes: int) -> int:
@@ -56,13 +55,11 @@ class Placement:
     why: str = ""
     lent: set[int] = field(default_factory=set)  # mode `cores`: the lanes whose cores the builds may use now
     lending: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    ended: int = 0  # build processes ended because they could not be moved off a lane's cores
 
     def describe(self, lane: int) -> str:
         """For the verdicts of lane `lane` (TimingCheck.builds)."""
         if self.mode == "cores":
-            lent = (" except while it waited for a build with nothing to time" if self.can_lend() else "") + (
-                f" ({self.ended} build process(es) ended for staying on them)" if self.ended else "")
+            lent = " except while it waited for a build with nothing to time" if self.can_lend() else ""
             return (f"on cores {_ranges(self.build_cores or [])}, apart from this lane's "
                     f"{_ranges(self.lane_cores[lane])}{lent}")
         if self.mode == "frozen":
@@ -93,46 +90,35 @@ class Placement:
         """Lane `lane`'s cores to every build thread running now (see the module's docstring)."""
         with self.lending:
             self.lent.add(lane)
-            self._move(self._allowed(), every=True)
+            _move(self.builds, self._allowed(), every=True)
 
     def take_back(self, lane: int) -> None:
-        """Lane `lane`'s cores back: returns once no build thread may run on them (those that could not be moved
-        back in `TAKE_BACK_PASSES` passes are ended with their processes)."""
+        """Lane `lane`'s cores back: returns once no build thread may run on them. The builds' group is frozen
+        meanwhile: a fork under way completes before its process freezes and its child is born frozen, so every
+        thread is listed and none starts as they are moved. Where the group does not freeze in time, each build
+        with a thread still on other cores is ended, its whole group (a fork under way included)."""
         with self.lending:
             self.lent.discard(lane)
-            allowed = self._allowed()
-            outside: set[int] = set()
-            for _ in range(TAKE_BACK_PASSES):
-                outside = self._move(allowed, every=False)
-                if not outside:
-                    return
-            for pid in outside:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    self.ended += 1
-                except OSError:
-                    pass
+            allowed, ended = self._allowed(), []
+            try:
+                frozen = self.builds.freeze(FREEZE_WAIT_S)
+            except OSError:
+                frozen = False
+            try:
+                if frozen:
+                    _move(self.builds, allowed, every=False)
+                else:
+                    for build in self.builds.children():
+                        if _move(build, allowed, every=False):
+                            build.kill()
+                            ended.append(build)
+            finally:
+                self.builds.thaw()
+            for build in ended:
+                build.empty_within(5.0)
 
     def _allowed(self) -> set[int]:
         return set(self.build_cores or []).union(*(self.lane_cores[lane] for lane in self.lent))
-
-    def _move(self, allowed: set[int], every: bool) -> set[int]:
-        """Every build thread (`every`), or those that may run outside `allowed`, onto `allowed`: the processes of
-        the threads found outside (a thread forked meanwhile from one not yet moved is found by the next pass)."""
-        moved: set[int] = set()
-        for pid in self.builds.pids() if self.builds is not None else []:
-            try:
-                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-            except OSError:
-                continue  # gone
-            for tid in tids:
-                try:
-                    if every or not os.sched_getaffinity(tid) <= allowed:
-                        moved.add(pid)  # counted until a pass finds it inside, even where it cannot be moved
-                        os.sched_setaffinity(tid, allowed)
-                except OSError:
-                    continue  # gone, or not ours to move: found outside again by the next pass
-        return moved
 
     def close(self) -> None:
         if self.lane_groups:
@@ -181,6 +167,20 @@ def _group_chain(lanes: int) -> list[cgroups.Group] | None:
         if chain:
             chain[0].remove()
         return None
+
+
+def _move(group: cgroups.Group, allowed: set[int], every: bool) -> bool:
+    """Every thread in `group` and below (`every`), or those that may run outside `allowed`, onto `allowed`: whether
+    any was outside."""
+    outside = False
+    for tid in group.tasks():
+        try:
+            if every or not os.sched_getaffinity(tid) <= allowed:
+                outside = True
+                os.sched_setaffinity(tid, allowed)
+        except OSError:
+            continue  # gone
+    return outside
 
 
 def _ranges(cores: list[int]) -> str:
