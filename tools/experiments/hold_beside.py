@@ -4,7 +4,7 @@ checked call's hold does, 66 ms at `kernelbench`) then makes a short call, over 
 spinning kernel (`torch.cuda._sleep`, today's hold), or with a stream waiting on a device word that another stream of
 its process writes once the hold's time is up (`cuStreamWaitValue32`: no kernel runs while it waits; on an H200 it was
 never released, and that mode is reported `hung`), or with a host function on the stream that sleeps the hold's time
-(`cuLaunchHostFunc` calling libc's `usleep`: no kernel either; the harness's hold, evaluator/executor/hold.py).
+(`cuLaunchHostFunc` calling libc's `usleep`: no kernel either; the harness's own hold, evaluator/executor/hold.py).
 
     python3 tools/experiments/hold_beside.py [--seconds 3] [--hold-ms 66] [--modes idle,spin,wait,host]
 """
@@ -12,9 +12,13 @@ never released, and that mode is reported `hung`), or with a host function on th
 import argparse
 import ctypes
 import multiprocessing as mp
+import os
 import statistics
+import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the repository's root
 
 
 def referee_part(ready, go, stop, out):
@@ -51,19 +55,6 @@ def wait_value():
     return None
 
 
-def host_sleep():
-    """cuLaunchHostFunc from the driver and libc's usleep as the host function (its argument: the microseconds)."""
-    try:
-        cuda, libc = ctypes.CDLL("libcuda.so.1"), ctypes.CDLL("libc.so.6")
-    except OSError:
-        return None
-    launch = cuda.cuLaunchHostFunc
-    launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    launch.restype = ctypes.c_int
-    usleep = ctypes.cast(libc.usleep, ctypes.c_void_p).value
-    return lambda stream, us: launch(stream, usleep, us)
-
-
 def executor_part(mode, hold_ms, ready, go, stop, out):
     import torch
 
@@ -77,7 +68,12 @@ def executor_part(mode, hold_ms, ready, go, stop, out):
     end.synchronize()
     cycles = int(hold_ms * 1_000_000 / begin.elapsed_time(end))
     waiter = wait_value() if mode == "wait" else None
-    host = host_sleep() if mode == "host" else None
+    host = None
+    if mode == "host":  # the harness's own hold, prepared as an executor prepares it
+        from evaluator.executor import hold
+
+        why = hold.prepare()
+        host = hold.StreamHold(hold_ms, "cuda") if why is None else None
     torch.cuda.synchronize()
     ready.set()
     go.wait()
@@ -90,10 +86,10 @@ def executor_part(mode, hold_ms, ready, go, stop, out):
             if mode == "spin":
                 torch.cuda._sleep(cycles)
             elif mode == "host":
-                rc = host(stream.cuda_stream, int(hold_ms * 1000))
-                if rc != 0:
-                    errors.append(rc)
+                if host is None:
+                    errors.append(why)
                     break
+                host.queue()
             else:
                 rc = waiter(stream.cuda_stream, word.data_ptr(), n, 0)  # 0: CU_STREAM_WAIT_VALUE_GEQ
                 if rc != 0:
