@@ -42,15 +42,13 @@ def prepare() -> str | None:
         launch = ctypes.CDLL("libcuda.so.1").cuLaunchHostFunc
         launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         launch.restype = ctypes.c_int
-        usleep = ctypes.cast(ctypes.CDLL("libc.so.6").usleep, ctypes.c_void_p).value
+        _LAUNCH, _USLEEP = launch, ctypes.cast(ctypes.CDLL("libc.so.6").usleep, ctypes.c_void_p).value
         torch.cuda.synchronize()  # the runtime's primary context made and current on this thread, for the driver's call
-        rc = launch(torch.cuda.current_stream().cuda_stream, usleep, 1)
+        StreamHold(0.001, "cuda").queue()
         torch.cuda.synchronize()
     except Exception as err:
+        _LAUNCH = _USLEEP = None
         return f"the stream hold cannot be made on this GPU: {type(err).__name__}: {err}"
-    if rc != 0:
-        return f"the stream hold cannot be made on this GPU: cuLaunchHostFunc failed with CUresult {rc}"
-    _LAUNCH, _USLEEP = launch, usleep
     return None
 
 
