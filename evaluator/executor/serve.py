@@ -207,7 +207,9 @@ class Executor:
 
     def call(self, command: Call) -> Reply:
         """One checked forward on fresh copies of the stage's first input set (see Call)."""
+        marks = [time.perf_counter()]  # its steps, for tuning (Reply.steps_ms)
         inputs = inputs_behind_hold(self.staged, self.hold, self.device)  # never the stage itself
+        marks.append(time.perf_counter())
         self.model.train(command.train)
         fill = None
         with torch.no_grad():
@@ -228,7 +230,9 @@ class Executor:
                 flags = self.guard_flags(flags_before, "ModelNew.forward")
         if error:
             return Reply(id=command.id, error=error, error_kind="raised", flags=flags)
+        marks.append(time.perf_counter())
         self.sync()
+        marks.append(time.perf_counter())
         problems = self.output_problems(out, inputs)
         if cmp.is_plain_tensor(out) and seen is not None and not cmp.same_values(seen, out):
             problems.append("the output changed after forward returned: work still running when it returned "
@@ -236,7 +240,11 @@ class Executor:
         after = [(f"input.{i}", x) for i, (x, given) in enumerate(zip(inputs, self.staged))
                  if isinstance(given, torch.Tensor)]
         reply = Reply(id=command.id, flags=flags, problems=problems, fill=fill, output=value_info(out))
-        return self.ship(reply, seen, after, state=command.send_state, place=command.place)
+        marks.append(time.perf_counter())
+        reply = self.ship(reply, seen, after, state=command.send_state, place=command.place)
+        marks.append(time.perf_counter())
+        reply.steps_ms = [round((b - a) * 1e3, 3) for a, b in zip(marks, marks[1:])]
+        return reply
 
     def go(self, command: Go) -> Reply:
         """`calls` clocked forwards back to back, call k on the stage's input set k (see protocol.Go): each

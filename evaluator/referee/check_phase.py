@@ -4,6 +4,7 @@ tier the problem names (evaluator.referee.phases runs it).
 
 from __future__ import annotations
 
+import time
 
 import torch
 
@@ -128,11 +129,14 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     """One checked call: inputs drawn here and shipped, the executor's output, inputs (as the call left
     them) and buffers compared with `reference64` (advanced by the same call, in the same mode)."""
     referee = session.referee
+    marks = [time.perf_counter()]  # its steps, for tuning (KH_REFEREE_PROFILE)
     inputs = referee.draw(distribution, seed)
     stage_inputs(session, inputs)
+    marks.append(time.perf_counter())
     early = EarlyReference(referee, reference64, inputs, train) if overlapped(referee) else None
     call = Call(id=0, place=referee.layout.region, train=train, fill_uninitialized=fill, send_state=True)
     reply = session.request(call, meanwhile=early.run) if early is not None else session.request(call)
+    marks.append(time.perf_counter())
     if reply.error_kind == "staging_memory":
         staging_out_of_memory(session, inputs, reply, acc)
     if reply.error:
@@ -159,6 +163,12 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         if not out_of_memory(err):
             raise
         referee_out_of_memory(acc, err)
+    if tuning.PROFILE_DIR:
+        marks.append(time.perf_counter())
+        session.checked_ms.append({
+            "staged": round((marks[1] - marks[0]) * 1e3, 2), "replied": round((marks[2] - marks[1]) * 1e3, 2),
+            "compared": round((marks[3] - marks[2]) * 1e3, 2), "handled": reply.handled_ms,
+            "early": round(early.seconds * 1e3, 2) if early is not None else None, "executor": reply.steps_ms})
     return reply
 
 
@@ -219,8 +229,16 @@ class EarlyReference:
     def __init__(self, referee: RefereeView, reference64: torch.nn.Module, inputs: list, train: bool):
         self.referee, self.reference64, self.inputs, self.train = referee, reference64, inputs, train
         self.expected: torch.Tensor | None = None
+        self.seconds = 0.0  # for tuning
 
     def run(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._run()
+        finally:
+            self.seconds = time.perf_counter() - started
+
+    def _run(self) -> None:
         before = {}
         try:
             before = {name: value.clone() for name, value in self.reference64.named_buffers()}

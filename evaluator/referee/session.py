@@ -121,6 +121,7 @@ class Session:
     deadline: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)
     command_seconds: dict[str, float] = field(default_factory=dict)  # waited on the executor, per command kind
+    checked_ms: list[dict] = field(default_factory=list)  # each checked call's steps (KH_REFEREE_PROFILE only)
     # the device to this candidate alone while it is timed and profiled (the referee stops the others)
     exclusive: Callable[..., ContextManager] = lambda *given: contextlib.nullcontext()  # given (link, excuse)
     _entered: float = 0.0

@@ -85,6 +85,7 @@ def reply(request: JudgeRequest, process: ExecutorProcess, session: Session, jud
         profile_log({"event": "candidate", "name": request.name, "phases": verdict.phase_seconds,
                      "executor": session.command_seconds,
                      "startup": {k: v - process.launched_at for k, v in startup.items()}, "costs": costs,
+                     "checked": session.checked_ms,
                      "referee": {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])}})
     return JudgeReply(verdict=verdict, stdout=base64.b64encode(process.stdout.tail()).decode(),
                       stderr=base64.b64encode(process.stderr.tail()).decode())

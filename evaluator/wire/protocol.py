@@ -245,7 +245,9 @@ class Reply(Message):
         "made one by one from the host. The calibrator's is trusted; a candidate's is testimony, never used."))
     steps_ms: list[float] = Field(default_factory=list, description=(
         "handoff: the median ms a call spent waiting for its GO, reading its inputs onto the device, in forward, writing "
-        "what it left into the exchange, and waiting for the device (a diagnostic for tuning, like `handled_ms`)."))
+        "what it left into the exchange, and waiting for the device; a checked call: the ms its inputs took to be "
+        "queued behind the hold, forward to return (the guard's look included), the device to finish (the hold and "
+        "the call), its checks, and the staging of what it shipped (a diagnostic for tuning, like `handled_ms`)."))
     kernels: list[str] = Field(default_factory=list, description="profile: what the forward launched, in order.")
     kernel_times_us: list[float] = Field(default_factory=list, description=(
         "profile, CUDA: each of `kernels`' device time (µs, the profiler's), in the same order; empty on the CPU."))

@@ -1,7 +1,7 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
 KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
 builds, the medians of its candidates' phases and steps, each executor's own start, and the referee's largest costs
-by its costed steps' wall seconds (harness.bench.costs), the rate its candidates' windows came at; with lanes taking turns on a GPU, its exclusive turns, and
+by its costed steps' wall seconds (harness.bench.costs), each checked call's steps, the rate its candidates' windows came at; with lanes taking turns on a GPU, its exclusive turns, and
 for the folder the stretches in which no lane held one (both lanes' other work at once: docs/throughput.md).
 
     python3 tools/gpu_checks/profile_summary.py DIR
@@ -43,6 +43,14 @@ def summarize(log: Path) -> None:
             names = sorted({n for c in candidates for n in c.get(key, {})})
             print(f"  {key} (medians, s): " + ", ".join(f"{n} {median([c[key][n] for c in candidates if n in c[key]])}"
                                                     for n in names))
+        checked = [call for c in candidates for call in c.get("checked", [])]
+        if checked:  # a checked call's steps: the referee's (ms), and the executor's inside its reply
+            steps = {n: median([c[n] for c in checked if c.get(n) is not None])
+                     for n in ("staged", "early", "replied", "handled", "compared")}
+            inside = [c["executor"] for c in checked if len(c.get("executor") or []) == 5]
+            names = ("held", "forward", "synced", "checks", "shipped")
+            print(f"  checked calls ({len(checked)}, medians, ms): " + ", ".join(f"{n} {v}" for n, v in steps.items())
+                  + "; in the executor: " + ", ".join(f"{n} {median([x[i] for x in inside])}" for i, n in enumerate(names)))
         # each executor's own start, from its launch (time held while another candidate was timed included): its CUDA
         # step is CUDA's init, the exchange's page-locking and the stage's mapping
         starts = [c["startup"] for c in candidates if {"torch", "cuda"} <= set(c.get("startup", {}))]
