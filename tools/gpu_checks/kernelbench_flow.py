@@ -1,0 +1,116 @@
+"""KernelBench's own batch flow against `harness eval`, cold, on the same distinct CUDA sources, one after the other on
+one machine (`gpu kbflow`).
+
+COUNT distinct copies of the replay's CUDA candidate (harness.bench.throughput's copies: a comment of its own in each
+CUDA text, so no two share a build) are written as a KernelBench run folder, `runs/<run>/level_2_problem_39_sample_{S}
+_kernel.py`, in a KernelBench checkout (KB). Then:
+
+- KernelBench's `scripts/eval_from_generations.py` (local GPU, `build_cache=True`: its CPU workers build every sample
+  first, then it evaluates them), with a fresh build folder and torch extensions folder;
+- `harness eval --problems KB/KernelBench/level2 runs/<run>/` with a fresh build cache and store (torch's precompiled
+  headers made in the run too), which also reads the `eval_results.json` KernelBench just wrote and lists where the two
+  disagree.
+
+KernelBench's imports need `pydra-config`, `modal` and `tqdm` (installed into KB_SITE, never beside the harness's own
+packages) and `litellm`, which only its generation uses: a stub module stands in for it. Prints a table last.
+
+    python3 tools/gpu_checks/kernelbench_flow.py --kb .kb --kb-site /tmp/kbsite --out OUT [--count 16] [--workers 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness.bench.throughput import default_source, distinct_copies  # noqa: E402
+
+LEVEL, PROBLEM_ID = 2, 39  # KernelBench's 39_Gemm_Scale_BatchNorm, the replay candidate's problem
+LITELLM_STUB = "completion = None  # KernelBench's generation only; its evaluation never calls it\n"
+
+
+def run_folder(kb: Path, run: str, count: int) -> Path:
+    """COUNT distinct copies as KernelBench's generate_samples.py names them, in KB/runs/RUN."""
+    folder = kb / "runs" / run
+    folder.mkdir(parents=True, exist_ok=False)
+    for index, copy in enumerate(distinct_copies(default_source(), count, folder / ".copies")):
+        (folder / f"level_{LEVEL}_problem_{PROBLEM_ID}_sample_{index}_kernel.py").write_text(copy.path.read_text())
+    for copy in (folder / ".copies").iterdir():
+        copy.unlink()
+    (folder / ".copies").rmdir()
+    return folder
+
+
+def kernelbench_flow(kb: Path, kb_site: Path, run: str, count: int, workers: int, scratch: Path) -> tuple[float, dict]:
+    """KernelBench's batch flow, cold: its wall seconds and what its eval_results.json says of the samples."""
+    stub = scratch / "stub"
+    stub.mkdir(parents=True, exist_ok=True)
+    (stub / "litellm.py").write_text(LITELLM_STUB)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(kb_site), str(kb / "src"), str(stub)]),
+               TORCH_EXTENSIONS_DIR=str(scratch / "torch_extensions"))
+    command = [sys.executable, "scripts/eval_from_generations.py", f"run_name={run}", "dataset_src=local",
+               f"level={LEVEL}", f"problem_ids=[{PROBLEM_ID}]", f"num_samples_per_problem={count}",
+               "build_cache=True", f"num_cpu_workers={workers}", "gpu_arch=['Hopper']", "timeout=600",
+               f"kernel_eval_build_dir={scratch / 'kb_build'}", f"runs_dir={kb / 'runs'}"]
+    started = time.perf_counter()
+    with open(scratch / "kernelbench.log", "w") as log:
+        done = subprocess.run(command, cwd=kb, env=env, stdout=log, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - started
+    results = kb / "runs" / run / "eval_results.json"
+    samples = json.loads(results.read_text()).get(str(PROBLEM_ID), []) if results.exists() else []
+    said = {"exit": done.returncode, "samples": len(samples),
+            "compiled": sum(bool(s.get("compiled")) for s in samples),
+            "correct": sum(bool(s.get("correctness")) for s in samples)}
+    return wall, said
+
+
+def harness_flow(kb: Path, run: str, scratch: Path) -> tuple[float, dict]:
+    """`harness eval` on the same folder, cold: its wall seconds and its verdicts' statuses."""
+    env = dict(os.environ, HARNESS_CACHE_DIR=str(scratch / "harness_cache"), HARNESS_STORE=str(scratch / "store.sqlite"))
+    command = [sys.executable, "-m", "harness", "eval", "--problems", str(kb / "KernelBench" / f"level{LEVEL}"),
+               str(kb / "runs" / run), "--json"]
+    started = time.perf_counter()
+    with open(scratch / "harness.jsonl", "w") as out, open(scratch / "harness.log", "w") as log:
+        done = subprocess.run(command, env=env, stdout=out, stderr=log)
+    wall = time.perf_counter() - started
+    statuses: dict[str, int] = {}
+    for line in (scratch / "harness.jsonl").read_text().splitlines():
+        try:
+            status = json.loads(line).get("status")
+        except json.JSONDecodeError:
+            continue
+        statuses[status] = statuses.get(status, 0) + 1
+    return wall, {"exit": done.returncode, **statuses}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kb", type=Path, required=True, help="a KernelBench checkout")
+    parser.add_argument("--kb-site", type=Path, required=True, help="pydra-config, modal and tqdm installed here")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--count", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                        help="KernelBench's CPU build workers (default: the cores this may use)")
+    args = parser.parse_args()
+    kb, scratch = args.kb.resolve(), args.out.resolve()
+    scratch.mkdir(parents=True, exist_ok=True)
+    run = f"kh_flow_{int(time.time())}"
+    run_folder(kb, run, args.count)
+    rows = [("KernelBench's batch flow", *kernelbench_flow(kb, args.kb_site.resolve(), run, args.count, args.workers,
+                                                         scratch)),
+            ("harness eval", *harness_flow(kb, run, scratch))]
+    print(f"{args.count} distinct sources of level {LEVEL} problem {PROBLEM_ID}, cold, one after the other")
+    print(f"{'flow':<28}{'wall s':>10}{'per min':>10}  what it said")
+    for name, wall, said in rows:
+        print(f"{name:<28}{wall:>10.1f}{args.count / wall * 60:>10.2f}  {said}")
+    print(f"harness eval against KernelBench's flow: {rows[0][1] / rows[1][1]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
