@@ -51,6 +51,12 @@ def summarize(log: Path) -> None:
             names = ("held", "forward", "synced", "checks", "shipped")
             print(f"  checked calls ({len(checked)}, medians, ms): " + ", ".join(f"{n} {v}" for n, v in steps.items())
                   + "; in the executor: " + ", ".join(f"{n} {median([x[i] for x in inside])}" for i, n in enumerate(names)))
+            for place in range(max(len(c.get("checked", [])) for c in candidates)):  # the first is the executor's first
+                calls = [c["checked"][place] for c in candidates if len(c.get("checked", [])) > place]
+                inside = [c["executor"] for c in calls if len(c.get("executor") or []) == 5]
+                print(f"    checked call {place + 1}: in all {median([c['staged'] + c['replied'] + c['compared'] for c in calls])}"
+                      f", the reply {median([c['replied'] for c in calls])}, compared {median([c['compared'] for c in calls])}"
+                      "; in the executor " + " / ".join(str(median([x[i] for x in inside])) for i in range(5)))
         # each executor's own start, from its launch (time held while another candidate was timed included): its CUDA
         # step is CUDA's init, the exchange's page-locking and the stage's mapping
         starts = [c["startup"] for c in candidates if {"torch", "cuda"} <= set(c.get("startup", {}))]
