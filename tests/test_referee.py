@@ -1660,3 +1660,106 @@ def test_the_referees_work_meanwhile_moves_the_calls_deadline_on_within_its_cred
     left = session.own_credit_s
     session.request(Call(id=0, place=0, train=True), meanwhile=lambda: time.sleep(0.05))
     assert seen["moved"] == pytest.approx(left) and session.own_credit_s == 0.0  # at most what is left
+
+
+def test_each_checked_calls_comparisons_are_made_while_the_next_call_is_under_way_and_the_last_before_the_verdict():
+    """Where there is room (check_phase.deferred), a checked call's comparisons wait for the next call and are made
+    while it waits behind its stream hold (its request's `meanwhile`); the last main trial's are made before anything
+    reads the accumulators, so a candidate wrong only there is `incorrect` (a flush left out loses it:
+    mutation-checked)."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import check_phase
+    from evaluator.wire.records import Status
+
+    made, calls = [], []
+
+    class Made:  # a call's comparisons: wrong for the last main trial only
+        def __init__(self, index, acc):
+            self.index, self.acc = index, acc
+
+        def run(self):
+            made.append(self.index)
+            if self.index == 3:
+                self.acc.fail("output: wrong on the last trial only")
+
+    def trial(session, reference64, distribution, seed, *, train, acc, fill=False, before=None, later=None):
+        index = len(calls)
+        calls.append((index, before.index if before is not None else None, later is not None, fill))
+        if before is not None:
+            before.run()  # in the request's `meanwhile`: before this call's reply is read
+        comparisons = Made(index, acc)
+        if later is not None:
+            later.append(comparisons)
+        else:
+            comparisons.run()
+        return SimpleNamespace(fill=(True, True, True))
+
+    problem = SimpleNamespace(mode="train", distributions=["randn", "rand"], trials=2, check_eval_mode=False)
+    referee = SimpleNamespace(problem=problem, tolerances={}, device="cpu")
+    session = SimpleNamespace(referee=referee, enter=lambda phase: None, seed=iter(range(100)).__next__,
+                              keys=SimpleNamespace(hex="k"), add=lambda flags: None, phase=None)
+    reference64 = SimpleNamespace(state_dict=dict, train=lambda mode: None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_phase, "trial", trial)
+        checked = check_phase.check_phase(session, SimpleNamespace(reference64=reference64))
+    # four main trials, each made during the next (the last after them); none deferred past them
+    assert calls[:4] == [(0, None, True, False), (1, 0, True, False), (2, 1, True, False), (3, 2, True, False)]
+    assert made[:4] == [0, 1, 2, 3]
+    assert checked.stop is not None and checked.stop.status == Status.incorrect
+    assert "wrong on the last trial only" in checked.stop.error
+    # with no room, every call compares at once
+    calls.clear(), made.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_phase, "trial", trial)
+        patch.setattr(check_phase, "deferred", lambda referee: False)
+        check_phase.check_phase(session, SimpleNamespace(reference64=reference64))
+    assert [c[1:3] for c in calls[:4]] == [(None, False)] * 4 and made[:4] == [0, 1, 2, 3]
+
+
+def test_comparisons_made_later_read_the_state_as_the_call_left_it_and_run_inside_the_next_calls_request():
+    """A checked call's comparisons kept for later (check_phase.trial's `later`) hold the reference's state as that
+    call left it: the next call's float64 reference steps the reference on before they are made (a snapshot left out
+    compares a later state: mutation-checked). Given as the next call's `before`, they are made after its request is
+    sent and before its reply is read (its `meanwhile`)."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import check_phase
+    from evaluator.referee.compare import ModeAccumulator
+    from evaluator.wire.problem import load_problem
+    from evaluator.wire.protocol import Reply, ValueInfo
+
+    class Reference(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("steps", torch.zeros(2, dtype=torch.float64))
+
+    reference64, expected = Reference(), torch.arange(8, dtype=torch.float64).reshape(4, 2)
+    tolerances = load_problem("gemm_scale_bn").tolerances
+    referee = SimpleNamespace(draw=lambda distribution, seed: [torch.ones(4, 3)], device="cpu", judge_device="cpu",
+                              layout=SimpleNamespace(inputs=(), region=0), output_dtype="float32",
+                              tolerances=tolerances, rel_floor=1e-4, reference64_peak=None)
+    seen = []
+
+    def request(command, meanwhile=None):
+        seen.append("sent")
+        if meanwhile is not None:
+            meanwhile()
+        seen.append("replied")
+        return Reply(id=0, output=ValueInfo(kind="Tensor", plain=True, dtype="float32", shape=[4, 2], device="cpu"))
+
+    session = SimpleNamespace(referee=referee, link=SimpleNamespace(stage=SimpleNamespace(device="cpu")),
+                              request=request, phase=None,
+                              shipment=lambda reply: ({"output": expected.float(), "input.0": torch.ones(4, 3),
+                                                       "state.steps": reference64.steps.float()}, []))
+    acc, later = ModeAccumulator("train", tolerances), []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_phase, "reference_output", lambda *args: expected)
+        check_phase.trial(session, reference64, "randn", 0, train=True, acc=acc, later=later)
+        assert len(later) == 1 and acc.trials == 1 and not acc.worst  # counted, not compared yet
+        reference64.steps += 1  # the next call's float64 reference, made while that call waits behind its hold
+        seen.clear()
+        later[0].run = (lambda run: lambda: (seen.append("compared"), run()))(later[0].run)
+        check_phase.trial(session, reference64, "randn", 1, train=True, acc=acc, before=later.pop())
+    assert seen == ["sent", "compared", "replied"]
+    assert acc.passed and set(acc.worst) == {"output", "steps"}, acc.record()  # against the state the call left

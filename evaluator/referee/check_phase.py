@@ -125,9 +125,12 @@ def compare_output(info: ValueInfo | None, actual: torch.Tensor | None, expected
 
 @tuning.costed("checked_calls")
 def trial(session: Session, reference64: torch.nn.Module, distribution: str, seed: int, *, train: bool,
-          acc: compare.ModeAccumulator, fill: bool = False) -> Reply:
+          acc: compare.ModeAccumulator, fill: bool = False, before: Comparisons | None = None,
+          later: list | None = None) -> Reply:
     """One checked call: inputs drawn here and shipped, the executor's output, inputs (as the call left
-    them) and buffers compared with `reference64` (advanced by the same call, in the same mode)."""
+    them) and buffers compared with `reference64` (advanced by the same call, in the same mode). `before`: the checked
+    call before's comparisons, made while this one is under way (behind its stream hold). With `later` (a list), this
+    call's comparisons are put there to be made so, instead of here."""
     referee = session.referee
     marks = [time.perf_counter()]  # its steps, for tuning (KH_REFEREE_PROFILE)
     inputs = referee.draw(distribution, seed)
@@ -135,7 +138,8 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     marks.append(time.perf_counter())
     early = EarlyReference(referee, reference64, inputs, train) if overlapped(referee) else None
     call = Call(id=0, place=referee.layout.region, train=train, fill_uninitialized=fill, send_state=True)
-    reply = session.request(call, meanwhile=early.run) if early is not None else session.request(call)
+    meanwhile = [work.run for work in (early, before) if work is not None]  # the reference first: it queues its work
+    reply = session.request(call, meanwhile=lambda: [run() for run in meanwhile]) if meanwhile else session.request(call)
     marks.append(time.perf_counter())
     if reply.error_kind == "staging_memory":
         staging_out_of_memory(session, inputs, reply, acc)
@@ -150,19 +154,17 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
             expected = reference_output(referee, reference64, inputs, train)
         acc.trials += 1
         said_first(acc, reply, shipped, expected, referee, unreadable)
-        changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
-                   and not (cmp.is_plain_tensor(shipped.get(f"input.{i}"))
-                            and compare.same_values_on(x, shipped[f"input.{i}"], referee.device))]
-        if changed:
-            acc.fail(f"the candidate modified its input(s) {changed} in place")
-        acc.add("output", compare_output(reply.output, shipped.get("output"), expected, referee, referee.tolerances))
-        for name, value in reference64.state_dict().items():
-            acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
-                                                 referee.rel_floor, on=referee.device))
+        # the reference's state as this call left it: the next call's float64 reference steps it on
+        state = {name: value.clone() for name, value in reference64.state_dict().items()} if later is not None else None
     except (torch.OutOfMemoryError, RuntimeError) as err:
         if not out_of_memory(err):
             raise
         referee_out_of_memory(acc, err)
+    comparisons = Comparisons(referee, acc, reply, shipped, expected, inputs, reference64, state)
+    if later is not None:
+        later.append(comparisons)
+    else:
+        comparisons.run()
     if tuning.PROFILE_DIR:
         marks.append(time.perf_counter())
         session.checked_ms.append({
@@ -170,6 +172,43 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
             "compared": round((marks[3] - marks[2]) * 1e3, 2), "handled": reply.handled_ms,
             "early": round(early.seconds * 1e3, 2) if early is not None else None, "executor": reply.steps_ms})
     return reply
+
+
+class Comparisons:
+    """A checked call's comparisons, on the referee's own copies: what the executor shipped (read off the stage and the
+    exchange, which the next call then overwrites), the float64 expected output, the call's inputs and the reference's
+    state as the call left it (`state`; None: the reference's own, read when they are made at once). Made at once, or
+    while the next checked call waits behind its stream hold (`trial`'s `later` and `before`), in the same order
+    either way."""
+
+    def __init__(self, referee: RefereeView, acc: compare.ModeAccumulator, reply: Reply, shipped: dict,
+                 expected: torch.Tensor, inputs: list, reference64: torch.nn.Module, state: dict | None):
+        self.referee, self.acc, self.reply, self.shipped = referee, acc, reply, shipped
+        self.expected, self.inputs, self.reference64, self.state = expected, inputs, reference64, state
+
+    def run(self) -> None:
+        """Into the call's accumulator (once); `Judged` where the referee's memory runs out. Its copies let go."""
+        if self.shipped is None:
+            return
+        referee, acc, shipped = self.referee, self.acc, self.shipped
+        try:
+            changed = [i for i, x in enumerate(self.inputs) if isinstance(x, torch.Tensor)
+                       and not (cmp.is_plain_tensor(shipped.get(f"input.{i}"))
+                                and compare.same_values_on(x, shipped[f"input.{i}"], referee.device))]
+            if changed:
+                acc.fail(f"the candidate modified its input(s) {changed} in place")
+            acc.add("output", compare_output(self.reply.output, shipped.get("output"), self.expected, referee,
+                                             referee.tolerances))
+            state = self.state if self.state is not None else self.reference64.state_dict()
+            for name, value in state.items():
+                acc.add(name, compare.compare_tensor(name, shipped.get(f"state.{name}"), value, referee.tolerances,
+                                                     referee.rel_floor, on=referee.device))
+        except (torch.OutOfMemoryError, RuntimeError) as err:
+            if not out_of_memory(err):
+                raise
+            referee_out_of_memory(acc, err)
+        finally:
+            self.shipped = self.expected = self.inputs = self.reference64 = self.state = None
 
 
 def stage_inputs(session: Session, inputs: list) -> None:
@@ -201,6 +240,24 @@ def overlapped(referee: RefereeView) -> bool:
     if not judged_on_gpu(referee) or referee.reference64_peak is None:
         return False
     return referee.memory.kept_bytes >= OVERLAP_ROOM * referee.reference64_peak
+
+
+def deferred(referee: RefereeView) -> bool:
+    """Whether a checked call's comparisons are made while the next checked call is under way (`Comparisons`): on the
+    CPU; on a GPU where the float64 reference runs beside the call (`overlapped`) and the room kept for the clocked
+    calls' copies holds, besides that, one call's copies more (its inputs drawn and as shipped, its output as shipped
+    and expected in float64, the reference's state in float64) and a few of the comparisons' chunks. Not where the
+    judge lives in host memory beside a GPU: a call's copies there are gigabytes (KernelBench's 19_ReLU)."""
+    if referee.device == "cpu":
+        return True
+    if not overlapped(referee):
+        return False
+    copies = 2 * referee.input_nbytes + 3 * referee.output_nbytes + 3 * referee.state_nbytes
+    return referee.memory.kept_bytes >= OVERLAP_ROOM * referee.reference64_peak + copies + COMPARISON_ROOM
+
+
+# The comparisons' own temporaries, float64 chunks (compare.COMPARE_CHUNK elements each): a few at once
+COMPARISON_ROOM = 4 * compare.COMPARE_CHUNK * 8
 
 
 def reference_output(referee: RefereeView, reference64: torch.nn.Module, inputs: list, train: bool) -> torch.Tensor:
@@ -265,12 +322,21 @@ def check_phase(session: Session, built: Built) -> Checked:
     main = compare.ModeAccumulator(problem.mode, referee.tolerances)
     by_distribution: dict[str, compare.ModeAccumulator] = {}
     seeds: list[int] = []
+    # each call's comparisons made while the next one waits behind its stream hold, where there is room (`deferred`);
+    # the last one's after it, before anything reads the accumulators
+    later: list[Comparisons] | None = [] if deferred(referee) else None
+    accumulators = []
     for distribution in problem.distributions:
         # each distribution's trials apart too, so the verdict says which one failed
         acc = by_distribution[distribution] = compare.ModeAccumulator(problem.mode, referee.tolerances)
+        accumulators.append(acc)
         for _ in range(problem.trials):
             seeds.append(session.seed())
-            trial(session, reference64, distribution, seeds[-1], train=train, acc=acc)
+            before = later.pop() if later else None
+            trial(session, reference64, distribution, seeds[-1], train=train, acc=acc, before=before, later=later)
+    for comparisons in later or ():
+        comparisons.run()
+    for acc in accumulators:
         main.merge(acc)
     unwritten = None
     if main.passed:  # a failing candidate is judged already
