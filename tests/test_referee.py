@@ -1759,7 +1759,92 @@ def test_comparisons_made_later_read_the_state_as_the_call_left_it_and_run_insid
         assert len(later) == 1 and acc.trials == 1 and not acc.worst  # counted, not compared yet
         reference64.steps += 1  # the next call's float64 reference, made while that call waits behind its hold
         seen.clear()
-        later[0].run = (lambda run: lambda: (seen.append("compared"), run()))(later[0].run)
+        later[0].run = (lambda run: lambda **kw: (seen.append(("compared", kw)), run(**kw)))(later[0].run)
         check_phase.trial(session, reference64, "randn", 1, train=True, acc=acc, before=later.pop())
-    assert seen == ["sent", "compared", "replied"]
+    # made beside the call; after its reply, the second look finds them made
+    assert seen == ["sent", ("compared", {"beside": True}), "replied", ("compared", {})]
     assert acc.passed and set(acc.worst) == {"output", "steps"}, acc.record()  # against the state the call left
+
+
+def test_comparisons_short_of_memory_beside_the_next_call_are_made_after_its_reply_and_judged_as_before_if_short_again():
+    """The referee's memory running out as a call's comparisons are made beside the next call (whose executor holds
+    memory then) is not the verdict: the cache is let go, and they are made again once that call's reply is in, as the
+    early float64 reference falls back. Short again, it is what it was before they were made beside: `crashed`,
+    saying the judge's copies do not fit, or `incorrect` after a wrong trial."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import check_phase
+    from evaluator.referee.compare import ModeAccumulator
+    from evaluator.referee.session import Judged
+    from evaluator.wire.problem import load_problem
+    from evaluator.wire.protocol import Reply, ValueInfo
+    from evaluator.wire.records import Status
+
+    tolerances = load_problem("gemm_scale_bn").tolerances
+    expected = torch.arange(8, dtype=torch.float64).reshape(4, 2)
+    referee = SimpleNamespace(draw=lambda distribution, seed: [torch.ones(4, 3)], device="cpu", judge_device="cpu",
+                              layout=SimpleNamespace(inputs=(), region=0), output_dtype="float32",
+                              tolerances=tolerances, rel_floor=1e-4, reference64_peak=None)
+    session = SimpleNamespace(
+        referee=referee, link=SimpleNamespace(stage=SimpleNamespace(device="cpu")), phase=None,
+        request=lambda command, meanwhile=None: (meanwhile and meanwhile(), Reply(id=0, output=ValueInfo(
+            kind="Tensor", plain=True, dtype="float32", shape=[4, 2], device="cpu")))[1],
+        shipment=lambda reply: ({"output": expected.float(), "input.0": torch.ones(4, 3)}, []))
+    reference64 = torch.nn.Module()
+    real_compare, released = check_phase.compare_output, []
+
+    def short(times: int):
+        left = [times]
+
+        def compare_output(*args):
+            if left[0] > 0:
+                left[0] -= 1
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+            return real_compare(*args)
+        return compare_output
+
+    for times, acc, status in ((1, ModeAccumulator("train", tolerances), None),
+                               (2, ModeAccumulator("train", tolerances), Status.crashed),
+                               (2, None, Status.incorrect)):
+        if acc is None:  # a trial wrong before
+            acc = ModeAccumulator("train", tolerances)
+            acc.fail("output: 3 values outside")
+        later = []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(check_phase, "reference_output", lambda *args: expected)
+            patch.setattr(check_phase, "release_cached", released.append)
+            check_phase.trial(session, reference64, "randn", 0, train=True, acc=acc, later=later)
+            patch.setattr(check_phase, "compare_output", short(times))
+            if status is None:
+                check_phase.trial(session, reference64, "randn", 1, train=True, acc=acc, before=later[0])
+                assert acc.passed and acc.trials == 2 and later[0].shipped is None  # made once the reply was in
+                continue
+            with pytest.raises(Judged) as judged:
+                check_phase.trial(session, reference64, "randn", 1, train=True, acc=acc, before=later[0])
+        assert judged.value.status == status, judged.value.error
+        assert ("do not fit this GPU" in judged.value.error) == (status == Status.crashed)
+    assert released == ["cpu"] * 3  # each time short beside the call
+
+
+def test_comparisons_wait_for_the_next_call_only_where_one_calls_float64_copies_fit_beside_it():
+    """check_phase.deferred on a GPU: the kept room must hold twice the float64 reference's peak, one call's copies
+    (float64 four times a half-precision call's bytes, twice a float32's) and the comparisons' chunks; on the CPU,
+    always; never where the judge lives in host memory beside a GPU."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import check_phase
+
+    gib = 1 << 30
+
+    def referee(dtype, kept, judge="cuda", device="cuda"):
+        return SimpleNamespace(device=device, judge_device=judge, reference64_peak=gib, output_dtype=dtype,
+                               input_nbytes=gib, output_nbytes=gib, state_nbytes=0,
+                               memory=SimpleNamespace(kept_bytes=kept))
+
+    room = 2 * gib + check_phase.COMPARISON_ROOM  # the reference's peak twice, and the chunks
+    assert check_phase.deferred(referee("float32", room + 5 * gib))  # 2 I + 3 O
+    assert not check_phase.deferred(referee("float32", room + 5 * gib - 1))
+    assert not check_phase.deferred(referee("bfloat16", room + 5 * gib))  # 2 I + 5 O
+    assert check_phase.deferred(referee("bfloat16", room + 7 * gib))
+    assert not check_phase.deferred(referee("float32", 100 * gib, judge="cpu"))
+    assert check_phase.deferred(referee("float32", 0, judge="cpu", device="cpu"))

@@ -12,6 +12,7 @@ from evaluator.referee import compare, tuning
 from evaluator.referee import inputs as draws
 from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
+from evaluator.wire.exchange import DTYPES
 from evaluator.wire.protocol import Call, Reply, ValueInfo
 from evaluator.wire.tiers import MATCHED_TIER
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status
@@ -129,8 +130,9 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
           later: list | None = None) -> Reply:
     """One checked call: inputs drawn here and shipped, the executor's output, inputs (as the call left
     them) and buffers compared with `reference64` (advanced by the same call, in the same mode). `before`: the checked
-    call before's comparisons, made while this one is under way (behind its stream hold). With `later` (a list), this
-    call's comparisons are put there to be made so, instead of here."""
+    call before's comparisons, made while this one is under way (behind its stream hold), or after its reply where the
+    referee's memory ran out meanwhile. With `later` (a list), this call's comparisons are put there to be made so,
+    instead of here."""
     referee = session.referee
     marks = [time.perf_counter()]  # its steps, for tuning (KH_REFEREE_PROFILE)
     inputs = referee.draw(distribution, seed)
@@ -138,9 +140,18 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
     marks.append(time.perf_counter())
     early = EarlyReference(referee, reference64, inputs, train) if overlapped(referee) else None
     call = Call(id=0, place=referee.layout.region, train=train, fill_uninitialized=fill, send_state=True)
-    meanwhile = [work.run for work in (early, before) if work is not None]  # the reference first: it queues its work
-    reply = session.request(call, meanwhile=lambda: [run() for run in meanwhile]) if meanwhile else session.request(call)
+
+    def meanwhile() -> None:
+        if early is not None:
+            early.run()  # first: it queues its work on the device
+        if before is not None:
+            before.run(beside=True)
+
+    reply = session.request(call, meanwhile=meanwhile) if early is not None or before is not None \
+        else session.request(call)
     marks.append(time.perf_counter())
+    if before is not None:
+        before.run()  # where the memory ran out beside the call: made now, the call over (nothing where made)
     if reply.error_kind == "staging_memory":
         staging_out_of_memory(session, inputs, reply, acc)
     if reply.error:
@@ -170,7 +181,8 @@ def trial(session: Session, reference64: torch.nn.Module, distribution: str, see
         session.checked_ms.append({
             "staged": round((marks[1] - marks[0]) * 1e3, 2), "replied": round((marks[2] - marks[1]) * 1e3, 2),
             "compared": round((marks[3] - marks[2]) * 1e3, 2), "handled": reply.handled_ms,
-            "early": round(early.seconds * 1e3, 2) if early is not None else None, "executor": reply.steps_ms})
+            "early": round(early.seconds * 1e3, 2) if early is not None else None, "executor": reply.steps_ms,
+            "before": round(before.seconds * 1e3, 2) if before is not None else None})
     return reply
 
 
@@ -185,9 +197,20 @@ class Comparisons:
                  expected: torch.Tensor, inputs: list, reference64: torch.nn.Module, state: dict | None):
         self.referee, self.acc, self.reply, self.shipped = referee, acc, reply, shipped
         self.expected, self.inputs, self.reference64, self.state = expected, inputs, reference64, state
+        self.seconds = 0.0  # for tuning
 
-    def run(self) -> None:
-        """Into the call's accumulator (once); `Judged` where the referee's memory runs out. Its copies let go."""
+    def run(self, beside: bool = False) -> None:
+        """Into the call's accumulator (once made: nothing the second time); `Judged` where the referee's memory runs
+        out. `beside` the next call, a referee short of memory lets its cache go and keeps them, to be made again once
+        that call's reply is in (`trial`), as the early reference does: a result added twice is the same result. Their
+        copies let go once made."""
+        started = time.perf_counter()
+        try:
+            self._run(beside)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _run(self, beside: bool) -> None:
         if self.shipped is None:
             return
         referee, acc, shipped = self.referee, self.acc, self.shipped
@@ -205,10 +228,17 @@ class Comparisons:
                                                      referee.rel_floor, on=referee.device))
         except (torch.OutOfMemoryError, RuntimeError) as err:
             if not out_of_memory(err):
+                self.let_go()
                 raise
+            if beside:
+                release_cached(referee.device)
+                return
+            self.let_go()
             referee_out_of_memory(acc, err)
-        finally:
-            self.shipped = self.expected = self.inputs = self.reference64 = self.state = None
+        self.let_go()
+
+    def let_go(self) -> None:
+        self.shipped = self.expected = self.inputs = self.reference64 = self.state = None
 
 
 def stage_inputs(session: Session, inputs: list) -> None:
@@ -242,6 +272,12 @@ def overlapped(referee: RefereeView) -> bool:
     return referee.memory.kept_bytes >= OVERLAP_ROOM * referee.reference64_peak
 
 
+@tuning.costed("checked_calls")
+def compare_last(comparisons: Comparisons) -> None:
+    """The last main trial's comparisons, after it (none is under way to make them beside)."""
+    comparisons.run()
+
+
 def deferred(referee: RefereeView) -> bool:
     """Whether a checked call's comparisons are made while the next checked call is under way (`Comparisons`): on the
     CPU; on a GPU where the float64 reference runs beside the call (`overlapped`) and the room kept for the clocked
@@ -252,7 +288,8 @@ def deferred(referee: RefereeView) -> bool:
         return True
     if not overlapped(referee):
         return False
-    copies = 2 * referee.input_nbytes + 3 * referee.output_nbytes + 3 * referee.state_nbytes
+    widen = 8 // torch.empty((), dtype=DTYPES[referee.output_dtype]).element_size()  # float64 against the call's
+    copies = 2 * referee.input_nbytes + (1 + widen) * (referee.output_nbytes + referee.state_nbytes)
     return referee.memory.kept_bytes >= OVERLAP_ROOM * referee.reference64_peak + copies + COMPARISON_ROOM
 
 
@@ -335,7 +372,7 @@ def check_phase(session: Session, built: Built) -> Checked:
             before = later.pop() if later else None
             trial(session, reference64, distribution, seeds[-1], train=train, acc=acc, before=before, later=later)
     for comparisons in later or ():
-        comparisons.run()
+        compare_last(comparisons)
     for acc in accumulators:
         main.merge(acc)
     unwritten = None

@@ -46,7 +46,7 @@ def summarize(log: Path) -> None:
         checked = [call for c in candidates for call in c.get("checked", [])]
         if checked:  # a checked call's steps: the referee's (ms), and the executor's inside its reply
             steps = {n: median([c[n] for c in checked if c.get(n) is not None])
-                     for n in ("staged", "early", "replied", "handled", "compared")}
+                     for n in ("staged", "early", "before", "replied", "handled", "compared")}
             inside = [c["executor"] for c in checked if len(c.get("executor") or []) == 5]
             names = ("held", "forward", "synced", "checks", "shipped")
             print(f"  checked calls ({len(checked)}, medians, ms): " + ", ".join(f"{n} {v}" for n, v in steps.items())
