@@ -1848,3 +1848,31 @@ def test_comparisons_wait_for_the_next_call_only_where_one_calls_float64_copies_
     assert check_phase.deferred(referee("bfloat16", room + 7 * gib))
     assert not check_phase.deferred(referee("float32", 100 * gib, judge="cpu"))
     assert check_phase.deferred(referee("float32", 0, judge="cpu", device="cpu"))
+
+
+def test_a_judge_short_of_memory_never_hides_a_trial_wrong_in_an_earlier_distribution():
+    """A candidate wrong on one distribution's trials that then holds the device's memory so that the referee runs
+    short on the next distribution's first call is `incorrect`, as within one distribution (wrong_already), not
+    `crashed` (the judge's own failure): the check phase looks at every distribution's trials so far
+    (mutation-checked)."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import check_phase
+    from evaluator.referee.session import Judged
+    from evaluator.wire.records import Phase, Status
+
+    def trial(session, reference64, distribution, seed, *, train, acc, fill=False, before=None, later=None):
+        if distribution == "rand":
+            raise Judged(Status.crashed, Phase.check, "the memory ran out in the referee")
+        acc.fail("output: wrong on randn")
+        return SimpleNamespace(fill=(True, True, True))
+
+    problem = SimpleNamespace(mode="train", distributions=["randn", "rand"], trials=2, check_eval_mode=False)
+    session = SimpleNamespace(referee=SimpleNamespace(problem=problem, tolerances={}, device="cpu"),
+                              enter=lambda phase: None, seed=iter(range(100)).__next__, phase=Phase.check)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_phase, "trial", trial)
+        with pytest.raises(Judged) as judged:
+            check_phase.check_phase(session, SimpleNamespace(reference64=None))
+    assert judged.value.status == Status.incorrect, judged.value.error
+    assert "wrong in an earlier trial (output: wrong on randn), then the memory ran out" in judged.value.error

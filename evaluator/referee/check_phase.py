@@ -4,6 +4,7 @@ tier the problem names (evaluator.referee.phases runs it).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -370,7 +371,17 @@ def check_phase(session: Session, built: Built) -> Checked:
         for _ in range(problem.trials):
             seeds.append(session.seed())
             before = later.pop() if later else None
-            trial(session, reference64, distribution, seeds[-1], train=train, acc=acc, before=before, later=later)
+            try:
+                trial(session, reference64, distribution, seeds[-1], train=train, acc=acc, before=before, later=later)
+            except Judged as judged:
+                if judged.status == Status.crashed:  # the judge's own failure, a memory held by the candidate
+                    # among its causes: any trial wrong before, of any distribution, is the verdict (wrong_already)
+                    if before is not None:
+                        with contextlib.suppress(Judged):
+                            before.run()
+                    for earlier in accumulators:
+                        wrong_already(earlier, judged.phase, judged.error)
+                raise
     for comparisons in later or ():
         compare_last(comparisons)
     for acc in accumulators:
