@@ -1712,7 +1712,7 @@ def test_each_checked_calls_comparisons_are_made_while_the_next_call_is_under_wa
     calls.clear(), made.clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(check_phase, "trial", trial)
-        patch.setattr(check_phase, "deferred", lambda referee: False)
+        patch.setattr(check_phase, "deferred", lambda referee, reference64: False)
         check_phase.check_phase(session, SimpleNamespace(reference64=reference64))
     assert [c[1:3] for c in calls[:4]] == [(None, False)] * 4 and made[:4] == [0, 1, 2, 3]
 
@@ -1789,8 +1789,8 @@ def test_comparisons_short_of_memory_beside_the_next_call_are_made_after_its_rep
         referee=referee, link=SimpleNamespace(stage=SimpleNamespace(device="cpu")), phase=None,
         request=lambda command, meanwhile=None: (meanwhile and meanwhile(), Reply(id=0, output=ValueInfo(
             kind="Tensor", plain=True, dtype="float32", shape=[4, 2], device="cpu")))[1],
-        shipment=lambda reply: ({"output": expected.float(), "input.0": torch.ones(4, 3)}, []))
-    reference64 = torch.nn.Module()
+        shipment=lambda reply: ({"output": shipped.pop(0), "input.0": torch.ones(4, 3)}, []))
+    reference64, shipped = torch.nn.Module(), []
     real_compare, released = check_phase.compare_output, []
 
     def short(times: int):
@@ -1809,7 +1809,7 @@ def test_comparisons_short_of_memory_beside_the_next_call_are_made_after_its_rep
         if acc is None:  # a trial wrong before
             acc = ModeAccumulator("train", tolerances)
             acc.fail("output: 3 values outside")
-        later = []
+        later, shipped[:] = [], [expected.float() + 1, expected.float()]  # the call made beside the next is wrong
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(check_phase, "reference_output", lambda *args: expected)
             patch.setattr(check_phase, "release_cached", released.append)
@@ -1817,7 +1817,8 @@ def test_comparisons_short_of_memory_beside_the_next_call_are_made_after_its_rep
             patch.setattr(check_phase, "compare_output", short(times))
             if status is None:
                 check_phase.trial(session, reference64, "randn", 1, train=True, acc=acc, before=later[0])
-                assert acc.passed and acc.trials == 2 and later[0].shipped is None  # made once the reply was in
+                assert acc.trials == 2 and later[0].shipped is None  # made once the reply was in
+                assert not acc.passed and acc.worst["output"][0] == 1.0  # the wrong call found, not lost
                 continue
             with pytest.raises(Judged) as judged:
                 check_phase.trial(session, reference64, "randn", 1, train=True, acc=acc, before=later[0])
@@ -1836,18 +1837,22 @@ def test_comparisons_wait_for_the_next_call_only_where_one_calls_float64_copies_
 
     gib = 1 << 30
 
-    def referee(dtype, kept, judge="cuda", device="cuda"):
-        return SimpleNamespace(device=device, judge_device=judge, reference64_peak=gib, output_dtype=dtype,
+    def referee(itemsize, kept, judge="cuda", device="cuda"):
+        return SimpleNamespace(device=device, judge_device=judge, reference64_peak=gib, output_shape=[gib // itemsize],
                                input_nbytes=gib, output_nbytes=gib, state_nbytes=0,
                                memory=SimpleNamespace(kept_bytes=kept))
 
-    room = 2 * gib + check_phase.COMPARISON_ROOM  # the reference's peak twice, and the chunks
-    assert check_phase.deferred(referee("float32", room + 5 * gib))  # 2 I + 3 O
-    assert not check_phase.deferred(referee("float32", room + 5 * gib - 1))
-    assert not check_phase.deferred(referee("bfloat16", room + 5 * gib))  # 2 I + 5 O
-    assert check_phase.deferred(referee("bfloat16", room + 7 * gib))
-    assert not check_phase.deferred(referee("float32", 100 * gib, judge="cpu"))
-    assert check_phase.deferred(referee("float32", 0, judge="cpu", device="cpu"))
+    stateless, room = torch.nn.Module(), 2 * gib + check_phase.COMPARISON_ROOM  # the reference's peak twice, chunks
+    assert check_phase.deferred(referee(4, room + 5 * gib), stateless)  # float32: 2 I + O + 2 O
+    assert not check_phase.deferred(referee(4, room + 5 * gib - 1), stateless)
+    assert not check_phase.deferred(referee(2, room + 5 * gib), stateless)  # half precision: 2 I + O + 4 O
+    assert check_phase.deferred(referee(2, room + 7 * gib), stateless)
+    stateful = torch.nn.Module()
+    stateful.register_buffer("steps", torch.zeros(1024, dtype=torch.float64))  # its copy counted at its own bytes
+    assert not check_phase.deferred(referee(4, room + 5 * gib), stateful)
+    assert check_phase.deferred(referee(4, room + 5 * gib + 8192), stateful)
+    assert not check_phase.deferred(referee(4, 100 * gib, judge="cpu"), stateless)
+    assert check_phase.deferred(referee(4, 0, judge="cpu", device="cpu"), stateless)
 
 
 def test_a_judge_short_of_memory_never_hides_a_trial_wrong_in_an_earlier_distribution():
@@ -1876,3 +1881,49 @@ def test_a_judge_short_of_memory_never_hides_a_trial_wrong_in_an_earlier_distrib
             check_phase.check_phase(session, SimpleNamespace(reference64=None))
     assert judged.value.status == Status.incorrect, judged.value.error
     assert "wrong in an earlier trial (output: wrong on randn), then the memory ran out" in judged.value.error
+
+    # the call before's comparisons still pending (its executor gone before they were made beside the next call):
+    # made first, and wrong there, the crash is `incorrect`; the referee short of memory drawing the next call's
+    # inputs is that crash
+    class Pending:
+        def __init__(self, acc):
+            self.acc = acc
+
+        def run(self, beside=False):
+            self.acc.fail("output: wrong on the call before")
+
+    for crash in (Judged(Status.crashed, Phase.check, "the memory ran out in the referee"),
+                  torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")):
+        def pending_trial(session, reference64, distribution, seed, *, train, acc, fill=False, before=None, later=None):
+            if before is None:
+                later.append(Pending(acc))
+                return SimpleNamespace(fill=(True, True, True))
+            raise crash  # before `before` was made
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(check_phase, "trial", pending_trial)
+            patch.setattr(check_phase, "deferred", lambda referee, reference64: True)
+            with pytest.raises(Judged) as judged:
+                check_phase.check_phase(session, SimpleNamespace(reference64=None))
+        assert judged.value.status == Status.incorrect, judged.value.error
+        assert "wrong in an earlier trial (output: wrong on the call before)" in judged.value.error
+
+    # the last call's comparisons, made after the trials, short of memory after a distribution wrong before
+    class ShortLast:
+        def run(self, beside=False):
+            raise Judged(Status.crashed, Phase.check, "the memory ran out in the referee")
+
+    def last_short(session, reference64, distribution, seed, *, train, acc, fill=False, before=None, later=None):
+        if distribution == "randn":
+            acc.fail("output: wrong on randn")
+        elif before is None:
+            later.append(ShortLast())
+        return SimpleNamespace(fill=(True, True, True))
+
+    problem.trials = 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_phase, "trial", last_short)
+        patch.setattr(check_phase, "deferred", lambda referee, reference64: True)
+        with pytest.raises(Judged) as judged:
+            check_phase.check_phase(session, SimpleNamespace(reference64=None))
+    assert judged.value.status == Status.incorrect, judged.value.error

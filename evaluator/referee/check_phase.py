@@ -5,6 +5,7 @@ tier the problem names (evaluator.referee.phases runs it).
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 import torch
@@ -13,7 +14,6 @@ from evaluator.referee import compare, tuning
 from evaluator.referee import inputs as draws
 from evaluator.referee.view import RefereeView
 from evaluator.wire import tensors as cmp
-from evaluator.wire.exchange import DTYPES
 from evaluator.wire.protocol import Call, Reply, ValueInfo
 from evaluator.wire.tiers import MATCHED_TIER
 from evaluator.wire.records import Correctness, Flag, FlagPolicy, ModeCheck, Phase, Status
@@ -279,18 +279,20 @@ def compare_last(comparisons: Comparisons) -> None:
     comparisons.run()
 
 
-def deferred(referee: RefereeView) -> bool:
+def deferred(referee: RefereeView, reference64: torch.nn.Module) -> bool:
     """Whether a checked call's comparisons are made while the next checked call is under way (`Comparisons`): on the
     CPU; on a GPU where the float64 reference runs beside the call (`overlapped`) and the room kept for the clocked
     calls' copies holds, besides that, one call's copies more (its inputs drawn and as shipped, its output as shipped
-    and expected in float64, the reference's state in float64) and a few of the comparisons' chunks. Not where the
-    judge lives in host memory beside a GPU: a call's copies there are gigabytes (KernelBench's 19_ReLU)."""
+    and expected in float64, its state as shipped and `reference64`'s copied) and a few of the comparisons' chunks.
+    Not where the judge lives in host memory beside a GPU: a call's copies there are gigabytes (KernelBench's
+    19_ReLU)."""
     if referee.device == "cpu":
         return True
     if not overlapped(referee):
         return False
-    widen = 8 // torch.empty((), dtype=DTYPES[referee.output_dtype]).element_size()  # float64 against the call's
-    copies = 2 * referee.input_nbytes + (1 + widen) * (referee.output_nbytes + referee.state_nbytes)
+    expected = 8 * math.prod(referee.output_shape)  # float64
+    copied = sum(v.numel() * v.element_size() for v in reference64.state_dict().values())
+    copies = 2 * referee.input_nbytes + referee.output_nbytes + expected + referee.state_nbytes + copied
     return referee.memory.kept_bytes >= OVERLAP_ROOM * referee.reference64_peak + copies + COMPARISON_ROOM
 
 
@@ -362,7 +364,7 @@ def check_phase(session: Session, built: Built) -> Checked:
     seeds: list[int] = []
     # each call's comparisons made while the next one waits behind its stream hold, where there is room (`deferred`);
     # the last one's after it, before anything reads the accumulators
-    later: list[Comparisons] | None = [] if deferred(referee) else None
+    later: list[Comparisons] | None = [] if deferred(referee, reference64) else None
     accumulators = []
     for distribution in problem.distributions:
         # each distribution's trials apart too, so the verdict says which one failed
@@ -371,19 +373,11 @@ def check_phase(session: Session, built: Built) -> Checked:
         for _ in range(problem.trials):
             seeds.append(session.seed())
             before = later.pop() if later else None
-            try:
+            with wrong_before_crashed(accumulators, before):
                 trial(session, reference64, distribution, seeds[-1], train=train, acc=acc, before=before, later=later)
-            except Judged as judged:
-                if judged.status == Status.crashed:  # the judge's own failure, a memory held by the candidate
-                    # among its causes: any trial wrong before, of any distribution, is the verdict (wrong_already)
-                    if before is not None:
-                        with contextlib.suppress(Judged):
-                            before.run()
-                    for earlier in accumulators:
-                        wrong_already(earlier, judged.phase, judged.error)
-                raise
     for comparisons in later or ():
-        compare_last(comparisons)
+        with wrong_before_crashed(accumulators, None):
+            compare_last(comparisons)
     for acc in accumulators:
         main.merge(acc)
     unwritten = None
@@ -420,6 +414,32 @@ def check_phase(session: Session, built: Built) -> Checked:
             "torch.use_deterministic_algorithms(True, warn_only=True) with fill_uninitialized_memory), "
             f"failed where the others passed: {describe_regression(unwritten, correctness)}"))
     return Checked(correctness=correctness, reference64=reference64, stop=stop)
+
+
+@contextlib.contextmanager
+def wrong_before_crashed(accumulators: list[compare.ModeAccumulator], before: Comparisons | None):
+    """The main trials' `crashed` (the judge's own failure, its memory short: a memory the candidate may hold among the
+    causes) is `incorrect` after any trial wrong before, of any input distribution (wrong_already), the comparisons of
+    the call before (`before`) made first where they were not. The memory running out as the referee draws or stages a
+    call's inputs is that `crashed`."""
+    try:
+        yield
+    except (Judged, torch.OutOfMemoryError, RuntimeError) as err:
+        if isinstance(err, Judged):
+            judged = err
+        elif out_of_memory(err):
+            judged = Judged(Status.crashed, Phase.check, referee_memory_said("drew or staged a checked call's inputs", err))
+        else:
+            raise
+        if judged.status == Status.crashed:
+            if before is not None:
+                with contextlib.suppress(Judged):
+                    before.run()
+            for earlier in accumulators:
+                wrong_already(earlier, judged.phase, judged.error)
+        if judged is err:
+            raise
+        raise judged from None
 
 
 def unwritten_trial(session: Session, reference64, seed: int, train: bool) -> compare.ModeAccumulator:
