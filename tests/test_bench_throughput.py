@@ -262,3 +262,19 @@ def test_a_build_made_here_records_the_cpu_seconds_of_its_whole_group(tmp_path):
     assert verdict.status.value == "compiled", verdict.error
     [(seconds, cores)] = evaluator.build_cpu
     assert 1.0 <= seconds < 30.0 and cores >= 1
+
+
+def test_a_pass_says_its_rate_after_the_first_verdict_its_lanes_start_left_out():
+    """A warm pass of 64 on one H200 came at 18.19 a minute counting the 16.8 s to its first verdict (the referee's
+    start and first round, paid once a batch), its candidates' windows at 20.00 a minute from the first to the last:
+    the pass's rate after its first verdict is printed beside its whole rate."""
+    from rich.console import Console
+
+    assert throughput.then_per_minute(16.8, 16.8 + 63 * 3.0, 64) == pytest.approx(20.0)
+    assert throughput.then_per_minute(5.0, 5.0, 1) is None and throughput.then_per_minute(None, None, 0) is None
+    row = {"candidates": 64, "wall_s": 211.1, "per_minute": 18.19, "first_s": 16.8, "then_per_minute": 20.0,
+           "statuses": {"correct": 64}, "phase_median_s": {}, "gpu_busy": {}, "median_ms": 11.53}
+    console = Console(width=200, record=True)
+    console.print(throughput.throughput_table({"warm": row, "suite": {**row, "then_per_minute": None}}))
+    text = console.export_text()
+    assert "then per min" in text and "20.00" in text and "18.19" in text

@@ -133,11 +133,13 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         evaluator = Evaluator(options)
         baselines = for_evaluator(store, evaluator, retime=retime_baselines) if store is not None else ""
         verdicts: list[Verdict] = []
-        first_s = None  # the seconds to the first verdict: the referee's start and first round, and one candidate
+        first_s = last_s = None  # the seconds to the first verdict (the referee's start and first round, and one
+        # candidate) and to the last
         with GpuSampler() as sampler:
             for verdict in evaluator.evaluate_all(files):
                 verdicts.append(verdict)
-                first_s = first_s if first_s is not None else time.perf_counter() - started
+                last_s = time.perf_counter() - started
+                first_s = first_s if first_s is not None else last_s
     finally:
         if before is None:
             os.environ.pop("KH_REFEREE_PROFILE", None)
@@ -152,6 +154,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
             phases.setdefault(phase, []).append(seconds)
     return {
         "candidates": len(files), "wall_s": wall_s, "per_minute": 60 * len(files) / wall_s, "first_s": first_s,
+        "then_per_minute": then_per_minute(first_s, last_s, len(verdicts)),
         "setup_s": setup_seconds(first_s, verdicts[0]) if verdicts else None,
         "statuses": dict(Counter(v.status.value for v in verdicts)),
         "errors": sorted({(v.error or "")[:200] for v in verdicts if v.status.value != "correct"}),
@@ -163,6 +166,14 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         "costs": [cost.__dict__ for cost in largest_costs(sorted(profile.glob("*.jsonl")))] if profile else [],
         "builds": build_summary(evaluator.build_cpu),
     }
+
+
+def then_per_minute(first_s: float | None, last_s: float | None, count: int) -> float | None:
+    """The rate from the first verdict to the last: a pass's steady rate, its lanes' start (the referees' start and
+    first round, paid once a batch) left out; None with fewer than two verdicts."""
+    if first_s is None or last_s is None or count < 2 or last_s <= first_s:
+        return None
+    return 60 * (count - 1) / (last_s - first_s)
 
 
 def build_summary(builds: list[tuple[float, int]]) -> dict | None:
@@ -187,7 +198,7 @@ def throughput_table(passes: dict[str, dict]) -> Table:
     order = ["compile", "init", "check", "time", "profile", "total"]
     phase_names = sorted({p for r in passes.values() for p in r["phase_median_s"]},
                          key=lambda p: (order.index(p) if p in order else len(order), p))
-    for column in ["pass", "candidates", "wall s", "per min", "first verdict s", "statuses",
+    for column in ["pass", "candidates", "wall s", "per min", "first verdict s", "then per min", "statuses",
                    *(f"{p} s" for p in phase_names), "GPU busy", "candidate ms"]:
         table.add_column(column, justify="left" if column in ("pass", "statuses", "GPU busy") else "right")
     for name, r in passes.items():
@@ -195,6 +206,7 @@ def throughput_table(passes: dict[str, dict]) -> Table:
         first = r.get("first_median_s", r.get("first_s"))  # a suite's: the median over its problems
         table.add_row(name, str(r["candidates"]), f"{r['wall_s']:.1f}", f"{r['per_minute']:.2f}",
                       f"{first:.1f}" if first is not None else "-",
+                      f"{r['then_per_minute']:.2f}" if r.get("then_per_minute") else "-",
                       ", ".join(f"{k} {v}" for k, v in r["statuses"].items()),
                       *(f"{r['phase_median_s'].get(p, float('nan')):.2f}" for p in phase_names), busy,
                       f"{r['median_ms']:.3f}")
@@ -243,8 +255,9 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
             report["passes"][name] = result = run_pass(files, options, None if built_only else store, retime, profile)
             if kept and index == 0:
                 write_record(work, copies, "done")  # its builds and baselines are there for a warm part
+            then = f" ({result['then_per_minute']:.2f}/min after the first verdict)" if result.get("then_per_minute") else ""
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
-                          f"{result['per_minute']:.2f}/min; {result['statuses']}; lanes {result['lanes']}; "
+                          f"{result['per_minute']:.2f}/min{then}; {result['statuses']}; lanes {result['lanes']}; "
                           f"{result['baselines']}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
