@@ -1875,12 +1875,18 @@ def test_a_judge_short_of_memory_never_hides_a_trial_wrong_in_an_earlier_distrib
     problem = SimpleNamespace(mode="train", distributions=["randn", "rand"], trials=2, check_eval_mode=False)
     session = SimpleNamespace(referee=SimpleNamespace(problem=problem, tolerances={}, device="cpu"),
                               enter=lambda phase: None, seed=iter(range(100)).__next__, phase=Phase.check)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(check_phase, "trial", trial)
-        with pytest.raises(Judged) as judged:
-            check_phase.check_phase(session, SimpleNamespace(reference64=None))
-    assert judged.value.status == Status.incorrect, judged.value.error
-    assert "wrong in an earlier trial (output: wrong on randn), then the memory ran out" in judged.value.error
+
+    def judged_with(stub) -> Judged:  # the check phase's verdict with `stub` for each checked call, comparisons deferred
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(check_phase, "trial", stub)
+            patch.setattr(check_phase, "deferred", lambda referee, reference64: True)
+            with pytest.raises(Judged) as judged:
+                check_phase.check_phase(session, SimpleNamespace(reference64=None))
+        return judged.value
+
+    judged = judged_with(trial)
+    assert judged.status == Status.incorrect, judged.error
+    assert "wrong in an earlier trial (output: wrong on randn), then the memory ran out" in judged.error
 
     # the call before's comparisons still pending (its executor gone before they were made beside the next call):
     # made first, and wrong there, the crash is `incorrect`; the referee short of memory drawing the next call's
@@ -1900,13 +1906,9 @@ def test_a_judge_short_of_memory_never_hides_a_trial_wrong_in_an_earlier_distrib
                 return SimpleNamespace(fill=(True, True, True))
             raise crash  # before `before` was made
 
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(check_phase, "trial", pending_trial)
-            patch.setattr(check_phase, "deferred", lambda referee, reference64: True)
-            with pytest.raises(Judged) as judged:
-                check_phase.check_phase(session, SimpleNamespace(reference64=None))
-        assert judged.value.status == Status.incorrect, judged.value.error
-        assert "wrong in an earlier trial (output: wrong on the call before)" in judged.value.error
+        judged = judged_with(pending_trial)
+        assert judged.status == Status.incorrect, judged.error
+        assert "wrong in an earlier trial (output: wrong on the call before)" in judged.error
 
     # the last call's comparisons, made after the trials, short of memory after a distribution wrong before
     class ShortLast:
@@ -1921,9 +1923,5 @@ def test_a_judge_short_of_memory_never_hides_a_trial_wrong_in_an_earlier_distrib
         return SimpleNamespace(fill=(True, True, True))
 
     problem.trials = 1
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(check_phase, "trial", last_short)
-        patch.setattr(check_phase, "deferred", lambda referee, reference64: True)
-        with pytest.raises(Judged) as judged:
-            check_phase.check_phase(session, SimpleNamespace(reference64=None))
-    assert judged.value.status == Status.incorrect, judged.value.error
+    judged = judged_with(last_short)
+    assert judged.status == Status.incorrect, judged.error

@@ -1,8 +1,9 @@
 """Where a batch's time went, from the referee profiles a `harness bench --throughput` or `harness eval` run wrote with
 KH_REFEREE_PROFILE=DIR: per referee, its start, each baseline round (compile, round, twin), its waits for
 builds, the medians of its candidates' phases and steps, each executor's own start, and the referee's largest costs
-by its costed steps' wall seconds (harness.bench.costs), each checked call's steps, the rate its candidates' windows came at; with lanes taking turns on a GPU, its exclusive turns, and
-for the folder the stretches in which no lane held one (both lanes' other work at once: docs/throughput.md).
+by its costed steps' wall seconds (harness.bench.costs), each checked call's steps, the rate its candidates' windows
+came at; with lanes taking turns on a GPU, its exclusive turns, and for the folder the stretches in which no lane
+held one (both lanes' other work at once: docs/throughput.md).
 
     python3 tools/gpu_checks/profile_summary.py DIR
 """
@@ -47,16 +48,13 @@ def summarize(log: Path) -> None:
         if checked:  # a checked call's steps: the referee's (ms), and the executor's inside its reply
             steps = {n: median([c[n] for c in checked if c.get(n) is not None])
                      for n in ("staged", "early", "before", "replied", "handled", "compared")}
-            inside = [c["executor"] for c in checked if len(c.get("executor") or []) == 5]
-            names = ("held", "forward", "synced", "checks", "shipped")
             print(f"  checked calls ({len(checked)}, medians, ms): " + ", ".join(f"{n} {v}" for n, v in steps.items())
-                  + "; in the executor: " + ", ".join(f"{n} {median([x[i] for x in inside])}" for i, n in enumerate(names)))
+                  + "; in the executor: " + executor_steps(checked))
             for place in range(max(len(c.get("checked", [])) for c in candidates)):  # the first is the executor's first
                 calls = [c["checked"][place] for c in candidates if len(c.get("checked", [])) > place]
-                inside = [c["executor"] for c in calls if len(c.get("executor") or []) == 5]
                 print(f"    checked call {place + 1}: in all {median([c['staged'] + c['replied'] + c['compared'] for c in calls])}"
                       f", the reply {median([c['replied'] for c in calls])}, compared {median([c['compared'] for c in calls])}"
-                      "; in the executor " + " / ".join(str(median([x[i] for x in inside])) for i in range(5)))
+                      "; in the executor: " + executor_steps(calls))
         # each executor's own start, from its launch (time held while another candidate was timed included): its CUDA
         # step is CUDA's init, the exchange's page-locking and the stage's mapping
         starts = [c["startup"] for c in candidates if {"torch", "cuda"} <= set(c.get("startup", {}))]
@@ -66,6 +64,13 @@ def summarize(log: Path) -> None:
     print(f"  {'largest costs (wall seconds of the referee steps)':<78}{'s':>8}{'judged':>8}{'a judged':>13}")
     for cost in costs.largest_costs([log]):
         print(f"  {cost.what[:76]:<78}{cost.seconds:>8.1f}{cost.calls:>8}{cost.per_judged:>13.2f}")
+
+
+def executor_steps(calls: list[dict]) -> str:
+    """The medians of checked calls' steps inside the executor (Reply.steps_ms), ms."""
+    inside = [c["executor"] for c in calls if len(c.get("executor") or []) == 5]
+    names = ("held", "forward", "synced", "checks", "shipped")
+    return ", ".join(f"{n} {median([x[i] for x in inside])}" for i, n in enumerate(names))
 
 
 def window_rate(records: list[dict]) -> None:
