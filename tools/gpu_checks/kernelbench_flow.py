@@ -11,8 +11,10 @@ _kernel.py`, in a KernelBench checkout (KB). Then:
   headers made in the run too), which also reads the `eval_results.json` KernelBench just wrote and lists where the two
   disagree.
 
-KernelBench's imports need `pydra-config`, `modal` and `tqdm` (installed into KB_SITE, never beside the harness's own
-packages) and `litellm`, which only its generation uses: a stub module stands in for it. Prints a table last.
+KernelBench's imports need `pydra-config`, `modal`, `tqdm` and `python-dotenv` (installed into KB_SITE, never beside the
+harness's own packages), and `litellm` and `openai`, which only its generation uses: stub modules stand in for them.
+Where KernelBench's flow judges nothing, the harness's is not run (its figure would compare with nothing). Prints a
+table last.
 
     python3 tools/gpu_checks/kernelbench_flow.py --kb .kb --kb-site /tmp/kbsite --out OUT [--count 16] [--workers 16]
 """
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness.bench.throughput import default_source, distinct_copies  # noqa: E402
 
 LEVEL, PROBLEM_ID = 2, 39  # KernelBench's 39_Gemm_Scale_BatchNorm, the replay candidate's problem
-LITELLM_STUB = "completion = None  # KernelBench's generation only; its evaluation never calls it\n"
+STUBS = {"litellm": "completion = None", "openai": "OpenAI = None"}  # KernelBench's generation only: never called
 
 
 def run_folder(kb: Path, run: str, count: int) -> Path:
@@ -51,7 +53,8 @@ def kernelbench_flow(kb: Path, kb_site: Path, run: str, count: int, workers: int
     """KernelBench's batch flow, cold: its wall seconds and what its eval_results.json says of the samples."""
     stub = scratch / "stub"
     stub.mkdir(parents=True, exist_ok=True)
-    (stub / "litellm.py").write_text(LITELLM_STUB)
+    for module, text in STUBS.items():
+        (stub / f"{module}.py").write_text(text + "\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(kb_site), str(kb / "src"), str(stub)]),
                TORCH_EXTENSIONS_DIR=str(scratch / "torch_extensions"))
     command = [sys.executable, "scripts/eval_from_generations.py", f"run_name={run}", "dataset_src=local",
@@ -79,12 +82,16 @@ def harness_flow(kb: Path, run: str, scratch: Path) -> tuple[float, dict]:
     with open(scratch / "harness.jsonl", "w") as out, open(scratch / "harness.log", "w") as log:
         done = subprocess.run(command, env=env, stdout=out, stderr=log)
     wall = time.perf_counter() - started
-    statuses: dict[str, int] = {}
+    final: dict[int, str] = {}  # each candidate's last line: a verdict printed again after the batch replaces one
     for line in (scratch / "harness.jsonl").read_text().splitlines():
         try:
-            status = json.loads(line).get("status")
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if "index" in record:
+            final[record["index"]] = record.get("status")
+    statuses: dict[str, int] = {}
+    for status in final.values():
         statuses[status] = statuses.get(status, 0) + 1
     return wall, {"exit": done.returncode, **statuses}
 
@@ -103,8 +110,11 @@ def main() -> None:
     run = f"kh_flow_{int(time.time())}"
     run_folder(kb, run, args.count)
     rows = [("KernelBench's batch flow", *kernelbench_flow(kb, args.kb_site.resolve(), run, args.count, args.workers,
-                                                         scratch)),
-            ("harness eval", *harness_flow(kb, run, scratch))]
+                                                         scratch))]
+    if rows[0][2]["samples"] == 0:
+        print((scratch / "kernelbench.log").read_text(errors="replace")[-3000:])
+        sys.exit(f"KernelBench's flow judged nothing (exit {rows[0][2]['exit']}): its log's end is above")
+    rows.append(("harness eval", *harness_flow(kb, run, scratch)))
     print(f"{args.count} distinct sources of level {LEVEL} problem {PROBLEM_ID}, cold, one after the other")
     print(f"{'flow':<28}{'wall s':>10}{'per min':>10}  what it said")
     for name, wall, said in rows:
