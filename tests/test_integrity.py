@@ -901,7 +901,7 @@ def test_hacks_caught_by_a_compared_call_are_caught_with_the_calls_replayed_besi
     candidate's start and checks, and its verdict is made once they are over (the twin's too, beside the candidate
     after its round). Every hack a compared call catches gets its EXPECT verdict there, and the honest candidates
     around them stay `correct`, with a speedup over eager. The referee's profile says each replay ran later
-    (`replay_later`)."""
+    (`replay_later`), and where its own start spent its seconds."""
     import json
 
     monkeypatch.setenv("KH_DEFER_REPLAY", "1")
@@ -934,6 +934,10 @@ def test_hacks_caught_by_a_compared_call_are_caught_with_the_calls_replayed_besi
     assert sum(seconds is not None for seconds in later) >= 2, later  # the honest ones' at least
     twins = [e["costs"].get("replay_later") for e in events if e.get("event") == "twin"]
     assert twins[0] is not None, twins  # the first round's twin, beside the first candidate's start
+    start = next(e for e in events if e.get("event") == "start")  # the referee's own start, step by step
+    assert list(start["setup_steps"]) == ["problem", "probe", "memory plan", "reference timed", "kernels listed",
+                                          "matched tier", "the rest"], start
+    assert 0 < sum(start["setup_steps"].values()) <= start["setup_s"], start
 
 
 def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():

@@ -145,7 +145,7 @@ def serve(argv: list[str] | None = None) -> int:
         referee = Referee(config, zygote)
         referee.queued = inbox.queued
         profile_log({"event": "start", "executor_modules_s": imported - started,
-                     "setup_s": time.perf_counter() - imported})
+                     "setup_s": time.perf_counter() - imported, "setup_steps": referee.start_seconds})
         if config.round_at_start:  # its twin's calls left for later replayed as the first candidate starts
             referee.ensure_round(defer=True)
     except Exception:

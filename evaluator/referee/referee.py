@@ -45,7 +45,7 @@ from evaluator.referee.beside import Beside, close_ahead
 from evaluator.referee.process import ExecutorProcess
 from evaluator.referee.settling import reply
 from evaluator.referee.timing import Timer, launched_kernels
-from evaluator.referee.tuning import profile_log
+from evaluator.referee.tuning import Laps, profile_log
 from evaluator.referee.view import Round
 from evaluator.wire import cgroups, handoff, identity
 from evaluator.wire.exchange import DTYPES, Exchange, ExchangePool, capacity_for, dtype_name, nbytes_of
@@ -70,6 +70,7 @@ class Referee:
     """One batch's judge (see the module's docstring)."""
 
     def __init__(self, config: RefereeConfig, zygote: forking.Zygote | None = None):
+        laps = Laps()  # the start's steps, for the profile (__main__'s start event)
         self.config = config
         self.zygote = zygote  # what the batch's executors are forked from (None: each a fresh interpreter)
         self.call_cores = cpu_call_cores() if config.device == "cpu" else None  # on the CPU: one core left out
@@ -99,6 +100,7 @@ class Referee:
         for name, value in self.problem.size_values(self.size).items():
             setattr(self.module, name, value)
         self.init_inputs = self.module.get_init_inputs()
+        laps("problem")
         self.specs, self.fixed, self.values = draws.input_specs(self.module.get_inputs(), self.dtype)
         self.input_sizes = draws.tensor_sizes(self.specs, self.fixed)
         self.input_nbytes = sum(self.input_sizes)
@@ -114,6 +116,7 @@ class Referee:
             out = probe(*sample)
         self.output_shape, self.output_dtype = list(out.shape), dtype_name(out.dtype) or str(out.dtype)
         self.output_nbytes = out.numel() * out.element_size()
+        laps("probe")
         self.buffer_names = [name for name, _ in probe.named_buffers()]
         staged = [(i, s.shape, s.dtype) for i, s in enumerate(self.specs) if s.kind == "random"]
         staged += [(i, list(t.shape), dtype_name(t.dtype)) for i, t in self.fixed.items()]
@@ -124,12 +127,16 @@ class Referee:
         self.memory = memory.plan(self.device, total, self.layout.size, self.input_nbytes, self.output_nbytes,
                                   self.state_nbytes, config.ahead, beside=int(self.twin is not None))
         self.judge_device = self.memory.judge_device  # where the float64 reference and the comparisons live
+        laps("memory plan")
         self.reference_ms = self.forward_ms(probe, sample)
+        laps("reference timed")
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
         self.reference_kernels = launched_kernels(probe, sample) if self.device == "cuda" else []
         del probe, sample, out
+        laps("kernels listed")
         self.tolerances[MATCHED_TIER] = matched_tolerance(self, self.dtype)
         release_cached(self.device)  # its float64 copies: the executors' memory, not the referee's cache
+        laps("matched tier")
         self.baseline_model = self.new_reference(self.keys.next_seed("reference"))
         # where ranked calls are handed off back to back, or None (a call's bytes decide: relay.plan_for), candidates'
         # and baselines' alike (through host memory, each call's copies in its time; on the device, none for baselines)
@@ -148,6 +155,8 @@ class Referee:
         self.calibrator = Calibrator(self)
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
+        laps("the rest")
+        self.start_seconds = laps.seconds
 
     # -- the reference -----------------------------------------------------------------------------
 

@@ -26,7 +26,9 @@ def summarize(log: Path) -> None:
     print(f"== {log.name}: {len(candidates)} candidates")
     for r in records:
         if r.get("event") == "start":
-            print(f"  start: executors' modules {r['executor_modules_s']:.2f} s, set-up {r['setup_s']:.2f} s")
+            steps = r.get("setup_steps")  # the referee's own start, step by step (older profiles lack it)
+            print(f"  start: executors' modules {r['executor_modules_s']:.2f} s, set-up {r['setup_s']:.2f} s"
+                  + (f"; the referee's {steps}" if steps else ""))
         elif r.get("event") == "baseline_round":
             print(f"  round {r['index']}: compile {r['compile_s']:.2f} s, round {r['round_s']:.2f} s, "
                   f"twin {r.get('twin_s', 0):.2f} s; the round's steps {r.get('costs', {})}")
