@@ -220,12 +220,48 @@ def test_the_one_problem_options_are_refused_with_a_suite(tmp_path):
 
     from harness.cli.app import app
 
-    for option in (["--build-cold"], ["--retime-baselines"], ["--gpus", "0/0,1"], ["--work", str(tmp_path)]):
+    for option in (["--build-cold"], ["--retime-baselines"], ["--gpus", "0/0,1"]):
         result = CliRunner().invoke(app, ["bench", "--throughput", "2", "--problems", str(tmp_path), *option])
         assert result.exit_code == 2 and "for one problem, not --problems" in result.output, result.output
-    for option in (["--only", "warm"], ["--only", "hot", "--work", str(tmp_path)]):  # a part needs its folder
-        result = CliRunner().invoke(app, ["bench", "--throughput", "2", *option])
-        assert result.exit_code == 2 and "--only is cold or warm, with --work" in result.output, result.output
+    for suite in ([], ["--problems", str(FIXTURES / "suites" / "quick.toml")]):  # a part needs its folder
+        for option in (["--only", "warm"], ["--only", "hot", "--work", str(tmp_path)]):
+            result = CliRunner().invoke(app, ["bench", "--throughput", "2", *suite, *option])
+            assert result.exit_code == 2 and "--only is cold or warm, with --work" in result.output, result.output
+
+
+def test_a_suites_run_split_over_a_kept_folder_reads_the_cold_parts_store_warm(monkeypatch, tmp_path):
+    """A suite of eight problems with eight copies each takes a device call a pass: `--only cold`, then `--only warm` on
+    the same `--work` folder, the warm part judging with the store the cold part's baselines went to; a warm part with
+    no finished cold run of the same suite, sizes and count is refused."""
+    import pytest
+
+    from harness.bench import suite_throughput
+    from harness.problems.suite import load_suite
+
+    seen = []
+
+    def run_pass(files, options, store=None, retime_baselines=False, profile=None):
+        seen.append((options.store, profile.parent.name, options.cache_dir))
+        return {"candidates": len(files), "wall_s": 10.0, "per_minute": 6.0 * len(files), "statuses": {"correct": 2},
+                "errors": [], "phase_median_s": {"time": 1.0}, "gpu_busy": {}, "lanes": {}, "median_ms": 1.0,
+                "baseline_rounds": 1, "baselines": "", "first_s": 4.0, "setup_s": 1.5, "costs": []}
+
+    monkeypatch.setattr(suite_throughput, "run_pass", run_pass)
+    suite = load_suite(FIXTURES / "suites" / "quick.toml")
+    sizes = {p.name: "default" for p in suite.problems}
+    work = tmp_path / "work"
+    with pytest.raises(suite_throughput.WorkError, match="no finished cold run"):
+        suite_throughput.run_suite_throughput(2, suite, sizes, device="cpu", work=work, only="warm")
+    cold = suite_throughput.run_suite_throughput(2, suite, sizes, device="cpu", work=work, only="cold")
+    assert list(cold["passes"]) == ["cold"] and (work / "results.sqlite").is_file()
+    with pytest.raises(suite_throughput.WorkError, match="other copies"):
+        suite_throughput.run_suite_throughput(3, suite, sizes, device="cpu", work=work, only="warm")
+    warm = suite_throughput.run_suite_throughput(2, suite, sizes, device="cpu", work=work, only="warm")
+    assert list(warm["passes"]) == ["warm"]
+    problems = len(suite.problems)
+    assert len(seen) == 2 * problems and len({store for store, _, _ in seen}) == 1  # the cold part's store, read warm
+    assert [name for _, name, _ in seen] == ["pass0"] * problems + ["pass1"] * problems
+    assert {cache.parent for _, _, cache in seen} == {work}
 
 
 def test_a_passs_builds_give_the_least_wall_time_their_cpu_seconds_take_on_the_builds_cores():

@@ -8,6 +8,10 @@ Two passes, each over every problem in turn with an evaluator of its own, as `ha
 seconds from a problem's start to its first verdict (its set-up and one candidate), GPU busy, and the five largest
 costs of a judged candidate by the referees' own profiles (harness.bench.costs). Nothing is recorded in the user's
 store.
+
+Eight KernelBench problems with eight copies each take a device call (10 minutes) a pass: with `work` (a folder kept)
+and `only`, one pass runs, `cold` then `warm` on the same folder in the next call, as `harness bench --throughput` splits
+one problem's run (harness.bench.throughput: a warm part needs a finished cold part of the same suite, sizes and count).
 """
 
 from __future__ import annotations
@@ -26,22 +30,23 @@ from evaluator.parent.sandbox import CandidateFile, EvalOptions
 from evaluator.wire.problem import load_problem
 from harness.bench.costs import largest_costs
 from harness.bench.golden import control_candidate
-from harness.bench.throughput import distinct_copies, run_pass, throughput_table
+from harness.bench.throughput import WorkError, distinct_copies, run_pass, start_work, throughput_table, write_record
 from harness.core.store import Store
 from harness.problems.suite import Suite, SuiteError, check_sizes, load_suite
 
-__all__ = ["SuiteError", "bench_suite", "run_suite_throughput"]
+__all__ = ["SuiteError", "WorkError", "bench_suite", "run_suite_throughput"]
 
 
 def bench_suite(count: int, problems: Path, size: str | None, *, device: str | None, jobs: int | None,
-                out: Path | None, console: Console) -> dict:
+                out: Path | None, console: Console, work: Path | None = None, only: str | None = None) -> dict:
     """`harness bench --throughput N --problems PATH`: the suite at each problem's own size, or `size` (SuiteError
-    where a problem lacks it)."""
+    where a problem lacks it); `work` and `only`, one pass of a split run (the module's docstring)."""
     from evaluator.parent.lanes import resolve_device
 
     suite = load_suite(problems)
     sizes = check_sizes(suite, size, resolve_device(device))
-    return run_suite_throughput(count, suite, sizes, device=device, jobs=jobs, out=out, console=console)
+    return run_suite_throughput(count, suite, sizes, device=device, jobs=jobs, out=out, console=console, work=work,
+                                only=only)
 
 
 def suite_copies(suite: Suite, sizes: dict[str, str], count: int, folder: Path) -> dict[str, list[CandidateFile]]:
@@ -58,16 +63,24 @@ def suite_copies(suite: Suite, sizes: dict[str, str], count: int, folder: Path) 
 
 
 def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, device: str | None = None,
-                         jobs: int | None = None, out: Path | None = None, console: Console | None = None) -> dict:
-    """The cold pass, then the warm one (see the module's docstring); the report, also written to `out`."""
+                         jobs: int | None = None, out: Path | None = None, console: Console | None = None,
+                         work: Path | None = None, only: str | None = None) -> dict:
+    """The cold pass, then the warm one, or the one `only` names on the kept folder `work` (see the module's
+    docstring); the report, also written to `out`."""
+    if only not in (None, "cold", "warm") or (only and work is None):
+        raise WorkError("--only is cold or warm, with --work (the folder the two parts share)")
     console = console or Console()
-    work = Path(tempfile.mkdtemp(prefix="kh-suite-throughput-"))
+    what = {"suite": suite.name, "problems": [str(e.location) for e in suite.problems], "sizes": sizes, "count": count}
+    kept = work is not None
+    work = start_work(work.absolute(), what, only) if kept else Path(tempfile.mkdtemp(prefix="kh-suite-throughput-"))
     report: dict = {"suite": suite.name, "count": count, "sizes": sizes, "passes": {}}
     store = Store(work / "results.sqlite")  # the bench's own (EvalOptions.store protects it from candidates)
     profiles = Path(os.environ.get("KH_REFEREE_PROFILE") or work / "profile")
     try:
         copies = suite_copies(suite, sizes, count, work / "copies")
         for number, name in enumerate(("cold", "warm")):
+            if only not in (None, name):
+                continue
             problems = {}
             for index, entry in enumerate(suite.problems):
                 extra = {k: v for k, v in (("jobs", jobs), ("backend", entry.backend), ("precision", entry.precision))
@@ -80,6 +93,8 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                               f"after {nan_for(result['first_s']):.1f} s (set-up "
                               f"{nan_for(result['setup_s']):.1f} s); {result['statuses']}")
             report["passes"][name] = summary = suite_pass(problems, profiles / f"pass{number}")
+            if kept and name == "cold":
+                write_record(work, what, "done")  # its stored baselines are there for a warm part
             console.print(f"{name}: {summary['candidates']} in {summary['wall_s']:.1f} s = {summary['per_minute']:.2f}/min;"
                           f" first verdict after {summary['first_median_s']:.1f} s, set-up {summary['setup_median_s']:.1f}"
                           f" s, the longest {summary['setup_max_s']:.1f} s (of problems)")
@@ -89,7 +104,8 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                 out.write_text(json.dumps(report, indent=2, default=str))
     finally:
         store.close()
-        shutil.rmtree(work, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
     console.print(throughput_table(report["passes"]))
     return report
 

@@ -306,14 +306,14 @@ def bench_command(
         run_build_cost(files[0].read_text() if files else None, console=console)
         return
     if throughput and problems is not None:
-        from harness.bench.suite_throughput import SuiteError, bench_suite
+        from harness.bench.suite_throughput import SuiteError, WorkError, bench_suite
 
-        if build_cold or retime_baselines or gpus or work or only:  # a suite's passes: cold then warm, every GPU
-            raise usage_error("--build-cold, --retime-baselines, --gpus, --work and --only are for one problem, "
-                              "not --problems")
+        if build_cold or retime_baselines or gpus:  # a suite's passes: cold then warm, every GPU
+            raise usage_error("--build-cold, --retime-baselines and --gpus are for one problem, not --problems")
         try:
-            return bench_suite(throughput, problems, first_size, device=device, jobs=jobs, out=out, console=console)
-        except SuiteError as err:
+            return bench_suite(throughput, problems, first_size, device=device, jobs=jobs, out=out, console=console,
+                               work=work, only=only)
+        except (SuiteError, WorkError) as err:
             raise usage_error(str(err))
     if throughput:
         from harness.bench.throughput import WorkError, run_throughput
