@@ -938,6 +938,8 @@ def test_hacks_caught_by_a_compared_call_are_caught_with_the_calls_replayed_besi
     assert list(start["setup_steps"]) == ["problem", "probe", "memory plan", "reference timed", "kernels listed",
                                           "matched tier", "the rest"], start
     assert 0 < sum(start["setup_steps"].values()) <= start["setup_s"], start
+    first_round = next(e for e in events if e.get("event") == "baseline_round")  # what its start spent, by step
+    assert {"untimed runs", "calibrator start"} <= set(first_round["costs"]), first_round
 
 
 def test_one_pass_over_proc_finds_the_sessions_of_several_leaders():

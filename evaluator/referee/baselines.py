@@ -9,7 +9,7 @@ import time
 import torch
 
 from evaluator.referee import inputs as draws
-from evaluator.referee import relay
+from evaluator.referee import relay, tuning
 from evaluator.referee.timing import Call, summarize
 from evaluator.wire.records import TimingStats
 
@@ -99,6 +99,7 @@ def time_baseline(referee, name: str) -> TimingStats:
     return summarize(kept, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})
 
 
+@tuning.costed("untimed runs")  # warm-ups, and a compiled baseline's compile: a round's start, in the profile
 def run_untimed(referee, name: str, calls: int, seconds: float = 0.0) -> None:
     """Baseline `name` run untimed on one draw of inputs, `calls` times and for at least `seconds`, the
     device waited for after each call. A failure is left to the round, which times it and records why."""

@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from evaluator.referee import clock, relay
+from evaluator.referee import clock, relay, tuning
 from evaluator.referee.process import Ended, ExecutorProcess
 from evaluator.referee.view import RefereeView
 from evaluator.wire.protocol import LoadState
@@ -145,6 +145,7 @@ class Calibrator:
         except (Ended, Exception) as err:  # noqa: BLE001 - recorded with the round; the batch goes on
             self.failed(f"{type(err).__name__}: {err}")
 
+    @tuning.costed("calibrator start")  # a round's, in the profile (within a candidate's windows: theirs)
     def get_ready(self) -> None:
         """Started, its model built and its state on the device (raises when it cannot be)."""
         referee = self.referee
