@@ -27,11 +27,13 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.bench.throughput import default_source, distinct_copies  # noqa: E402
+from tools.gpu_checks.suite_gpu import verdict_lines  # noqa: E402
 
 LEVEL, PROBLEM_ID = 2, 39  # KernelBench's 39_Gemm_Scale_BatchNorm, the replay candidate's problem
 STUBS = {"litellm": "completion = None", "openai": "OpenAI = None"}  # KernelBench's generation only: never called
@@ -90,24 +92,15 @@ def harness_flow(kb: Path, run: str, scratch: Path) -> tuple[float, dict]:
     with open(scratch / "harness.jsonl", "w") as out, open(scratch / "harness.log", "w") as log:
         done = subprocess.run(command, env=env, stdout=out, stderr=log)
     wall = time.perf_counter() - started
-    final: dict[int, str] = {}  # each candidate's last line: a verdict printed again after the batch replaces one
-    for line in (scratch / "harness.jsonl").read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "index" in record:
-            final[record["index"]] = record.get("status")
-    statuses: dict[str, int] = {}
-    for status in final.values():
-        statuses[status] = statuses.get(status, 0) + 1
-    return wall, {"exit": done.returncode, **statuses}
+    # each candidate's last line: a verdict printed again after the batch replaces one
+    final = {v["index"]: v.get("status") for v in verdict_lines(scratch / "harness.jsonl") if "index" in v}
+    return wall, {"exit": done.returncode, **Counter(final.values())}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kb", type=Path, required=True, help="a KernelBench checkout")
-    parser.add_argument("--kb-site", type=Path, required=True, help="pydra-config, modal and tqdm installed here")
+    parser.add_argument("--kb-site", type=Path, required=True, help="KernelBench's packages (.kbwhl) installed here")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--count", type=int, default=16)
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
