@@ -87,14 +87,15 @@ def test_stored_figures_stand_within_the_bounds_and_a_first_round_checks_a_compi
     assert not stands and "spread 50%" in said
 
 
-def _eval(store: Path, *extra: str) -> dict:
+def _eval(store: Path, *extra: str, profile: Path | None = None) -> dict:
     """`harness eval --json` of one candidate, in this process (a fresh interpreter each time cost its imports: 3-4 s
-    of 2 cores, four times; the store is the same file either way)."""
+    of 2 cores, four times; the store is the same file either way); `profile`: the referee's profile goes there."""
     # eager from the referee's own loop, as stored figures hold (judged as a candidate, it is never read from the store)
     result = CliRunner().invoke(app, ["eval", "--device", "cpu", "--size", "small", "--json", "--baselines", "eager",
                                       "--store", str(store), *extra,
                                       str(ROOT / "tests" / "fixtures" / "candidates" / "cpu" / "torch_ops_correct.py")],
-                                env={"HARNESS_EAGER_AS_CANDIDATE": "0"})
+                                env={"HARNESS_EAGER_AS_CANDIDATE": "0",
+                                     **({"KH_REFEREE_PROFILE": str(profile)} if profile else {})})
     assert result.exit_code == 0, (result.output, result.exception)
     return json.loads(result.stdout.splitlines()[0])
 
@@ -131,8 +132,26 @@ def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_tim
         record["baselines"]["eager"]["stats"]["median_ms"] = 100 * figure
         with db.db:
             db.db.execute("UPDATE baselines SET record = ? WHERE key = ?", (json.dumps(record), key))
-    poisoned = _eval(store)
+    poisoned = _eval(store, profile=tmp_path / "profile")
     assert "beyond the bound" in poisoned["baseline_source"]["cached"]
+    # the referee's profile says so too, as the throughput bench's passes do (a dropped cache slows every later round)
+    [log] = (tmp_path / "profile").glob("referee-*.jsonl")
+    rounds = [e for e in map(json.loads, log.read_text().splitlines()) if e.get("event") == "baseline_round"]
+    assert rounds and not rounds[0]["stored"] and "beyond the bound" in rounds[0]["cached"]
     assert poisoned["baselines"]["eager"]["median_ms"] < 10 * figure and poisoned["speedup"]["eager"] < 20
     retimed = _eval(store, "--retime-baselines")
     assert retimed["baseline_source"]["cached"] is None
+
+
+def test_a_throughput_pass_names_each_lanes_stored_figures_dropped_mid_pass_once():
+    """A lane whose spot check failed times every baseline in every later round (seconds a round, not tenths): the
+    pass says why, once, so a slow pass is not read as a slow judge."""
+    from harness.bench.throughput import stored_dropped
+
+    held = "stored figures (timed on X); `eager` re-timed in this round at 1 ms against 1 stored (+0%, bound 10%)"
+    dropped = held.replace("+0%", "+14%").replace("1 ms", "1.14 ms") + ": beyond the bound, so every baseline is timed"
+    rounds = [BaselineRound(index=i, batch="a", measured_at=1.8e9, after_candidates=8 * i, baselines={}, stored=stored,
+                            cached=cached)
+              for i, (stored, cached) in enumerate([(True, held), (False, dropped), (False, dropped), (False, None)])]
+    assert stored_dropped(rounds) == [dropped]
+    assert stored_dropped(rounds[:1]) == [] and stored_dropped(rounds[3:]) == []

@@ -263,7 +263,8 @@ class Referee:
         round_ = twin.judged_round(self, round_, previous, defer, ran) if self.twin is not None else round_
         profile_log({"event": "baseline_round", "index": round_.source.round, "compile_s": compiled - started,
                      "round_s": timed - compiled - (ran.seconds if ran else 0.0), "twin_first": ran is not None,
-                     "twin_s": time.perf_counter() - timed + (ran.seconds if ran else 0.0), "costs": costs})
+                     "twin_s": time.perf_counter() - timed + (ran.seconds if ran else 0.0), "costs": costs,
+                     "stored": self.rounds[-1].stored, "cached": self.cached_said or None})
         return round_
 
     def close_later(self, process: ExecutorProcess) -> threading.Event:

@@ -162,10 +162,16 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         "gpu_busy": sampler.busy(),
         "lanes": dict(Counter(str(v.environment.gpu) if v.environment else "-" for v in verdicts)),
         "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
-        "baseline_rounds": len(evaluator.rounds), "baselines": baselines,
+        "baseline_rounds": len(evaluator.rounds), "baselines": baselines, "stored_dropped": stored_dropped(evaluator.rounds),
         "costs": [cost.__dict__ for cost in largest_costs(sorted(profile.glob("*.jsonl")))] if profile else [],
         "builds": build_summary(evaluator.build_cpu),
     }
+
+
+def stored_dropped(rounds: list) -> list[str]:
+    """Why stored figures were dropped mid-pass, a line per lane where a round's spot check failed: every later round
+    of that lane then times every baseline (seconds a round, not tenths), so the pass's rate says less of the judge."""
+    return list(dict.fromkeys(r.cached for r in rounds if not r.stored and r.cached))  # later rounds say it again
 
 
 def then_per_minute(first_s: float | None, last_s: float | None, count: int) -> float | None:
@@ -261,6 +267,8 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
                           f"{result['baselines']}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
+            for why in result.get("stored_dropped", ()):
+                console.print(f"  [yellow]{why}[/]")
             for cost in result["costs"]:
                 console.print(f"  {cost['per_judged']:6.2f} s a judged candidate: {cost['what']}")
             if out:

@@ -24,6 +24,7 @@ def summarize(log: Path) -> None:
     records = costs.records(log)
     candidates = [r for r in records if r.get("event") == "candidate"]
     print(f"== {log.name}: {len(candidates)} candidates")
+    said = set()
     for r in records:
         if r.get("event") == "start":
             steps = r.get("setup_steps")  # the referee's own start, step by step (older profiles lack it)
@@ -31,7 +32,11 @@ def summarize(log: Path) -> None:
                   + (f"; the referee's {steps}" if steps else ""))
         elif r.get("event") == "baseline_round":
             print(f"  round {r['index']}: compile {r['compile_s']:.2f} s, round {r['round_s']:.2f} s, "
-                  f"twin {r.get('twin_s', 0):.2f} s; the round's steps {r.get('costs', {})}")
+                  f"twin {r.get('twin_s', 0):.2f} s; the round's steps {r.get('costs', {})}"
+                  f"{'; stored figures' if r.get('stored') else ''}")
+            if r.get("cached") and not r.get("stored") and r["cached"] not in said:  # dropped: every baseline timed
+                said.add(r["cached"])  # from this round on, and each later round says it again
+                print(f"    {r['cached'][-300:]}")
     turns = [r["let_go"] - r["took"] for r in records if r.get("event") == "turn_over"]  # lanes sharing a GPU
     if turns:
         span = max(r["let_go"] for r in records if r.get("event") == "turn_over") - \
