@@ -1312,37 +1312,38 @@ def _sampling_series(device: str, seed: int = 1):
     series.session = SimpleNamespace(name="c", add=flags.extend, referee=SimpleNamespace(
         device=device, current_round=None, calibrator=SimpleNamespace(error="failed")))
     series.costs, series.paces, series.windows, series.beside_at = [], [], [], []
-    series.uncalibrated, series.draw, series.flags = False, random.Random(seed), flags
+    series.uncalibrated, series.draw, series.flags, series.sample_size = False, random.Random(seed), flags, None
     return series
 
 
 def test_on_a_gpu_the_calibrator_is_beside_a_secret_sample_of_the_ranked_windows_and_at_least_five():
-    """Ranked windows get the calibrator's window beside a CALIBRATED_SHARE of them, at places drawn from the series'
-    secret seed after each window (no two seeds place them alike), and at least CALIBRATED_LEAST of a series even where
-    the draw gave fewer; the warm-up's only beside its last; on the CPU beside every window."""
+    """Ranked windows get the calibrator's window beside a CALIBRATED_SHARE of them and at least CALIBRATED_LEAST of a
+    series, at places drawn from the series' secret seed after each window (no two seeds place them alike) and as
+    likely at one place as at any other, the last windows included (making up the least at the end made the last
+    window nearly sure at ten windows, the first ones unlikely); the warm-up's only beside its last; on the CPU beside
+    every window."""
+    from math import comb
+
     from evaluator.referee import time_phase
 
     def placed(series, count: int, calibrated: str) -> list[bool]:
-        beside, so_far = [], 0
+        series.sample_size, beside, so_far = None, [], 0  # as `run` starts
         for made in range(count):
             beside.append(series.beside_here(calibrated, count - made, so_far))
             so_far += beside[-1]
         return beside
 
-    share, least, count = time_phase.CALIBRATED_SHARE, time_phase.CALIBRATED_LEAST, 30  # about kernelbench's series
-    draws = [placed(_sampling_series("cuda", seed), count, "sample") for seed in range(400)]
-    assert all(sum(d) >= least for d in draws)
-    # the mean a share gives with the least made up at the end, exactly (from the end back)
-    expected = [[0.0] * (count + 1) for _ in range(count + 1)]  # [windows left][beside so far]
-    for left in range(1, count + 1):
-        for so_far in range(count + 1 - left):
-            beside = 1 + expected[left - 1][so_far + 1]
-            expected[left][so_far] = beside if least - so_far >= left else (
-                share * beside + (1 - share) * expected[left - 1][so_far])
-    mean = sum(map(sum, draws)) / len(draws)
-    assert abs(mean - expected[count][0]) < 0.5, (mean, expected[count][0])
-    assert len({tuple(d) for d in draws}) > 300  # places differ from seed to seed
-    assert all(share / 2 < sum(d[i] for d in draws) / len(draws) for i in range(count))  # every place can be beside
+    share, least, seeds = time_phase.CALIBRATED_SHARE, time_phase.CALIBRATED_LEAST, 1000
+    for count in (10, 30):  # kernelbench's series, and a longer one
+        draws = [placed(_sampling_series("cuda", seed), count, "sample") for seed in range(seeds)]
+        assert all(sum(d) >= least for d in draws)
+        # the mean: a binomial draw of the share, made up to the least
+        expected = sum(comb(count, k) * share ** k * (1 - share) ** (count - k) * min(count, max(least, k))
+                       for k in range(count + 1))
+        assert abs(sum(map(sum, draws)) / seeds - expected) < 0.3, (sum(map(sum, draws)) / seeds, expected)
+        assert len({tuple(d) for d in draws}) > 200  # places differ from seed to seed (ten windows: 252 ways of five)
+        at = [sum(d[i] for d in draws) / seeds for i in range(count)]
+        assert all(abs(p - expected / count) < 0.06 for p in at), at  # every place alike, the first and last too
     assert placed(_sampling_series("cuda"), 4, "last") == [False, False, False, True]
     assert placed(_sampling_series("cpu"), 10, "sample") == [True] * 10
     assert placed(_sampling_series("cuda"), 3, "every") == [True] * 3
