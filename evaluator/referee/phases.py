@@ -39,7 +39,8 @@ from evaluator.wire.records import (
     SHAKY_DRIFT, SHAKY_SPREAD, Correctness, Flag, Phase, Roofline, Status, TimingStats, Verdict, bounds_flag, merge_flags)
 from evaluator.referee.session import Built, Checked, Imported, Judged, Profiled, Session, Stop, Timed
 from evaluator.referee.check_phase import check_phase, out_of_memory, referee_memory_said, stage_inputs
-from evaluator.referee.time_phase import spot, time_phase
+from evaluator.referee.after_timing import spot
+from evaluator.referee.time_phase import time_phase
 
 MAX_KERNEL_NAMES = 256
 
