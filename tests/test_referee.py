@@ -1395,6 +1395,44 @@ def test_slow_windows_in_a_pattern_get_no_more_of_the_sampled_calibrator_windows
         assert clock.window_cost(series.costs).cost_ms < 2.5 + 0.01 * 10
 
 
+def test_slow_windows_where_a_sampled_calibrator_falls_never_make_the_cost_taken_off_a_long_paces():
+    """An attacker's review of the uniform sample: slow warm-up windows, then the first four ranked windows slow and
+    six fast. The ranked median stays a fast window's, and in about a quarter of series three of the five calibrator
+    windows fall beside slow windows, paced long: their median cost, taken off every window, was a long pace's. Only
+    the calibrator's windows beside windows no slower than the median (and its spread) give the cost."""
+    from evaluator.referee import clock
+
+    fast, slow = 11.5 * 3, 50.0 * 3  # windows of three calls
+    pattern = [slow] * 2 + [slow] * 4 + [fast] * 6  # two warm-up windows, then the ranked ten
+    long_medians = 0
+    for seed in range(60):
+        series = _sampling_series("cuda", seed)
+        series.session.referee.current_round = type("R", (), {"window_cost": type("C", (), {"cost_ms": 2.5})})()
+        so_far = 0
+        for index, window_ms in enumerate(pattern):
+            window = clock.Clocked(ms=window_ms, go=Reply(id=1), put=Reply(id=2), offset=0, capture=None, calls=3)
+            wanted = index < 2 or series.beside_here("sample", len(pattern) - index, so_far)
+            pace = series.pace_for(window)  # before the window joins the series, as `run` does
+            series.windows.append(window)
+            series.beside_at.append(None)
+            if wanted:
+                cost = 2.5 + 0.1 * pace  # a longer pace makes the calibrator's window dearer (exaggerated)
+                series.beside_at[-1] = len(series.costs)
+                series.costs.append(clock.Clocked(ms=cost + 3 * (pace + 0.2), go=Reply(id=1, events_ms=[pace + 0.2] * 3),
+                                                  put=Reply(id=2), offset=0, capture=None, calls=3))
+                series.paces.append(pace)
+                so_far += index >= 2
+        beside = [(w, series.costs[i]) for w, i in zip(series.windows[2:], series.beside_at[2:]) if i is not None]
+        by_fast = clock.window_cost([c for w, c in beside if w.ms == fast])
+        by_slow = [c.ms - c.reported_ms for w, c in beside if w.ms == slow]
+        long_medians += clock.window_cost([c for _, c in beside]).cost_ms > by_fast.cost_ms + 1.0
+        timing, cost = series.figures(slice(2, None))
+        assert cost.cost_ms == by_fast.cost_ms and cost.windows == by_fast.windows, seed  # those beside fast ones
+        assert all(cost.cost_ms < c for c in by_slow)
+        assert timing.median_ms == pytest.approx((fast - by_fast.cost_ms) / 3)
+    assert long_medians >= 5  # the pattern does make the median of every calibrator beside a long pace's
+
+
 @pytest.mark.slow  # an in-process judgement with the calibrator: about a second
 def test_the_kept_calls_are_drawn_from_where_they_outgrow_the_memory_plan():
     """With room for every window's copies, one draw once the windows are closed: 16 of the ranked calls, 4 of the rest

@@ -217,10 +217,14 @@ class Series:
 
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
         """The series' per-call figures (each window less the cost beside it, over its calls), and that cost:
-        the calibrator's windows beside these, or the round's where it failed (flag `uncalibrated`)."""
+        the calibrator's windows beside these (on a GPU, those beside windows no slower than the series' median:
+        `not_beside_slow`), or the round's where it failed (flag `uncalibrated`)."""
         session, referee = self.session, self.session.referee
         windows = self.windows[timed]
-        beside = [] if self.uncalibrated else [self.costs[i] for i in self.beside_at[timed] if i is not None]
+        pairs = [(w, self.costs[i]) for w, i in zip(windows, self.beside_at[timed]) if i is not None]
+        # on the CPU no calibrator window is paced (`pace_for`): a slow window's beside costs what any other's does
+        beside = [] if self.uncalibrated else (
+            not_beside_slow(pairs, windows) if referee.device == "cuda" else [cost for _, cost in pairs])
         cost = clock.window_cost(beside) if beside else None
         # the round's cost is a window of one call's: never taken off calls handed off back to back
         if cost is None and referee.current_round is not None and not windows[0].handed_off:
@@ -383,8 +387,9 @@ class Series:
         bound by the window itself keeps a candidate from lengthening the pace beside its fast windows (with the
         median alone, slow windows in three of every five, 40% of them, paced more than half the calibrator's windows
         long, and the median cost taken off every window was then a long call's: an attacker's review), as one pace
-        from the warm-up did for a candidate slow there. Paced windows hold one call each (back-to-back windows have
-        no calibrator beside them)."""
+        from the warm-up did for a candidate slow there; the costs of long paces beside slow windows are left out of
+        the figure's (`not_beside_slow`), which a sample of the windows needs. Paced windows hold one call each
+        (back-to-back windows have no calibrator beside them)."""
         referee = self.session.referee
         if referee.device != "cuda":
             return 0.0
@@ -402,6 +407,23 @@ class Series:
                    statistics.median(w.per_call_ms for w in [*self.windows[-PACE_COSTS + 1:], clocked] if w.calls == calls))
         own = recent[-1][1] if recent else 0.0  # the calibrator's own device work beyond its pace (its copy)
         return min(PACE_CAP_MS, max(0.0, call - cost - max(own, 0.0)))
+
+
+def not_beside_slow(pairs: list[tuple[clock.Clocked, clock.Clocked]], windows: list[clock.Clocked]) -> list[clock.Clocked]:
+    """The calibrator's windows of `pairs` (each with the window it was beside) beside windows no slower per call than
+    the median of `windows` plus their spread (the median absolute deviation, at least 1%); where none is, the one
+    beside the fastest. A calibrator beside a slow window is paced long (`Series.pace_for`), and a long pace's dearer
+    cost, taken off every window, would make a candidate's fast windows faster: with a sample of about five calibrator
+    windows in ten, slow windows where three of them fall leave the ranked median where it was (an attacker's review
+    of the quarter's uniform places: slow warm-up windows, then the first four ranked ones slow, paid in a quarter of
+    the series). A cost from a shorter pace is a cheaper one, taken off less: never in the candidate's favour."""
+    if not pairs:
+        return []
+    calls = [w.per_call_ms for w in windows]
+    median = statistics.median(calls)
+    bound = median + max(0.01 * median, statistics.median(abs(c - median) for c in calls))
+    kept = [cost for window, cost in pairs if window.per_call_ms <= bound]
+    return kept or [min(pairs, key=lambda pair: pair[0].per_call_ms)[1]]
 
 
 def idle(session: Session, when: str) -> None:
