@@ -1395,6 +1395,26 @@ def test_slow_windows_in_a_pattern_get_no_more_of_the_sampled_calibrator_windows
         assert clock.window_cost(series.costs).cost_ms < 2.5 + 0.01 * 10
 
 
+def test_the_cost_comes_from_calibrator_windows_beside_windows_within_the_series_spread_of_its_median():
+    """`not_beside_slow`: an honest series' noise keeps nearly every calibrator window (twice the median absolute
+    deviation), slow windows' are left out, and where every one is beside a slow window the fastest's stands."""
+    from evaluator.referee import clock
+    from evaluator.referee.time_phase import not_beside_slow
+
+    def window(ms: float) -> clock.Clocked:
+        return clock.Clocked(ms=ms, go=Reply(id=1), put=Reply(id=2), offset=0, capture=None)
+
+    honest = [window(ms) for ms in (10.0, 10.1, 9.9, 10.2, 9.8, 10.05, 9.95, 10.15, 9.85, 10.3)]
+    costs = [window(1.0 + i) for i in range(10)]  # told apart by their length
+    kept = not_beside_slow(list(zip(honest, costs)), honest)
+    assert len(kept) == 9 and costs[9] not in kept  # 10.3 lies beyond 10.025 + 2 x 0.125
+    attacked = [window(11.5)] * 6 + [window(50.0)] * 4
+    pairs = list(zip(attacked, costs))
+    assert not_beside_slow(pairs, attacked) == costs[:6]
+    assert not_beside_slow(pairs[7:] + pairs[6:7], attacked) == [costs[7]]  # none beside a fast one: the first slow
+    assert not_beside_slow([], attacked) == []
+
+
 def test_slow_windows_where_a_sampled_calibrator_falls_never_make_the_cost_taken_off_a_long_paces():
     """An attacker's review of the uniform sample: slow warm-up windows, then the first four ranked windows slow and
     six fast. The ranked median stays a fast window's, and in about a quarter of series three of the five calibrator

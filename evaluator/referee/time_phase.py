@@ -411,17 +411,22 @@ class Series:
 
 def not_beside_slow(pairs: list[tuple[clock.Clocked, clock.Clocked]], windows: list[clock.Clocked]) -> list[clock.Clocked]:
     """The calibrator's windows of `pairs` (each with the window it was beside) beside windows no slower per call than
-    the median of `windows` plus their spread (the median absolute deviation, at least 1%); where none is, the one
-    beside the fastest. A calibrator beside a slow window is paced long (`Series.pace_for`), and a long pace's dearer
-    cost, taken off every window, would make a candidate's fast windows faster: with a sample of about five calibrator
-    windows in ten, slow windows where three of them fall leave the ranked median where it was (an attacker's review
-    of the quarter's uniform places: slow warm-up windows, then the first four ranked ones slow, paid in a quarter of
-    the series). A cost from a shorter pace is a cheaper one, taken off less: never in the candidate's favour."""
+    the median of `windows` plus twice their median absolute deviation (at least 1% of the median); where none is, the
+    one beside the fastest.
+
+    Why: a calibrator beside a slow window is paced long (`Series.pace_for`), and a long pace's dearer cost, taken off
+    every window, would make a candidate's fast windows faster. With about five calibrator windows in ten, slow warm-up
+    windows and the first four ranked ones slow put three long-paced costs of five in the median in about a quarter of
+    series, the ranked median still a fast window's (an attacker's review). A cost from a shorter pace is cheaper,
+    taken off less: never in the candidate's favour. The deviation is at most the median's lead over the fastest call,
+    so a kept window's call is at most three such leads longer than the fastest: slowing windows to widen the bound
+    pays only where a window's cost grows by a third of each ms of pace (about 0.06 on H100s, docs/timing.md). Twice
+    the deviation keeps about nine in ten of an honest series' calibrator windows."""
     if not pairs:
         return []
     calls = [w.per_call_ms for w in windows]
     median = statistics.median(calls)
-    bound = median + max(0.01 * median, statistics.median(abs(c - median) for c in calls))
+    bound = median + max(0.01 * median, 2 * statistics.median(abs(c - median) for c in calls))
     kept = [cost for window, cost in pairs if window.per_call_ms <= bound]
     return kept or [min(pairs, key=lambda pair: pair[0].per_call_ms)[1]]
 
