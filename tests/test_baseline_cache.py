@@ -143,15 +143,17 @@ def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_tim
     assert retimed["baseline_source"]["cached"] is None
 
 
-def test_a_throughput_pass_names_each_lanes_stored_figures_dropped_mid_pass_once():
+def test_a_throughput_pass_names_stored_figures_dropped_mid_pass_once_and_a_busy_device_before_a_round():
     """A lane whose spot check failed times every baseline in every later round (seconds a round, not tenths): the
-    pass says why, once, so a slow pass is not read as a slow judge."""
-    from harness.bench.throughput import stored_dropped
+    pass says why, once, so a slow pass is not read as a slow judge; and so for a round the device was busy before."""
+    from harness.bench.throughput import round_warnings
 
     held = "stored figures (timed on X); `eager` re-timed in this round at 1 ms against 1 stored (+0%, bound 10%)"
     dropped = held.replace("+0%", "+14%").replace("1 ms", "1.14 ms") + ": beyond the bound, so every baseline is timed"
     rounds = [BaselineRound(index=i, batch="a", measured_at=1.8e9, after_candidates=8 * i, baselines={}, stored=stored,
                             cached=cached)
               for i, (stored, cached) in enumerate([(True, held), (False, dropped), (False, dropped), (False, None)])]
-    assert stored_dropped(rounds) == [dropped]
-    assert stored_dropped(rounds[:1]) == [] and stored_dropped(rounds[3:]) == []
+    assert round_warnings(rounds) == [dropped]
+    assert round_warnings(rounds[:1]) == [] and round_warnings(rounds[3:]) == []
+    rounds[3].device_busy = "the device ran other work for 5 s before the round"
+    assert round_warnings(rounds) == [dropped, f"before round 3: {rounds[3].device_busy}"]

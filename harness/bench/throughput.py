@@ -162,16 +162,19 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         "gpu_busy": sampler.busy(),
         "lanes": dict(Counter(str(v.environment.gpu) if v.environment else "-" for v in verdicts)),
         "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
-        "baseline_rounds": len(evaluator.rounds), "baselines": baselines, "stored_dropped": stored_dropped(evaluator.rounds),
+        "baseline_rounds": len(evaluator.rounds), "baselines": baselines, "round_warnings": round_warnings(evaluator.rounds),
         "costs": [cost.__dict__ for cost in largest_costs(sorted(profile.glob("*.jsonl")))] if profile else [],
         "builds": build_summary(evaluator.build_cpu),
     }
 
 
-def stored_dropped(rounds: list) -> list[str]:
-    """Why stored figures were dropped mid-pass, a line per lane where a round's spot check failed: every later round
-    of that lane then times every baseline (seconds a round, not tenths), so the pass's rate says less of the judge."""
-    return list(dict.fromkeys(r.cached for r in rounds if not r.stored and r.cached))  # later rounds say it again
+def round_warnings(rounds: list) -> list[str]:
+    """What the pass's baseline rounds said that slows or blurs it, each once: why stored figures were dropped (a
+    lane's spot check failed: every later round of that lane times every baseline, seconds a round, not tenths), and
+    a device that stayed busy before a round (work of another process on the GPU)."""
+    dropped = [r.cached for r in rounds if not r.stored and r.cached]  # later rounds say it again
+    busy = [f"before round {r.index}: {r.device_busy}" for r in rounds if r.device_busy]
+    return list(dict.fromkeys(dropped)) + busy
 
 
 def then_per_minute(first_s: float | None, last_s: float | None, count: int) -> float | None:
@@ -267,7 +270,7 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
                           f"{result['baselines']}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
-            for why in result.get("stored_dropped", ()):
+            for why in result.get("round_warnings", ()):
                 console.print(f"  [yellow]{why}[/]")
             for cost in result["costs"]:
                 console.print(f"  {cost['per_judged']:6.2f} s a judged candidate: {cost['what']}")
