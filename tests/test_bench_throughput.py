@@ -22,7 +22,7 @@ def _fake_pass(seen, profiles=None):
             profiles.append(profile)
         return {"candidates": len(files), "wall_s": 1.0, "per_minute": 60.0 * len(files), "statuses": {"correct": 1},
                 "errors": [], "phase_median_s": {}, "gpu_busy": {}, "lanes": {}, "median_ms": 1.0,
-                "baseline_rounds": 1, "baselines": "stored" if not retime_baselines else "timed",
+                "baseline_rounds": 1, "round_warnings": [], "baselines": "stored" if not retime_baselines else "timed",
                 "costs": [{"what": "the clocked calls' float64 replays", "seconds": 2.0, "calls": 4, "per_judged": 0.5}]}
     return run_pass
 
@@ -184,7 +184,7 @@ def test_a_suite_is_judged_problem_after_problem_cold_then_warm(monkeypatch, tmp
                      all("ModelNew" in f.path.read_text() for f in files)))
         return {"candidates": len(files), "wall_s": 10.0, "per_minute": 6.0 * len(files), "statuses": {"correct": 2},
                 "errors": [], "phase_median_s": {"time": 1.0}, "gpu_busy": {0: 0.5}, "lanes": {}, "median_ms": 1.0,
-                "baseline_rounds": 1, "baselines": "", "first_s": 4.0 if "Matmul" in options.problem else 6.0,
+                "baseline_rounds": 1, "round_warnings": [], "baselines": "", "first_s": 4.0 if "Matmul" in options.problem else 6.0,
                 "setup_s": 1.5 if "Matmul" in options.problem else 2.5, "costs": []}
 
     monkeypatch.setattr(suite_throughput, "run_pass", run_pass)
@@ -244,7 +244,7 @@ def test_a_suites_run_split_over_a_kept_folder_reads_the_cold_parts_store_warm(m
         seen.append((options.store, profile.parent.name, options.cache_dir))
         return {"candidates": len(files), "wall_s": 10.0, "per_minute": 6.0 * len(files), "statuses": {"correct": 2},
                 "errors": [], "phase_median_s": {"time": 1.0}, "gpu_busy": {}, "lanes": {}, "median_ms": 1.0,
-                "baseline_rounds": 1, "baselines": "", "first_s": 4.0, "setup_s": 1.5, "costs": []}
+                "baseline_rounds": 1, "round_warnings": [], "baselines": "", "first_s": 4.0, "setup_s": 1.5, "costs": []}
 
     monkeypatch.setattr(suite_throughput, "run_pass", run_pass)
     suite = load_suite(FIXTURES / "suites" / "quick.toml")

@@ -313,7 +313,7 @@ class Series:
         beside every one on the CPU. A sample is as many windows as a CALIBRATED_SHARE chance each gives, at least
         CALIBRATED_LEAST (its size drawn once the run's first window has closed), at places uniformly at random: each
         window is beside with the chance that what is still to place has among the windows left (selection sampling).
-        So every place is as likely as any other; making up the least with the run's last windows instead put a
+        So every place is as likely as any other: a rule that made up the least with the run's last windows would put a
         calibrator beside the last of ten at `kernelbench` 96 times in 100 and beside the first 25, a pattern a
         candidate could time its slow windows to."""
         if calibrated == "every" or self.session.referee.device != "cuda":

@@ -92,6 +92,8 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                 console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "
                               f"after {nan_for(result['first_s']):.1f} s (set-up "
                               f"{nan_for(result['setup_s']):.1f} s); {result['statuses']}")
+                for why in result["round_warnings"]:  # stored figures dropped: that problem's set-up and rounds slower
+                    console.print(f"  [yellow]{why}[/]")
             report["passes"][name] = summary = suite_pass(problems, profiles / f"pass{number}")
             if kept and name == "cold":
                 write_record(work, what, "done")  # its stored baselines are there for a warm part

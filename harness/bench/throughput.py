@@ -270,7 +270,7 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
                           f"{result['baselines']}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
-            for why in result.get("round_warnings", ()):
+            for why in result["round_warnings"]:
                 console.print(f"  [yellow]{why}[/]")
             for cost in result["costs"]:
                 console.print(f"  {cost['per_judged']:6.2f} s a judged candidate: {cost['what']}")
