@@ -11,6 +11,7 @@ The functions used are bound when this module is imported, before any candidate 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -42,6 +43,26 @@ DISTRIBUTIONS = ("randn", "rand")
 def call_seed(seed: int, index: int) -> int:
     """The seed of call `index` of a series drawn from `seed`."""
     return (seed + (index + 1) * SEED_STEP) & SEED_MASK
+
+
+PLAIN = (bool, int, float, complex, str, type(None))  # values read as they are, never made on a device
+
+
+def templates_of(get_inputs: Callable[[], list]) -> list:
+    """What `get_inputs()` returns, made on the meta device where that is all the referee reads: a floating tensor's
+    shape and dtype alone (every one is drawn afresh, `draw`), beside plain values. KernelBench's problems fill their
+    inputs with CPU random numbers, 8-11 s at 19_ReLU's 6.4 GB a call, only for the shapes to be read. Made for real
+    where the meta call fails (a value read from a tensor, a copy to a device) or yields anything else: a tensor whose
+    values are used (integers, indices) or a container that could hold one."""
+    try:
+        with _device("meta"):
+            made = get_inputs()
+    except Exception:
+        return get_inputs()
+    shapes_only = isinstance(made, (list, tuple)) and all(
+        (isinstance(x, _Tensor) and x.is_floating_point() and dtype_name(x.dtype) is not None)
+        or (not isinstance(x, _Tensor) and isinstance(x, PLAIN)) for x in made)
+    return list(made) if shapes_only else get_inputs()
 
 
 def input_specs(templates: list, precision: torch.dtype = torch.float32

@@ -101,7 +101,7 @@ class Referee:
             setattr(self.module, name, value)
         self.init_inputs = self.module.get_init_inputs()
         laps("problem")
-        self.specs, self.fixed, self.values = draws.input_specs(self.module.get_inputs(), self.dtype)
+        self.specs, self.fixed, self.values = draws.input_specs(draws.templates_of(self.module.get_inputs), self.dtype)
         self.input_sizes = draws.tensor_sizes(self.specs, self.fixed)
         self.input_nbytes = sum(self.input_sizes)
         self.timer = Timer(self.device, config.timing_budget_s, config.min_reps, config.max_reps, config.warmup)
