@@ -59,10 +59,14 @@ def templates_of(get_inputs: Callable[[], list]) -> list:
             made = get_inputs()
     except Exception:
         return get_inputs()
-    shapes_only = isinstance(made, (list, tuple)) and all(
-        (isinstance(x, _Tensor) and x.is_floating_point() and dtype_name(x.dtype) is not None)
-        or (not isinstance(x, _Tensor) and isinstance(x, PLAIN)) for x in made)
+    shapes_only = isinstance(made, (list, tuple)) and all(drawn_afresh(x) or isinstance(x, PLAIN) for x in made)
     return list(made) if shapes_only else get_inputs()
+
+
+def drawn_afresh(item: Any) -> bool:
+    """Whether an item of `get_inputs()` is drawn afresh for every call (a floating tensor of a dtype the exchange
+    carries): only its shape and dtype are read."""
+    return isinstance(item, _Tensor) and item.is_floating_point() and dtype_name(item.dtype) is not None
 
 
 def input_specs(templates: list, precision: torch.dtype = torch.float32
@@ -71,7 +75,7 @@ def input_specs(templates: list, precision: torch.dtype = torch.float32
     than fp32, every floating input is drawn in it (KernelBench casts every floating input to the precision)."""
     specs, fixed, values = [], {}, {}
     for position, item in enumerate(templates):
-        if isinstance(item, _Tensor) and item.is_floating_point() and dtype_name(item.dtype):
+        if drawn_afresh(item):
             dtype = item.dtype if precision == torch.float32 else precision
             specs.append(InputSpec(kind="random", shape=list(item.shape), dtype=dtype_name(dtype)))
         elif isinstance(item, _Tensor):

@@ -217,8 +217,8 @@ class Series:
 
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
         """The series' per-call figures (each window less the cost beside it, over its calls), and that cost:
-        the calibrator's windows beside these (on a GPU, those beside windows no slower than the series' median:
-        `not_beside_slow`), or the round's where it failed (flag `uncalibrated`)."""
+        the calibrator's windows beside these (on a GPU, those beside windows no slower than the series' median plus
+        its spread: `not_beside_slow`), or the round's where it failed (flag `uncalibrated`)."""
         session, referee = self.session, self.session.referee
         windows = self.windows[timed]
         pairs = [(w, self.costs[i]) for w, i in zip(windows, self.beside_at[timed]) if i is not None]
