@@ -46,6 +46,23 @@ def test_show_finds_a_verdict_by_its_source_hash_and_says_what_it_cannot_find(tm
         assert missing.exit_code == 2 and why in missing.output, missing.output
 
 
+def test_show_names_the_input_distribution_of_each_per_distribution_check():
+    from evaluator.wire.records import Correctness, ModeCheck, Status, Verdict
+    from harness.results.browse import verdict_text
+
+    main = ModeCheck(mode="train", trials=6, tiers={"loose": True})
+    correctness = Correctness(tiers=main.tiers, main=main, eval_mode=main.model_copy(update={"mode": "eval", "trials": 1}),
+                              distributions=["randn", "rand"], seeds=[1, 2], buffers_checked=[],
+                              by_distribution={"randn": main.model_copy(update={"trials": 3}),
+                                               "rand": main.model_copy(update={"trials": 3, "tiers": {"loose": False}})})
+    verdict = Verdict(candidate="r/0", source_sha256="0" * 64, problem="p", size="s", device="cpu",
+                      status=Status.incorrect, correctness=correctness)
+    lines = {label: value for label, value in verdict_text(verdict) if label.startswith("correctness")}
+    assert list(lines) == ["correctness train", "correctness eval", "correctness train, inputs randn",
+                           "correctness train, inputs rand"]  # four lines, none under another's name
+    assert lines["correctness train, inputs rand"].startswith("3 trials; loose FAIL")
+
+
 def test_compare_puts_runs_side_by_side(tmp_path):
     store = build(tmp_path / "s.sqlite")
     compared = invoke("compare", SINGLE_RUN, CHAIN_RUN, "--store", str(store))

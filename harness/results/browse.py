@@ -84,9 +84,11 @@ def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
         lines.append((f"flag {flag.name}", f"[{flag.policy.value}] {flag.reason}"))
     if verdict.correctness is not None:
         c = verdict.correctness
-        for check in [c.main, *([c.eval_mode] if c.eval_mode else []), *c.by_distribution.values()]:
+        checks = [("", c.main), *([("", c.eval_mode)] if c.eval_mode else []),
+                  *((f", inputs {name}", check) for name, check in c.by_distribution.items())]
+        for which, check in checks:
             tiers = ", ".join(f"{t} {'pass' if ok else 'FAIL'}" for t, ok in check.tiers.items())
-            lines.append((f"correctness {check.mode}", f"{check.trials} trials; {tiers}; max abs err {check.max_abs_err}, "
+            lines.append((f"correctness {check.mode}{which}", f"{check.trials} trials; {tiers}; max abs err {check.max_abs_err}, "
                                                        f"max rel err {check.max_rel_err}"
                                                        + (f"; {check.failure}" if check.failure else "")))
         lines.append(("buffers checked", ", ".join(c.buffers_checked) or "none"))
