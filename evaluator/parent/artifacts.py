@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import socket
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +36,9 @@ class Artifact:
 def place() -> str:
     """This machine's name, and under Ray its node's ID: what a verdict says it was built or judged on."""
     host = socket.gethostname()
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return f"{host} (ray node {ray.get_runtime_context().get_node_id()[:16]})"
-    except ImportError:
-        pass
+    ray = sys.modules.get("ray")  # never imported here: a local batch would pay its import and its changes to os.environ
+    if ray is not None and ray.is_initialized():
+        return f"{host} (ray node {ray.get_runtime_context().get_node_id()[:16]})"
     return host
 
 

@@ -127,20 +127,29 @@ class Placement:
             self.builds.remove(wait_s=5.0)
 
 
+def core_split(lanes: int) -> tuple[list[list[int]], list[int]] | None:
+    """Mode `cores` for a batch of `lanes` lanes on this machine: each lane's cores and the builds'; None where it is
+    not taken (too few cores, or HARNESS_BUILD_ISOLATION names another mode)."""
+    cores = sorted(os.sched_getaffinity(0))
+    per_lane = lane_core_count(len(cores), lanes)
+    if os.environ.get("HARNESS_BUILD_ISOLATION", "") not in ("", "cores") \
+            or len(cores) - lanes * per_lane < MIN_BUILD_CORES:
+        return None
+    return [cores[i * per_lane:(i + 1) * per_lane] for i in range(lanes)], cores[lanes * per_lane:]
+
+
 def plan(lanes: int) -> Placement:
     """The placement of a batch with `lanes` lanes on this machine (see the module's docstring)."""
-    cores = sorted(os.sched_getaffinity(0))
     wanted = os.environ.get("HARNESS_BUILD_ISOLATION", "")
-    per_lane = lane_core_count(len(cores), lanes)
-    enough = len(cores) - lanes * per_lane >= MIN_BUILD_CORES
+    split = core_split(lanes)
     why = []
-    if wanted in ("", "cores") and enough:
-        taken = [cores[i * per_lane:(i + 1) * per_lane] for i in range(lanes)]
+    if split is not None:
         # a group each all the same (never frozen here): a build's whole group is killed when it ends
-        return Placement("cores", lane_cores=taken, build_cores=cores[lanes * per_lane:],
-                         builds=cgroups.root_group("builds"))
+        return Placement("cores", lane_cores=split[0], build_cores=split[1], builds=cgroups.root_group("builds"))
     if wanted == "cores":
-        why.append(f"{len(cores)} cores are too few for {lanes} lane(s) of {per_lane} and {MIN_BUILD_CORES} for builds")
+        cores = len(os.sched_getaffinity(0))
+        why.append(f"{cores} cores are too few for {lanes} lane(s) of {lane_core_count(cores, lanes)} and "
+                   f"{MIN_BUILD_CORES} for builds")
     if wanted in ("", "cores", "frozen"):
         chain = _group_chain(lanes)
         if chain is not None:

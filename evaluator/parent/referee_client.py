@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from evaluator.parent import parked
 from evaluator.referee.environment import CPU_MALLOC, HARNESS_SET_THP, bytecode_cache
 from evaluator.referee.process import LIVE
 from evaluator.wire.polling import readable
@@ -143,8 +144,13 @@ class RefereeClient:
 
     def start(self) -> None:
         folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))
+        config = self.config()
+        if self.adopt(config):
+            self.folder, self.buffer = folder, bytearray()
+            self.batches += 1
+            return
         config_file = folder / "config.json"
-        config_file.write_text(self.config().model_dump_json())
+        config_file.write_text(config.model_dump_json())
         requests_r, requests_w = os.pipe()
         replies_r, replies_w = os.pipe()
         log = self.log_file()
@@ -164,6 +170,29 @@ class RefereeClient:
         self.replies = replies_r
         self.buffer = bytearray()
         self.batches += 1
+
+    def adopt(self, config: RefereeConfig) -> bool:
+        """A referee parked for this batch (evaluator.parent.parked) made this lane's, its config sent; False where
+        there is none, or it is gone (a fresh one is started)."""
+        env = self.environment()
+        referee = parked.take(parked.batch_key(self.evaluator, self.gpu, env), placed=bool(config.cores))
+        if referee is None:
+            return False
+        requests = os.fdopen(referee.requests, "w", buffering=1)
+        referee.requests = -1  # the file's now
+        try:
+            requests.write(config.model_dump_json() + "\n")
+            requests.flush()
+        except OSError:
+            try:
+                requests.close()
+            except OSError:
+                pass
+            referee.close()
+            return False
+        self.proc, self.requests, self.replies = referee.proc, requests, referee.replies
+        LIVE.add(self)
+        return True
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -78,6 +78,25 @@ class Inbox:
             return list(self.items)
 
 
+def parked(cores: str, requests) -> tuple[RefereeConfig | None, float]:
+    """A parked referee's wait (evaluator.parent.parked): every module it and its executors import, imported on
+    `cores` (none of a lane's) while another batch is judged; then the config its lane sends as the first line of the
+    requests (None: let go unused), and the seconds the imports took. Nothing reaches a device before the config."""
+    started, anywhere = time.perf_counter(), os.sched_getaffinity(0)
+    if cores:
+        cgroups.pin(os.getpid(), [int(c) for c in cores.split(",")])
+    cache_executor_bytecode()
+    importlib.import_module("evaluator.referee.referee")  # torch, and the referee's own modules
+    imported = time.perf_counter() - started
+    line = requests.readline()
+    if not line.strip():
+        return None, imported
+    config = RefereeConfig.model_validate_json(line)
+    if cores and not config.cores:  # a lane with no cores of its own runs where the parent may
+        cgroups.pin(os.getpid(), anywhere)
+    return config, imported
+
+
 def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> Verdict:
     """The referee's own failure around one candidate: recorded, so the batch goes on."""
     return Verdict(candidate=request.name, source_sha256=request.digest, problem=Path(config.problem).stem,
@@ -98,16 +117,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True)
+    parser.add_argument("--config")
+    parser.add_argument("--park", metavar="CORES", help=(
+        "parked (evaluator.parent.parked): the imports made on CORES (a comma list; empty: where it runs), then the "
+        "config read as the first line of --requests"))
     parser.add_argument("--requests", type=int, required=True)
     parser.add_argument("--replies", type=int, required=True)
     args = parser.parse_args(argv)
-    config = RefereeConfig.model_validate_json(Path(args.config).read_text())
+    requests = os.fdopen(args.requests, "r")
+    parked_s = None
+    if args.park is not None:
+        config, parked_s = parked(args.park, requests)
+        if config is None:
+            return 0  # let go unused
+    else:
+        config = RefereeConfig.model_validate_json(Path(args.config).read_text())
     if config.cores:  # the lane's cores, which no build uses: every executor it starts inherits them
         cgroups.pin(os.getpid(), config.cores)
     if config.device == "cpu":  # calls on the executors' cores (environment.cpu_call_cores), unless the user chose
         os.environ.setdefault("OMP_NUM_THREADS", str(len(cpu_call_cores())))  # before torch and the zygote read it
-    requests = os.fdopen(args.requests, "r")
     replies = os.fdopen(args.replies, "w", buffering=1)
 
     def answer(reply: JudgeReply) -> None:
@@ -144,7 +172,7 @@ def serve(argv: list[str] | None = None) -> int:
     try:
         referee = Referee(config, zygote)
         referee.queued = inbox.queued
-        profile_log({"event": "start", "executor_modules_s": imported - started,
+        profile_log({"event": "start", "executor_modules_s": imported - started, "parked_s": parked_s,
                      "setup_s": time.perf_counter() - imported, "setup_steps": referee.start_seconds})
         if config.round_at_start:  # its twin's calls left for later replayed as the first candidate starts
             referee.ensure_round(defer=True)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from evaluator.parent import parked
+from evaluator.parent.park_next import park_for
 from evaluator.parent.sandbox import CandidateFile, EvalOptions
 from evaluator.wire.problem import load_problem
 from harness.bench.costs import largest_costs
@@ -81,12 +83,15 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
         for number, name in enumerate(("cold", "warm")):
             if only not in (None, name):
                 continue
-            problems = {}
-            for index, entry in enumerate(suite.problems):
+            problems, settings = {}, []
+            for entry in suite.problems:
                 extra = {k: v for k, v in (("jobs", jobs), ("backend", entry.backend), ("precision", entry.precision))
                          if v}
-                options = EvalOptions(problem=entry.location, size=sizes[entry.name], device=device,
-                                      cache_dir=work / "cache", log_root=work / "logs", store=store.path, **extra)
+                settings.append(EvalOptions(problem=entry.location, size=sizes[entry.name], device=device,
+                                            cache_dir=work / "cache", log_root=work / "logs", store=store.path, **extra))
+            for index, (entry, options) in enumerate(zip(suite.problems, settings)):
+                if index + 1 < len(settings):  # the next problem's referees' imports made meanwhile, as `eval` does
+                    park_for(settings[index + 1])
                 profile = profiles / f"pass{number}" / f"p{index:03d}"
                 problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
                 console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "
@@ -105,6 +110,7 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
             if out:
                 out.write_text(json.dumps(report, indent=2, default=str))
     finally:
+        parked.end_all()
         store.close()
         if not kept:
             shutil.rmtree(work, ignore_errors=True)

@@ -18,6 +18,8 @@ from typing import Any
 
 from rich.console import Console
 
+from evaluator.parent import parked
+from evaluator.parent.park_next import park_for
 from harness.cli.commands import EvalLines, _err, candidate_files, eval_command, leaderboard_command
 from harness.problems.suite import Suite, SuiteError, assign_candidates, check_sizes, load_suite, suite_of
 from harness.results.board import Filters
@@ -66,15 +68,20 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         "backend": chosen[name].backend or options.backend, "precision": chosen[name].precision or options.precision})
         for name in by_problem}
     names = list(by_problem)
-    for position, name in enumerate(names):
-        # the next problem's candidates, gated by its own checks, built while this one's are judged
-        ahead = (next_builds(names[position + 1], by_problem, settings)  # never beside a CPU's windows (run_suite)
-                 if position + 1 < len(names) and sizes_device == "cuda" else [])
-        code = max(code, eval_command(by_problem[name], settings[name], json_lines=json_lines, store=store,
-                                      record=record, console=console, lines=lines, retime_baselines=retime_baselines,
-                                      prebuild=ahead))
-        if code == 130:  # interrupted (Ctrl-C or SIGTERM): the problems after it are not started
-            return 130
+    try:
+        for position, name in enumerate(names):
+            later = position + 1 < len(names) and sizes_device == "cuda"  # never beside a CPU's windows (run_suite)
+            # the next problem's candidates, gated by its own checks, built while this one's are judged
+            ahead = next_builds(names[position + 1], by_problem, settings) if later else []
+            if later:  # and its referees' imports made, on cores no lane uses (evaluator.parent.parked)
+                park_for(settings[names[position + 1]])
+            code = max(code, eval_command(by_problem[name], settings[name], json_lines=json_lines, store=store,
+                                          record=record, console=console, lines=lines,
+                                          retime_baselines=retime_baselines, prebuild=ahead))
+            if code == 130:  # interrupted (Ctrl-C or SIGTERM): the problems after it are not started
+                return 130
+    finally:
+        parked.end_all()
     if record and not json_lines:
         print_suite_board(suite, store, [f for fs in by_problem.values() for f in fs], sizes, console)
     results = [f / "eval_results.json" for f in files if (f / "eval_results.json").is_file()]

@@ -28,8 +28,10 @@ def summarize(log: Path) -> None:
     for r in records:
         if r.get("event") == "start":
             steps = r.get("setup_steps")  # the referee's own start, step by step (older profiles lack it)
-            print(f"  start: executors' modules {r['executor_modules_s']:.2f} s, set-up {r['setup_s']:.2f} s"
-                  + (f"; the referee's {steps}" if steps else ""))
+            parked = r.get("parked_s")  # imports made while parked, before its batch (evaluator.parent.parked)
+            print(f"  start: executors' modules {r['executor_modules_s']:.2f} s"
+                  + (f" (parked: {parked:.2f} s before)" if parked is not None else "")
+                  + f", set-up {r['setup_s']:.2f} s" + (f"; the referee's {steps}" if steps else ""))
         elif r.get("event") == "baseline_round":
             print(f"  round {r['index']}: compile {r['compile_s']:.2f} s, round {r['round_s']:.2f} s, "
                   f"twin {r.get('twin_s', 0):.2f} s; the round's steps {r.get('costs', {})}"

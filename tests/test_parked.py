@@ -1,0 +1,81 @@
+"""Referees parked for a suite's next problem (evaluator.parent.parked): a lane of the batch one was parked for takes it
+and judges with it, its imports made before; another batch never does; one parked on cores apart is never given to a
+lane without cores of its own; those left are ended. On the CPU here (no GPU), parked by hand: a suite parks them only
+for GPU lanes with cores of their own (evaluator.parent.park_next)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import GOOD, cpu_options  # noqa: E402
+
+from evaluator.parent import parked  # noqa: E402
+from evaluator.parent.park_next import park_for  # noqa: E402
+from evaluator.parent.referee_client import RefereeClient  # noqa: E402
+from evaluator.parent.sandbox import CandidateFile, Evaluator  # noqa: E402
+from evaluator.referee.process import LIVE  # noqa: E402
+from evaluator.wire.records import Status  # noqa: E402
+
+
+def park_for_batch(options, cores=None) -> parked.ParkedReferee:
+    """What park_for does for one lane, on the CPU."""
+    evaluator = Evaluator(options)
+    client = RefereeClient(evaluator)
+    env = client.environment()
+    return parked.park(parked.batch_key(evaluator, None, env), env, subprocess.DEVNULL, cores)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_parked():
+    yield
+    parked.end_all()
+    assert not any(isinstance(p, parked.ParkedReferee) for p in LIVE)
+
+
+@pytest.mark.slow  # a real evaluation
+def test_a_batch_judges_with_the_referee_parked_for_it_and_another_batch_leaves_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("KH_REFEREE_PROFILE", str(tmp_path / "profile"))
+    ours = park_for_batch(cpu_options(tmp_path))
+    other = park_for_batch(cpu_options(tmp_path, size="kernelbench"))  # another batch's: never taken here
+    time.sleep(1.0)
+    assert ours.proc.poll() is None and other.proc.poll() is None  # waiting for a config
+    taken = []
+    real_take = parked.take
+    monkeypatch.setattr(parked, "take", lambda *a, **k: taken.append(real_take(*a, **k)) or taken[-1])
+    [verdict] = Evaluator(cpu_options(tmp_path)).evaluate_all([CandidateFile(name="good", path=GOOD)])
+    assert verdict.status == Status.correct, verdict.error
+    assert taken == [ours] and other.proc.poll() is None
+    start = [json.loads(line) for line in (tmp_path / "profile" / f"referee-{ours.proc.pid}.jsonl").read_text().splitlines()
+             if json.loads(line).get("event") == "start"]
+    # it judged, and had made its imports (torch among them) before its batch took it
+    assert len(start) == 1 and start[0]["parked_s"] > 0.1, start
+    assert ours.proc.returncode == 0  # closed as any batch's referee
+    parked.end_all()
+    assert other.proc.returncode is not None and other.requests == -1  # ended, its pipes closed
+
+
+def test_a_referee_parked_on_cores_apart_is_never_given_to_a_lane_without_cores_of_its_own(tmp_path):
+    referee = park_for_batch(cpu_options(tmp_path), cores=sorted(os.sched_getaffinity(0))[-1:])
+    key = next(iter(parked._parked))
+    assert parked.take(key, placed=False) is None  # ended instead: it would leave the lane on cores apart
+    assert referee.proc.returncode is not None and not parked._parked.get(key)
+    again = park_for_batch(cpu_options(tmp_path), cores=sorted(os.sched_getaffinity(0))[-1:])
+    assert parked.take(key, placed=True) is again
+    again.close()
+
+
+def test_a_parked_referee_let_go_unused_ends_cleanly(tmp_path):
+    referee = park_for_batch(cpu_options(tmp_path))
+    os.close(referee.requests)  # no config comes: it ends once its imports are made
+    referee.requests = -1
+    assert referee.proc.wait(timeout=120) == 0
+
+
+def test_a_suite_parks_nothing_on_the_cpu(tmp_path):
+    assert park_for(cpu_options(tmp_path)) == 0 and not parked._parked
