@@ -432,6 +432,8 @@ CASES: list[tuple[str, str, set[str]]] = [
      {"io_or_network", "concurrency"}),
     ("cpp_fopen", model("return _ext.fused(x)", top='src = "FILE* f = fopen(\\"/tmp/x\\", \\"w\\");"\n' + EXT),
      {"io_or_network"}),
+    ("cpp_torch_save", model("return _ext.fused(x)", top='src = "torch::save(t, \\"/tmp/x.pt\\"); torch::pickle_load(d);"\n'
+                             + EXT), {"io_or_network"}),
     # ------------------------------------------------------------------ precision_flags (not also monkeypatch)
     ("tf32_matmul", model("return x", top="torch.backends.cuda.matmul.allow_tf32 = True\n"), {"precision_flags"}),
     ("tf32_cudnn", model("return x", top="torch.backends.cudnn.allow_tf32 = True\n"), {"precision_flags"}),

@@ -81,6 +81,45 @@ def test_a_candidate_with_only_flag_policy_flags_is_not_gated(tmp_path, monkeypa
     assert flag.reason.startswith("line ") and flag.reason.endswith("; dynamic")
 
 
+@pytest.mark.parametrize("deep", ["torch" + ".a" * 1500, "x" + "[0]" * 1500, "f" + "()" * 1500, "not " * 1500 + "x",
+                                  "lambda: " * 1500 + "0", "-" * 1500 + "x", " + ".join(["x"] * 30000)],
+                         ids=["attributes", "subscripts", "calls", "nots", "lambdas", "negations", "sum_too_long"])
+def test_a_source_nested_past_what_the_checks_read_is_a_parse_error_of_its_own(tmp_path, deep):
+    """The checks read names recursively: 1500 levels in code never called once raised RecursionError out of the gate
+    and ended the batch. Such a source is a parse_error now, and the candidates after it are judged."""
+    source = (HACKS.parent.parent / "candidates" / "cpu" / "torch_ops_correct.py").read_text()
+    path = tmp_path / "deep.py"
+    path.write_text(source + f"\n\ndef _never(x, f):\n    return {deep}\n")
+    evaluator = Evaluator(options(tmp_path))
+    ran = []
+    evaluator._run_worker = lambda candidate, *a: ran.append(candidate.name) or Verdict(
+        candidate=candidate.name, source_sha256="", problem="gemm_scale_bn", size="small", device="cpu",
+        status=Status.correct)
+    verdict = evaluator.evaluate(CandidateFile(name="deep", path=path))
+    assert verdict.status == Status.parse_error and "nested" in verdict.error and ran == []
+    assert evaluator.evaluate(CandidateFile(name="after", path=HACKS / "torch_fallback.py")).status == Status.correct
+
+
+def test_a_long_sum_of_strings_is_read_as_one_level(tmp_path):
+    """A CUDA source spelled as a sum of 1500 strings is as deep as one: read, and run."""
+    from evaluator.checks import static_flags
+    from evaluator.wire import syntax
+
+    source = "import torch\nsrc = " + " + ".join(['"x"'] * 1500) + "\n"
+    assert syntax.depth_of(syntax.parse(source)) < 10 and static_flags(source) == []
+
+
+def test_the_gate_failing_on_one_source_rejects_that_candidate_alone(tmp_path, monkeypatch):
+    import evaluator.parent.sandbox as sandbox
+
+    def broken(source, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(sandbox, "static_flags", broken)
+    verdict = Evaluator(options(tmp_path)).evaluate(CandidateFile(name="m", path=HACKS / "torch_fallback.py"))
+    assert verdict.status == Status.rejected and "could not read it (RecursionError)" in verdict.error
+
+
 def test_run_rejected_runs_it_and_keeps_every_flag_once(tmp_path, monkeypatch):
     evaluator = Evaluator(options(tmp_path, run_rejected=True))
     worker_flags = [Flag(name="monkeypatch", reason="importing the candidate replaced torch.allclose",

@@ -73,7 +73,7 @@ def _flags(source: str, rules_json: str, policies_json: str) -> tuple[Flag, ...]
     reply's candidate when it parses it and again when it judges it)."""
     try:
         tree = syntax.parse(source)
-    except (SyntaxError, ValueError, RecursionError):  # null bytes, nesting too deep: reported elsewhere
+    except (SyntaxError, ValueError):  # NUL bytes, nested too deep (syntax.TooDeep): reported elsewhere
         return ()
     merged = {k: FlagPolicy(v) for k, v in json.loads(policies_json).items()}
     rules = Rules.model_validate_json(rules_json)

@@ -45,7 +45,10 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"|\bstd::(?:experimental::)?filesystem::(?!path\b)\w+"
         r"|\bnamespace\s+\w+\s*=\s*std::(?:experimental::)?filesystem\b"
         r"|\busing\s+namespace\s+std::(?:experimental::)?filesystem\b"
-        r"|\bexec[lv]p?e?\s*\(|\bposix_spawnp?\b)"), "touches files, processes or sockets"),
+        r"|\bexec[lv]p?e?\s*\(|\bposix_spawnp?\b"
+        # torch's own readers and writers of files (torch::save(x, "/path"))
+        r"|\btorch::(?:jit::)?(?:save|load|pickle_save|pickle_load)\s*\(|\btorch::serialize::\w*Archive\b"
+        r"|\bPyTorchStream(?:Writer|Reader)\b)"), "touches files, processes or sockets"),
     ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\s*\("
                                  r"|ptrace\s*\(|prctl\s*\(|setpgid\s*\(|setpgrp\s*\(|killpg\s*\(|timer_create\s*\(|SIGCONT|SIGEV_\w+"
                                  r"|(?<![.>:])kill\s*\()"),

@@ -78,7 +78,17 @@ DYNAMIC_NAMES = frozenset(
 DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery", "_imp",
                            # module loaders and the import system's hooks: modules loaded by computed names
                            "builtins.__loader__", "builtins.__spec__", "sys.meta_path", "sys.path_hooks",
-                           "sys.path_importer_cache"))
+                           "sys.path_importer_cache",
+                           # exec under other names: libraries that run source text, a pickle or a module by its
+                           # name (torch.fx.graph_module._exec_with_source, timeit.timeit("..."), sympy.sympify,
+                           # a jinja2 template, get_type_hints on a string annotation, unittest.mock.patch("a.b"));
+                           # a kernel needs none of them
+                           "torch.fx", "torch.package", "torch._inductor.codecache", "torch._inductor.async_compile",
+                           "torch.utils._sympy", "sympy", "jinja2", "timeit", "cProfile", "profile", "pdb", "bdb",
+                           "trace", "doctest", "pickle", "shelve", "copyreg", "pydoc", "logging.config",
+                           "unittest.mock", "typing.get_type_hints", "typing.ForwardRef", "typing._eval_type",
+                           "pandas.eval", "numexpr", "torch.ops.load_library", "torch.classes.load_library",
+                           "torch.utils.cpp_extension._import_module_from_library"))
 # importlib: only import_module with a constant name (resolved like an import) is read; the rest loads
 # modules out of sight. importlib.reload is introspection already.
 IMPORTLIB_READ = frozenset(("importlib.import_module", "importlib.reload"))
@@ -188,7 +198,12 @@ def _global_module_hook(v: str) -> bool:
     return under(v, "torch") and (last.startswith("register_module_") or (last.startswith("_global_") and "hook" in last))
 
 
-BUILT_AT_RUN_TIME = DottedNames(exact=DYNAMIC_NAMES, under=DYNAMIC_ROOTS)
+def _exec_by_name(v: str) -> bool:
+    """A library's function that says it executes (`_exec_with_source`, `exec_module`): exec under another name."""
+    return any("exec" in part.lower() for part in v.split(".")[1:])
+
+
+BUILT_AT_RUN_TIME = DottedNames(exact=DYNAMIC_NAMES, under=DYNAMIC_ROOTS, test=_exec_by_name)
 
 # A dotted name seen anywhere, in each of its readings: (flag, the names it covers, reason; {seen} is the name
 # as written, with the reading it matched). Every row that covers a reading counts.

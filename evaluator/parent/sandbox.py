@@ -145,8 +145,8 @@ def parse_problem(source: str) -> str | None:
         tree = syntax.parse(source)
     except SyntaxError as err:
         return f"syntax error at line {err.lineno}: {err.msg}"
-    except (RecursionError, MemoryError, ValueError) as err:  # nested too deep for the parser, NUL bytes
-        return f"the source cannot be parsed ({type(err).__name__})"
+    except ValueError as err:  # NUL bytes; nested too deep (syntax.TooDeep)
+        return f"the source cannot be parsed: {err}"
     if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
         return "no top-level `class ModelNew` in the source"
     return None
@@ -255,7 +255,11 @@ class Evaluator:
         if reason:
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse,
                                        error=reason))
-        flags = merge_flags(static_flags(source, rules=self.problem.rules, backend=self.backend))
+        try:
+            flags = merge_flags(static_flags(source, rules=self.problem.rules, backend=self.backend))
+        except Exception as err:  # the gate failing on one source is that candidate's verdict, never the batch's
+            return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,
+                                       error=f"the static checks could not read it ({type(err).__name__}); never run"))
         if any(f.policy == FlagPolicy.reject for f in flags) and not self.options.run_rejected:
             # the static gate: a candidate the checks reject never runs (importing it would run it)
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,

@@ -108,7 +108,7 @@ def builds_cuda(source: str) -> bool:
     the boards leave out of the failures)."""
     try:
         tree = syntax.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # NUL bytes, nested too deep (syntax.TooDeep)
         return False
 
     def given(value: ast.AST) -> bool:  # anything but None, "", [] or ()
@@ -136,7 +136,7 @@ def flag_sets(source: str) -> set[tuple[str, ...]]:
     each kept only when every option in it is one FLAG_TOKEN allows."""
     try:
         tree = syntax.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # NUL bytes, nested too deep (syntax.TooDeep)
         return set()
     found: set[tuple[str, ...]] = set()
     for node in ast.walk(tree):

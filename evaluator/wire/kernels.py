@@ -156,7 +156,7 @@ def triton_kernel_names(source: str) -> list[str]:
     is imported as), in order; [] when it does not parse."""
     try:
         tree = syntax.parse(source)
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError):  # NUL bytes, nested too deep (syntax.TooDeep)
         return []
     jit = _jit_names(tree)
 

@@ -140,7 +140,8 @@ def parse_source(source: str) -> ParseResult:
     err = _syntax_error(source)
     if err is not None:
         return ParseResult(reason=ParseReason.syntax_error, line=err.lineno,
-                           detail=f"syntax error at line {err.lineno}: {err.msg}")
+                           detail=f"syntax error at line {err.lineno}: {err.msg}" if err.lineno
+                           else f"the source cannot be parsed: {err.msg}")  # NUL bytes, nested too deep
     if not _defines_model_new(source):
         return ParseResult(reason=ParseReason.no_model_new, detail="no top-level `class ModelNew` in the source")
     return ParseResult(source=source)
@@ -166,10 +167,10 @@ def parse_reply(text: str, finish_reason: str | None = None) -> ParseResult:
         error = _syntax_error(block.body)
         if error is not None:  # the block was closed, so a token limit hit later did not cause this
             inner = error.lineno or 1
-            return ParseResult(
-                reason=ParseReason.syntax_error, line=block.line + inner, blocks=len(complete),
-                detail=f"line {inner} of the ModelNew block (reply line {block.line + inner}): {error.msg}",
-            )
+            where = (f"line {inner} of the ModelNew block (reply line {block.line + inner})" if error.lineno
+                     else f"the ModelNew block (reply line {block.line})")  # NUL bytes, nested too deep: no line
+            return ParseResult(reason=ParseReason.syntax_error, line=block.line + inner, blocks=len(complete),
+                               detail=f"{where}: {error.msg}")
         elif not _defines_model_new(block.body):
             return ParseResult(reason=ParseReason.no_model_new, line=block.line, blocks=len(complete),
                                detail="`class ModelNew` appears only nested or inside a string, not at the top level")
