@@ -428,3 +428,13 @@ def test_a_build_whose_group_does_not_freeze_as_the_cores_are_taken_back_is_ende
         if proc.poll() is None:
             proc.wait()
         builds.remove(wait_s=5)
+
+
+def test_every_process_a_launcher_starts_is_the_first_the_out_of_memory_killer_takes():
+    """Past import nothing caps a candidate's host memory: where it runs the machine out, the kernel kills it, not
+    a referee holding gigabytes of float64 copies (launcher.place)."""
+    code = ("import os\nfrom evaluator.executor.launcher import place\nplace({})\n"
+            "print(open('/proc/self/oom_score_adj').read().strip(), os.popen('cat /proc/self/oom_score_adj').read())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert out.stdout.split() == ["1000", "1000"], out.stderr  # its own, and a child's

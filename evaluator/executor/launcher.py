@@ -191,7 +191,14 @@ def place(plan: dict) -> None:
     freezes it; evaluator.wire.cgroups), the cores it and they may run on (a build's are never a lane's, and
     seccomp denies sched_setaffinity from here on), and for a build, its session's niceness: with the
     kernel's autogroup scheduling each session is scheduled as one, so a build's own niceness would rank it
-    only among its own processes."""
+    only among its own processes. Every process it starts is the first the kernel's out-of-memory killer takes:
+    past import nothing caps a candidate's host memory, and a referee holding gigabytes of float64 copies would
+    otherwise be the larger process."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as oom:  # raising it needs no privilege; children inherit it
+            oom.write("1000")
+    except OSError:
+        pass
     join_self(plan.get("cgroup"))
     if plan.get("cores"):
         try:
