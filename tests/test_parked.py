@@ -77,5 +77,27 @@ def test_a_parked_referee_let_go_unused_ends_cleanly(tmp_path):
     assert referee.proc.wait(timeout=120) == 0
 
 
-def test_a_suite_parks_nothing_on_the_cpu(tmp_path):
+def test_a_suite_parks_nothing_on_the_cpu_nor_where_it_is_turned_off(tmp_path, monkeypatch):
+    from evaluator.parent import park_next
+
     assert park_for(cpu_options(tmp_path)) == 0 and not parked._parked
+    monkeypatch.setattr(park_next, "Evaluator", lambda options: pytest.fail("made an evaluator"))
+    monkeypatch.setenv("HARNESS_PARK_REFEREES", "0")
+    assert park_for(cpu_options(tmp_path, device="cuda")) == 0
+
+
+def test_a_suite_bench_parks_under_the_environment_its_next_batch_has(tmp_path):
+    """The bench points KH_REFEREE_PROFILE at each problem's folder as it judges it: a referee parked under the
+    current problem's environment was never taken (seen on an H200); parked under the next one's, it is."""
+    from harness.bench.throughput import referee_profile
+
+    def key() -> tuple:
+        evaluator = Evaluator(cpu_options(tmp_path))
+        return parked.batch_key(evaluator, None, RefereeClient(evaluator).environment())
+
+    with referee_profile(tmp_path / "p001"):  # as the bench parks for problem 1
+        parking = key()
+    with referee_profile(tmp_path / "p000"):  # problem 0 judged meanwhile
+        assert key() != parking
+    with referee_profile(tmp_path / "p001"):  # problem 1's batch
+        assert key() == parking

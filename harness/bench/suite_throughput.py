@@ -32,7 +32,8 @@ from evaluator.parent.sandbox import CandidateFile, EvalOptions
 from evaluator.wire.problem import load_problem
 from harness.bench.costs import largest_costs
 from harness.bench.golden import control_candidate
-from harness.bench.throughput import WorkError, distinct_copies, run_pass, start_work, throughput_table, write_record
+from harness.bench.throughput import (WorkError, distinct_copies, referee_profile, run_pass, start_work,
+                                      throughput_table, write_record)
 from harness.core.store import Store
 from harness.problems.suite import Suite, SuiteError, check_sizes, load_suite
 
@@ -90,8 +91,9 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                 settings.append(EvalOptions(problem=entry.location, size=sizes[entry.name], device=device,
                                             cache_dir=work / "cache", log_root=work / "logs", store=store.path, **extra))
             for index, (entry, options) in enumerate(zip(suite.problems, settings)):
-                if index + 1 < len(settings):  # the next problem's referees' imports made meanwhile, as `eval` does
-                    park_for(settings[index + 1])
+                if index + 1 < len(settings):  # the next problem's referees' imports made meanwhile, as `eval` does,
+                    with referee_profile(profiles / f"pass{number}" / f"p{index + 1:03d}"):  # with its environment
+                        park_for(settings[index + 1])
                 profile = profiles / f"pass{number}" / f"p{index:03d}"
                 problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
                 console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "

@@ -24,6 +24,7 @@ with every baseline timed again: its warm part fits a device call at 64 copies).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -120,16 +121,29 @@ def setup_seconds(first_s: float | None, first: Verdict) -> float | None:
     return max(0.0, first_s - sum(seconds for phase, seconds in first.phase_seconds.items() if phase != "total"))
 
 
+@contextlib.contextmanager
+def referee_profile(profile: Path | None):
+    """KH_REFEREE_PROFILE set to `profile` (a folder; None: left as it is) meanwhile: each referee started, or parked
+    (evaluator.parent.parked), meanwhile reads it as it imports and logs its steps there."""
+    before = os.environ.get("KH_REFEREE_PROFILE")
+    if profile is not None:
+        os.environ["KH_REFEREE_PROFILE"] = str(profile)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KH_REFEREE_PROFILE", None)
+        else:
+            os.environ["KH_REFEREE_PROFILE"] = before
+
+
 def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | None = None,
              retime_baselines: bool = False, profile: Path | None = None) -> dict:
     """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions, and with `profile` (a
     folder) the referees' largest costs (they log their steps there: harness.bench.costs). With `store`, the
     baselines stored there are read (unless `retime_baselines`) and this pass's are stored, as `harness eval` does."""
     started = time.perf_counter()
-    before = os.environ.get("KH_REFEREE_PROFILE")
-    if profile is not None:
-        os.environ["KH_REFEREE_PROFILE"] = str(profile)  # read by each referee this pass starts
-    try:
+    with referee_profile(profile):
         evaluator = Evaluator(options)
         baselines = for_evaluator(store, evaluator, retime=retime_baselines) if store is not None else ""
         verdicts: list[Verdict] = []
@@ -140,11 +154,6 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
                 verdicts.append(verdict)
                 last_s = time.perf_counter() - started
                 first_s = first_s if first_s is not None else last_s
-    finally:
-        if before is None:
-            os.environ.pop("KH_REFEREE_PROFILE", None)
-        else:
-            os.environ["KH_REFEREE_PROFILE"] = before
     wall_s = time.perf_counter() - started
     if store is not None:
         remember_evaluator(store, evaluator)
