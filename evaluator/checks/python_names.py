@@ -199,8 +199,9 @@ def _global_module_hook(v: str) -> bool:
 
 
 def _exec_by_name(v: str) -> bool:
-    """A library's function that says it executes (`_exec_with_source`, `exec_module`): exec under another name."""
-    return any("exec" in part.lower() for part in v.split(".")[1:])
+    """A library's function named for executing (`_exec_with_source`, `exec_module`, `execfile`): exec under another
+    name. A word of its own, not a part of one (`ThreadPoolExecutor`, `os.execv`: rules of their own)."""
+    return any(word in ("exec", "execfile") for part in v.split(".")[1:] for word in part.lower().split("_"))
 
 
 BUILT_AT_RUN_TIME = DottedNames(exact=DYNAMIC_NAMES, under=DYNAMIC_ROOTS, test=_exec_by_name)
