@@ -109,15 +109,43 @@ def test_a_long_sum_of_strings_is_read_as_one_level(tmp_path):
     assert syntax.depth_of(syntax.parse(source)) < 10 and static_flags(source) == []
 
 
-def test_the_gate_failing_on_one_source_rejects_that_candidate_alone(tmp_path, monkeypatch):
-    import evaluator.parent.sandbox as sandbox
+HOSTILE_TO_THE_GATE = {  # found in review: sources the checks once spent unbounded time on, or raised on
+    "exponential_fold": 'a = "".join([b, b, b, b])\nb = "".join([a, a, a, a])\n',
+    "backtracking_regex": 'from torch.utils.cpp_extension import load_inline\ncuda_src = "at::" * 262144\n',
+    "format_raises": 'a = "{0[x]}".format("abc")\n',
+}
 
-    def broken(source, **kwargs):
-        raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(sandbox, "static_flags", broken)
-    verdict = Evaluator(options(tmp_path)).evaluate(CandidateFile(name="m", path=HACKS / "torch_fallback.py"))
-    assert verdict.status == Status.rejected and "could not read it (RecursionError)" in verdict.error
+@pytest.mark.slow  # a worker started, and a few seconds' limit waited out
+def test_the_gate_runs_bounded_and_a_source_it_cannot_finish_rejects_that_candidate_alone(tmp_path, monkeypatch):
+    """The checks run in a worker of their own (evaluator.checks.bounded): a source they overrun or raise on is
+    `rejected` with the reason, the worker is started again, and the next candidate is read as ever."""
+    from evaluator.checks import bounded
+
+    monkeypatch.setattr(bounded, "LIMIT_S", 5.0)
+    evaluator = Evaluator(options(tmp_path))
+    evaluator._run_worker = lambda candidate, *a: Verdict(
+        candidate=candidate.name, source_sha256="", problem="gemm_scale_bn", size="small", device="cpu",
+        status=Status.correct)
+    header = "import torch\nimport torch.nn as nn\n"
+    model = "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    for name, body in HOSTILE_TO_THE_GATE.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(header + body + model)
+        verdict = evaluator.evaluate(CandidateFile(name=name, path=path))
+        assert verdict.status == Status.rejected and "the static checks could not read it" in verdict.error, name
+        after = evaluator.evaluate(CandidateFile(name="after", path=HACKS / "torch_fallback.py"))
+        assert after.status == Status.correct and any(f.name == "torch_fallback" for f in after.flags), name
+    assert "within 5 s" in evaluator.evaluate(CandidateFile(name="x", path=tmp_path / "exponential_fold.py")).error
+    assert "they raised" in evaluator.evaluate(CandidateFile(name="y", path=tmp_path / "format_raises.py")).error
+
+
+def test_a_source_over_a_mebibyte_is_never_read(tmp_path):
+    source = (HACKS / "torch_fallback.py").read_text()
+    path = tmp_path / "big.py"
+    path.write_text(source + "#" * (1 << 20) + "\n")
+    verdict = Evaluator(options(tmp_path)).evaluate(CandidateFile(name="big", path=path))
+    assert verdict.status == Status.parse_error and "over the 1048576 a candidate may have" in verdict.error
 
 
 def test_run_rejected_runs_it_and_keeps_every_flag_once(tmp_path, monkeypatch):

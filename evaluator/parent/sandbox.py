@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evaluator.wire import identity, syntax
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.wire.tiers import Backend, Precision, keyed_backend, resolve_backend
-from evaluator.checks import static_flags
+from evaluator.checks.bounded import MAX_SOURCE_BYTES, bounded_flags
 from evaluator.parent.artifacts import place
 from evaluator.parent.build import BUILD_NICE, build_candidate
 from evaluator.parent.jobserver import JobServer, build_slots, default_build_jobs, ninja_takes_jobserver
@@ -251,15 +251,16 @@ class Evaluator:
             return self._stamp(Verdict(**base, source_sha256="", status=Status.parse_error, phase=Phase.parse,
                                        error=f"cannot read the candidate: {err}"))
         digest = source_digest(source_bytes)
-        reason = parse_problem(source)
+        reason = (f"the source is {len(source_bytes)} bytes, over the {MAX_SOURCE_BYTES} a candidate may have"
+                  if len(source_bytes) > MAX_SOURCE_BYTES else parse_problem(source))
         if reason:
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse,
                                        error=reason))
-        try:
-            flags = merge_flags(static_flags(source, rules=self.problem.rules, backend=self.backend))
-        except Exception as err:  # the gate failing on one source is that candidate's verdict, never the batch's
+        try:  # in a process of their own, bounded: the batch never waits on, nor dies of, one source
+            flags = merge_flags(bounded_flags(source, rules=self.problem.rules, backend=self.backend))
+        except Exception as err:
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,
-                                       error=f"the static checks could not read it ({type(err).__name__}); never run"))
+                                       error=f"the static checks could not read it: {err}; never run"))
         if any(f.policy == FlagPolicy.reject for f in flags) and not self.options.run_rejected:
             # the static gate: a candidate the checks reject never runs (importing it would run it)
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.rejected, phase=Phase.parse,

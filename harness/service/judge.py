@@ -26,11 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from evaluator.checks.bounded import MAX_SOURCE_BYTES  # a longer source is refused before any work
 from harness.core.judged import JudgedVerdict, judged
 from harness.core.ranking import TIERS
 from harness.core.reward import RewardPolicy
-
-MAX_SOURCE_BYTES = 1 << 20  # a candidate's source; a longer one is refused before any work
 
 
 class Judge:

@@ -1,0 +1,132 @@
+"""The static checks in a process of their own, bounded in time and memory.
+
+The checks read a candidate in the parent, before anything is contained, and what they do grows with the source in
+ways an adversary can choose: a 157-byte source whose spelled strings fold exponentially, a regex that backtracks over
+a folded megabyte, findings that grow with the square of their count. Rather than bound each, the parent asks a
+worker process (one, kept for the process's life, its memory capped by RLIMIT_AS) and waits at most LIMIT_S: a worker
+that overruns is killed, one that dies is started again, and the candidate is rejected with the reason
+(evaluator.parent.sandbox's `_prepare`). Sources over MAX_SOURCE_BYTES are not read at all.
+
+    python -m evaluator.checks.bounded      the worker: JSON lines in on stdin, out on stdout
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from evaluator.wire.polling import readable
+from evaluator.wire.problem import Rules
+from evaluator.wire.records import Flag
+
+LIMIT_S = 30.0  # honest candidates take milliseconds, a large one a tenth of a second
+MEMORY_BYTES = 4 << 30
+MAX_SOURCE_BYTES = 1 << 20  # a candidate's source; a longer one is never read (nor judged)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class GateFailed(RuntimeError):
+    """The checks did not finish on a source (overran, ran out of memory, or raised): the reason."""
+
+
+class _Worker:
+    def __init__(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        self.proc = subprocess.Popen([sys.executable, "-m", "evaluator.checks.bounded"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+                                     start_new_session=True)
+        self.buffer = b""
+
+    def ask(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + LIMIT_S
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if readable(fd, min(left, 1.0)):
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise EOFError
+                self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+_worker: _Worker | None = None
+_lock = threading.Lock()
+
+
+def bounded_flags(source: str, rules: Rules | None = None, backend: str | None = None) -> list[Flag]:
+    """`static_flags(source, rules=rules, backend=backend)`, read by the worker; GateFailed with the reason where it
+    does not finish within LIMIT_S and MEMORY_BYTES."""
+    global _worker
+    request = {"source": source, "rules": rules.model_dump(mode="json") if rules is not None else None,
+               "backend": backend}
+    with _lock:
+        for attempt in range(2):  # a worker found dead (killed from outside, say) is started again once
+            if _worker is None or _worker.proc.poll() is not None:
+                _worker = _Worker()
+            try:
+                reply = _worker.ask(request)
+                break
+            except TimeoutError:
+                _worker.kill()
+                _worker = None
+                raise GateFailed(f"they did not finish within {LIMIT_S:g} s") from None
+            except (EOFError, BrokenPipeError, OSError, ValueError):
+                _worker.kill()
+                _worker = None
+                if attempt:
+                    raise GateFailed("their process ended (out of memory, or killed)") from None
+    if "error" in reply:
+        raise GateFailed(f"they raised {reply['error']}")
+    return [Flag.model_validate(flag) for flag in reply["flags"]]
+
+
+def serve() -> None:
+    """The worker: a request a line, a reply a line; memory capped (an allocation past it raises MemoryError)."""
+    import ctypes
+    import signal
+
+    from evaluator.checks import static_flags
+
+    parent = os.getppid()
+    try:  # killed with the parent (PR_SET_PDEATHSIG): a source it would read forever never outlives the harness
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        try:
+            rules = Rules.model_validate(request["rules"]) if request["rules"] is not None else None
+            flags = static_flags(request["source"], rules=rules, backend=request["backend"])
+            reply = {"flags": [flag.model_dump(mode="json") for flag in flags]}
+        except BaseException as err:  # MemoryError, RecursionError, a bug: the candidate's verdict says which
+            reply = {"error": f"{type(err).__name__}: {err}"[:300]}
+        sys.stdout.buffer.write(json.dumps(reply).encode() + b"\n")
+        sys.stdout.buffer.flush()
+
+
+if __name__ == "__main__":
+    serve()
