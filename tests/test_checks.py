@@ -841,3 +841,12 @@ def test_hack_fixtures_match_their_docstring(path: str) -> None:
     assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
     got = {f"{f.name}({f.policy.value})" for f in static_flags(source)}
     assert got == _declared_static(doc)
+
+
+def test_a_string_python_would_fail_to_spell_is_not_read_and_raises_nothing() -> None:
+    """Found in review: `"{0[x]}".format("abc")` and `str()` of an int past Python's digit limit raised out of the
+    fold, and the candidate was rejected for it; Python would raise there too, so nothing is spelled."""
+    big = "0x" + "f" * 5000
+    src = (f'import torch\na = "{{0[x]}}".format("abc")\nb = str({big})\nc = f"{{{big}}}"\n'
+           'd = "py::ex" + "ec("\n')
+    assert [f.name for f in static_flags(src)] == ["python_from_cpp"]  # and the rest still read

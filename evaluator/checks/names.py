@@ -255,7 +255,7 @@ class Resolver:
                     if v.format_spec is not None or v.conversion not in (-1, ord("s")):
                         return None
                     value = self.literal(v.value, depth + 1)
-                    if value is None:
+                    if value is None or (type(value) is int and value.bit_length() > 10000):  # past str()'s limit
                         return None
                     parts.append(str(value))
                 else:
@@ -314,7 +314,10 @@ class Resolver:
                 and 0 <= code.value < 0x110000 else None
         if f == "builtins.str" and len(node.args) == 1:
             value = self.literal(node.args[0], depth + 1)
-            return None if value is None else str(value)
+            try:
+                return None if value is None else str(value)
+            except ValueError:  # an int past str()'s digit limit: what it spells is not read, as Python raises
+                return None
         if isinstance(node.func, ast.Attribute) and not f:
             recv, meth = self.fold(node.func.value, depth + 1), node.func.attr
             if recv is None:
@@ -328,7 +331,7 @@ class Resolver:
             if meth == "format" and not re.search(r"\{[^{}]*[:!][^{}]*\}", recv):
                 try:
                     return recv.format(*args)
-                except (IndexError, KeyError, ValueError, AttributeError):
+                except (IndexError, KeyError, ValueError, AttributeError, TypeError):  # as Python would raise
                     return None
             if meth == "replace" and len(args) in (2, 3) and all(isinstance(a, str) for a in args[:2]) \
                     and (len(recv) + 1) * (len(args[1]) + 1) <= _FOLD_LIMIT:
