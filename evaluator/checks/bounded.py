@@ -5,7 +5,7 @@ ways an adversary can choose: a 157-byte source whose spelled strings fold expon
 a folded megabyte, findings that grow with the square of their count. Rather than bound each, the parent asks a
 worker process (one, kept for the process's life, its memory capped by RLIMIT_AS) and waits at most LIMIT_S: a worker
 that overruns is killed, one that dies is started again, and the candidate is rejected with the reason
-(evaluator.parent.sandbox's `_prepare`). Sources over MAX_SOURCE_BYTES are not read at all.
+(evaluator.parent.sandbox's `_prepare`). Sources over syntax.MAX_SOURCE_BYTES are not read at all.
 
     python -m evaluator.checks.bounded      the worker: JSON lines in on stdin, out on stdout
 """
@@ -27,7 +27,6 @@ from evaluator.wire.records import Flag
 
 LIMIT_S = 30.0  # honest candidates take milliseconds, a large one a tenth of a second
 MEMORY_BYTES = 4 << 30
-MAX_SOURCE_BYTES = 1 << 20  # a candidate's source; a longer one is never read (nor judged)
 ROOT = Path(__file__).resolve().parents[2]
 
 

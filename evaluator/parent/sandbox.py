@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evaluator.wire import identity, syntax
 from evaluator.wire.problem import DEFAULT_PROBLEM, ProblemSpec, load_problem
 from evaluator.wire.tiers import Backend, Precision, keyed_backend, resolve_backend
-from evaluator.checks.bounded import MAX_SOURCE_BYTES, bounded_flags
+from evaluator.checks.bounded import bounded_flags
 from evaluator.parent.artifacts import place
 from evaluator.parent.build import BUILD_NICE, build_candidate
 from evaluator.parent.jobserver import JobServer, build_slots, default_build_jobs, ninja_takes_jobserver
@@ -251,8 +251,9 @@ class Evaluator:
             return self._stamp(Verdict(**base, source_sha256="", status=Status.parse_error, phase=Phase.parse,
                                        error=f"cannot read the candidate: {err}"))
         digest = source_digest(source_bytes)
-        reason = (f"the source is {len(source_bytes)} bytes, over the {MAX_SOURCE_BYTES} a candidate may have"
-                  if len(source_bytes) > MAX_SOURCE_BYTES else parse_problem(source))
+        too_long = len(source_bytes) > syntax.MAX_SOURCE_BYTES
+        reason = (f"the source is {len(source_bytes)} bytes, over the {syntax.MAX_SOURCE_BYTES} a candidate may have"
+                  if too_long else parse_problem(source))
         if reason:
             return self._stamp(Verdict(**base, source_sha256=digest, status=Status.parse_error, phase=Phase.parse,
                                        error=reason))

@@ -21,6 +21,7 @@ _ONE_AT_A_TIME = threading.Lock()
 
 
 MAX_DEPTH = 100
+MAX_SOURCE_BYTES = 1 << 20  # a candidate's source; a longer one is never read (nor judged)
 
 
 class TooDeep(ValueError):

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from evaluator.checks.bounded import MAX_SOURCE_BYTES  # a longer source is refused before any work
+from evaluator.wire.syntax import MAX_SOURCE_BYTES  # a longer source is refused before any work
 from harness.core.judged import JudgedVerdict, judged
 from harness.core.ranking import TIERS
 from harness.core.reward import RewardPolicy
