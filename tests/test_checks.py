@@ -362,6 +362,19 @@ CASES: list[tuple[str, str, set[str]]] = [
             def forward(self, x):
                 return x
     """), {"monkeypatch"}),
+    # found in review: the executor sets the mode as it takes a window's command, before that window's clock starts
+    ("train_override", model("return x", methods="""
+        def train(self, mode=True):
+            self.gemm.weight.sum()  # the weights pulled into the cache, untimed, before every window
+            return super().train(mode)
+    """), {"monkeypatch"}),
+    ("eval_override_in_a_submodule", model("return self.inner(x)", init="self.inner = _Inner()", top="""
+        class _Inner(nn.Module):
+            def eval(self):
+                return self
+            def forward(self, x):
+                return x
+    """), {"monkeypatch"}),
     ("state_dict_hook", model("return x", init="self._register_load_state_dict_pre_hook(lambda *a: None)"),
      {"monkeypatch"}),
     ("buffers_registry_replaced", model("return x", init="self.bn._buffers = _Lazy(self.bn._buffers)",

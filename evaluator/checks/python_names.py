@@ -161,6 +161,9 @@ STATE_METHODS = frozenset(
      "get_buffer", "get_parameter", "get_submodule", "_apply", "__getattr__", "__getattribute__", "__setattr__",
      "__delattr__", "__deepcopy__", "__copy__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
 )
+# What the evaluator calls to set a module's mode, as an executor takes each window's command and before that window's
+# clock starts: an override would run the candidate's own code there, untimed, before every window.
+MODE_METHODS = frozenset(("train", "eval"))
 # Of those, the ones an attribute of the same name shadows when written (`self.load_state_dict = f`); names
 # as common as `modules` or `parameters` are left to the override rule.
 SHADOWED_STATE_METHODS = STATE_METHODS - {"modules", "children", "parameters", "buffers"}

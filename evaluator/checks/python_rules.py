@@ -21,7 +21,8 @@ each table is applied.
 * nn.Module subclasses of the candidate that override what the evaluator calls to load the
   reference's weights and read the buffers back (`load_state_dict`, `_load_from_state_dict`,
   `state_dict`, `named_buffers`, `_apply`, `__getattr__`, ...) or register state-dict hooks are
-  monkeypatch: `load_state_dict` is handed the reference's own tensors.
+  monkeypatch: `load_state_dict` is handed the reference's own tensors. So are overrides of `train` and `eval`,
+  which the executor calls as it takes each window's command, before that window's clock starts.
 * Code built at run time (`exec`, dynamic `getattr`) is itself flagged as `dynamic_code` (reject),
   because it would blind every other check.
 """
@@ -50,6 +51,7 @@ from evaluator.checks.python_names import (
     INTROSPECTION_ATTRS,
     IO_METHODS,
     LIBRARY_FUNCS,
+    MODE_METHODS,
     MODULE_REGISTRIES,
     NAME_FUNCS,
     STATE_HOOKS,
@@ -264,6 +266,10 @@ class PythonRules:
                     self.add("monkeypatch", item.lineno,
                              f"class {node.name} overrides {name} (the evaluator loads the reference's weights into "
                              "ModelNew and reads its buffers through nn.Module's own methods)")
+                elif name in MODE_METHODS:
+                    self.add("monkeypatch", item.lineno,
+                             f"class {node.name} overrides {name} (the evaluator sets ModelNew's mode through it before "
+                             "each window's clock starts: its own code would run there, untimed)")
 
     def resolved_expression(self, node: ast.AST, line: int) -> None:
         """vars(builtins)["open"], __import__("gc"), getattr(os, "system"): judged by what they resolve to."""
