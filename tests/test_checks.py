@@ -368,6 +368,16 @@ CASES: list[tuple[str, str, set[str]]] = [
             self.gemm.weight.sum()  # the weights pulled into the cache, untimed, before every window
             return super().train(mode)
     """), {"monkeypatch"}),
+    ("train_override_in_a_mixin", model("return x", top="""
+        class _Mode:
+            def train(self, mode=True):
+                return nn.Module.train(self, mode)
+    """).replace("class ModelNew(nn.Module)", "class ModelNew(_Mode, nn.Module)"), {"monkeypatch"}),
+    ("load_state_dict_in_a_mixin", model("return x", top="""
+        class _Load:
+            def load_state_dict(self, state_dict, strict=True, assign=False):
+                return nn.Module.load_state_dict(self, state_dict, strict)
+    """).replace("class ModelNew(nn.Module)", "class ModelNew(_Load, nn.Module)"), {"monkeypatch"}),
     ("eval_override_in_a_submodule", model("return self.inner(x)", init="self.inner = _Inner()", top="""
         class _Inner(nn.Module):
             def eval(self):

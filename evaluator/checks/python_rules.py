@@ -89,7 +89,8 @@ class PythonRules:
 
     # ---- what the candidate defines
     def collect_module_classes(self) -> set[str]:
-        """Local classes that are nn.Modules (a base under torch.nn, or a local class that is one)."""
+        """Local classes that are nn.Modules (a base under torch.nn, or a local class that is one), and the local
+        classes they inherit from."""
         classes = [n for n in ast.walk(self.walker.tree) if isinstance(n, ast.ClassDef)]
         found: set[str] = set()
         for _ in range(4):
@@ -100,6 +101,13 @@ class PythonRules:
                     found.add(c.name)
             if len(found) == before:
                 break
+        local = {c.name: c for c in classes}
+        todo = list(found)
+        while todo:  # the local classes they inherit from: their methods are the modules' own (a mixin's `train`)
+            for base in local[todo.pop()].bases:
+                if isinstance(base, ast.Name) and base.id in local and base.id not in found:
+                    found.add(base.id)
+                    todo.append(base.id)
         return found
 
     def collect_writers(self) -> None:
