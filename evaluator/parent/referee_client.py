@@ -144,8 +144,8 @@ class RefereeClient:
 
     def start(self) -> None:
         folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))
-        config = self.config()
-        if self.adopt(config):
+        config, env = self.config(), self.environment()
+        if self.adopt(config, env):
             self.folder, self.buffer = folder, bytearray()
             self.batches += 1
             return
@@ -158,7 +158,7 @@ class RefereeClient:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.referee", "--config", str(config_file), "--requests", str(requests_r),
                  "--replies", str(replies_w)], pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         finally:
             os.close(requests_r)
             os.close(replies_w)
@@ -171,10 +171,9 @@ class RefereeClient:
         self.buffer = bytearray()
         self.batches += 1
 
-    def adopt(self, config: RefereeConfig) -> bool:
-        """A referee parked for this batch (evaluator.parent.parked) made this lane's, its config sent; False where
-        there is none, or it is gone (a fresh one is started)."""
-        env = self.environment()
+    def adopt(self, config: RefereeConfig, env: dict[str, str]) -> bool:
+        """A referee parked for this batch (evaluator.parent.parked) under the environment `env` made this lane's, its
+        config sent; False where there is none, or it is gone (a fresh one is started)."""
         referee = parked.take(parked.batch_key(self.evaluator, self.gpu, env), placed=bool(config.cores))
         if referee is None:
             return False
