@@ -43,6 +43,9 @@ def test_a_batch_judges_with_the_referee_parked_for_it_and_another_batch_leaves_
     monkeypatch.setenv("KH_REFEREE_PROFILE", str(tmp_path / "profile"))
     ours = park_for_batch(cpu_options(tmp_path))
     other = park_for_batch(cpu_options(tmp_path, size="kernelbench"))  # another batch's: never taken here
+    # a suite parks for its next problem as this batch starts: that ends nothing (it ended the referee parked for
+    # this batch, on an H200: only a suite's last problem took one)
+    assert park_for(cpu_options(tmp_path, size="kernelbench")) == []
     time.sleep(1.0)
     assert ours.proc.poll() is None and other.proc.poll() is None  # waiting for a config
     taken = []
@@ -56,8 +59,9 @@ def test_a_batch_judges_with_the_referee_parked_for_it_and_another_batch_leaves_
     # it judged, and had made its imports (torch among them) before its batch took it
     assert len(start) == 1 and start[0]["parked_s"] > 0.1, start
     assert ours.proc.returncode == 0  # closed as any batch's referee
-    parked.end_all()
-    assert other.proc.returncode is not None and other.requests == -1  # ended, its pipes closed
+    [other_key] = [key for key, waiting in parked._parked.items() if other in waiting]
+    parked.end([other_key])  # its batch done, as a suite ends what that batch left
+    assert other.proc.returncode is not None and other.requests == -1 and not any(parked._parked.values())
 
 
 def test_a_referee_parked_on_cores_apart_is_never_given_to_a_lane_without_cores_of_its_own(tmp_path):
@@ -80,10 +84,10 @@ def test_a_parked_referee_let_go_unused_ends_cleanly(tmp_path):
 def test_a_suite_parks_nothing_on_the_cpu_nor_where_it_is_turned_off(tmp_path, monkeypatch):
     from evaluator.parent import park_next
 
-    assert park_for(cpu_options(tmp_path)) == 0 and not parked._parked
+    assert park_for(cpu_options(tmp_path)) == [] and not parked._parked
     monkeypatch.setattr(park_next, "Evaluator", lambda options: pytest.fail("made an evaluator"))
     monkeypatch.setenv("HARNESS_PARK_REFEREES", "0")
-    assert park_for(cpu_options(tmp_path, device="cuda")) == 0
+    assert park_for(cpu_options(tmp_path, device="cuda")) == []
 
 
 def test_a_suite_bench_parks_under_the_environment_its_next_batch_has(tmp_path):

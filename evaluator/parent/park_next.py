@@ -14,25 +14,27 @@ from evaluator.parent.sandbox import Evaluator
 DISABLE_ENV = "HARNESS_PARK_REFEREES"  # "0": none parked (each batch starts its own referees, for a comparison)
 
 
-def park_for(options) -> int:
+def park_for(options) -> list[tuple]:
     """A referee parked for each lane of the batch `options` will make, where it judges on GPUs whose lanes get cores
-    of their own (the others ended first); how many were started. Never raises: a batch without one starts its own."""
-    parked.end_all()
+    of their own; the keys they were parked under, for `parked.end` once that batch is done. Never raises: a batch
+    without one starts its own. Ends nothing: it is called while the batch before is starting, which takes its own."""
     if os.environ.get(DISABLE_ENV) == "0":
-        return 0
+        return []
     try:
         evaluator = Evaluator(options)
         if evaluator.device != "cuda" or evaluator.options.executor != "local":
-            return 0
+            return []
         gpus = choose_gpus(evaluator.options.gpus)
         split = core_split(len(gpus)) if gpus else None
         if split is None:
-            return 0
+            return []
+        keys = []
         for lane, gpu in enumerate(gpus):
             client = RefereeClient(evaluator, gpu=gpu, lane=lane)
             env = client.environment()
-            parked.park(parked.batch_key(evaluator, gpu, env), env, client.log_file(), split[1])
-        return len(gpus)
+            keys.append(parked.batch_key(evaluator, gpu, env))
+            parked.park(keys[-1], env, client.log_file(), split[1])
+        return keys
     except Exception as err:  # a batch that finds none starts its own referee
         print(f"no referee parked for the next problem: {err}", file=sys.stderr)
-        return 0
+        return []

@@ -9,7 +9,7 @@ the batch it was parked for takes it and sends its config as the first line of i
 Parked only on a GPU whose lanes have cores of their own: on the CPU nothing of the harness's own runs beside a
 window, and where builds are frozen or only niced there are no cores apart to park on. A parked referee is keyed by
 the batch it is for (problem, size, GPU, environment): another batch never takes it, and those no lane took are
-ended when the next are parked, when the suite ends, or with everything on an interrupt (process.LIVE).
+ended when that batch is done, when the suite ends, or with everything on an interrupt (process.LIVE).
 """
 
 from __future__ import annotations
@@ -102,6 +102,14 @@ def take(key: tuple, placed: bool) -> ParkedReferee | None:
                 return referee
             referee.close()
     return None
+
+
+def end(keys: list[tuple]) -> None:
+    """The referees parked under `keys` that no lane took ended (their batch is done)."""
+    with _lock:
+        waiting = [r for key in keys for r in _parked.pop(key, [])]
+    for referee in waiting:
+        referee.close()
 
 
 def end_all() -> None:

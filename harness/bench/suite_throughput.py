@@ -90,12 +90,16 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                          if v}
                 settings.append(EvalOptions(problem=entry.location, size=sizes[entry.name], device=device,
                                             cache_dir=work / "cache", log_root=work / "logs", store=store.path, **extra))
+            parked_now: list[tuple] = []  # the keys of the referees parked for the batch about to run
             for index, (entry, options) in enumerate(zip(suite.problems, settings)):
+                parked_next = []
                 if index + 1 < len(settings):  # the next problem's referees' imports made meanwhile, as `eval` does,
                     with referee_profile(profiles / f"pass{number}" / f"p{index + 1:03d}"):  # with its environment
-                        park_for(settings[index + 1])
+                        parked_next = park_for(settings[index + 1])
                 profile = profiles / f"pass{number}" / f"p{index:03d}"
                 problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
+                parked.end(parked_now)  # those this batch's lanes did not take
+                parked_now = parked_next
                 console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "
                               f"after {nan_for(result['first_s']):.1f} s (set-up "
                               f"{nan_for(result['setup_s']):.1f} s); {result['statuses']}")

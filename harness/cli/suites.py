@@ -68,16 +68,19 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         "backend": chosen[name].backend or options.backend, "precision": chosen[name].precision or options.precision})
         for name in by_problem}
     names = list(by_problem)
+    parked_now: list[tuple] = []  # the keys of the referees parked for the batch about to run
     try:
         for position, name in enumerate(names):
             later = position + 1 < len(names) and sizes_device == "cuda"  # never beside a CPU's windows (run_suite)
             # the next problem's candidates, gated by its own checks, built while this one's are judged
             ahead = next_builds(names[position + 1], by_problem, settings) if later else []
-            if later:  # and its referees' imports made, on cores no lane uses (evaluator.parent.parked)
-                park_for(settings[names[position + 1]])
+            # and its referees' imports made, on cores no lane uses (evaluator.parent.parked)
+            parked_next = park_for(settings[names[position + 1]]) if later else []
             code = max(code, eval_command(by_problem[name], settings[name], json_lines=json_lines, store=store,
                                           record=record, console=console, lines=lines,
                                           retime_baselines=retime_baselines, prebuild=ahead))
+            parked.end(parked_now)  # those this batch's lanes did not take
+            parked_now = parked_next
             if code == 130:  # interrupted (Ctrl-C or SIGTERM): the problems after it are not started
                 return 130
     finally:
