@@ -13,12 +13,13 @@ from __future__ import annotations
 import io
 import os
 import secrets
-import shutil
 import socket
 import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from evaluator.wire.folders import remove_tree
 
 # A CUDA extension's folder (objects, library, ninja's logs) is a few MB; a folder beyond this is not carried.
 MAX_ARTIFACT_BYTES = 512 << 20
@@ -79,4 +80,4 @@ def install(cache_dir: Path, artifact: Artifact, wanted: Path) -> bool:
     except (OSError, tarfile.TarError):
         return False
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from evaluator.referee.environment import CPU_MALLOC, HARNESS_SET_THP, bytecode_
 from evaluator.referee.process import LIVE
 from evaluator.wire.polling import readable
 from evaluator.wire.containment import SYSTEM_READ
+from evaluator.wire.folders import remove_tree
 from evaluator.wire.problem import ProblemSpec
 from evaluator.wire.protocol import BaselineRound, JudgeReply, JudgeRequest, RefereeConfig
 from evaluator.wire.records import Verdict
@@ -351,7 +351,7 @@ class RefereeClient:
                 except OSError:
                     pass
             code, self.proc = proc.returncode, None
-            shutil.rmtree(self.folder, ignore_errors=True)
+            remove_tree(self.folder)
             for path in list(self.submitted):  # sources of requests never answered
                 discard(path)
             self.submitted.clear()

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from evaluator.wire.zygote import MAX_REQUEST, ZYGOTE_MODULE
+from evaluator.wire.folders import remove_tree
 from evaluator.referee import launch
 from evaluator.referee.environment import bytecode_cache, scrubbed_environment
 
@@ -194,7 +195,7 @@ class Zygote:
             self.proc.wait()
         self.sock.close()
         if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            remove_tree(self.folder)
 
 
 def spawn(zygote: Zygote | None, command: list[str], env: Mapping[str, str], cwd: Path, pass_fds: list[int],
@@ -222,5 +223,5 @@ def for_executors(device: str, cache_dir: Path) -> Zygote | None:
         env = scrubbed_environment(folder / "extensions", device, folder, bytecode_cache(cache_dir))
         return Zygote(env, folder)
     except Exception:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
         return None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from evaluator.referee.output_tail import CappedTail, drain
 from evaluator.wire import cgroups
 from evaluator.wire.containment import PLAN_ENV
 from evaluator.wire.exchange import Exchange, ExchangePool
+from evaluator.wire.folders import remove_tree
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
 from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Go, Put, Reply
 from evaluator.wire.stage import Stage
@@ -318,7 +318,7 @@ class ExecutorProcess:
         """Killed, and its folder gone now (the clean-up close leaves to a thread would die with us)."""
         self.close(wait_s=min(wait_s, 1.0))
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_tree(self.workdir)
 
     def close(self, wait_s: float = 30.0) -> int | None:
         """Kill whatever is left of it (compilers, children, the namespace) and clean up; its exit status.
@@ -377,7 +377,7 @@ class ExecutorProcess:
             self.stage.close()
             self.stage = None
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_tree(self.workdir)
         gone = self.group.remove(wait_s=5.0) if self.group is not None else False
         exchange, self._exchange = self.exchange, None
         if exchange is not None and self._returning:
