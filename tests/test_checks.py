@@ -325,7 +325,7 @@ CASES: list[tuple[str, str, set[str]]] = [
         def _swap(namespace, value):
             namespace.F = value
         _swap(torch.nn.modules.linear, None)
-    """)), {"monkeypatch"}),
+    """)), {"monkeypatch", "dynamic_code"}),
     ("module_dict_via_helper", model("return x", top=D("""
         import torch.nn.modules.batchnorm as bnm
         def _put(d, **kw):
@@ -336,13 +336,14 @@ CASES: list[tuple[str, str, set[str]]] = [
         import torch.nn.modules.linear, torch.nn.modules.batchnorm
         for m in (torch.nn.modules.linear, torch.nn.modules.batchnorm):
             m.F = None
-    """)), {"monkeypatch"}),
+    """)), {"monkeypatch", "dynamic_code"}),
     ("module_from_a_helper", model("return x", top=D("""
         def _mod():
             return torch.nn.modules.batchnorm
         _mod().F = None
-    """)), {"monkeypatch"}),
-    ("setattr_as_a_value", model("return x", top='list(map(setattr, [torch], ["allclose"], [None]))\n'), {"monkeypatch"}),
+    """)), {"monkeypatch", "dynamic_code"}),
+    ("setattr_as_a_value", model("return x", top='list(map(setattr, [torch], ["allclose"], [None]))\n'),
+     {"monkeypatch", "dynamic_code"}),
     ("global_module_hooks", model("return x", header=HEADER + "from torch.nn.modules.module import register_module_forward_hook\n",
                                   top=D("""
         register_module_forward_hook(lambda m, i, o: o)

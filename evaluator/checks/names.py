@@ -5,7 +5,8 @@
   `getattr(mod, "name")`, `__import__("x")`, `importlib.import_module("x")`, `vars(mod)`,
   `sys.modules["x"]`, module-level helpers returning one imported name and loop variables over a
   literal tuple of them. A name that is not an import and not a builtin resolves to nothing, so
-  `x.mm(w)` on a local tensor is a *method* call, judged by the method name.
+  `x.mm(w)` on a local tensor is a *method* call, judged by the method name; but an attribute named as a module
+  that libraries carry (`x.sys`, `x.os`, `x.torch`: evaluator.checks.modules) is that module, whatever x is.
 * Names spelled from known parts (`"__imp" + "ort__"`, f-strings, `"".join(...)`, `chr(95)`, `.format`,
   `.replace`, constant slices) are folded into the text they spell (`Resolver.fold`); the rules decide
   what being computed means (dynamic_code) and judge what is spelled as well.
@@ -19,6 +20,8 @@ import ast
 import builtins
 import re
 from collections.abc import Iterator
+
+from evaluator.checks.modules import REROOTED_ANYWHERE
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -409,7 +412,10 @@ class Resolver:
             return None
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
-            return f"{base}.{node.attr}" if base else None
+            if base:
+                return f"{base}.{node.attr}"
+            # `x.sys`, `x.os`, `x.torch`: that module, whatever x is (a module aliased out of the resolver's sight)
+            return node.attr if node.attr in REROOTED_ANYWHERE else None
         if isinstance(node, ast.Call):
             return self.resolve_call(node)
         if isinstance(node, ast.Subscript):

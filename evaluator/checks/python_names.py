@@ -253,6 +253,12 @@ ATTRIBUTE_RULES: tuple[tuple[str, Collection[str], str, bool], ...] = (
     ("output_caching", ("data_ptr", "_version"), "uses .{attr} in Python (input identity, a cache-key signal)", False),
 )
 
+# The numeric settings of torch.backends, written as attributes (`torch.backends.cuda.matmul.allow_tf32 = True`):
+# judged by name wherever they are written, so that one reached through a module out of the resolver's sight
+# (evaluator.checks.modules) is still precision_flags. None is an honest attribute name.
+PRECISION_ATTRS = frozenset(("allow_tf32", "fp32_precision", "allow_fp16_reduced_precision_reduction",
+                             "allow_bf16_reduced_precision_reduction", "allow_fp16_accumulation"))
+
 # A name handed to getattr, setattr and their relatives (`getattr(tb, "tb_frame")`, also when spelled:
 # `"tb_" + "frame"`): (flag, names, reason, how the name is matched: "part" for any dotted part of it
 # (`attrgetter("f_back.f_globals")`), "written" for the whole name, by setattr/delattr only).
@@ -263,10 +269,13 @@ ATTRIBUTE_NAME_RULES: tuple[tuple[str, Collection[str], str, str], ...] = (
                                         "reads parameters and buffers from)"), "written"),
     ("monkeypatch", SHADOWED_STATE_METHODS, ("{short}(..., {text!r}) (shadows nn.Module.{text}, which the evaluator "
                                              "calls on ModelNew)"), "written"),
+    ("precision_flags", PRECISION_ATTRS, "{short}(..., {text!r}) (a global numeric setting)", "written"),
 )
 
 # `x.NAME = ...` or `del x.NAME`, whatever x is: (flag, names, reason, final: no later rule judges that write).
 WRITTEN_ATTRIBUTE_RULES: tuple[tuple[str, Collection[str], str, bool], ...] = (
+    ("precision_flags", PRECISION_ATTRS, "{verb} {target} (a global backend setting; it also governs the baseline)",
+     True),
     ("monkeypatch", ("__class__", "__code__", "__globals__", "__dict__"),
      "{verb} .{attr} (changes the type or code of an object)", True),
     ("monkeypatch", MODULE_REGISTRIES, ("{verb} {target} (replaces a module's registry, which the evaluator reads "

@@ -62,10 +62,13 @@ from evaluator.checks.python_names import (
     judge_name,
     judge_write,
 )
+from evaluator.checks.modules import ModuleNames
 from evaluator.checks.walker import Walker
 
 # The methods of a mapping read by key (`vars(m).get(name)`), and all those of `__builtins__` read as a mapping.
 _KEYED_READS = ("get", "__getitem__", "pop", "setdefault")
+# What may be handed a module as its first argument: getattr and its relatives, each judged by its own rules.
+MODULE_TAKERS = ATTR_FUNCS.keys() | ATTR_WRITERS | {"builtins.vars", "builtins.dir", "importlib.reload"}
 _BUILTINS_MAPPING_METHODS = ("get", "__getitem__", "items", "keys", "values", "copy", "pop", "setdefault")
 
 
@@ -77,6 +80,7 @@ class PythonRules:
         self.seen_names: set[int] = set()  # string constants already judged as attribute names
         self.collect_writers()
         self.module_classes = self.collect_module_classes()
+        self.modules = ModuleNames(walker.tree)
         walker.on_write(self.write_target)
         walker.on((ast.Import, ast.ImportFrom), self.imports)
         walker.on((ast.Name, ast.Attribute), self.reference, reads_only=True)
@@ -85,6 +89,7 @@ class PythonRules:
         walker.on(ast.Call, self.call)
         walker.on((ast.Subscript, ast.Call), self.resolved_expression, reads_only=True)
         walker.on((ast.Name, ast.Attribute, ast.Call), self.namespace, reads_only=True)
+        walker.on((ast.Name, ast.Attribute, ast.Call), self.module_value, reads_only=True)
         walker.on_string(self.attribute_string)
 
     # ---- what the candidate defines
@@ -284,6 +289,27 @@ class PythonRules:
         q = self.names.resolve(node)
         if q and q != "sys.modules[?]":
             judge_name(self.add, q, line)
+
+    def module_value(self, node: ast.AST, line: int) -> None:
+        """A module anywhere but where the resolver follows it (evaluator.checks.modules): `(torch,)[0]`, a default
+        argument, a walrus, a class attribute, a call's argument hide what is reached through it from every rule."""
+        parent = self.parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return  # read through: `torch.x`
+        if isinstance(parent, ast.Call) and (parent.func is node or (parent.args and parent.args[0] is node and
+                                                                     self.names.resolve(parent.func) in MODULE_TAKERS)):
+            return  # called, or handed to getattr and its relatives (judged by their own rules)
+        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0], ast.Name) and not isinstance(self.parents.get(id(parent)), ast.ClassDef):
+            return  # bound to a name the resolver follows (`F = torch.nn.functional`)
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While, ast.Assert)) and parent.test is node \
+                or isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not) \
+                or isinstance(parent, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops):
+            return  # only tested: `if triton is None`
+        q = self.names.resolve(node)
+        if q and self.modules.is_module(q):
+            self.add("dynamic_code", line, f"passes the module {q} on as a value ({type(parent).__name__.lower()}): "
+                                           "what is reached through it cannot be read")
 
     # ---- attribute names
     def attribute_names(self, f: str, names: list[ast.AST], receiver: ast.AST | None, line: int, write: bool) -> None:

@@ -1,0 +1,62 @@
+"""A module the resolver cannot follow blinds every rule keyed on dotted names (found in review: `(torch,)[0].sys`
+read gc's objects, TF32 was switched on and off inside forward, and the verdict was `correct`). A module passed on as a
+value is dynamic_code (evaluator.checks.modules); attributes named as the modules libraries carry (`x.sys`, `x.os`,
+`x.torch`) are read as those modules whatever they are read from; the backends' precision attributes are judged by
+name wherever they are written. Honest uses of modules (read through, called, tested, bound to a name) stay clean."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from evaluator.checks import static_flags
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+
+# (name, source after HEADER, the flags it must raise)
+HIDDEN = [
+    ("tuple_index", "_T = (torch,)[0]\n_T.sys.modules['gc']\n", {"dynamic_code", "introspection"}),
+    ("default_argument", "def f(t=torch):\n    return t.sys.modules\n", {"dynamic_code", "introspection"}),
+    ("walrus", "(_t := torch)\n", {"dynamic_code"}),
+    ("class_attribute", "class A:\n    t = torch\n", {"dynamic_code"}),
+    ("match_capture", "match torch:\n    case t:\n        pass\n", {"dynamic_code"}),
+    ("if_expression", "_t = torch if 1 else None\n", {"dynamic_code"}),
+    ("dict_value", "_d = {'t': F}\n", {"dynamic_code"}),
+    ("call_argument", "import contextlib\nwith contextlib.nullcontext(torch) as t:\n    pass\n", {"dynamic_code"}),
+    ("annotated_assignment", "_t: object = torch\n", {"dynamic_code"}),
+    ("import_call_in_a_tuple", "_t = (__import__('torch'),)[0]\n", {"dynamic_code"}),
+    ("submodule", "_t = [torch.nn.modules.linear][0]\n", {"dynamic_code"}),
+    # linear.py binds F by import: the module's own source says F is a module
+    ("module_a_library_imports", "_t = [torch.nn.modules.linear.np, torch.nn.modules.linear.F][0]\n",
+     {"dynamic_code"}),
+    ("sys_of_anything", "def f(m):\n    return m.sys.modules['gc']\n", {"introspection"}),
+    ("os_of_anything", "def f(m):\n    m.os.mkdir('d')\n", {"io_or_network"}),
+    ("torch_of_anything", "def f(m):\n    m.torch.allclose = None\n", {"monkeypatch"}),
+    ("precision_through_a_parameter", "def f(b):\n    b.fp32_precision = 'tf32'\n", {"precision_flags"}),
+    ("precision_by_setattr", "def f(b):\n    setattr(b, 'allow_tf32', True)\n", {"precision_flags"}),
+]
+
+CLEAN = [
+    ("read_through", "_w = torch.nn.functional.linear\n"),
+    ("bound_to_a_name", "_F = torch.nn.functional\n_y = _F.relu\n"),
+    ("tested", "try:\n    import triton\nexcept ImportError:\n    triton = None\nif triton is None:\n    pass\n"
+               "_ok = not triton\n"),
+    ("getattr_and_hasattr", "_c = getattr(torch, 'float8_e4m3fn', None) if hasattr(torch, 'float8_e4m3fn') else None\n"),
+    ("functions_in_containers", "_ACT = {'relu': F.relu, 'gelu': F.gelu}\nfor _f in (F.relu, F.silu):\n    pass\n"),
+    ("classes_and_dtypes", "_k = isinstance(1, (torch.Tensor, nn.Module))\n_d = (torch.float16, torch.bfloat16)\n"),
+    ("tensor_methods", "def f(x):\n    return x.numpy(), x.select(0, 1), x.cuda(), x.type(torch.float32)\n"),
+    ("autograd_function", "class G(torch.autograd.Function):\n    pass\n"),
+]
+
+
+@pytest.mark.parametrize("body,expected", [c[1:] for c in HIDDEN], ids=[c[0] for c in HIDDEN])
+def test_a_module_out_of_the_resolvers_sight_is_caught(body: str, expected: set[str]) -> None:
+    flags = {f.name: f.reason for f in static_flags(HEADER + textwrap.dedent(body))}
+    assert expected <= flags.keys(), flags
+
+
+@pytest.mark.parametrize("body", [c[1] for c in CLEAN], ids=[c[0] for c in CLEAN])
+def test_honest_uses_of_modules_raise_nothing(body: str) -> None:
+    flags = {f.name: f.reason for f in static_flags(HEADER + body)}
+    assert not flags, flags
