@@ -33,6 +33,7 @@ HIDDEN = [
     ("sys_of_anything", "def f(m):\n    return m.sys.modules['gc']\n", {"introspection"}),
     ("os_of_anything", "def f(m):\n    m.os.mkdir('d')\n", {"io_or_network"}),
     ("torch_of_anything", "def f(m):\n    m.torch.allclose = None\n", {"monkeypatch"}),
+    ("a_builtin_functions_module", "_b = abs.__self__\n_b.open('x', 'w')\n", {"introspection"}),
     ("precision_through_a_parameter", "def f(b):\n    b.fp32_precision = 'tf32'\n", {"precision_flags"}),
     ("precision_by_setattr", "def f(b):\n    setattr(b, 'allow_tf32', True)\n", {"precision_flags"}),
 ]

@@ -134,7 +134,9 @@ TRITON_REFUSED = ("triton.testing", "triton.runtime", "triton.knobs", "triton.co
 
 INTROSPECTION_ATTRS = frozenset(
     ("f_back", "f_globals", "f_locals", "f_code", "f_builtins", "f_trace", "tb_frame", "gi_frame", "cr_frame",
-     "ag_frame", "__traceback__", "__globals__", "__code__", "__closure__", "__subclasses__", "__builtins__")
+     "ag_frame", "__traceback__", "__globals__", "__code__", "__closure__", "__subclasses__", "__builtins__",
+     # a builtin function's module: `abs.__self__` is builtins, with open, exec and __import__ in it
+     "__self__")
 )
 # Attributes that hand out a module's loader (`torch.__loader__.load_module("gc")`).
 LOADER_ATTRS = frozenset(("__loader__", "__spec__"))
