@@ -34,6 +34,7 @@ HIDDEN = [
     ("os_of_anything", "def f(m):\n    m.os.mkdir('d')\n", {"io_or_network"}),
     ("torch_of_anything", "def f(m):\n    m.torch.allclose = None\n", {"monkeypatch"}),
     ("a_builtin_functions_module", "_b = abs.__self__\n_b.open('x', 'w')\n", {"introspection"}),
+    ("a_file_method_read_not_called", "def f(p):\n    w = p.write_bytes\n    w(b'x')\n", {"io_or_network"}),
     ("precision_through_a_parameter", "def f(b):\n    b.fp32_precision = 'tf32'\n", {"precision_flags"}),
     ("precision_by_setattr", "def f(b):\n    setattr(b, 'allow_tf32', True)\n", {"precision_flags"}),
 ]

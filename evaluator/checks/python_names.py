@@ -253,6 +253,8 @@ ATTRIBUTE_RULES: tuple[tuple[str, Collection[str], str, bool], ...] = (
     ("dynamic_code", LOADER_ATTRS, "accesses .{attr} (a module loader: loads and runs modules by name)", False),
     ("monkeypatch", SUBCLASS_ATTRS, "uses .{attr} (tensor subclass overriding torch functions)", True),
     ("output_caching", ("data_ptr", "_version"), "uses .{attr} in Python (input identity, a cache-key signal)", False),
+    # read, not only called: `w = path.write_bytes; w(b"...")`
+    ("io_or_network", IO_METHODS, "uses .{attr} (file-system access)", True),
 )
 
 # The numeric settings of torch.backends, written as attributes (`torch.backends.cuda.matmul.allow_tf32 = True`):

@@ -49,7 +49,6 @@ from evaluator.checks.python_names import (
     CONTAINER_WRITES,
     DETACHING_KEYWORDS,
     INTROSPECTION_ATTRS,
-    IO_METHODS,
     LIBRARY_FUNCS,
     MODE_METHODS,
     MODULE_REGISTRIES,
@@ -396,8 +395,6 @@ class PythonRules:
             elif meth in CONTAINER_WRITES and self.namespace_of(node.func.value) is not None:
                 self.add("monkeypatch", line, f"{ast.unparse(node.func)}() (writes an object's namespace out of "
                                               "the checks' sight)")
-            if meth in IO_METHODS and not recv:
-                self.add("io_or_network", line, f".{meth}() (file-system access)")
 
     def attribute_write(self, node: ast.Call, f: str | None, method: str | None, line: int) -> None:
         """setattr(m, name, v), delattr, `x.__setattr__(name, v)`: judged by the name and what it writes to."""
