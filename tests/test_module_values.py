@@ -35,6 +35,31 @@ HIDDEN = [
     ("torch_of_anything", "def f(m):\n    m.torch.allclose = None\n", {"monkeypatch"}),
     ("a_builtin_functions_module", "_b = abs.__self__\n_b.open('x', 'w')\n", {"introspection"}),
     ("a_file_method_read_not_called", "def f(p):\n    w = p.write_bytes\n    w(b'x')\n", {"io_or_network"}),
+    # a parameter shadows the builtin in its function alone: the module's `open` is still read as the builtin
+    ("a_builtin_bound_by_a_parameter", "def _unused(open):\n    pass\nopen('x', 'w')\n", {"io_or_network"}),
+    ("a_builtin_declared_global", "def g():\n    global open\n    if 0:\n        open = 1\n    open('x')\n",
+     {"dynamic_code"}),
+    ("import_bound_by_a_loop", "for __import__ in ():\n    pass\n__import__('gc')\n", {"dynamic_code"}),
+    ("self_of_a_function", "def peek(self, n):\n    return getattr(self, n)\n", {"dynamic_code"}),
+    ("self_with_a_dunder_prefix", "class A:\n    def f(self, n):\n        return getattr(self, '__' + n)\n",
+     {"dynamic_code"}),
+    ("star_import_of_os", "from math import *\nfrom os import *\nsystem('id')\n", {"dynamic_code"}),
+    ("setattr_method_on_a_module", "torch.__setattr__('allclose', None)\n", {"monkeypatch"}),
+    ("setattr_method_unbound", "torch.nn.Module.__class__.__setattr__(torch.Tensor, 'add', None)\n", {"monkeypatch"}),
+    ("precision_by_setattr_method", "torch.backends.cuda.matmul.__setattr__('allow_tf32', True)\n",
+     {"precision_flags"}),
+    ("backend_setter_called", "torch.backends.cudnn.set_flags(True, True, None, False, True)\n", {"precision_flags"}),
+    ("object_getattribute_unbound", "_F = object.__getattribute__(torch.nn, 'functional')\n_F.linear = None\n",
+     {"monkeypatch"}),
+    ("module_in_a_class_if", "class K:\n    if True:\n        G = F\n", {"dynamic_code"}),
+    ("module_name_rebound", "_G = F\n_box = [_G]\n_G = torch.Tensor\n", {"dynamic_code"}),
+    ("a_torch_C_module", "_n = (torch._C._nn,)[0]\n", {"dynamic_code"}),
+    ("methodcaller", "import operator\n_g = operator.methodcaller('__getattribute__', 'x')\n", {"dynamic_code"}),
+    ("wrapper_copies_named", "import functools\nclass N:\n    pass\nfunctools.update_wrapper(N(), abs, "
+                             "assigned=('x',), updated=())\n", {"dynamic_code"}),
+    ("files_under_other_names", "torch.serialization.save({}, 'x')\ntorch.UntypedStorage.from_file('x', False, 1)\n",
+     {"io_or_network"}),
+    ("dataloader_workers", "_d = torch.utils.data.DataLoader([1], num_workers=2)\n", {"concurrency"}),
     ("precision_through_a_parameter", "def f(b):\n    b.fp32_precision = 'tf32'\n", {"precision_flags"}),
     ("precision_by_setattr", "def f(b):\n    setattr(b, 'allow_tf32', True)\n", {"precision_flags"}),
 ]
@@ -49,6 +74,12 @@ CLEAN = [
     ("classes_and_dtypes", "_k = isinstance(1, (torch.Tensor, nn.Module))\n_d = (torch.float16, torch.bfloat16)\n"),
     ("tensor_methods", "def f(x):\n    return x.numpy(), x.select(0, 1), x.cuda(), x.type(torch.float32)\n"),
     ("autograd_function", "class G(torch.autograd.Function):\n    pass\n"),
+    ("own_layers_by_name", "class A(nn.Module):\n    def f(self, i):\n        return getattr(self, f'conv{i}'), "
+                           "getattr(self, 'fc' + str(i))\n"),
+    ("star_import_of_triton_language", "from triton.language import *\n"),
+    ("backend_readers", "_a = torch.backends.cudnn.is_available(), torch.backends.cudnn.version()\n"),
+    ("wraps_a_function", "import functools\ndef deco(fn):\n    @functools.wraps(fn)\n    def inner(*a):\n"
+                         "        return fn(*a)\n    return inner\n"),
 ]
 
 

@@ -39,6 +39,7 @@ from evaluator.checks.flags import DEFAULT_POLICIES, FLAG_DESCRIPTIONS
 from evaluator.checks.forward import ForwardPath
 from evaluator.checks.problem_rules import Heavy, HeavyCppRule, default_rules
 from evaluator.wire.kernels import triton_kernel_names
+from evaluator.checks.binding_rules import BindingRules
 from evaluator.checks.python_rules import PythonRules
 from evaluator.checks.walker import Walker
 from evaluator.wire.problem import Rules
@@ -81,6 +82,7 @@ def _flags(source: str, rules_json: str, policies_json: str) -> tuple[Flag, ...]
     walker = Walker(tree)
     # registration order is the order findings are made in, which orders the places of one line
     PythonRules(walker)
+    BindingRules(walker)
     CppRules(walker)
     HeavyCppRule(walker, heavy)
     ForwardPath(walker, heavy)

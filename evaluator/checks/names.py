@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterator
 
 from evaluator.checks.modules import REROOTED_ANYWHERE
+from evaluator.checks.scopes import Scopes
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -95,6 +96,7 @@ class Resolver:
         self.strings: dict[str, set[str] | None] = {}  # names bound only to string constants (None: not only)
         self.returns: dict[str, str] = {}           # module-level functions returning one imported name
         self.bound: set[str] = set()
+        self.scopes = Scopes(tree)
         self.star_modules: list[str] = []
         self.single: dict[str, ast.AST] = {}        # names bound once, by a plain `name = value`
         self.name_folds: dict[str, str | None] = {}  # what each of those spells, once all are known
@@ -405,7 +407,7 @@ class Resolver:
                 return self.aliases[node.id]
             if node.id == "__builtins__":
                 return "builtins"
-            if node.id in BUILTIN_NAMES and node.id not in self.bound:
+            if node.id in BUILTIN_NAMES and self.scopes.is_builtin(node):
                 return "builtins." + node.id
             if self.star_modules and node.id not in self.bound:
                 return f"{self.star_modules[0]}.{node.id}"
@@ -438,7 +440,8 @@ class Resolver:
         f = self.resolve(node.func)
         # names spelled by concatenation, f-strings, joins (`"__imp" + "ort__"`) resolve to what they
         # spell; that they are computed is itself dynamic_code (the Python rules' calls and namespaces)
-        if f == "builtins.getattr" and len(node.args) >= 2:
+        if f in ("builtins.getattr", "builtins.object.__getattribute__", "builtins.type.__getattribute__") \
+                and len(node.args) >= 2:  # `object.__getattribute__(torch.nn, "functional")` too
             base, attr = self.resolve(node.args[0]), self.fold(node.args[1])
             return f"{base}.{attr}" if base and attr else None
         if f in IMPORT_FUNCS and node.args:

@@ -32,7 +32,10 @@ CUDA_STREAM_NAMES = frozenset(
 )
 CONCURRENCY_ROOTS = frozenset(("threading", "_thread", "multiprocessing", "concurrent", "asyncio"))
 CONCURRENCY_NAMES = frozenset(("os.fork", "os.forkpty", "os.register_at_fork", "torch.multiprocessing",
-                               "sys.setswitchinterval", "logging.handlers.QueueListener"))
+                               "sys.setswitchinterval", "logging.handlers.QueueListener",
+                               # a DataLoader's worker processes; torch's own thread counts (every call, eager's
+                               # too, runs on the threads the harness sets)
+                               "torch.utils.data", "torch.set_num_threads", "torch.set_num_interop_threads"))
 INTROSPECTION_ROOTS = frozenset(
     ("gc", "inspect", "ctypes", "_ctypes", "evaluator", "harness", "signal", "atexit", "faulthandler", "resource")
 )
@@ -51,7 +54,9 @@ IO_ROOTS = frozenset(
     ("socket", "subprocess", "urllib", "urllib3", "requests", "http", "httpx", "aiohttp", "shutil", "tempfile",
      "ftplib", "smtplib", "telnetlib", "webbrowser", "paramiko", "pty", "glob", "ssl", "xmlrpc",
      # descriptors and shared memory: pipe sizes, mapped buffers other processes see
-     "fcntl", "mmap", "select", "selectors", "termios")
+     "fcntl", "mmap", "select", "selectors", "termios",
+     # files under other names: compressed and archive files, line caches, torch's serialization, pathlib
+     "gzip", "bz2", "lzma", "zipfile", "tarfile", "linecache", "pathlib", "sqlite3", "dbm")
 )
 # The C modules behind standard ones: `posix.fork` is `os.fork`, `_socket.socket` is `socket.socket`.
 SYNONYMS = {"posix": "os", "nt": "os", "_io": "io", "_socket": "socket", "_signal": "signal", "_pickle": "pickle",
@@ -64,13 +69,16 @@ IO_NAMES = frozenset(
         "os.symlink", "os.chmod", "os.chdir", "os.putenv", "os.unsetenv", "os.startfile", "os.posix_spawn",
         "os.posix_spawnp", "torch.load", "torch.save", "torch.from_file", "numpy.load", "numpy.save",
         "numpy.savez", "numpy.savez_compressed", "numpy.loadtxt", "numpy.savetxt", "numpy.fromfile",
-        "numpy.genfromtxt", "numpy.memmap", "os.fdopen", "os.pipe", "os.mkfifo", "torch.hub",
+        "numpy.genfromtxt", "numpy.memmap", "os.fdopen", "os.pipe", "os.mkfifo", "torch.hub", "torch.serialization",
+        "logging.FileHandler", "logging.handlers",
     )
 )
 IO_PREFIXES = ("os.spawn", "os.exec")
 DYNAMIC_NAMES = frozenset(
     ("builtins.exec", "builtins.eval", "builtins.compile", "types.FunctionType", "types.CodeType", "marshal.loads",
      "pickle.loads", "dill.loads", "cloudpickle.loads", "pkgutil.resolve_name",
+     # methods and attributes called or read by a name given as text
+     "operator.methodcaller", "string.Formatter",
      # interpreters of source text, and loaders of modules from files
      "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
      "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
@@ -146,7 +154,7 @@ SUBCLASS_ATTRS = frozenset(
 )
 IO_METHODS = frozenset(
     ("read_text", "write_text", "read_bytes", "write_bytes", "unlink", "touch", "rmdir", "mkdir", "symlink_to",
-     "hardlink_to", "open")
+     "hardlink_to", "open", "from_file")
 )
 # A module's registries: replacing one (a dict subclass as `_buffers`) changes what the evaluator reads.
 MODULE_REGISTRIES = frozenset(
@@ -218,7 +226,7 @@ NAME_RULES: tuple[tuple[str, DottedNames, str], ...] = (
      "uses {seen} (threads or processes)"),
     ("introspection", DottedNames(roots=INTROSPECTION_ROOTS, under=INTROSPECTION_NAMES),
      "uses {seen} (introspection or process control)"),
-    ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES),
+    ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES, last=("from_file",)),
      "uses {seen} (files, network or processes)"),
     ("dynamic_code", BUILT_AT_RUN_TIME, "uses {seen} (code built or loaded at run time)"),
     ("dynamic_code", DottedNames(under=("importlib",), unless=(
@@ -256,6 +264,16 @@ ATTRIBUTE_RULES: tuple[tuple[str, Collection[str], str, bool], ...] = (
     # read, not only called: `w = path.write_bytes; w(b"...")`
     ("io_or_network", IO_METHODS, "uses .{attr} (file-system access)", True),
 )
+
+# Builtins the checks read by name: bound at module or class level (`for exec in (): ...`, which never runs), every
+# use of one was read as that binding while it is still the builtin (evaluator.checks.binding_rules).
+GUARDED_BUILTINS = frozenset(("exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
+                              "hasattr", "vars", "globals", "locals", "breakpoint", "__builtins__", "type", "object"))
+# functools' wrappers copy the attributes they are told to, by name: (function, how many positional arguments come
+# before those names).
+WRAPPER_COPIES = {"functools.update_wrapper": 2, "functools.wraps": 1}
+# Functions under torch.backends that only read (any other one called sets something global).
+BACKEND_READERS = ("is_", "get", "_get", "version")
 
 # The numeric settings of torch.backends, written as attributes (`torch.backends.cuda.matmul.allow_tf32 = True`):
 # judged by name wherever they are written, so that one reached through a module out of the resolver's sight

@@ -48,7 +48,9 @@ from evaluator.checks.python_names import (
     ATTRIBUTE_RULES,
     CONTAINER_WRITES,
     DETACHING_KEYWORDS,
+    BACKEND_READERS,
     INTROSPECTION_ATTRS,
+    LOADER_ATTRS,
     LIBRARY_FUNCS,
     MODE_METHODS,
     MODULE_REGISTRIES,
@@ -57,17 +59,16 @@ from evaluator.checks.python_names import (
     STATE_METHODS,
     SUBCLASS_ATTRS,
     TENSOR_BASES,
+    WRAPPER_COPIES,
     WRITTEN_ATTRIBUTE_RULES,
     judge_name,
     judge_write,
 )
-from evaluator.checks.modules import ModuleNames
 from evaluator.checks.walker import Walker
 
 # The methods of a mapping read by key (`vars(m).get(name)`), and all those of `__builtins__` read as a mapping.
 _KEYED_READS = ("get", "__getitem__", "pop", "setdefault")
-# What may be handed a module as its first argument: getattr and its relatives, each judged by its own rules.
-MODULE_TAKERS = ATTR_FUNCS.keys() | ATTR_WRITERS | {"builtins.vars", "builtins.dir", "importlib.reload"}
+
 _BUILTINS_MAPPING_METHODS = ("get", "__getitem__", "items", "keys", "values", "copy", "pop", "setdefault")
 
 
@@ -79,7 +80,6 @@ class PythonRules:
         self.seen_names: set[int] = set()  # string constants already judged as attribute names
         self.collect_writers()
         self.module_classes = self.collect_module_classes()
-        self.modules = ModuleNames(walker.tree)
         walker.on_write(self.write_target)
         walker.on((ast.Import, ast.ImportFrom), self.imports)
         walker.on((ast.Name, ast.Attribute), self.reference, reads_only=True)
@@ -88,7 +88,6 @@ class PythonRules:
         walker.on(ast.Call, self.call)
         walker.on((ast.Subscript, ast.Call), self.resolved_expression, reads_only=True)
         walker.on((ast.Name, ast.Attribute, ast.Call), self.namespace, reads_only=True)
-        walker.on((ast.Name, ast.Attribute, ast.Call), self.module_value, reads_only=True)
         walker.on_string(self.attribute_string)
 
     # ---- what the candidate defines
@@ -289,27 +288,6 @@ class PythonRules:
         if q and q != "sys.modules[?]":
             judge_name(self.add, q, line)
 
-    def module_value(self, node: ast.AST, line: int) -> None:
-        """A module anywhere but where the resolver follows it (evaluator.checks.modules): `(torch,)[0]`, a default
-        argument, a walrus, a class attribute, a call's argument hide what is reached through it from every rule."""
-        parent = self.parents.get(id(node))
-        if isinstance(parent, ast.Attribute) and parent.value is node:
-            return  # read through: `torch.x`
-        if isinstance(parent, ast.Call) and (parent.func is node or (parent.args and parent.args[0] is node and
-                                                                     self.names.resolve(parent.func) in MODULE_TAKERS)):
-            return  # called, or handed to getattr and its relatives (judged by their own rules)
-        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1 \
-                and isinstance(parent.targets[0], ast.Name) and not isinstance(self.parents.get(id(parent)), ast.ClassDef):
-            return  # bound to a name the resolver follows (`F = torch.nn.functional`)
-        if isinstance(parent, (ast.If, ast.IfExp, ast.While, ast.Assert)) and parent.test is node \
-                or isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not) \
-                or isinstance(parent, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops):
-            return  # only tested: `if triton is None`
-        q = self.names.resolve(node)
-        if q and self.modules.is_module(q):
-            self.add("dynamic_code", line, f"passes the module {q} on as a value ({type(parent).__name__.lower()}): "
-                                           "what is reached through it cannot be read")
-
     # ---- attribute names
     def attribute_names(self, f: str, names: list[ast.AST], receiver: ast.AST | None, line: int, write: bool) -> None:
         """getattr(x, "tb_frame"), setattr(m, "_buffers", d) and the like: judged by the names they use."""
@@ -318,7 +296,8 @@ class PythonRules:
             self.seen_names.add(id(node))
             strings = self.names.const_strings(node)
             if strings is None:
-                if write or receiver is None or not rooted_in_self(receiver):
+                if write or receiver is None or not rooted_in_self(receiver) or not (
+                        self.names.fold(node) is not None or self.plain_prefix(node)):  # known text is judged below
                     self.add("dynamic_code", line, f"{short}() with a computed attribute name{self.names.spelled(node)} "
                                                    "(what it reaches cannot be read)")
                 spelled = self.names.fold(node)
@@ -329,6 +308,20 @@ class PythonRules:
                 for flag, attrs, reason, match in ATTRIBUTE_NAME_RULES:
                     if (any(part in attrs for part in text.split(".")) if match == "part" else write and text in attrs):
                         self.add(flag, line, reason.format(short=short, text=text))
+
+    def plain_prefix(self, node: ast.AST) -> bool:
+        """A computed name that starts with plain text no dangerous attribute starts with (`f"conv{i}"`): one of
+        ModelNew's own layers. Anything passed as `self` (a function's parameter, an unbound method's first
+        argument) could be any object, so a computed name on it must not reach a frame's or a dunder's."""
+        while isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
+            node = node.left
+        if isinstance(node, ast.JoinedStr):
+            node = node.values[0] if node.values else node
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+            node = node.func.value
+        prefix = const_str(node)
+        prefix = prefix.split("{")[0].split("%")[0] if prefix else ""
+        return prefix[:1].isalpha() and not any(a.startswith(prefix) for a in INTROSPECTION_ATTRS | LOADER_ATTRS)
 
     def attribute_string(self, node: ast.AST, text: str, parts: list[str] | None) -> None:
         """A string that names an attribute of frames and the like, wherever it is (`"f_back"`)."""
@@ -354,9 +347,16 @@ class PythonRules:
         if isinstance(node.func, ast.Attribute) and node.func.attr in STATE_HOOKS:
             self.add("monkeypatch", line, f".{node.func.attr}() (a hook on loading or reading ModelNew's state, "
                                           "which the evaluator does with the reference's tensors)")
+        if f and under(f, "torch.backends") and not f.rsplit(".", 1)[-1].startswith(BACKEND_READERS):
+            self.add("precision_flags", line, f"calls {f} (a global backend setting)")
+        if f in WRAPPER_COPIES and (any(k.arg in ("assigned", "updated") for k in node.keywords)
+                                    or len(args) > WRAPPER_COPIES[f]):
+            self.add("dynamic_code", line, f"{f}() with the attributes it copies named (reads them by name)")
         method = node.func.attr if isinstance(node.func, ast.Attribute) and not f else None
+        if f and f.endswith((".__setattr__", ".__delattr__")) and f not in ATTR_WRITERS:
+            method = f.rsplit(".", 1)[-1]  # `torch.__setattr__("allclose", g)`: a write, whatever the receiver
         if f in ATTR_WRITERS or method in ("__setattr__", "__delattr__"):
-            self.attribute_write(node, f, method, line)
+            self.attribute_write(node, f if f in ATTR_WRITERS else None, method, line)
             return
         if f in ATTR_FUNCS or method in ("__getattribute__", "__getattr__"):
             if f in ATTR_FUNCS:
@@ -399,12 +399,13 @@ class PythonRules:
     def attribute_write(self, node: ast.Call, f: str | None, method: str | None, line: int) -> None:
         """setattr(m, name, v), delattr, `x.__setattr__(name, v)`: judged by the name and what it writes to."""
         args = node.args
-        receiver = args[0] if f else node.func.value  # type: ignore[attr-defined]
-        name = (args[1] if len(args) > 1 else None) if f else (args[0] if args else None)
+        unbound = not f and len(args) >= 3  # `cls.__setattr__(obj, name, value)`: the receiver is the first argument
+        receiver = args[0] if f or unbound else node.func.value  # type: ignore[attr-defined]
+        name = (args[1] if len(args) > 1 else None) if f or unbound else (args[0] if args else None)
         short = f or method
         if name is not None:
             self.attribute_names(short, [name], receiver, line, write=True)  # type: ignore[arg-type]
-        if f and args:
+        if args:
             attr = const_str(name) if name is not None else None
             for base in self.resolve_all(receiver):
                 judge_write(self.add, f"{base}.{attr or '?'}", line, f"calls {short.rsplit('.', 1)[-1]}() on")  # type: ignore[union-attr]
