@@ -28,7 +28,7 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"\b(cudaStreamCreate\w*|cudaEventCreate\w*|cuStreamCreate\w*|cuEventCreate\w*|getStreamFromPool"
         r"|cudaStreamPerThread|cudaStreamBeginCapture|cudaGraphLaunch)\b"), "creates a CUDA stream/event/graph"),
     ("concurrency", re.compile(
-        r"(std::j?thread\b|std::async\b|\bpthread_create\b|\bv?fork\s*\(|(?<![\w.>:])clone3?\s*\([^)]*,|\bboost::thread\b"
+        r"(std\s*::\s*j?thread\b|std\s*::\s*async\b|\bpthread_create\b|\bv?fork\s*\(|(?<![\w.>:])clone3?\s*\([^)]*,|\bboost::thread\b"
         r"|\bat::(?:internal::)?launch\w*\s*\(|\bc10::(?:Task)?ThreadPool\b|\bsetsid\s*\(|\bdaemon\s*\()"),
      "starts a thread or process"),
     # Every CPU call, eager's too, runs on the threads the harness sets (one core fewer than the machine's, the last
@@ -49,6 +49,13 @@ CPP_RULES: tuple[CppRule, ...] = (
         # torch's own readers and writers of files (torch::save(x, "/path"))
         r"|\btorch::(?:jit::)?(?:save|load|pickle_save|pickle_load)\s*\(|\btorch::serialize::\w*Archive\b"
         r"|\bPyTorchStream(?:Writer|Reader)\b)"), "touches files, processes or sockets"),
+    # the same functions taken as values, not called by name: `int (*sh)(const char*) = std::system;`, `&fopen`,
+    # a macro defined to one (`-DSHELL=system`)
+    ("io_or_network", re.compile(
+        r"(?:\bstd\s*::\s*|(?<![\w.>:])::\s*|&\s*|=\s*|-D\w+=\s*(?:std::)?)"
+        r"(?:system|popen|fopen|freopen|fdopen|open|openat|creat|unlink|socket|connect|exec[lv]p?e?|posix_spawnp?)\b"
+        r"(?!\s*\()"), "takes a function that touches files, processes or sockets as a value"),
+    ("dynamic_code", re.compile(r"##"), "pastes tokens in a macro (names built where the checks cannot read them)"),
     ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\s*\("
                                  r"|ptrace\s*\(|prctl\s*\(|setpgid\s*\(|setpgrp\s*\(|killpg\s*\(|timer_create\s*\(|SIGCONT|SIGEV_\w+"
                                  r"|(?<![.>:])kill\s*\()"),

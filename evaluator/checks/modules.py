@@ -21,6 +21,8 @@ import importlib.machinery
 import os
 import sys
 
+from evaluator.wire import syntax
+
 # Attribute names read as the module of that name whatever they are read from: the standard modules torch and other
 # libraries carry (`torch.os` is os, `torch.nn.functional.torch` is torch), none an honest attribute of a tensor, a
 # module or a candidate's object (`select`, `signal`, `types`, `io`, `code` and `logging` are left out: they are).
@@ -33,6 +35,7 @@ REROOTED_ANYWHERE = frozenset((
     "_io", "torch", "triton",
 ))
 _SUFFIXES = tuple(importlib.machinery.all_suffixes())
+ROOT_PACKAGES = ("torch", "triton", "numpy")  # a library's own import of one of these is that package
 
 
 @functools.lru_cache(maxsize=2048)
@@ -61,12 +64,13 @@ def _search_locations(q: str) -> tuple[str, ...] | None:
 
 
 @functools.lru_cache(maxsize=512)
-def _imported_by(q: str) -> frozenset[str]:
-    """The names module `q`'s own source binds to modules by import (`from torch.nn import functional as F` in
-    torch.nn.modules.linear: F; not `from .function import Function`); empty where its source is not read."""
+def _library_imports(q: str) -> tuple[tuple[str, str], ...]:
+    """What module `q`'s own source binds by import, each name with the dotted name it stands for
+    (`import sys as _sys`: _sys, sys; `from torch.nn import functional as F`: F, torch.nn.functional); () where its
+    source is not found or not read."""
     locations = _search_locations(q)
     if locations is None:
-        return frozenset()
+        return ()
     head, _, last = q.rpartition(".")
     if locations:
         candidates = [os.path.join(loc, "__init__.py") for loc in locations]
@@ -82,20 +86,43 @@ def _imported_by(q: str) -> frozenset[str]:
         except OSError:
             continue
         try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return frozenset()
+            tree = syntax.parse(text.decode("utf-8", "replace"))
+        except (SyntaxError, ValueError, MemoryError):  # syntax.TooDeep is a ValueError
+            return ()
         package = q if locations else head  # what `from . import x` is relative to
-        names = set()
+        pairs = []
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                names.update(a.asname or a.name.partition(".")[0] for a in node.names)
+                pairs += [(a.asname, a.name) if a.asname else (a.name.partition(".")[0],) * 2 for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = package.rsplit(".", node.level - 1)[0] if node.level else ""
                 base = ".".join(filter(None, (base, node.module)))
-                names.update(a.asname or a.name for a in node.names if is_on_disk(f"{base}.{a.name}"))
-        return frozenset(names)
-    return frozenset()
+                pairs += [(a.asname or a.name, f"{base}.{a.name}") for a in node.names if a.name != "*"]
+        return tuple(pairs)
+    return ()
+
+
+def _imported_by(q: str) -> frozenset[str]:
+    """The names module `q`'s source binds to modules by import (`F` in torch.nn.modules.linear; not `Function` in
+    torch.autograd, a class)."""
+    return frozenset(name for name, target in _library_imports(q) if is_on_disk(target))
+
+
+def library_readings(q: str) -> list[str]:
+    """What `q` also is where it passes through a name a library module imported from the standard library, or
+    torch, triton or numpy themselves: `collections._sys.modules` is sys.modules, `enum.bltns.eval` builtins.eval,
+    `torch._dynamo.guards.currentframe` inspect.currentframe, `torch.nn.functional.torch.load` torch.load. (A
+    library's re-exports of its own names, `triton.jit` from triton.runtime.jit, are not followed: the rules name
+    those where a kernel meets them.)"""
+    readings, parts = [], q.split(".")
+    for i in range(1, len(parts)):
+        head = ".".join(parts[:i])
+        if _search_locations(head) is None:
+            break  # no module: nothing after it is one of a module's imports
+        target = dict(_library_imports(head)).get(parts[i])
+        if target and (target.partition(".")[0] in sys.stdlib_module_names or target in ROOT_PACKAGES):
+            readings.append(".".join((target, *parts[i + 1:])))
+    return readings
 
 
 def is_on_disk(q: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from evaluator.checks.modules import library_readings
 from evaluator.checks.names import root, under
 
 # --------------------------------------------------------------------------- dotted names
@@ -56,7 +57,9 @@ IO_ROOTS = frozenset(
      # descriptors and shared memory: pipe sizes, mapped buffers other processes see
      "fcntl", "mmap", "select", "selectors", "termios",
      # files under other names: compressed and archive files, line caches, torch's serialization, pathlib
-     "gzip", "bz2", "lzma", "zipfile", "tarfile", "linecache", "pathlib", "sqlite3", "dbm")
+     "gzip", "bz2", "lzma", "zipfile", "tarfile", "linecache", "pathlib", "sqlite3", "dbm", "tokenize",
+     # servers, mail and news clients; commands run by libraries
+     "socketserver", "wsgiref", "imaplib", "poplib", "nntplib", "distutils", "pipes")
 )
 # The C modules behind standard ones: `posix.fork` is `os.fork`, `_socket.socket` is `socket.socket`.
 SYNONYMS = {"posix": "os", "nt": "os", "_io": "io", "_socket": "socket", "_signal": "signal", "_pickle": "pickle",
@@ -70,7 +73,9 @@ IO_NAMES = frozenset(
         "os.posix_spawnp", "torch.load", "torch.save", "torch.from_file", "numpy.load", "numpy.save",
         "numpy.savez", "numpy.savez_compressed", "numpy.loadtxt", "numpy.savetxt", "numpy.fromfile",
         "numpy.genfromtxt", "numpy.memmap", "os.fdopen", "os.pipe", "os.mkfifo", "torch.hub", "torch.serialization",
-        "logging.FileHandler", "logging.handlers",
+        "logging.FileHandler", "logging.handlers", "io.open_code", "uuid._get_command_stdout", "numpy.fromregex",
+        "torch.utils.collect_env",
+        "numpy.lib.format.open_memmap",
     )
 )
 IO_PREFIXES = ("os.spawn", "os.exec")
@@ -78,7 +83,7 @@ DYNAMIC_NAMES = frozenset(
     ("builtins.exec", "builtins.eval", "builtins.compile", "types.FunctionType", "types.CodeType", "marshal.loads",
      "pickle.loads", "dill.loads", "cloudpickle.loads", "pkgutil.resolve_name",
      # methods and attributes called or read by a name given as text
-     "operator.methodcaller", "string.Formatter",
+     "operator.methodcaller", "string.Formatter", "torch._utils._import_dotted_name",
      # interpreters of source text, and loaders of modules from files
      "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
      "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
@@ -106,6 +111,9 @@ PRECISION_CALLS = frozenset(
         "set_float32_matmul_precision", "set_default_dtype", "set_default_tensor_type", "use_deterministic_algorithms",
         "set_deterministic_debug_mode", "set_flush_denormal", "backends.cuda.preferred_blas_library",
         "backends.cuda.preferred_linalg_library",
+        # autocast's and the default device's settings: what every later op of the process runs in
+        "set_autocast_enabled", "set_autocast_dtype", "set_autocast_cpu_enabled", "set_autocast_cpu_dtype",
+        "set_autocast_gpu_dtype", "set_autocast_cache_enabled", "set_default_device",
     )
 )
 # Functions that take a name to look up, import or read: passed around as a value, what they reach is unseen.
@@ -315,6 +323,9 @@ def readings(q: str) -> list[str]:
     for i in range(1, len(parts)):
         if parts[i] in REROOTED and not any(under(".".join(parts[: i + 1]), n) for n in NOT_REROOTED):
             out.append(".".join(parts[i:]))
+    for reading in out[:]:  # through what library modules imported (`enum.bltns.eval` is builtins.eval), twice over
+        for once in library_readings(reading):
+            out += [once, *library_readings(once)]
     for reading in list(out):
         first, dot, rest = reading.partition(".")
         if first in SYNONYMS:

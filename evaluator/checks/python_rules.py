@@ -381,9 +381,11 @@ class PythonRules:
             self.add("dynamic_code", line, f"{f.split('.')[-1]}() with a computed module name"
                                            f"{self.names.spelled(args[0]) if args else ''}")
         if f in LIBRARY_FUNCS:
-            strings = [s for a in (*args, *(k.value for k in node.keywords)) if (s := const_str(a))]
+            strings = [s for a in (*args, *(k.value for k in node.keywords)) if (s := self.names.fold(a))]
             if any(s == "aten" or s.startswith("aten::") for s in strings):
                 self.add("monkeypatch", line, f"{f} on aten operators (overrides what the reference runs)")
+            elif args and self.names.fold(args[0]) is None:  # `"at" + x`: which operators it overrides is unseen
+                self.add("monkeypatch", line, f"{f} with a namespace or operator computed at run time")
         if isinstance(node.func, ast.Attribute):
             meth = node.func.attr
             recv = self.names.resolve(node.func.value)
