@@ -198,7 +198,7 @@ def test_harness_eval_rejects_without_running_and_run_rejected_reaches_the_optio
     result = runner.invoke(app, [*args, str(HACKS / "dispatch_mode.py")])
     assert result.exit_code == 0, result.output
     verdict = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
-    assert verdict["status"] == "rejected" and [f["name"] for f in verdict["flags"]] == ["monkeypatch"]
+    assert verdict["status"] == "rejected" and [f["name"] for f in verdict["flags"]] == ["dynamic_code", "monkeypatch"]
 
     seen = {}
     monkeypatch.setattr("harness.cli.commands.eval_command", lambda files, options, **kw: seen.setdefault("o", options) and 0)

@@ -41,7 +41,11 @@ CPP_RULES: tuple[CppRule, ...] = (
     ("io_or_network", re.compile(
         r"(\bfopen\s*\(|\bpopen\s*\(|\bsystem\s*\(|\b(?:std::)?(?:basic_)?[io]?fstream\b"
         r"|\b(?:open|openat|open64|creat|freopen|fdopen|tmpfile|mkstemp|mkfifo|unlink|unlinkat|socket|connect"
-        r"|sendto|getaddrinfo|gethostbyname|setenv|putenv|unsetenv|dup2|dup3|fcntl|pipe2?)\s*\("
+        r"|sendto|getaddrinfo|gethostbyname|setenv|putenv|unsetenv|dup2|dup3|fcntl|pipe2?"
+        r"|fopen64|freopen64|execveat|fexecve|__libc_system|wordexp|mkostemps?|mkstemps|mkdtemp|renameat2?|rename"
+        r"|mkdirat|mkdir|rmdir|truncate64|ftruncate64|truncate|ftruncate|symlinkat|symlink|linkat|link|chmod|fchmod"
+        r"|chown|fchown|shm_open|memfd_create|write|writev|pwrite\w*|sendfile\w*|splice|tee|vmsplice"
+        r"|process_vm_\w+)\s*\(|(?<![\w:.>])remove\s*\("
         r"|\bstd::(?:experimental::)?filesystem::(?!path\b)\w+"
         r"|\bnamespace\s+\w+\s*=\s*std::(?:experimental::)?filesystem\b"
         r"|\busing\s+namespace\s+std::(?:experimental::)?filesystem\b"
@@ -56,14 +60,19 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"(?:system|popen|fopen|freopen|fdopen|open|openat|creat|unlink|socket|connect|exec[lv]p?e?|posix_spawnp?)\b"
         r"(?!\s*\()"), "takes a function that touches files, processes or sockets as a value"),
     ("dynamic_code", re.compile(r"##"), "pastes tokens in a macro (names built where the checks cannot read them)"),
-    ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\s*\("
+    ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\b|sysenter\b"
+                                 r"|sched_set\w+\s*\(|setpriority\s*\(|setrlimit\s*\(|prlimit\w*\s*\("
                                  r"|ptrace\s*\(|prctl\s*\(|setpgid\s*\(|setpgrp\s*\(|killpg\s*\(|timer_create\s*\(|SIGCONT|SIGEV_\w+"
                                  r"|(?<![.>:])kill\s*\()"),
      "loads or interposes symbols, or controls the process"),
     ("monkeypatch", re.compile(r"\bTORCH_LIBRARY_(IMPL|FRAGMENT)\s*\(\s*aten\b"), "overrides aten operators"),
     ("precision_flags", re.compile(
         r"\b(setAllowTF32\w*|setFloat32MatmulPrecision|setAllowFP16Reduction\w*|setAllowBF16Reduction\w*"
-        r"|setDeterministicAlgorithms)\b"), "changes a global precision setting"),
+        r"|setDeterministicAlgorithms|setFloat32Precision|setAllowFP16Accumulation\w*|setBlasPreferredBackend"
+        r"|setBenchmarkCuDNN|setUserEnabledCuDNN|setSDPUse\w*|setLinalgPreferredBackend)\b"
+        r"|\bglobalContext\s*\(\s*\)\s*\.\s*set\w*"), "changes a global precision setting"),
+    ("concurrency", re.compile(r"\b(?:at|torch)\s*::\s*set_num(?:_interop)?_threads\b"),
+     "chooses its own thread count (every call, eager's too, runs on the threads the harness sets)"),
 )
 
 
@@ -79,9 +88,14 @@ _PY_FROM_CPP = (
     r"|Capsule_Import|CFunction_Call|Module_GetDict|GILState_Ensure)\w*"
     r"|\b_?PyObject_\w+\s*\(|\bPy_(?:Initialize|CompileString|NewInterpreter|EndInterpreter|Main|BytesMain"
     r"|RunMain|Finalize)\w*"
+    # any other family of the C API (PyFunction_GetGlobals, PyDict_GetItemString, PyTuple_Pack), a type's slots
+    r"|\b_?Py[A-Z][A-Za-z]*_\w+|\bPy_TYPE\b|(?:\.|->)\s*tp_\w+"
 )
 _PYBIND_NAMES = (r"(?:exec|eval|eval_file|globals|getattr|hasattr|setattr|delattr|scoped_interpreter"
-                 r"|initialize_interpreter|finalize_interpreter|gil_scoped_acquire|module_?\s*::\s*import)")
+                 r"|initialize_interpreter|finalize_interpreter|gil_scoped_acquire|module_?\s*::\s*import"
+                 # Python objects handled from C++: a function's globals read as a dict, an object called
+                 r"|dict|object|function|handle|reinterpret_borrow|reinterpret_steal|cast|str|bytes|tuple|list|capsule"
+                 r"|iterable|sequence|type|builtins)")
 _PYBIND_ALIAS = re.compile(r"\bnamespace\s+(\w+)\s*=\s*(?:::)?(?:pybind11|py)\s*;"
                            r"|^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(?:::)?(?:pybind11|py)[ \t]*$", re.MULTILINE)
 _PYBIND_USING = re.compile(r"\busing\s+namespace\s+(?:::)?(?:pybind11|py)\s*;"

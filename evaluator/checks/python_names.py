@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from evaluator.checks.modules import library_readings
+from evaluator.checks.modules import is_on_disk, library_readings
 from evaluator.checks.names import root, under
 
 # --------------------------------------------------------------------------- dotted names
@@ -48,7 +48,7 @@ INTROSPECTION_NAMES = frozenset(
         # tracebacks lead to frames: sys.exc_info()[2].tb_frame
         "sys.exc_info", "sys.exception", "sys.last_traceback", "sys.last_value", "sys.last_exc", "sys.last_type",
         "sys.monitoring", "sys.remote_exec", "traceback.walk_stack", "traceback.walk_tb",
-        "os.setsid", "os.setpgrp", "os.setpgid", "os.dup", "os.dup2",
+        "os.setsid", "os.setpgrp", "os.setpgid", "os.dup", "os.dup2", "logging.currentframe",
     )
 )
 IO_ROOTS = frozenset(
@@ -59,7 +59,9 @@ IO_ROOTS = frozenset(
      # files under other names: compressed and archive files, line caches, torch's serialization, pathlib
      "gzip", "bz2", "lzma", "zipfile", "tarfile", "linecache", "pathlib", "sqlite3", "dbm", "tokenize",
      # servers, mail and news clients; commands run by libraries
-     "socketserver", "wsgiref", "imaplib", "poplib", "nntplib", "distutils", "pipes")
+     "socketserver", "wsgiref", "imaplib", "poplib", "nntplib", "distutils", "pipes",
+     "fileinput", "configparser", "py_compile", "compileall", "venv", "platform", "uu", "wave", "mailbox",
+     "antigravity", "fsspec", "filelock", "networkx")
 )
 # The C modules behind standard ones: `posix.fork` is `os.fork`, `_socket.socket` is `socket.socket`.
 SYNONYMS = {"posix": "os", "nt": "os", "_io": "io", "_socket": "socket", "_signal": "signal", "_pickle": "pickle",
@@ -74,16 +76,31 @@ IO_NAMES = frozenset(
         "numpy.savez", "numpy.savez_compressed", "numpy.loadtxt", "numpy.savetxt", "numpy.fromfile",
         "numpy.genfromtxt", "numpy.memmap", "os.fdopen", "os.pipe", "os.mkfifo", "torch.hub", "torch.serialization",
         "logging.FileHandler", "logging.handlers", "io.open_code", "uuid._get_command_stdout", "numpy.fromregex",
-        "torch.utils.collect_env",
+        "torch.utils.collect_env", "logging.basicConfig", "torch.jit.load", "torch.jit.save", "torch.onnx",
+        "torch.utils.model_zoo", "torch.cuda.memory", "torch.profiler", "torch.cuda.tunable", "numpy.rec.fromfile",
         "numpy.lib.format.open_memmap",
     )
 )
 IO_PREFIXES = ("os.spawn", "os.exec")
+# What of `os` a kernel may use: the environment read, paths, its own process's numbers. Any other `os.X` (writev,
+# sendfile, memfd_create, ...: the module has hundreds) is io_or_network.
+OS_READS = frozenset(("environ", "getenv", "path", "getcwd", "cpu_count", "getpid", "sched_getaffinity", "sep",
+                      "name", "linesep", "pathsep", "curdir", "pardir", "extsep", "devnull", "fspath", "PathLike"))
+
+
+def _os_beyond_reads(v: str) -> bool:
+    """`os.X` beyond its reads, unless another rule judges it (os.fork: concurrency, os.sys: that module)."""
+    if not v.startswith("os.") or (attr := v.split(".")[1]) in OS_READS or attr in REROOTED or attr.startswith("__"):
+        return False
+    return not any(under(v, n) for n in CONCURRENCY_NAMES | INTROSPECTION_NAMES)
 DYNAMIC_NAMES = frozenset(
     ("builtins.exec", "builtins.eval", "builtins.compile", "types.FunctionType", "types.CodeType", "marshal.loads",
      "pickle.loads", "dill.loads", "cloudpickle.loads", "pkgutil.resolve_name",
      # methods and attributes called or read by a name given as text
      "operator.methodcaller", "string.Formatter", "torch._utils._import_dotted_name",
+     # string annotations evaluated, pickles and YAML objects loaded, statements timed from text
+     "functools.singledispatch", "functools.singledispatchmethod", "typing_extensions.get_type_hints",
+     "numpy.lib.format.read_array", "torch.ops.import_module",
      # interpreters of source text, and loaders of modules from files
      "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
      "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
@@ -101,7 +118,8 @@ DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery"
                            "trace", "doctest", "pickle", "shelve", "copyreg", "pydoc", "logging.config",
                            "unittest.mock", "typing.get_type_hints", "typing.ForwardRef", "typing._eval_type",
                            "pandas.eval", "numexpr", "torch.ops.load_library", "torch.classes.load_library",
-                           "torch.utils.cpp_extension._import_module_from_library"))
+                           "torch.utils.cpp_extension._import_module_from_library",
+                           "yaml", "pydantic", "cloudpickle", "dill", "six", "tracemalloc", "torch.utils.benchmark"))
 # importlib: only import_module with a constant name (resolved like an import) is read; the rest loads
 # modules out of sight. importlib.reload is introspection already.
 IMPORTLIB_READ = frozenset(("importlib.import_module", "importlib.reload"))
@@ -162,7 +180,7 @@ SUBCLASS_ATTRS = frozenset(
 )
 IO_METHODS = frozenset(
     ("read_text", "write_text", "read_bytes", "write_bytes", "unlink", "touch", "rmdir", "mkdir", "symlink_to",
-     "hardlink_to", "open", "from_file")
+     "hardlink_to", "open", "from_file", "tofile", "dump")
 )
 # A module's registries: replacing one (a dict subclass as `_buffers`) changes what the evaluator reads.
 MODULE_REGISTRIES = frozenset(
@@ -214,6 +232,20 @@ class DottedNames:
                 or (self.test is not None and self.test(v))) and not any(v in u for u in self.unless)
 
 
+TORCH_OP_NAMESPACES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._linalg", "torch._C._fft",
+                       "torch._C._special", "torch._C._TensorBase")
+
+
+def _torch_internals(v: str) -> bool:
+    """A private module of torch's (`torch._dynamo`, `torch._C`, `torch._functorch.compile_utils`): on disk, named
+    with a leading underscore; a private function of a public module (`torch._addmm_activation`) is not one."""
+    parts = v.split(".")
+    if parts[0] != "torch" or v == "torch._C" or any(under(v, n) for n in TORCH_OP_NAMESPACES):
+        return False  # torch's operators by another name: torch_fallback's to judge
+    return any(p.startswith("_") and not p.startswith("__") and is_on_disk(".".join(parts[:i + 1]))
+               for i, p in enumerate(parts[1:], 1))
+
+
 def _global_module_hook(v: str) -> bool:
     last = v.rsplit(".", 1)[-1]
     return under(v, "torch") and (last.startswith("register_module_") or (last.startswith("_global_") and "hook" in last))
@@ -234,8 +266,12 @@ NAME_RULES: tuple[tuple[str, DottedNames, str], ...] = (
      "uses {seen} (threads or processes)"),
     ("introspection", DottedNames(roots=INTROSPECTION_ROOTS, under=INTROSPECTION_NAMES),
      "uses {seen} (introspection or process control)"),
-    ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES, last=("from_file",)),
+    ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES, last=("from_file",),
+                                  test=_os_beyond_reads),
      "uses {seen} (files, network or processes)"),
+    ("dynamic_code", DottedNames(test=_torch_internals),
+     "uses {seen} (torch's internals: its configs load pickles, its dispatch and mode stacks override operators, "
+     "its compilers run source text)"),
     ("dynamic_code", BUILT_AT_RUN_TIME, "uses {seen} (code built or loaded at run time)"),
     ("dynamic_code", DottedNames(under=("importlib",), unless=(
         DottedNames(exact=("importlib",), under=IMPORTLIB_READ), BUILT_AT_RUN_TIME)),
@@ -271,6 +307,9 @@ ATTRIBUTE_RULES: tuple[tuple[str, Collection[str], str, bool], ...] = (
     ("output_caching", ("data_ptr", "_version"), "uses .{attr} in Python (input identity, a cache-key signal)", False),
     # read, not only called: `w = path.write_bytes; w(b"...")`
     ("io_or_network", IO_METHODS, "uses .{attr} (file-system access)", True),
+    ("dynamic_code", ("load_config",), "uses .{attr} (a config loaded from a pickle)", False),
+    # a context entered by hand and never left: autocast, a backend's flags, a config patch, kept on for every call
+    ("monkeypatch", ("__enter__",), "uses .{attr} (a context entered by hand: its setting outlives the call)", False),
 )
 
 # Builtins the checks read by name: bound at module or class level (`for exec in (): ...`, which never runs), every

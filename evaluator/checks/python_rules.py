@@ -325,6 +325,9 @@ class PythonRules:
 
     def attribute_string(self, node: ast.AST, text: str, parts: list[str] | None) -> None:
         """A string that names an attribute of frames and the like, wherever it is (`"f_back"`)."""
+        if text in SUBCLASS_ATTRS:  # `type("M", (), {"__torch_function__": f})`: a mode built without a class body
+            self.add("monkeypatch", getattr(node, "lineno", 0), f"the string {text!r} (a torch-function or dispatch "
+                     "override, reachable by name)")
         if text in INTROSPECTION_ATTRS and id(node) not in self.seen_names:
             how = "" if parts is None else " spelled at run time"
             self.add("introspection", getattr(node, "lineno", 0), f"the string {text!r}{how} (an attribute of "
