@@ -92,6 +92,7 @@ HIDDEN = [
     ("cpp_thread_count", "_s = 'at::set_num_threads(64);'\n", {"concurrency"}),
     ("cpp_shell_and_syscall", "_s = 'wordexp(\"$(id)\", &w, 0); asm volatile(\"syscall\");'\n",
      {"io_or_network", "introspection"}),
+    ("a_standard_module_no_kernel_needs", "import plistlib\nimport shlex as sh\n", {"dynamic_code"}),
     ("precision_through_a_parameter", "def f(b):\n    b.fp32_precision = 'tf32'\n", {"precision_flags"}),
     ("precision_by_setattr", "def f(b):\n    setattr(b, 'allow_tf32', True)\n", {"precision_flags"}),
 ]
@@ -111,6 +112,8 @@ CLEAN = [
     ("star_import_of_triton_language", "from triton.language import *\n"),
     ("os_reads", "import os\n_a = os.environ.get('A'), os.path.join('a', 'b'), os.cpu_count(), os.getpid()\n"),
     ("torch_ops_by_their_c_names", "_m = torch._C._VariableFunctions.addmm\n"),
+    ("standard_modules_kernels_use", "import math, functools, itertools, typing, dataclasses, warnings, os, sys\n"
+                                     "from collections import OrderedDict\n"),
     ("backend_readers", "_a = torch.backends.cudnn.is_available(), torch.backends.cudnn.version()\n"),
     ("wraps_a_function", "import functools\ndef deco(fn):\n    @functools.wraps(fn)\n    def inner(*a):\n"
                          "        return fn(*a)\n    return inner\n"),

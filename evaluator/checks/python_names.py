@@ -13,6 +13,7 @@ The visitors that apply these tables are evaluator.checks.python_rules.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -232,6 +233,26 @@ class DottedNames:
                 or (self.test is not None and self.test(v))) and not any(v in u for u in self.unless)
 
 
+# The standard modules a kernel's Python may use; any other (fileinput, configparser, py_compile, venv, platform:
+# each reads, writes or runs something) is dynamic_code, where no other rule names it first.
+STDLIB_FOR_KERNELS = frozenset((
+    "__future__", "abc", "array", "base64", "binascii", "bisect", "builtins", "cmath", "collections", "contextlib",
+    "copy", "dataclasses", "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq", "io",
+    "itertools", "json", "keyword", "logging", "math", "numbers", "operator", "os", "pprint", "random", "re",
+    "statistics", "string", "struct", "sys", "textwrap", "time", "types", "typing", "warnings", "weakref", "zlib",
+    # what those are made of (their C halves, `_collections`, are allowed with them)
+    "posixpath", "ntpath", "genericpath", "sre_compile", "sre_parse", "sre_constants", "reprlib", "codecs",
+))
+
+
+def _stdlib_beyond_kernels(v: str) -> bool:
+    first = root(v)
+    if first not in sys.stdlib_module_names or first in STDLIB_FOR_KERNELS or first.lstrip("_") in STDLIB_FOR_KERNELS:
+        return False
+    judged = IO_ROOTS | CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | set(SYNONYMS) | {root(n) for n in DYNAMIC_ROOTS}
+    return first not in judged and not any(under(v, n) for n in DYNAMIC_NAMES | IO_NAMES | INTROSPECTION_NAMES)
+
+
 TORCH_OP_NAMESPACES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._linalg", "torch._C._fft",
                        "torch._C._special", "torch._C._TensorBase")
 
@@ -269,6 +290,8 @@ NAME_RULES: tuple[tuple[str, DottedNames, str], ...] = (
     ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES, last=("from_file",),
                                   test=_os_beyond_reads),
      "uses {seen} (files, network or processes)"),
+    ("dynamic_code", DottedNames(test=_stdlib_beyond_kernels),
+     "uses {seen} (a standard module no kernel needs: what it reads, writes or runs is not read)"),
     ("dynamic_code", DottedNames(test=_torch_internals),
      "uses {seen} (torch's internals: its configs load pickles, its dispatch and mode stacks override operators, "
      "its compilers run source text)"),
