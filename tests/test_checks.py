@@ -349,7 +349,7 @@ CASES: list[tuple[str, str, set[str]]] = [
         register_module_forward_hook(lambda m, i, o: o)
         torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: i)
         torch.nn.modules.module._global_forward_hooks.clear()
-    """)), {"monkeypatch"}),
+    """)), {"monkeypatch", "dynamic_code"}),
     ("load_state_dict_override", model("return x", methods="""
         def load_state_dict(self, state_dict, strict=True, assign=False):
             for t in state_dict.values():

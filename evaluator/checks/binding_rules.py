@@ -41,6 +41,7 @@ class BindingRules:
         walker.on((ast.Name, ast.arg, ast.alias, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
                    ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping, ast.Global), self.builtin_binding)
         walker.on(ast.ImportFrom, self.star_import)
+        walker.on((ast.With, ast.AsyncWith), self.held_context)
 
     def is_module(self, q: str) -> bool:
         return self.modules.is_module(q) or under(q, "torch._C")  # torch._C's own modules lie in one binary
@@ -95,3 +96,16 @@ class BindingRules:
         if not any(under(module, lib) for lib in STAR_IMPORTABLE) or len(self.names.star_modules) > 1:
             self.add("dynamic_code", line, f"from {module} import * (the names it binds are read as "
                                            f"{self.names.star_modules[0]}'s, the first star import's)")
+
+    def held_context(self, node: ast.AST, line: int) -> None:
+        """A torch context (autocast, sdpa_kernel, a backend's flags) entered in a generator: advanced once with
+        next() and never finished, it stays entered for every later call, the baseline's in the process too."""
+        scope = self.names.scopes.scope_of(node)
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
+                isinstance(n, (ast.Yield, ast.YieldFrom)) and self.names.scopes.scope_of(n) is scope
+                for n in ast.walk(scope)):
+            return
+        for item in node.items:  # type: ignore[attr-defined]
+            what = item.context_expr.func if isinstance(item.context_expr, ast.Call) else item.context_expr
+            if (q := self.names.resolve(what)) and under(q, "torch"):
+                self.add("monkeypatch", line, f"enters {q} in a generator (held open past the call if never finished)")

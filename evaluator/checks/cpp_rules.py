@@ -60,6 +60,10 @@ CPP_RULES: tuple[CppRule, ...] = (
         r"(?:system|popen|fopen|freopen|fdopen|open|openat|creat|unlink|socket|connect|exec[lv]p?e?|posix_spawnp?)\b"
         r"(?!\s*\()"), "takes a function that touches files, processes or sockets as a value"),
     ("dynamic_code", re.compile(r"##"), "pastes tokens in a macro (names built where the checks cannot read them)"),
+    # a file built into the binary (`.incbin "/etc/passwd"`), a compiler flag that runs or loads a program
+    ("io_or_network", re.compile(r"\.incbin\b|(?:^|[\s,\"'])(?:-wrapper|-fplugin\S*|-specs\S*|-ccbin|--compiler-bindir"
+                                 r"|-B(?!symbolic|static|dynamic)\S|-iplugindir\S*)"),
+     "builds in a file, or passes the compiler a program to run"),
     ("introspection", re.compile(r"\b(dlopen|dlmopen|dlsym|dlvsym|RTLD_NEXT|RTLD_DEFAULT|LD_PRELOAD|syscall\b|sysenter\b"
                                  r"|sched_set\w+\s*\(|setpriority\s*\(|setrlimit\s*\(|prlimit\w*\s*\("
                                  r"|ptrace\s*\(|prctl\s*\(|setpgid\s*\(|setpgrp\s*\(|killpg\s*\(|timer_create\s*\(|SIGCONT|SIGEV_\w+"

@@ -37,7 +37,8 @@ CONCURRENCY_NAMES = frozenset(("os.fork", "os.forkpty", "os.register_at_fork", "
                                "sys.setswitchinterval", "logging.handlers.QueueListener",
                                # a DataLoader's worker processes; torch's own thread counts (every call, eager's
                                # too, runs on the threads the harness sets)
-                               "torch.utils.data", "torch.set_num_threads", "torch.set_num_interop_threads"))
+                               "torch.utils.data", "torch.set_num_threads", "torch.set_num_interop_threads",
+                               "torch.distributed"))
 INTROSPECTION_ROOTS = frozenset(
     ("gc", "inspect", "ctypes", "_ctypes", "evaluator", "harness", "signal", "atexit", "faulthandler", "resource")
 )
@@ -50,6 +51,8 @@ INTROSPECTION_NAMES = frozenset(
         "sys.exc_info", "sys.exception", "sys.last_traceback", "sys.last_value", "sys.last_exc", "sys.last_type",
         "sys.monitoring", "sys.remote_exec", "traceback.walk_stack", "traceback.walk_tb",
         "os.setsid", "os.setpgrp", "os.setpgid", "os.dup", "os.dup2", "logging.currentframe",
+        # the import path (a harness module under another name), loaded libraries, the allocator swapped
+        "sys.path", "numpy.ctypeslib", "torch.cuda.change_current_allocator",
     )
 )
 IO_ROOTS = frozenset(
@@ -79,6 +82,7 @@ IO_NAMES = frozenset(
         "logging.FileHandler", "logging.handlers", "io.open_code", "uuid._get_command_stdout", "numpy.fromregex",
         "torch.utils.collect_env", "logging.basicConfig", "torch.jit.load", "torch.jit.save", "torch.onnx",
         "torch.utils.model_zoo", "torch.cuda.memory", "torch.profiler", "torch.cuda.tunable", "numpy.rec.fromfile",
+        "torch.export.load", "torch.export.save", "numpy.lib.npyio",
         "numpy.lib.format.open_memmap",
     )
 )
@@ -101,7 +105,9 @@ DYNAMIC_NAMES = frozenset(
      "operator.methodcaller", "string.Formatter", "torch._utils._import_dotted_name",
      # string annotations evaluated, pickles and YAML objects loaded, statements timed from text
      "functools.singledispatch", "functools.singledispatchmethod", "typing_extensions.get_type_hints",
-     "numpy.lib.format.read_array", "torch.ops.import_module",
+     "numpy.lib.format.read_array", "torch.ops.import_module", "torch.get_device_module",
+     "torch.compiler.load_cache_artifacts", "torch.utils.cpp_extension.load", "contextlib.ExitStack",
+     "contextlib.AsyncExitStack",
      # interpreters of source text, and loaders of modules from files
      "code.InteractiveInterpreter", "code.InteractiveConsole", "code.interact", "code.compile_command",
      "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader", "importlib.util.module_from_spec")
@@ -120,7 +126,8 @@ DYNAMIC_ROOTS = frozenset(("codeop", "runpy", "zipimport", "importlib.machinery"
                            "unittest.mock", "typing.get_type_hints", "typing.ForwardRef", "typing._eval_type",
                            "pandas.eval", "numexpr", "torch.ops.load_library", "torch.classes.load_library",
                            "torch.utils.cpp_extension._import_module_from_library",
-                           "yaml", "pydantic", "cloudpickle", "dill", "six", "tracemalloc", "torch.utils.benchmark"))
+                           "yaml", "pydantic", "cloudpickle", "dill", "six", "tracemalloc", "torch.utils.benchmark",
+                           "torch.cuda.jiterator"))
 # importlib: only import_module with a constant name (resolved like an import) is read; the rest loads
 # modules out of sight. importlib.reload is introspection already.
 IMPORTLIB_READ = frozenset(("importlib.import_module", "importlib.reload"))
@@ -147,7 +154,8 @@ ATTR_WRITERS = frozenset(("builtins.setattr", "builtins.delattr", "builtins.obje
                           "builtins.type.__setattr__", "builtins.object.__delattr__", "builtins.type.__delattr__"))
 TENSOR_BASES = frozenset(("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"))
 LIBRARY_FUNCS = frozenset(
-    "torch.library." + n for n in ("Library", "impl", "register_kernel", "register_fake", "_scoped_library")
+    "torch.library." + n for n in ("Library", "impl", "register_kernel", "register_fake", "_scoped_library",
+                                   "register_autocast", "register_torch_dispatch", "register_autograd", "register_vmap")
 )
 # Modules that other modules carry as attributes (`logging.threading`, `torch.utils.cpp_extension.subprocess`,
 # `os.sys`): a dotted name passing through one is also judged as that module's own name.
@@ -171,7 +179,9 @@ INTROSPECTION_ATTRS = frozenset(
     ("f_back", "f_globals", "f_locals", "f_code", "f_builtins", "f_trace", "tb_frame", "gi_frame", "cr_frame",
      "ag_frame", "__traceback__", "__globals__", "__code__", "__closure__", "__subclasses__", "__builtins__",
      # a builtin function's module: `abs.__self__` is builtins, with open, exec and __import__ in it
-     "__self__")
+     "__self__",
+     # a generator's code object: rebuilt with other names (`gi_code.replace(co_names=("open",))`), it runs them
+     "gi_code", "cr_code", "ag_code")
 )
 # Attributes that hand out a module's loader (`torch.__loader__.load_module("gc")`).
 LOADER_ATTRS = frozenset(("__loader__", "__spec__"))
@@ -245,12 +255,20 @@ STDLIB_FOR_KERNELS = frozenset((
 ))
 
 
+# The packages beyond the standard library a kernel's Python may import: any other (cffi, pexpect, ray, scipy,
+# cuda.bindings...) is dynamic_code: what it loads, runs or reads is not read.
+PACKAGES_FOR_KERNELS = frozenset(("torch", "triton", "numpy", "einops", "transformers"))
+
+
 def _stdlib_beyond_kernels(v: str) -> bool:
+    """A module outside those kernels use, where no other rule names it first."""
     first = root(v)
-    if first not in sys.stdlib_module_names or first in STDLIB_FOR_KERNELS or first.lstrip("_") in STDLIB_FOR_KERNELS:
-        return False
     judged = IO_ROOTS | CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | set(SYNONYMS) | {root(n) for n in DYNAMIC_ROOTS}
-    return first not in judged and not any(under(v, n) for n in DYNAMIC_NAMES | IO_NAMES | INTROSPECTION_NAMES)
+    if first in judged or any(under(v, n) for n in DYNAMIC_NAMES | IO_NAMES | INTROSPECTION_NAMES):
+        return False
+    if first not in sys.stdlib_module_names:
+        return first not in PACKAGES_FOR_KERNELS  # a third-party package (cffi, pexpect, scipy, cuda.bindings...)
+    return first not in STDLIB_FOR_KERNELS and first.lstrip("_") not in STDLIB_FOR_KERNELS
 
 
 TORCH_OP_NAMESPACES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C._linalg", "torch._C._fft",
@@ -258,12 +276,15 @@ TORCH_OP_NAMESPACES = ("torch._C._VariableFunctions", "torch._C._nn", "torch._C.
 
 
 def _torch_internals(v: str) -> bool:
-    """A private module of torch's (`torch._dynamo`, `torch._C`, `torch._functorch.compile_utils`): on disk, named
-    with a leading underscore; a private function of a public module (`torch._addmm_activation`) is not one."""
+    """A private module of torch's or numpy's (`torch._dynamo`, `torch._C`, `numpy.lib._npyio_impl`), or a private
+    name of one of their submodules; torch's own private functions (`torch._addmm_activation`) are not."""
     parts = v.split(".")
-    if parts[0] != "torch" or v == "torch._C" or any(under(v, n) for n in TORCH_OP_NAMESPACES):
+    if parts[0] not in ("torch", "numpy") or v == "torch._C" or any(under(v, n) for n in TORCH_OP_NAMESPACES):
         return False  # torch's operators by another name: torch_fallback's to judge
-    return any(p.startswith("_") and not p.startswith("__") and is_on_disk(".".join(parts[:i + 1]))
+    # a private module, or a private name of a submodule (torch.storage._load_from_bytes unpickles anything);
+    # torch's own private functions (`torch._addmm_activation`) are operators
+    return any(p.startswith("_") and not p.startswith("__") and (i > 1 or parts[0] == "numpy"
+                                                                 or is_on_disk(".".join(parts[:i + 1])))
                for i, p in enumerate(parts[1:], 1))
 
 
@@ -287,11 +308,11 @@ NAME_RULES: tuple[tuple[str, DottedNames, str], ...] = (
      "uses {seen} (threads or processes)"),
     ("introspection", DottedNames(roots=INTROSPECTION_ROOTS, under=INTROSPECTION_NAMES),
      "uses {seen} (introspection or process control)"),
-    ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES, last=("from_file",),
+    ("io_or_network", DottedNames(roots=IO_ROOTS, under=IO_NAMES, prefixes=IO_PREFIXES, last=("from_file", "fromfile"),
                                   test=_os_beyond_reads),
      "uses {seen} (files, network or processes)"),
     ("dynamic_code", DottedNames(test=_stdlib_beyond_kernels),
-     "uses {seen} (a standard module no kernel needs: what it reads, writes or runs is not read)"),
+     "uses {seen} (a module outside those kernels use: what it reads, writes or runs is not read)"),
     ("dynamic_code", DottedNames(test=_torch_internals),
      "uses {seen} (torch's internals: its configs load pickles, its dispatch and mode stacks override operators, "
      "its compilers run source text)"),

@@ -30,6 +30,7 @@ each table is applied.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from evaluator.checks.names import (
@@ -68,6 +69,7 @@ from evaluator.checks.walker import Walker
 
 # The methods of a mapping read by key (`vars(m).get(name)`), and all those of `__builtins__` read as a mapping.
 _KEYED_READS = ("get", "__getitem__", "pop", "setdefault")
+_FORMAT_FIELD = re.compile(r"\{([^{}]*)\}")  # a format string's fields
 
 _BUILTINS_MAPPING_METHODS = ("get", "__getitem__", "items", "keys", "values", "copy", "pop", "setdefault")
 
@@ -325,6 +327,10 @@ class PythonRules:
 
     def attribute_string(self, node: ast.AST, text: str, parts: list[str] | None) -> None:
         """A string that names an attribute of frames and the like, wherever it is (`"f_back"`)."""
+        for field in _FORMAT_FIELD.findall(text):  # "{0.__traceback__.tb_frame}": attributes a format string reads
+            if any(attr in INTROSPECTION_ATTRS for attr in re.findall(r"\.(\w+)", field)):
+                self.add("introspection", getattr(node, "lineno", 0), f"the format field {{{field}}} (reads "
+                         "attributes of frames, tracebacks or functions by name)")
         if text in SUBCLASS_ATTRS:  # `type("M", (), {"__torch_function__": f})`: a mode built without a class body
             self.add("monkeypatch", getattr(node, "lineno", 0), f"the string {text!r} (a torch-function or dispatch "
                      "override, reachable by name)")
@@ -350,6 +356,10 @@ class PythonRules:
         if isinstance(node.func, ast.Attribute) and node.func.attr in STATE_HOOKS:
             self.add("monkeypatch", line, f".{node.func.attr}() (a hook on loading or reading ModelNew's state, "
                                           "which the evaluator does with the reference's tensors)")
+        if any(k.arg and k.arg.startswith("co_") for k in node.keywords) or (
+                isinstance(node.func, ast.Call) and self.names.resolve(node.func.func) == "builtins.type"):
+            self.add("dynamic_code", line, f"{ast.unparse(node.func)[:60]}(...) (builds code or an object of another's "
+                                           "type: a function from a code object runs names the checks never read)")
         if f and under(f, "torch.backends") and not f.rsplit(".", 1)[-1].startswith(BACKEND_READERS):
             self.add("precision_flags", line, f"calls {f} (a global backend setting)")
         if f in WRAPPER_COPIES and (any(k.arg in ("assigned", "updated") for k in node.keywords)
