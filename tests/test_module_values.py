@@ -135,6 +135,10 @@ CLEAN = [
     ("torch_ops_by_their_c_names", "_m = torch._C._VariableFunctions.addmm\n"),
     ("standard_modules_kernels_use", "import math, functools, itertools, typing, dataclasses, warnings, os, sys\n"
                                      "from collections import OrderedDict\n"),
+    # seen in real model-written candidates: nn.Linear's own bias set-up, conv helpers, the raw stream
+    ("torch_private_helpers", "fan_in, _ = nn.init._calculate_fan_in_and_fan_out(torch.empty(2, 2))\n"
+                              "from torch.nn.modules.utils import _pair, _triple\n"
+                              "_s = torch._C._cuda_getCurrentRawStream\n"),
     ("backend_readers", "_a = torch.backends.cudnn.is_available(), torch.backends.cudnn.version()\n"),
     ("wraps_a_function", "import functools\ndef deco(fn):\n    @functools.wraps(fn)\n    def inner(*a):\n"
                          "        return fn(*a)\n    return inner\n"),
