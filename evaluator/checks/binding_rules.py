@@ -19,13 +19,12 @@ import ast
 from evaluator.checks.modules import ModuleNames
 from evaluator.checks.names import under
 from evaluator.checks.python_names import ATTR_FUNCS, ATTR_WRITERS, GUARDED_BUILTINS
-from evaluator.checks.scopes import bound_names
+from evaluator.checks.scopes import bound_name
 from evaluator.checks.walker import Walker
 
 # What may be handed a module as its first argument: getattr and its relatives, each judged by its own rules.
 MODULE_TAKERS = ATTR_FUNCS.keys() | ATTR_WRITERS | {"builtins.vars", "builtins.dir", "importlib.reload"}
 STAR_IMPORTABLE = ("torch", "triton")  # the libraries whose names a kernel may take by `from ... import *`
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
 
 
 class BindingRules:
@@ -46,11 +45,6 @@ class BindingRules:
     def is_module(self, q: str) -> bool:
         return self.modules.is_module(q) or under(q, "torch._C")  # torch._C's own modules lie in one binary
 
-    def scope_of(self, node: ast.AST) -> ast.AST | None:
-        while (node := self.parents.get(id(node))) is not None and not isinstance(node, _SCOPES):
-            pass
-        return node
-
     def module_value(self, node: ast.AST, line: int) -> None:
         """A module anywhere but where the resolver follows it."""
         parent = self.parents.get(id(node))
@@ -60,7 +54,7 @@ class BindingRules:
                                                                      self.names.resolve(parent.func) in MODULE_TAKERS)):
             return  # called, or handed to getattr and its relatives (judged by their own rules)
         if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1 \
-                and isinstance(parent.targets[0], ast.Name) and not isinstance(self.scope_of(parent), ast.ClassDef):
+                and isinstance(parent.targets[0], ast.Name) and not isinstance(self.names.scopes.scope_of(parent), ast.ClassDef):
             return  # bound to a name the resolver follows (`F = torch.nn.functional`), not a class attribute
         if isinstance(parent, (ast.If, ast.IfExp, ast.While, ast.Assert)) and parent.test is node \
                 or isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not) \
@@ -80,7 +74,7 @@ class BindingRules:
         if isinstance(node, ast.Global):
             names = [n for n in node.names if n in GUARDED_BUILTINS]
         else:
-            name = bound_names(node)
+            name = bound_name(node)
             scope = self.names.scopes.scope_of(node) if name in GUARDED_BUILTINS else None
             names = [name] if isinstance(scope, ast.Module) or isinstance(scope, ast.ClassDef) and not isinstance(
                 node, (ast.FunctionDef, ast.AsyncFunctionDef)) else []  # a method named eval is nn.Module's

@@ -5,7 +5,7 @@ resolver cannot follow (`(torch,)[0]`, a default argument, a walrus, a class att
 all: `_T.sys.modules["gc"]`, `_T.backends.cuda.matmul.fp32_precision = ...` read as attributes of nothing
 (fixture `hacks/cpu/alias_through_container.py`). So a module is only ever read through (`torch.x`), called, handed
 to getattr and its relatives, tested, or bound to a name the resolver follows; anything else is dynamic_code
-(`PythonRules.module_value`). And attributes named as the standard modules that libraries carry (`x.sys`, `x.os`,
+(`BindingRules.module_value`). And attributes named as the standard modules that libraries carry (`x.sys`, `x.os`,
 `x.torch`) are read as those modules whatever they are reached through (`Resolver.resolve`).
 
 A dotted name is a module when the candidate imports it (`import a.b.c`: a, a.b, a.b.c), when its last part names a
@@ -64,13 +64,13 @@ def _search_locations(q: str) -> tuple[str, ...] | None:
 
 
 @functools.lru_cache(maxsize=512)
-def _library_imports(q: str) -> tuple[tuple[str, str], ...]:
+def _library_imports(q: str) -> dict[str, str]:
     """What module `q`'s own source binds by import, each name with the dotted name it stands for
-    (`import sys as _sys`: _sys, sys; `from torch.nn import functional as F`: F, torch.nn.functional); () where its
-    source is not found or not read."""
+    (`import sys as _sys`: _sys, sys; `from torch.nn import functional as F`: F, torch.nn.functional; the last binding
+    of a name counts); {} where its source is not found or not read. Cached: not to be changed."""
     locations = _search_locations(q)
     if locations is None:
-        return ()
+        return {}
     head, _, last = q.rpartition(".")
     if locations:
         candidates = [os.path.join(loc, "__init__.py") for loc in locations]
@@ -88,7 +88,7 @@ def _library_imports(q: str) -> tuple[tuple[str, str], ...]:
         try:
             tree = syntax.parse(text.decode("utf-8", "replace"))
         except (SyntaxError, ValueError, MemoryError):  # syntax.TooDeep is a ValueError
-            return ()
+            return {}
         package = q if locations else head  # what `from . import x` is relative to
         pairs = []
         for node in ast.walk(tree):
@@ -98,14 +98,14 @@ def _library_imports(q: str) -> tuple[tuple[str, str], ...]:
                 base = package.rsplit(".", node.level - 1)[0] if node.level else ""
                 base = ".".join(filter(None, (base, node.module)))
                 pairs += [(a.asname or a.name, f"{base}.{a.name}") for a in node.names if a.name != "*"]
-        return tuple(pairs)
-    return ()
+        return dict(pairs)
+    return {}
 
 
 def _imported_by(q: str) -> frozenset[str]:
     """The names module `q`'s source binds to modules by import (`F` in torch.nn.modules.linear; not `Function` in
     torch.autograd, a class)."""
-    return frozenset(name for name, target in _library_imports(q) if is_on_disk(target))
+    return frozenset(name for name, target in _library_imports(q).items() if is_on_disk(target))
 
 
 def library_readings(q: str) -> list[str]:
@@ -119,7 +119,7 @@ def library_readings(q: str) -> list[str]:
         head = ".".join(parts[:i])
         if _search_locations(head) is None:
             break  # no module: nothing after it is one of a module's imports
-        target = dict(_library_imports(head)).get(parts[i])
+        target = _library_imports(head).get(parts[i])
         if target and (target.partition(".")[0] in sys.stdlib_module_names or target in ROOT_PACKAGES):
             readings.append(".".join((target, *parts[i + 1:])))
     return readings

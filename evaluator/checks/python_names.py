@@ -97,7 +97,9 @@ def _os_beyond_reads(v: str) -> bool:
     """`os.X` beyond its reads, unless another rule judges it (os.fork: concurrency, os.sys: that module)."""
     if not v.startswith("os.") or (attr := v.split(".")[1]) in OS_READS or attr in REROOTED or attr.startswith("__"):
         return False
-    return not any(under(v, n) for n in CONCURRENCY_NAMES | INTROSPECTION_NAMES)
+    return not any(under(v, n) for n in _PROCESS_NAMES)
+
+
 DYNAMIC_NAMES = frozenset(
     ("builtins.exec", "builtins.eval", "builtins.compile", "types.FunctionType", "types.CodeType", "marshal.loads",
      "pickle.loads", "dill.loads", "cloudpickle.loads", "pkgutil.resolve_name",
@@ -263,8 +265,7 @@ PACKAGES_FOR_KERNELS = frozenset(("torch", "triton", "numpy", "einops", "transfo
 def _stdlib_beyond_kernels(v: str) -> bool:
     """A module outside those kernels use, where no other rule names it first."""
     first = root(v)
-    judged = IO_ROOTS | CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | set(SYNONYMS) | {root(n) for n in DYNAMIC_ROOTS}
-    if first in judged or any(under(v, n) for n in DYNAMIC_NAMES | IO_NAMES | INTROSPECTION_NAMES):
+    if first in _JUDGED_ROOTS or any(under(v, n) for n in _JUDGED_NAMES):
         return False
     if first not in sys.stdlib_module_names:
         return first not in PACKAGES_FOR_KERNELS  # a third-party package (cffi, pexpect, scipy, cuda.bindings...)
@@ -314,6 +315,11 @@ BUILT_AT_RUN_TIME = DottedNames(exact=DYNAMIC_NAMES, under=DYNAMIC_ROOTS, test=_
 
 # A dotted name seen anywhere, in each of its readings: (flag, the names it covers, reason; {seen} is the name
 # as written, with the reading it matched). Every row that covers a reading counts.
+# What other rules judge, made once (the tests above run on every reading of every name a candidate reads).
+_PROCESS_NAMES = CONCURRENCY_NAMES | INTROSPECTION_NAMES
+_JUDGED_ROOTS = IO_ROOTS | CONCURRENCY_ROOTS | INTROSPECTION_ROOTS | set(SYNONYMS) | {root(n) for n in DYNAMIC_ROOTS}
+_JUDGED_NAMES = DYNAMIC_NAMES | IO_NAMES | INTROSPECTION_NAMES
+
 NAME_RULES: tuple[tuple[str, DottedNames, str], ...] = (
     ("concurrency", DottedNames(roots=CONCURRENCY_ROOTS, under=CONCURRENCY_NAMES),
      "uses {seen} (threads or processes)"),

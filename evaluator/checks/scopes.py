@@ -16,7 +16,7 @@ FUNCTION_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Genera
 SCOPES = (*FUNCTION_SCOPES, ast.ClassDef, ast.Module)
 
 
-def bound_names(node: ast.AST) -> str | None:
+def bound_name(node: ast.AST) -> str | None:
     """The name `node` binds in its scope, if it binds one."""
     if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
         return node.id
@@ -34,7 +34,8 @@ def bound_names(node: ast.AST) -> str | None:
 
 class Scopes:
     def __init__(self, tree: ast.Module):
-        self.parents: dict[int, ast.AST] = {}
+        self.parents: dict[int, ast.AST] = {}  # every node's parent (the walker's too: evaluator.checks.walker)
+        self.module = tree
         self.bound: dict[int, set[str]] = {id(tree): set()}  # scope -> the names bound directly in it
         self.globals: set[str] = set()  # `global x` anywhere: x is the module's
         for node in ast.walk(tree):
@@ -43,7 +44,7 @@ class Scopes:
         for node in ast.walk(tree):
             if isinstance(node, ast.Global):
                 self.globals.update(node.names)
-            name = bound_names(node)
+            name = bound_name(node)
             if name is None:
                 continue
             # a def's own name belongs to the scope around it, its parameters to itself
@@ -60,9 +61,8 @@ class Scopes:
         """Whether a name read here is the builtin of that name: no enclosing function binds it, nor the module."""
         scope = self.scope_of(node) if id(node) in self.parents and node.id not in self.globals else None
         while scope is not None:
-            if (isinstance(scope, FUNCTION_SCOPES) or isinstance(scope, ast.Module)) \
-                    and node.id in self.bound.get(id(scope), ()):
-                return False
+            if not isinstance(scope, ast.ClassDef) and node.id in self.bound.get(id(scope), ()):
+                return False  # a class body's bindings are not seen from its methods
             scope = self.scope_of(scope) if id(scope) in self.parents else None
-        root = next(iter(self.bound))  # the module, when the node is not in the tree (a name the resolver made)
-        return node.id not in self.bound[root] and node.id not in self.globals
+        # the module's bindings again, for a node not in the tree (a name the resolver made)
+        return node.id not in self.bound[id(self.module)] and node.id not in self.globals

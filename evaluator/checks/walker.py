@@ -105,10 +105,7 @@ class Walker:
         self.names = Resolver(tree)
         self.findings = Findings()
         self.add = self.findings.add
-        self.parents: dict[int, ast.AST] = {}
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parents[id(child)] = node
+        self.parents: dict[int, ast.AST] = self.names.scopes.parents  # made once, by the resolver's scopes
         self.written: set[int] = set()  # nodes inside written targets, once `walk` has met them
         self._writes: list[WriteVisit] = []
         self._nodes: list[tuple[tuple[type[ast.AST], ...], NodeVisit, bool]] = []
