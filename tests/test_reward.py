@@ -96,6 +96,17 @@ def test_a_shaky_correct_verdict_earns_credit_and_noise_lowers_it_never_zeroes_i
     assert noisy.speedup_low < clean.speedup_low < 2.0  # the lower end, never the point estimate
 
 
+def test_a_shaky_verdict_whose_interval_says_faster_earns_no_more_than_1x():
+    """A shaky verdict's interval is from within its round; the flag says its timing moved beyond that. Twice as fast
+    by tight figures, flagged shaky: its lower end counts as 1x, no more; a shaky one slower than eager still earns
+    less than one at 1x."""
+    shaky = [Flag(name="shaky_timing", reason="baseline `eager` moved 45% from one round to the next")]
+    fast = reward(verdict(flags=shaky))
+    assert fast.outcome == "shaky" and fast.speedup_low == 1.0
+    assert fast.value == pytest.approx(reward(verdict(eager_ms=1.0, spread=0.0)).value)  # a ranked 1x
+    assert reward(verdict(candidate_ms=4.0, flags=shaky)).value < fast.value < reward(verdict()).value
+
+
 def test_the_reward_rises_with_the_lower_end_and_never_with_the_point_estimate_alone():
     slow, even, fast = (reward(verdict(candidate_ms=c)).value for c in (8.0, 2.0, 0.25))
     assert slow < even < fast

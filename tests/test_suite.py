@@ -420,6 +420,39 @@ def test_the_reference_as_a_candidate_is_not_significantly_faster_and_the_best_i
     assert suite.rows[1].best.name == "fast/steady"  # the higher lower end, not the higher point estimate
 
 
+def test_a_shaky_verdict_counts_in_kernelbenchs_fast_p_but_never_as_significantly_faster():
+    """On a 2-core CPU the suite board counted two problems as significantly faster than eager whose verdicts were
+    `shaky_timing` (eager spread by 59% and 73%): their intervals, within a round, excluded 1.00x, but the judge's
+    own flag says their timing is not trusted. A shaky best counts in fast_0 and in KernelBench's fast_p by its point
+    estimate; in the significant fast_p only a ranked one counts. The fast_p curves the plots draw agree."""
+    from evaluator.referee.timing import summarize
+    from evaluator.wire.records import Correctness, ModeCheck
+    from harness.results.plots import P_STEPS, fast_p_curve
+
+    def entry(problem: str, outcome: Outcome) -> Entry:
+        timing = summarize([0.5 * (1 + 0.01 * (i / 40 - 0.5)) for i in range(41)], 3)  # 2x eager, a tight interval
+        eager = summarize([1.0 * (1 + 0.01 * (i / 40 - 0.5)) for i in range(41)], 3)
+        check = ModeCheck(mode="train", trials=4, tiers={"strict": True, "loose": True})
+        verdict = Verdict(candidate="x", problem=problem, size="default", device="cpu", status=Status.correct,
+                          source_sha256="0" * 64, runtime_ms=timing.median_ms, timing=timing, baselines={"eager": eager},
+                          speedup={"eager": eager.median_ms / timing.median_ms},
+                          correctness=Correctness(tiers=check.tiers, main=check, distributions=["randn"], seeds=[1],
+                                                  buffers_checked=[]))
+        return Entry(kind="candidate", name=f"{problem}/x", gpu="CPU", problem=problem, size="default",
+                     status="correct", outcome=outcome, speedup=dict(verdict.speedup), runtime_ms=timing.median_ms,
+                     verdict=verdict)
+
+    ranked = Board(gpu="CPU", tier="loose", problem="ranked", size="default", ranked=[entry("ranked", Outcome.correct)])
+    shaky = Board(gpu="CPU", tier="loose", problem="shaky", size="default", unranked=[entry("shaky", Outcome.shaky)])
+    [suite] = suite_boards([ranked, shaky], {}, "s")
+    assert suite.rows[1].interval("eager")[0] > 1.5  # its interval alone would say faster
+    stats = suite.stats
+    assert stats.fast_p["eager"] == {"0": 1.0, "1": 1.0, "1.5": 1.0, "2": 0.0}
+    assert stats.fast_p_significant["eager"] == {"0": 1.0, "1": 0.5, "1.5": 0.5, "2": 0.0}
+    at = {p: i for i, p in enumerate(P_STEPS)}
+    assert fast_p_curve(suite, significant=True)[at[1.0]] == 0.5 and fast_p_curve(suite, significant=False)[at[1.0]] == 1.0
+
+
 def test_a_file_outside_the_working_folder_is_named_relative_to_it_never_absolute(tmp_path):
     from harness.runs.eval_records import eval_sample_name
 

@@ -5,7 +5,9 @@
                                                   crashed, incorrect, below_tier, rejected, ...), each below `correct`
 
 `low` is the lower end of the speedup's 95% interval over `baseline` (harness.core.intervals), never the point
-estimate: noise cannot be rewarded, and a shaky verdict's wide interval lowers its reward instead of zeroing it.
+estimate: noise cannot be rewarded, and a shaky verdict's wide interval lowers its reward instead of zeroing it. A
+shaky verdict's `low` counts at most 1x: its interval is from within a round, and the flag says the timing moved
+beyond that (on a 2-core CPU, two with eager spread by 59-73% had lower ends over 1), so it never earns as faster.
 Where there is no interval (the clock could not resolve a call, too few figures, no baseline) the term is 0: the
 credit for correctness alone. `term` is `log`: (clamp(log(low) / log(cap), -1, 1) + 1) / 2, so 1x earns half the
 speed weight, `cap` times faster all of it, `cap` times slower none; or `linear`: min(low / cap, 1).
@@ -74,4 +76,6 @@ def reward(verdict: Verdict, policy: RewardPolicy | None = None) -> Reward:
         return Reward(value=policy.failures.get(outcome.value, 0.0), outcome=outcome.value)
     interval = verdict_interval(verdict, policy.baseline)
     low = interval[0] if interval is not None else None
+    if low is not None and outcome == Outcome.shaky:
+        low = min(low, 1.0)
     return Reward(value=policy.correct + policy.speed * policy.speed_term(low), outcome=outcome.value, speedup_low=low)

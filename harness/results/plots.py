@@ -45,16 +45,7 @@ def fast_p_curve(suite: SuiteBoard, significant: bool, baseline: str = "eager") 
     rows = suite.rows
     if not rows:
         return [0.0 for _ in P_STEPS]
-
-    def faster(row, p: float) -> bool:
-        if not row.correct_or_shaky:
-            return False
-        if p == 0:
-            return True
-        value = (row.interval(baseline) or (0.0, 0.0))[0] if significant else (row.point(baseline) or 0.0)
-        return value > p
-
-    return [sum(faster(r, p) for r in rows) / len(rows) for p in P_STEPS]
+    return [sum(r.faster(baseline, p, significant) for r in rows) / len(rows) for p in P_STEPS]
 
 
 def suite_figures(suite: SuiteBoard) -> list[tuple[str, str, object]]:

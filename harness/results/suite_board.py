@@ -10,7 +10,8 @@ of different GPUs are never mixed: one summary a GPU.
   of the problems attempted whose best candidate is correct and whose speedup's point estimate is over p: for
   comparison with published tables) and the significant one (the lower end of its 95% interval over p: noise
   does not count; the reference itself as a candidate reads about 1.00x and is not significantly faster).
-  fast_0 is the correct share: a correct candidate whose timing is shaky counts as correct in both. A problem
+  fast_0 is the correct share: a correct candidate whose timing is shaky counts as correct in both. Past 0, a shaky
+  one counts in KernelBench's by its point estimate, never in the significant one (`ProblemRow.faster`). A problem
   whose baseline was never timed counts as not faster.
 - A problem's best candidate: among its ranked candidates, the one whose speedup over eager has the highest lower
   end (its point estimate where it has no interval); else its best outcome.
@@ -72,6 +73,19 @@ class ProblemRow:
     def interval(self, baseline: str) -> tuple[float, float] | None:
         return self.best.speedup_interval(baseline) if self.best is not None and self.correct_or_shaky else None
 
+    def faster(self, baseline: str, p: float, significant: bool) -> bool:
+        """Whether this problem counts in fast_p at `p`: fast_0 (p = 0) is correct, shaky included, both ways;
+        KernelBench's, its point estimate over p; the significant one, a ranked verdict (a shaky one's timing is not
+        trusted, whatever its interval: on a 2-core CPU the board counted two shaky problems, eager spread 59-73%,
+        as significantly faster) whose interval's lower end is over p."""
+        if not self.correct_or_shaky:
+            return False
+        if p == 0:
+            return True
+        if significant:
+            return self.correct and (self.interval(baseline) or (0.0, 0.0))[0] > p
+        return (self.point(baseline) or 0.0) > p
+
     def to_dict(self) -> dict[str, Any]:
         best = self.best
         return {"problem": self.problem, "size": self.size, "level": self.level, "status": self.status,
@@ -100,13 +114,12 @@ class SuiteStats:
     def over(cls, rows: Sequence[ProblemRow], timed: set[str]) -> SuiteStats:
         """`timed`: the baselines timed for any of these problems (fast_p against one never timed is None,
         not 0)."""
-        def share(faster) -> dict[str, dict[str, float | None]]:
-            return {b: {threshold_key(p): (sum(1 for r in rows if r.correct_or_shaky and (p == 0 or faster(r, b, p)))
-                                           / len(rows) if rows and b in timed else None) for p in FAST_P}
+        def share(significant: bool) -> dict[str, dict[str, float | None]]:
+            return {b: {threshold_key(p): (sum(r.faster(b, p, significant) for r in rows) / len(rows)
+                                           if rows and b in timed else None) for p in FAST_P}
                     for b in FAST_P_BASELINES}
 
-        fast = share(lambda r, b, p: (r.point(b) or 0) > p)
-        significant = share(lambda r, b, p: (r.interval(b) or (0, 0))[0] > p)
+        fast, significant = share(False), share(True)
         counts: dict[str, int] = {}
         for r in sorted(rows, key=lambda r: r.outcome.order):
             label = r.status if r.candidates == 0 else r.outcome.value  # `no_candidate`: none was judged
