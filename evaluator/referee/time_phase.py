@@ -222,7 +222,8 @@ class Series:
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
         """The series' per-call figures (each window less the cost beside it, over its calls), and that cost:
         the calibrator's windows beside these (on a GPU, those beside windows no slower than the series' median plus
-        its spread: `not_beside_slow`), or the round's where it failed (flag `uncalibrated`)."""
+        its spread: `not_beside_slow`), or the round's where it failed or every one lay beside a slow window (flag
+        `uncalibrated` where the round's cannot stand in)."""
         session, referee = self.session, self.session.referee
         windows = self.windows[timed]
         pairs = [(w, self.costs[i]) for w, i in zip(windows, self.beside_at[timed]) if i is not None]
@@ -234,9 +235,10 @@ class Series:
         if cost is None and referee.current_round is not None and not windows[0].handed_off:
             cost = referee.current_round.window_cost
         if cost is None:
-            session.add([Flag(name="uncalibrated", reason=(
-                f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error}): the "
-                "times are whole windows, longer than the calls"))])
+            why = (f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error})"
+                   if not pairs or self.uncalibrated else
+                   f"each of the {len(pairs)} calibrator windows lay beside a window slower than the series' usual")
+            session.add([Flag(name="uncalibrated", reason=f"{why}: the times are whole windows, longer than the calls")])
         tuning.profile_windows(session.name, windows, beside)
         stats = summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start)
         return stats.model_copy(update={"handed_off": windows[0].handed_off}), cost
@@ -415,8 +417,8 @@ class Series:
 
 def not_beside_slow(pairs: list[tuple[clock.Clocked, clock.Clocked]], windows: list[clock.Clocked]) -> list[clock.Clocked]:
     """The calibrator's windows of `pairs` (each with the window it was beside) beside windows no slower per call than
-    the median of `windows` plus twice their median absolute deviation (at least 1% of the median); where none is, the
-    one beside the fastest.
+    the median of `windows` plus twice their median absolute deviation (at least 1% of the median); where none is,
+    none: the series then takes the round's cost, paced to the reference's call, or is `uncalibrated` (`figures`).
 
     Why: a calibrator beside a slow window is paced long (`Series.pace_for`), and a long pace's dearer cost, taken off
     every window, would make a candidate's fast windows faster. With about five calibrator windows in ten, slow warm-up
@@ -425,14 +427,16 @@ def not_beside_slow(pairs: list[tuple[clock.Clocked, clock.Clocked]], windows: l
     taken off less: never in the candidate's favour. The deviation is at most the median's lead over the fastest call,
     so a kept window's call is at most three such leads longer than the fastest: slowing windows to widen the bound
     pays only where a window's cost grows by a third of each ms of pace (about 0.06 on H100s, docs/timing.md). Twice
-    the deviation keeps about nine in ten of an honest series' calibrator windows."""
+    the deviation keeps about nine in ten of an honest series' calibrator windows. Where every calibrator window lies
+    beside a slow one (three of ten, at the least, can all fall among four slow windows: about one series in thirty of
+    that attack), the one beside the fastest would still be a long pace's: the round's cost, which the candidate has
+    no part in, stands in; it is a window of one call's, taken off less than a longer window costs."""
     if not pairs:
         return []
     calls = [w.per_call_ms for w in windows]
     median = statistics.median(calls)
     bound = median + max(0.01 * median, 2 * statistics.median(abs(c - median) for c in calls))
-    kept = [cost for window, cost in pairs if window.per_call_ms <= bound]
-    return kept or [min(pairs, key=lambda pair: pair[0].per_call_ms)[1]]
+    return [cost for window, cost in pairs if window.per_call_ms <= bound]
 
 
 def idle(session: Session, when: str) -> None:
