@@ -222,8 +222,8 @@ class Series:
     def figures(self, timed: slice) -> tuple[TimingStats, clock.WindowCost | None]:
         """The series' per-call figures (each window less the cost beside it, over its calls), and that cost:
         the calibrator's windows beside these (on a GPU, those beside windows no slower than the series' median plus
-        its spread: `not_beside_slow`), or the round's where it failed or every one lay beside a slow window (flag
-        `uncalibrated` where the round's cannot stand in)."""
+        its spread: `not_beside_slow`), or the round's where it failed; none (flag `uncalibrated`) where the round's
+        cannot stand in or every one lay beside a slow window."""
         session, referee = self.session, self.session.referee
         windows = self.windows[timed]
         pairs = [(w, self.costs[i]) for w, i in zip(windows, self.beside_at[timed]) if i is not None]
@@ -231,13 +231,16 @@ class Series:
         beside = [] if self.uncalibrated else (
             not_beside_slow(pairs, windows) if referee.device == "cuda" else [cost for _, cost in pairs])
         cost = clock.window_cost(beside) if beside else None
+        # every calibrator beside a slow window: the round's cost is paced to the reference's call, which may be longer
+        # than the candidate's usual one and cost more, so none is taken off (whole windows: never in its favour)
+        all_beside_slow = bool(pairs) and not beside and not self.uncalibrated
         # the round's cost is a window of one call's: never taken off calls handed off back to back
-        if cost is None and referee.current_round is not None and not windows[0].handed_off:
+        if cost is None and not all_beside_slow and referee.current_round is not None and not windows[0].handed_off:
             cost = referee.current_round.window_cost
         if cost is None:
-            why = (f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error})"
-                   if not pairs or self.uncalibrated else
-                   f"each of the {len(pairs)} calibrator windows lay beside a window slower than the series' usual")
+            why = (f"each of the {len(pairs)} calibrator windows lay beside a window slower than the series' usual"
+                   if all_beside_slow else
+                   f"the calibrator could not measure what a clocked window costs ({referee.calibrator.error})")
             session.add([Flag(name="uncalibrated", reason=f"{why}: the times are whole windows, longer than the calls")])
         tuning.profile_windows(session.name, windows, beside)
         stats = summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start)
@@ -418,7 +421,7 @@ class Series:
 def not_beside_slow(pairs: list[tuple[clock.Clocked, clock.Clocked]], windows: list[clock.Clocked]) -> list[clock.Clocked]:
     """The calibrator's windows of `pairs` (each with the window it was beside) beside windows no slower per call than
     the median of `windows` plus twice their median absolute deviation (at least 1% of the median); where none is,
-    none: the series then takes the round's cost, paced to the reference's call, or is `uncalibrated` (`figures`).
+    none (`figures` then takes nothing off: `uncalibrated`).
 
     Why: a calibrator beside a slow window is paced long (`Series.pace_for`), and a long pace's dearer cost, taken off
     every window, would make a candidate's fast windows faster. With about five calibrator windows in ten, slow warm-up
@@ -429,8 +432,9 @@ def not_beside_slow(pairs: list[tuple[clock.Clocked, clock.Clocked]], windows: l
     pays only where a window's cost grows by a third of each ms of pace (about 0.06 on H100s, docs/timing.md). Twice
     the deviation keeps about nine in ten of an honest series' calibrator windows. Where every calibrator window lies
     beside a slow one (three of ten, at the least, can all fall among four slow windows: about one series in thirty of
-    that attack), the one beside the fastest would still be a long pace's: the round's cost, which the candidate has
-    no part in, stands in; it is a window of one call's, taken off less than a longer window costs."""
+    that attack; an honest series, about one in a thousand), the one beside the fastest would still be a long pace's,
+    and the round's is paced to the reference's call, which may be longer too: none is kept, and `figures` takes off
+    nothing (`uncalibrated`)."""
     if not pairs:
         return []
     calls = [w.per_call_ms for w in windows]
