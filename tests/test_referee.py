@@ -1341,7 +1341,7 @@ def test_on_a_gpu_the_calibrator_is_beside_a_secret_sample_of_the_ranked_windows
         expected = sum(comb(count, k) * share ** k * (1 - share) ** (count - k) * min(count, max(least, k))
                        for k in range(count + 1))
         assert abs(sum(map(sum, draws)) / seeds - expected) < 0.3, (sum(map(sum, draws)) / seeds, expected)
-        assert len({tuple(d) for d in draws}) > 200  # places differ from seed to seed (ten windows: 120 ways of three)
+        assert len({tuple(d) for d in draws}) > 200  # places differ from seed to seed (ten windows: 252 ways of five)
         at = [sum(d[i] for d in draws) / seeds for i in range(count)]
         assert all(abs(p - expected / count) < 0.06 for p in at), at  # every place alike, the first and last too
     assert placed(_sampling_series("cuda"), 4, "last") == [False, False, False, True]
@@ -1397,8 +1397,7 @@ def test_slow_windows_in_a_pattern_get_no_more_of_the_sampled_calibrator_windows
 
 def test_the_cost_comes_from_calibrator_windows_beside_windows_within_the_series_spread_of_its_median():
     """`not_beside_slow`: an honest series' noise keeps nearly every calibrator window (twice the median absolute
-    deviation), slow windows' are left out, and where every one is beside a slow window none is kept (`figures` then
-    takes nothing off)."""
+    deviation), slow windows' are left out, and where every one is beside a slow window the fastest's stands."""
     from evaluator.referee import clock
     from evaluator.referee.time_phase import not_beside_slow
 
@@ -1412,22 +1411,20 @@ def test_the_cost_comes_from_calibrator_windows_beside_windows_within_the_series
     attacked = [window(11.5)] * 6 + [window(50.0)] * 4
     pairs = list(zip(attacked, costs))
     assert not_beside_slow(pairs, attacked) == costs[:6]
-    assert not_beside_slow(pairs[7:] + pairs[6:7], attacked) == []  # none beside a fast one: none, not a long pace's
+    assert not_beside_slow(pairs[7:] + pairs[6:7], attacked) == [costs[7]]  # none beside a fast one: the first slow
     assert not_beside_slow([], attacked) == []
 
 
 def test_slow_windows_where_a_sampled_calibrator_falls_never_make_the_cost_taken_off_a_long_paces():
     """An attacker's review of the uniform sample: slow warm-up windows, then the first four ranked windows slow and
-    six fast. The ranked median stays a fast window's, and in about a third of series most of the calibrator windows
-    fall beside slow windows, paced long: their median cost, taken off every window, was a long pace's. Only the
-    calibrator's windows beside windows no slower than the median (and its spread) give the cost; where every one lies
-    beside a slow window (at the least of three, about one series in thirty), nothing is taken off (`uncalibrated`):
-    the round's cost, paced to the reference's call, may be dearer than the candidate's usual window's."""
+    six fast. The ranked median stays a fast window's, and in about a quarter of series three of the five calibrator
+    windows fall beside slow windows, paced long: their median cost, taken off every window, was a long pace's. Only
+    the calibrator's windows beside windows no slower than the median (and its spread) give the cost."""
     from evaluator.referee import clock
 
     fast, slow = 11.5 * 3, 50.0 * 3  # windows of three calls
     pattern = [slow] * 2 + [slow] * 4 + [fast] * 6  # two warm-up windows, then the ranked ten
-    long_medians = every_slow = 0
+    long_medians = 0
     for seed in range(60):
         series = _sampling_series("cuda", seed)
         series.session.referee.current_round = type("R", (), {"window_cost": type("C", (), {"cost_ms": 2.5})})()
@@ -1448,18 +1445,12 @@ def test_slow_windows_where_a_sampled_calibrator_falls_never_make_the_cost_taken
         beside = [(w, series.costs[i]) for w, i in zip(series.windows[2:], series.beside_at[2:]) if i is not None]
         by_fast = clock.window_cost([c for w, c in beside if w.ms == fast])
         by_slow = [c.ms - c.reported_ms for w, c in beside if w.ms == slow]
-        timing, cost = series.figures(slice(2, None))
-        assert cost is None or all(cost.cost_ms < c for c in by_slow)
-        if by_fast is None:  # every calibrator beside a slow window: nothing taken off, never a long pace's cost
-            every_slow += 1
-            assert cost is None and timing.median_ms == pytest.approx(fast / 3), seed
-            assert series.flags[-1].name == "uncalibrated" and "lay beside a window slower" in series.flags[-1].reason
-            continue
         long_medians += clock.window_cost([c for _, c in beside]).cost_ms > by_fast.cost_ms + 1.0
+        timing, cost = series.figures(slice(2, None))
         assert cost.cost_ms == by_fast.cost_ms and cost.windows == by_fast.windows, seed  # those beside fast ones
+        assert all(cost.cost_ms < c for c in by_slow)
         assert timing.median_ms == pytest.approx((fast - by_fast.cost_ms) / 3)
     assert long_medians >= 5  # the pattern does make the median of every calibrator beside a long pace's
-    assert every_slow >= 1  # and, at the least of three, sometimes every one beside a slow window
 
 
 @pytest.mark.slow  # an in-process judgement with the calibrator: about a second
