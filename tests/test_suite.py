@@ -388,28 +388,33 @@ def test_a_kernelbench_run_folder_is_judged_as_it_lies_and_compared(tmp_path):
     assert first["kind"] == "kernelbench_only_correct" and first["file"].endswith("level_1_problem_1_sample_1_kernel.py")
 
 
+def _timed_entry(problem: str, name: str, ms: float, spread: float, gpu: str = "H200",
+                 outcome: Outcome = Outcome.correct) -> Entry:
+    """A correct candidate's row with per-call figures (median `ms`, spread evenly by `spread` of it) against eager's
+    (1.0 ms, spread by 1%): its speedup has an interval."""
+    from evaluator.referee.timing import summarize
+    from evaluator.wire.records import Correctness, ModeCheck
+
+    timing = summarize([ms * (1 + spread * (i / 40 - 0.5)) for i in range(41)], 3)  # its median: ms
+    eager = summarize([1.0 * (1 + 0.01 * (i / 40 - 0.5)) for i in range(41)], 3)
+    check = ModeCheck(mode="train", trials=4, tiers={"strict": True, "loose": True})
+    verdict = Verdict(candidate=name, problem=problem, size="default", device="cpu", status=Status.correct,
+                      source_sha256="0" * 64, runtime_ms=timing.median_ms, timing=timing, baselines={"eager": eager},
+                      speedup={"eager": eager.median_ms / timing.median_ms},
+                      correctness=Correctness(tiers=check.tiers, main=check, distributions=["randn"], seeds=[1],
+                                              buffers_checked=[]))
+    return Entry(kind="candidate", name=f"{problem}/{name}", gpu=gpu, problem=problem, size="default",
+                 status="correct", outcome=outcome, speedup=dict(verdict.speedup), runtime_ms=timing.median_ms,
+                 verdict=verdict)
+
+
 def test_the_reference_as_a_candidate_is_not_significantly_faster_and_the_best_is_the_highest_lower_end():
     """An H200's controls read 1.003x and 1.023x eager and KernelBench's fast_1 counted them as faster: the significant
     fast_1 does not, where the interval holds 1. Of two ranked candidates, the one whose interval's lower end is
     higher is the problem's best, whatever the point estimates say."""
-    from evaluator.referee.timing import summarize
-    from evaluator.wire.records import Correctness, ModeCheck
-
-    def entry(problem: str, name: str, ms: float, spread: float) -> Entry:
-        timing = summarize([ms * (1 + spread * (i / 40 - 0.5)) for i in range(41)], 3)  # its median: ms
-        eager = summarize([1.0 * (1 + 0.01 * (i / 40 - 0.5)) for i in range(41)], 3)
-        check = ModeCheck(mode="train", trials=4, tiers={"strict": True, "loose": True})
-        verdict = Verdict(candidate=name, problem=problem, size="default", device="cpu", status=Status.correct,
-                          source_sha256="0" * 64, runtime_ms=timing.median_ms, timing=timing, baselines={"eager": eager},
-                          speedup={"eager": eager.median_ms / timing.median_ms},
-                          correctness=Correctness(tiers=check.tiers, main=check, distributions=["randn"], seeds=[1],
-                                                  buffers_checked=[]))
-        return Entry(kind="candidate", name=f"{problem}/{name}", gpu="H200", problem=problem, size="default",
-                     status="correct", outcome=Outcome.correct, speedup=dict(verdict.speedup), runtime_ms=timing.median_ms,
-                     verdict=verdict)
-
-    control = Board(gpu="H200", tier="loose", problem="control", size="default", ranked=[entry("control", "ref", 0.99, 0.3)])
-    noisy, steady = entry("fast", "noisy", 0.4, 1.8), entry("fast", "steady", 0.45, 0.02)
+    control = Board(gpu="H200", tier="loose", problem="control", size="default",
+                    ranked=[_timed_entry("control", "ref", 0.99, 0.3)])
+    noisy, steady = _timed_entry("fast", "noisy", 0.4, 1.8), _timed_entry("fast", "steady", 0.45, 0.02)
     fast = Board(gpu="H200", tier="loose", problem="fast", size="default", ranked=[noisy, steady])
     [suite] = suite_boards([control, fast], {}, "s")
     assert suite.rows[0].speedup("eager") > 1.0  # KernelBench's fast_1 counts the control as faster...
@@ -425,22 +430,10 @@ def test_a_shaky_verdict_counts_in_kernelbenchs_fast_p_but_never_as_significantl
     `shaky_timing` (eager spread by 59% and 73%): their intervals, within a round, excluded 1.00x, but the judge's
     own flag says their timing is not trusted. A shaky best counts in fast_0 and in KernelBench's fast_p by its point
     estimate; in the significant fast_p only a ranked one counts. The fast_p curves the plots draw agree."""
-    from evaluator.referee.timing import summarize
-    from evaluator.wire.records import Correctness, ModeCheck
     from harness.results.plots import P_STEPS, fast_p_curve
 
-    def entry(problem: str, outcome: Outcome) -> Entry:
-        timing = summarize([0.5 * (1 + 0.01 * (i / 40 - 0.5)) for i in range(41)], 3)  # 2x eager, a tight interval
-        eager = summarize([1.0 * (1 + 0.01 * (i / 40 - 0.5)) for i in range(41)], 3)
-        check = ModeCheck(mode="train", trials=4, tiers={"strict": True, "loose": True})
-        verdict = Verdict(candidate="x", problem=problem, size="default", device="cpu", status=Status.correct,
-                          source_sha256="0" * 64, runtime_ms=timing.median_ms, timing=timing, baselines={"eager": eager},
-                          speedup={"eager": eager.median_ms / timing.median_ms},
-                          correctness=Correctness(tiers=check.tiers, main=check, distributions=["randn"], seeds=[1],
-                                                  buffers_checked=[]))
-        return Entry(kind="candidate", name=f"{problem}/x", gpu="CPU", problem=problem, size="default",
-                     status="correct", outcome=outcome, speedup=dict(verdict.speedup), runtime_ms=timing.median_ms,
-                     verdict=verdict)
+    def entry(problem: str, outcome: Outcome) -> Entry:  # 2x eager, a tight interval
+        return _timed_entry(problem, "x", 0.5, 0.01, gpu="CPU", outcome=outcome)
 
     ranked = Board(gpu="CPU", tier="loose", problem="ranked", size="default", ranked=[entry("ranked", Outcome.correct)])
     shaky = Board(gpu="CPU", tier="loose", problem="shaky", size="default", unranked=[entry("shaky", Outcome.shaky)])
