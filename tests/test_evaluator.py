@@ -255,15 +255,19 @@ def test_a_problem_of_tiny_tensors_has_room_for_each_of_them_in_the_exchange(tmp
     [verdict] = evaluator.evaluate_all([twin])
     assert verdict.status == Status.correct, verdict.error
     # eager is the reference judged as a candidate too (evaluator.referee.twin): the reference itself reads about 1x,
-    # where against the referee's own loop it read 2.5-4.8x at this dispatch-bound size (docs/timing.md)
-    assert evaluator.rounds and all("eager" in r.baselines and "eager" in r.in_referee for r in evaluator.rounds)
+    # where against the referee's own loop it read 2.5-4.8x at this dispatch-bound size (docs/timing.md). Under load
+    # the twin, like the candidate, can be `correct` with no figure (too short a call for the clock, or flagged): the
+    # round then has no eager, saying so (twin.figure); a twin not `correct` (its state not shipped) fails here
+    assert evaluator.rounds and all("eager" in r.in_referee for r in evaluator.rounds)
+    assert all("eager" in r.baselines or " has no figure: " in r.failed["eager"] or " was flagged `" in r.failed["eager"]
+               for r in evaluator.rounds), [r.failed for r in evaluator.rounds]
     # a figure the clock resolves reads about 1x; a 2-core machine's noise once read 2.09x, so one outside the bounds
     # is judged once more: a bias (the referee's own loop's 2.5-4.8x) reads outside them both times
-    speedups = [verdict.speedup["eager"]] if verdict.runtime_ms is not None else []
+    speedups = [verdict.speedup["eager"]] if "eager" in verdict.speedup else []
     if speedups and not 0.5 < speedups[0] < 2.0:
         again = Evaluator(cpu_options(tmp_path, problem=str(folder), size="tiny", eager_as_candidate=True))
         [verdict] = again.evaluate_all([twin])
-        speedups.append(verdict.speedup.get("eager") if verdict.runtime_ms is not None else speedups[0])
+        speedups.append(verdict.speedup.get("eager", speedups[0]))
     assert not speedups or any(0.5 < s < 2.0 for s in speedups), speedups
 
 
