@@ -20,7 +20,7 @@ from evaluator.referee.session import Imported, Session
 from evaluator.wire.exchange import Exchange
 from evaluator.executor.serve import Executor
 from evaluator.wire.protocol import ExecutorRequest
-from evaluator.referee.calibrator import CALIBRATOR_SOURCE, Calibrator
+from evaluator.referee.calibrator import CALIBRATOR_SOURCE, Calibrator, EagerBeside
 from evaluator.referee.referee import Referee
 from evaluator.wire.protocol import RefereeConfig
 from evaluator.wire.stage import Stage
@@ -97,6 +97,9 @@ def referee(problem: str = "gemm_scale_bn", size: str = "small", **overrides) ->
     link = LocalLink(calibrator_class(judge), judge)
     judge.calibrator = Calibrator(judge, link=link)
     judge.calibrator.ready = False  # constructed at its first measurement, as the contained one is
+    if judge.eager_beside is not None:  # with eager's twin on the CPU: eager beside each window, in this process too
+        judge.eager_beside = EagerBeside(judge, link=LocalLink(judge.module.Model, judge))
+        judge.eager_beside.ready = False
     return judge
 
 

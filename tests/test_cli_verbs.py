@@ -63,6 +63,21 @@ def test_show_names_the_input_distribution_of_each_per_distribution_check():
     assert lines["correctness train, inputs rand"].startswith("3 trials; loose FAIL")
 
 
+def test_show_says_which_baseline_was_timed_beside_the_candidates_windows():
+    from evaluator.wire.records import BaselineSource, Status, TimingStats, Verdict
+    from harness.results.browse import verdict_text
+
+    stats = TimingStats(median_ms=2.0, mean_ms=2.0, min_ms=2.0, max_ms=2.0, iqr_ms=0.0, reps=9, warmup=1)
+    verdict = Verdict(candidate="r/0", source_sha256="0" * 64, problem="p", size="s", device="cpu", status=Status.correct,
+                      baselines={"eager": stats}, speedup={"eager": 2.0}, runtime_ms=1.0,
+                      baseline_source=BaselineSource(batch="b", round=0, measured_at=0.0, after_candidates=0,
+                                                     paired=["eager"]))
+    lines = dict(verdict_text(verdict))
+    assert lines["baseline eager"] == "2.0000 ms -> 2.000x (timed beside its windows, a window after each of its own)"
+    verdict.baseline_source.paired = []
+    assert dict(verdict_text(verdict))["baseline eager"] == "2.0000 ms -> 2.000x"
+
+
 def test_compare_puts_runs_side_by_side(tmp_path):
     store = build(tmp_path / "s.sqlite")
     compared = invoke("compare", SINGLE_RUN, CHAIN_RUN, "--store", str(store))

@@ -309,6 +309,10 @@ def test_a_move_flags_only_the_verdicts_timed_between_the_two_rounds():
     batch = [verdict(0), verdict(1), verdict(2), verdict(1, Status.incorrect)]
     amended, flagged = after_batch([(str(i), v) for i, v in enumerate(batch)], rounds, None)
     assert flagged == {1} and "moved +43%" in amended[1].flags[0].reason  # round 2 has no round after it here
+    # eager timed beside the verdict's own windows (BaselineSource.paired, on the CPU): the rounds' eager is not its own
+    beside = verdict(1).model_copy(update={"baseline_source": batch[1].baseline_source.model_copy(update={"paired": ["eager"]})})
+    amended, flagged = after_batch([("0", beside)], rounds, None)
+    assert not flagged and amended[0].baseline_source.next_round_ms == {}
 
 
 def test_after_the_batch_each_verdict_holds_the_next_rounds_medians_in_the_store_too(tmp_path):

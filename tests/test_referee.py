@@ -712,6 +712,7 @@ def test_the_candidate_after_a_round_is_timed_only_once_the_twins_calls_are_repl
     from evaluator.wire.protocol import JudgeRequest
 
     referee, gate, seen = _twin_held_before_its_later_replay(monkeypatch)
+    monkeypatch.setattr(referee, "eager_beside", None)  # as on a GPU: the round's eager, not one beside its windows
     referee.ensure_round(defer=True)
     entered, real_exclusive = [], referee.exclusive
 
@@ -859,6 +860,34 @@ def test_a_speedup_beyond_the_published_bounds_is_flagged_shaky(candidate, eager
     assert [f.name for f in flags] == (["shaky_timing"] if shaky else [])
     for part in shaky:
         assert part in flags[0].reason and flags[0].reason.endswith("not ranked")
+
+
+@pytest.mark.parametrize("candidate, beside, paired_spread, others, moved, shaky", [
+    ((1.0, 0.4), 4.4, 0.05, {}, {"eager": 0.5}, []),  # both moved alike: the speedup holds
+    ((1.0, 0.1), 4.0, 0.3, {}, {}, ["its times over `eager`'s beside them spread by 30%"]),
+    ((1.0, 0.1), 4.0, None, {}, {}, ["no spread of its times over `eager`'s beside them"]),
+    ((1.0, 0.1), 5.2, 0.05, {}, {}, ["`eager` beside its windows read +30% off the round's (5.2 against 4 ms)"]),
+    ((1.0, 0.4), 4.0, 0.05, {"compile": (3.0, 0.1)}, {}, ["its times spread by 40%"]),  # compile: its own figure
+    ((1.0, 0.1), 4.0, 0.05, {"compile": (3.0, 0.1)}, {"eager": 0.5, "compile": 0.3}, ["baseline `compile` moved +30%"]),
+])
+def test_a_speedup_over_eager_beside_the_candidates_windows_is_shaky_by_their_ratio_and_within_the_drift_bound(
+        candidate, beside, paired_spread, others, moved, shaky):
+    """Eager timed beside each of the candidate's windows (time_phase.Series.figures): the spread of the candidate's time
+    over eager's, window by window, stands for both spreads and eager's drift between rounds (what moves both alike
+    cancels in the speedup), and eager's figure there may be off the round's by the drift bound at most (what a
+    candidate leaves running could slow the windows after its own); a baseline not beside it is judged as before,
+    with the candidate's own spread."""
+    from evaluator.referee.view import Round
+    from evaluator.wire.records import BaselineSource
+
+    source = BaselineSource(batch="b", round=1, measured_at=0.0, after_candidates=0)
+    baselines = {"eager": _stats(4.0, 2.0), **{name: _stats(*figures) for name, figures in others.items()}}
+    rounds = Round(baselines=baselines, failed={}, source=source, window_cost=None, moved=moved)
+    flags = phases.shaky_timing(_stats(*candidate), rounds, paired={"eager": (_stats(beside, 0.1), paired_spread)})
+    assert [f.name for f in flags] == (["shaky_timing"] if shaky else [])
+    for part in shaky:
+        assert part in flags[0].reason
+    assert not flags or "`eager` spread" not in flags[0].reason and "`eager` moved" not in flags[0].reason
 
 
 def test_an_executors_output_is_not_read_while_it_is_held_or_paused():
@@ -1313,7 +1342,41 @@ def _sampling_series(device: str, seed: int = 1):
         device=device, current_round=None, calibrator=SimpleNamespace(error="failed")))
     series.costs, series.paces, series.windows, series.beside_at = [], [], [], []
     series.uncalibrated, series.draw, series.flags, series.sample_size = False, random.Random(seed), flags, None
+    series.eager, series.paired_at, series.paired, series.paired_spread = None, [], None, None
     return series
+
+
+def test_on_the_cpu_eagers_windows_beside_the_candidates_give_eagers_figure_and_the_spread_of_their_ratio():
+    """`Series.figures`: eager's windows beside the candidate's, less the same cost, are eager's figure for it; the spread
+    of the candidate's per-call time over eager's, window by window, is small where both moved alike (a CPU's memory
+    slowing both windows of a pair), however much each series spread. Where a window has no eager beside it, none, and
+    the verdict is shaky: a candidate making one window fail never chooses the round's eager instead."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import clock
+
+    def window(ms: float, reported: float | None = None) -> clock.Clocked:
+        return clock.Clocked(ms=ms, go=Reply(id=1, events_ms=[reported] if reported is not None else []),
+                             put=Reply(id=2), offset=0, capture=None)
+
+    series = _sampling_series("cpu")
+    series.eager = object()
+    speeds = [1.0, 1.5, 1.0, 2.0, 1.2, 1.0, 1.8, 1.0]  # the machine's memory, window by window
+    series.windows = [window(1.0 + 4.0 * k) for k in speeds]  # cost 1 ms, then 4 ms of calls
+    series.paired_at = [window(1.0 + 8.0 * k * (1.02 if i % 2 else 0.98)) for i, k in enumerate(speeds)]
+    series.costs = [window(1.5, 0.5) for _ in speeds]  # cost 1.0
+    series.beside_at = list(range(len(speeds)))
+    timing, cost = series.figures(slice(0, None))
+    assert cost.cost_ms == 1.0
+    assert timing.iqr_ms / timing.median_ms > 0.2  # the candidate's own series is beyond the spread bound
+    assert series.paired.median_ms / timing.median_ms == pytest.approx(2.0, rel=0.03)
+    assert series.paired_spread < 0.05
+    assert not series.flags
+    series.paired_at[3] = None  # one window without eager beside it: no pairing at all, and never the round's instead
+    series.eager = SimpleNamespace(error="the calibrator failed: gone")
+    series.figures(slice(0, None))
+    assert series.paired is None and series.paired_spread is None
+    assert [f.name for f in series.flags] == ["shaky_timing"] and "gone" in series.flags[0].reason
 
 
 def test_on_a_gpu_the_calibrator_is_beside_a_secret_sample_of_the_ranked_windows_and_at_least_the_least():
@@ -1647,6 +1710,30 @@ def test_a_verdict_made_after_the_next_round_began_divides_by_the_round_its_wind
     verdict = judgement.verdict()
     assert verdict.status == Status.correct, verdict.error
     assert verdict.baseline_source == before.source and verdict.baselines["eager"] == before.baselines["eager"]
+
+
+@pytest.mark.slow  # an in-process judgement beside eager's windows, and a round with the twin: a few seconds
+def test_on_the_cpu_a_candidate_is_divided_by_eagers_windows_beside_its_own_not_by_the_rounds_twin(monkeypatch):
+    """With eager's twin on the CPU, eager is timed beside each of the candidate's windows too (calibrator.EagerBeside):
+    the verdict's `eager` is that figure (`BaselineSource.paired`), its speedup eager's over the candidate's, while the
+    round keeps its twin's; eager's own twin is never paired with itself."""
+    from evaluator.referee import twin
+
+    referee, started = _twin_referee(monkeypatch)
+    assert referee.eager_beside is not None
+    referee.ensure_round()
+    round_eager = referee.current_round.baselines["eager"]
+    assert started == [twin.NAME]
+    verdict = phases.judge(local_executor.session_for(local_executor.Honest, referee), compile_only=False,
+                           imported=Imported())
+    assert verdict.status == Status.correct, verdict.error
+    assert verdict.baseline_source.paired == ["eager"] and verdict.baselines["eager"] != round_eager
+    assert verdict.baselines["eager"].reps == verdict.timing.reps  # one of eager's windows beside each of its own
+    assert verdict.speedup["eager"] == pytest.approx(verdict.baselines["eager"].median_ms / verdict.runtime_ms)
+    monkeypatch.setattr(referee, "eager_beside", None)  # where it is not run (a GPU, or KH_EAGER_BESIDE=0): the round's
+    plain = phases.judge(local_executor.session_for(local_executor.Honest, referee), compile_only=False,
+                         imported=Imported())
+    assert plain.baseline_source.paired == [] and plain.baselines["eager"] == round_eager
 
 
 # --------------------------------------------------------------------------- a checked call's reference, overlapped

@@ -47,6 +47,13 @@ def test_the_interval_holds_the_point_estimate_and_narrows_with_less_noise():
     assert speedup_interval(summarize(times(1.0, 0.02, seed=1), 3), summarize(times(2.0, 0.02, seed=2), 3)) == calm
     assert speedup_interval(summarize([1.0, 1.1], 3), summarize(times(2.0, 0.02), 3)) is None  # too few figures
     assert speedup_interval(summarize([-0.01, 0.02, 0.01], 3), summarize(times(2.0, 0.02), 3)) is None
+    # a baseline timed beside the candidate's windows (BaselineSource.paired): the pairs resampled together, so a move
+    # both windows of a pair share (a CPU's memory, second to second) narrows the interval instead of widening it
+    moving = [1.0 + 0.5 * (k % 3) for k in range(12)]
+    ours, theirs = summarize([m * 1.0 for m in moving], 3), summarize([m * 2.0 * (1.01 if k % 2 else 0.99)
+                                                                         for k, m in enumerate(moving)], 3)
+    apart, together = speedup_interval(ours, theirs), speedup_interval(ours, theirs, paired=True)
+    assert together[0] > 1.9 and together[1] < 2.1 and apart[1] - apart[0] > 4 * (together[1] - together[0])
 
 
 def test_a_control_read_faster_in_one_round_is_not_significantly_faster_across_both():

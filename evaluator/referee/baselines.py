@@ -31,6 +31,17 @@ def callable_for(referee, name: str) -> torch.nn.Module:
     raise ValueError(f"unknown baseline {name!r}")
 
 
+def forward_ms(referee, model: torch.nn.Module, inputs: list) -> float:
+    """One forward of `model`, after one untimed (library handles, workspaces): the referee's first sizing of calls."""
+    with torch.no_grad():
+        model(*inputs)
+        referee._sync()
+        start = time.perf_counter()
+        model(*inputs)
+        referee._sync()
+    return (time.perf_counter() - start) * 1e3
+
+
 VOID_SERIES = 3  # series a baseline is timed in at most, while void windows leave it fewer than the timer's fewest
 
 

@@ -9,13 +9,17 @@ referee measures it in every baseline round and beside each of a candidate's clo
 from __future__ import annotations
 
 import hashlib
+import os
+import statistics
 import time
 import traceback
 from pathlib import Path
 
 from evaluator.referee import clock, relay, tuning
 from evaluator.referee.process import Ended, ExecutorProcess
+from evaluator.referee.timing import quantile, summarize
 from evaluator.referee.view import RefereeView
+from evaluator.wire.records import TimingStats
 from evaluator.wire.protocol import LoadState
 
 CALIBRATOR_SOURCE = '''"""The referee's calibrator: never a candidate. It runs in an executor like any candidate (same
@@ -56,6 +60,23 @@ def _cycles_per_ms():
     return 1_000_000 / max(begin.elapsed_time(end), 1e-3)
 '''
 
+# Eager beside a CPU candidate's windows (EagerBeside): the reference's own forward, each call, unchanged.
+EAGER_BESIDE_SOURCE = '''"""The referee's eager beside a CPU candidate's windows: never a candidate. The reference's own `Model`, run in an
+executor like any candidate (same code, same containment, same path for its calls), on the inputs of the candidate's
+window just closed (evaluator.referee.calibrator.EagerBeside)."""
+from pathlib import Path
+
+from evaluator.wire.problem import import_file
+
+_reference = import_file(Path(%(path)r), "kh_eager_beside_reference")
+for _name, _value in %(sizes)r.items():
+    setattr(_reference, _name, _value)
+
+
+class ModelNew(_reference.Model):
+    pass
+'''
+
 
 class Calibrator:
     """The referee's own executor for measuring what a clocked window costs (see CALIBRATOR_SOURCE).
@@ -67,9 +88,11 @@ class Calibrator:
         self.error: str | None = None
         self.broken = False  # failed since the last round: not started again before the next one
 
+    SOURCE = CALIBRATOR_SOURCE
+
     def start(self) -> None:
         referee, config = self.referee, self.referee.config
-        source = (CALIBRATOR_SOURCE % {"path": str(referee.problem.reference_path),
+        source = (self.SOURCE % {"path": str(referee.problem.reference_path),
                                        "sizes": referee.problem.size_values(referee.size)}).encode()
         self.link = ExecutorProcess(
             source=source, digest=hashlib.sha256(source).hexdigest(), device=referee.device,
@@ -181,3 +204,47 @@ class Calibrator:
         if not isinstance(self.link, ExecutorProcess):
             return
         self.link, self.ready = None, False
+
+
+class EagerBeside(Calibrator):
+    """Eager timed beside each of a CPU candidate's windows, alternating with them, on the same inputs: the reference's
+    `Model` unchanged (EAGER_BESIDE_SOURCE), in an executor started and held as the calibrator's is, its windows
+    less the calibrator's cost taken off the candidate's. On a 2-core CPU a memory-bound forward's speed moves with the
+    machine's memory, by up to a fifth from one second to the next: a candidate and eager's twin, timed seconds apart,
+    read 0.88-1.43x of each other where windows alternated read within 3-10% (docs/timing.md). Its figure is eager's
+    for that candidate (`BaselineSource.paired`); the round's twin is still judged, for everything else."""
+
+    SOURCE = EAGER_BESIDE_SOURCE
+
+    def window(self, input_sets: list[list], pace_ms: float = 0.0, plan=None) -> clock.Clocked | None:
+        return super().window(input_sets, 0.0, plan)
+
+    def prepare(self) -> None:
+        """Ready, then run untimed in windows of one call for WARM_S and at least WARM_CALLS, each on fresh inputs: a
+        fresh process's first 10-20 calls of a 64 MiB forward fault its heap in, 5x slower (docs/results.md), and its
+        windows beside a candidate's would start there."""
+        super().prepare()
+        referee, started, calls = self.referee, time.perf_counter(), 0
+        while not self.broken and (calls < self.WARM_CALLS or time.perf_counter() - started < self.WARM_S):
+            self.window([referee.draw(referee.problem.distributions[0], referee.keys.next_seed("eager beside"))])
+            calls += 1
+
+    WARM_S, WARM_CALLS = 0.5, 20
+
+
+# KH_EAGER_BESIDE=0: eager not timed beside a CPU candidate's windows (EagerBeside), for measuring the two
+EAGER_BESIDE = os.environ.get("KH_EAGER_BESIDE") != "0"
+
+
+def paired_figures(windows: list[clock.Clocked], paired: list[clock.Clocked], cost_ms: float,
+                   warmup: int) -> tuple[TimingStats, float] | None:
+    """Eager's figure from its windows `paired` with the candidate's `windows` (each less the same cost, `cost_ms`, as
+    the candidate's), and the spread (IQR over median) of the candidate's per-call time over eager's, window by
+    window; None where a window's calls are all cost (no ratio to tell the spread by)."""
+    eager = clock.referee_times(paired, cost_ms)
+    ratios = [own / theirs for own, theirs in zip(clock.referee_times(windows, cost_ms), eager) if theirs > 0]
+    if len(ratios) < len(eager):
+        return None
+    middle = statistics.median(ratios)
+    spread = (quantile(ratios, 0.75) - quantile(ratios, 0.25)) / middle if middle > 0 else float("inf")
+    return summarize(eager, warmup).model_copy(update={"handed_off": paired[0].handed_off}), spread

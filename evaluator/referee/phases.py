@@ -237,12 +237,18 @@ def compose(session: Session, results: dict, outcome: Stop | None, current: Roun
     figure = timing if timed is not None and timed.resolved else None  # a number the clock resolves, or none
     rounds = (current or referee.current_round) if referee is not None and timing is not None else None
     baselines = dict(rounds.baselines) if rounds is not None else {}
+    source = rounds.source if rounds is not None else None
+    paired = timed is not None and timed.paired is not None and "eager" in baselines  # eager beside its windows
+    if paired:
+        baselines["eager"] = timed.paired
+        source = source.model_copy(update={"paired": ["eager"]})
     environment = referee.environment.model_copy() if referee is not None else None
     if environment is not None and timed is not None:
         environment.sm_clock_mhz = timed.sm_clock_mhz
     flags = list(session.flags)
     if timing is not None:
-        flags += shaky_timing(timing, rounds, referee.config.shaky_spread, referee.config.shaky_drift)
+        flags += shaky_timing(timing, rounds, referee.config.shaky_spread, referee.config.shaky_drift,
+                              paired={"eager": (timed.paired, timed.paired_spread)} if paired else {})
         flags += bounds_flag(referee.config.shaky_spread, referee.config.shaky_drift)
     moved = referee.memory.said() if referee is not None and correctness is not None else None
     if moved:  # informative: every check ran, in host memory
@@ -256,7 +262,7 @@ def compose(session: Session, results: dict, outcome: Stop | None, current: Roun
         phase=outcome.phase if outcome is not None else (Phase.time if error else None), error=error,
         correctness=correctness,
         runtime_ms=figure.median_ms if figure else None, timing=timing, baselines=baselines,
-        baseline_source=rounds.source if rounds is not None else None,
+        baseline_source=source,
         # only over baselines timed as the candidate was (handed off or not): no ratio of two kinds of figure
         speedup={name: stats.median_ms / figure.median_ms for name, stats in baselines.items()
                  if stats.handed_off == figure.handed_off} if figure else {},
@@ -286,15 +292,31 @@ def claimed(referee: RefereeView, correctness: Correctness, timed: Timed | None,
 
 
 def shaky_timing(timing: TimingStats, rounds: Round | None, spread: float = SHAKY_SPREAD,
-                 drift: float = SHAKY_DRIFT) -> list[Flag]:
+                 drift: float = SHAKY_DRIFT, paired: dict[str, tuple] | None = None) -> list[Flag]:
     """`shaky_timing`, with every reason, when the candidate's series or a baseline it is divided by is
-    beyond the bounds (the published ones, or the user's); else nothing."""
-    reasons = []
+    beyond the bounds (the published ones, or the user's); else nothing. `paired`: the baselines timed beside the
+    candidate's windows (time_phase.Series.figures), each (its figure there, the spread of the candidate's time over
+    it window by window): the spread stands for both series' spreads and the round's drift, since what moves both
+    alike (a CPU's memory, second to second) cancels in a speedup; the figure may differ from the round's by the drift
+    bound at most (what the candidate's processes leave running could slow the windows after its own, eager's among
+    them: docs/timing.md). The candidate's own spread still counts where a baseline is not paired."""
+    reasons, paired = [], paired or {}
     if rounds is not None and rounds.device_busy:
         reasons.append(f"its baselines were timed while {rounds.device_busy.removeprefix('the ')}")
-    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > spread:
+    unpaired = {name: stats for name, stats in (rounds.baselines if rounds is not None else {}).items()
+                if name not in paired}
+    if (unpaired or not paired) and timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > spread:
         reasons.append(f"its times spread by {timing.iqr_ms / timing.median_ms:.0%} of their median (IQR)")
-    for name, stats in (rounds.baselines if rounds is not None else {}).items():
+    for name, (beside, over) in paired.items():
+        if over is None or over > spread:
+            reasons.append(f"its times over `{name}`'s beside them spread by {over:.0%} (IQR over median)"
+                           if over is not None else f"no spread of its times over `{name}`'s beside them")
+        round_ = rounds.baselines.get(name) if rounds is not None else None
+        off = beside.median_ms / round_.median_ms - 1 if round_ is not None and round_.median_ms > 0 else None
+        if off is not None and abs(off) > drift:
+            reasons.append(f"`{name}` beside its windows read {off:+.0%} off the round's ({beside.median_ms:.4g} "
+                           f"against {round_.median_ms:.4g} ms)")
+    for name, stats in unpaired.items():
         if stats.handed_off != timing.handed_off:  # a candidate whose windows fell back to one call (or the reverse)
             reasons.append(f"baseline `{name}` was timed {_shape(stats)}, the candidate's calls {_shape(timing)}: "
                            "not like for like")

@@ -39,7 +39,7 @@ from evaluator.referee import (
 from evaluator.referee.environment import cpu_call_cores
 from evaluator.referee.session import Session, candidate_text, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
-from evaluator.referee.calibrator import Calibrator
+from evaluator.referee.calibrator import EAGER_BESIDE, Calibrator, EagerBeside
 from evaluator.referee.keys import Keys
 from evaluator.referee.beside import Beside, close_ahead
 from evaluator.referee.process import ExecutorProcess
@@ -128,7 +128,7 @@ class Referee:
                                   self.state_nbytes, config.ahead, beside=int(self.twin is not None))
         self.judge_device = self.memory.judge_device  # where the float64 reference and the comparisons live
         laps("memory plan")
-        self.reference_ms = self.forward_ms(probe, sample)
+        self.reference_ms = baselines.forward_ms(self, probe, sample)
         laps("reference timed")
         self.stream_delay_ms = min(500.0, 20.0 + 4 * self.reference_ms) if self.device == "cuda" else 0.0
         self.reference_kernels = launched_kernels(probe, sample) if self.device == "cuda" else []
@@ -153,6 +153,8 @@ class Referee:
         self.closing: list[threading.Event] = []  # set once a judged executor is closed
         self.exchanges = ExchangePool(ready=lambda: self.device != "cuda" or self.device_idle(1.0) is not None)
         self.calibrator = Calibrator(self)
+        # on the CPU, eager timed beside each candidate's windows too, where eager is judged as a candidate (its twin)
+        self.eager_beside = EagerBeside(self) if self.device == "cpu" and self.twin is not None and EAGER_BESIDE else None
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
         laps("the rest")
@@ -197,15 +199,6 @@ class Referee:
         return max(capacity_for(*map(nbytes_of, self.fixed.values())), capacity_for(*(2 * n for n in self.state_sizes)),
                    relay.exchange_room(self.layout, self.device), handoff.HEADER)
 
-    def forward_ms(self, model: torch.nn.Module, inputs: list) -> float:
-        with torch.no_grad():
-            model(*inputs)  # warm-up: library handles, workspaces
-            self._sync()
-            start = time.perf_counter()
-            model(*inputs)
-            self._sync()
-        return (time.perf_counter() - start) * 1e3
-
     def sm_clock(self) -> int | None:
         """Read straight after a candidate's timed calls: read before them it shows the idle clock."""
         return identity.read_sm_clock_mhz() if self.device == "cuda" else None
@@ -245,11 +238,13 @@ class Referee:
         device_share.take_turn(self)
         if not self.rounds:
             self.warm_baselines(early=True)
-        self.calibrator.start_early()
+        for own in self.measuring():
+            own.start_early()
         self.start_ahead([self.twin] if self.twin else [])  # its imports overlap the compile (held while anything is timed)
         self.compile_baselines()
         self.start_ahead(self.queued())  # requests that came while it compiled: their imports overlap the round
-        self.calibrator.prepare()
+        for own in self.measuring():
+            own.prepare()
         compiled = time.perf_counter()
         costs = tuning.take_spent()  # the round's own (the twin's are the twin's)
         # after a round, the twin before the baselines are timed: its start and checks overlap the replay of the
@@ -266,6 +261,10 @@ class Referee:
                      "twin_s": time.perf_counter() - timed + (ran.seconds if ran else 0.0), "costs": costs,
                      "stored": self.rounds[-1].stored, "cached": self.cached_said or None})
         return round_
+
+    def measuring(self) -> list[Calibrator]:
+        """The referee's own executors: the calibrator, and eager beside a CPU candidate's windows where it has it."""
+        return [c for c in (self.calibrator, self.eager_beside) if c is not None]
 
     def close_later(self, process: ExecutorProcess) -> threading.Event:
         """A judged executor closed in the background (tenths of a second), over before anything is timed (`exclusive`);
@@ -482,7 +481,8 @@ class Referee:
         self.close_waiting(keep=self.twin if last else None)  # started for requests that never came, but the twin's
         if last:
             self.baseline_round()
-        self.calibrator.close()
+        for own in self.measuring():
+            own.close()
         if self.groups is not None:
             self.groups.remove(wait_s=2.0)
         if self.zygote is not None:

@@ -115,6 +115,7 @@ class Session:
     run_limit_scaled: bool = False  # run_timeout_s was scaled to the reference (scaled_run_limit)
     own_credit_s: float = 0.0  # the most of the referee's own time between calls that moves the run limit on
     defer_replay: bool = False  # compared calls may be replayed after its executor's last reply (replay.Later)
+    eager_beside: bool = True  # eager timed beside its windows where the referee has it (time_phase.Series.figures)
     keys: Keys = field(default_factory=Keys)  # its own: every seed it draws (evaluator.referee.keys)
     flags: list[Flag] = field(default_factory=list)
     phase: Phase = Phase.compile
@@ -292,6 +293,8 @@ class Timed:
     resolved: bool = True     # whether the figure per call stands as a number (evaluator.referee.floor.check_floor)
     reference64: object = None  # torch.nn.Module: the float64 reference after the timed calls and the check after them
     rest: object = None       # replay.Later: compared calls replayed after the executor's last reply, before the verdict
+    paired: TimingStats | None = None  # eager timed beside each window (time_phase.Series.figures), or None
+    paired_spread: float | None = None  # the spread of the candidate's per-call time over eager's beside it
 
 
 @dataclass(frozen=True)

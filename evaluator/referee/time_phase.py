@@ -13,6 +13,7 @@ import random
 import statistics
 
 from evaluator.referee import clock, floor, holding, relay, tuning
+from evaluator.referee.calibrator import paired_figures
 from evaluator.referee.timing import summarize
 from evaluator.wire import handoff
 from evaluator.wire.records import Flag, FlagPolicy, Phase, Status, TimingStats
@@ -137,8 +138,8 @@ def time_phase(session: Session, checked: Checked, built: Built) -> Timed:
     floor_ms, resolved = floor.check_floor(session, built, timing, cost, calls)
     recheck(session, replay.module, replay.later)
     return Timed(timing=timing, check=check, floor_ms=floor_ms, sm_clock_mhz=sm_clock, later=replay.later,
-                 reference64=replay.module, rest=later,
-                 resolved=resolved)
+                 reference64=replay.module, rest=later, resolved=resolved, paired=series.paired,
+                 paired_spread=series.paired_spread)
 
 
 def jit_in_clock(session: Session, before: int | None, after: int | None) -> None:
@@ -197,6 +198,10 @@ class Series:
         self.room_known = False               # whether windows on the device were tried (`NoRoom` before that only)
         self.void: list[str] = []             # the windows timed again, each with why it was void (`retime`)
         self.jit: int | None = None           # the executor's Triton compiles and autotune runs, after the last window
+        # eager beside each window on the CPU (calibrator.EagerBeside), its windows by the candidate's, figure, spread
+        eager = referee.eager_beside if referee.device == "cpu" and session.eager_beside else None  # (not the twin's)
+        self.eager = eager if eager is not None and not eager.broken else None
+        self.paired_at, self.paired, self.paired_spread = [], None, None
 
     def timed(self, calls: int = 1, plan: handoff.Plan | None = None) -> slice:
         """The ranked series, windows of `calls` calls (handed off one by one where `plan` says where, else one call a
@@ -206,6 +211,8 @@ class Series:
         timer = referee.timer
         first = len(self.windows)
         estimate = max(self.windows[-1].per_call_ms * calls, 1e-3)  # one window's ms, from the last one's calls
+        if self.eager is not None and self.paired_at and self.paired_at[-1] is not None:  # and eager's beside it: a
+            estimate += self.paired_at[-1].per_call_ms * calls  # fast candidate's windows are not a slow eager's
         fit = max(1, SERIES_BYTES[referee.device] // (calls * referee.layout.span))
         if plan is not None:
             fit = min(fit, max(1, relay.HANDOFF_SERIES_CALLS // calls))
@@ -241,6 +248,13 @@ class Series:
                 "times are whole windows, longer than the calls"))])
         tuning.profile_windows(session.name, windows, beside)
         stats = summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start)
+        paired = self.paired_at[timed]  # eager's beside each window (calibrator.paired_figures), else the round's stands
+        usable = self.eager is not None and cost is not None and not self.uncalibrated and paired and None not in paired
+        figures = paired_figures(windows, paired, cost.cost_ms, timed.start) if usable else None
+        self.paired, self.paired_spread = figures or (None, None)
+        if self.eager is not None and cost is not None and not self.uncalibrated and figures is None:  # never a choice
+            session.add([Flag(name="shaky_timing", reason=(  # between eager beside and the round's for a ranked figure
+                f"eager's windows beside its own gave no figure ({self.eager.error or 'a window all cost'}): not ranked"))])
         return stats.model_copy(update={"handed_off": windows[0].handed_off}), cost
 
     def run(self, count: int, calls: int, beside: bool = True, plan: handoff.Plan | None = None,
@@ -267,7 +281,7 @@ class Series:
                 referee.held_elsewhere_broken()  # what happened before this window is no part of it
             # the calibrator held through the candidate's window as the candidate is through the calibrator's:
             # each window then starts with its executor just continued, the pattern a window's cost depends on
-            with held(referee.calibrator.link):
+            with held(referee.calibrator.link), held(self.eager.link if self.eager else None):
                 if plan is not None:
                     clocked = relay.window(session.request, session.link.exchange, plan, input_sets, self.train,
                                            referee.device, stage=stage, give_up=lambda: session.link.kill(wait_s=5))
@@ -298,12 +312,13 @@ class Series:
                 made += 1
                 continue
             wanted = self.beside_here(calibrated, count - made, beside_so_far)
-            calibrated_window, paced = self.calibrate(clocked, input_sets, plan, what, void, wanted)
+            calibrated_window, paced, paired = self.calibrate(clocked, input_sets, plan, what, void, wanted)
             self.replay.keep(clocked, seeds)
             if void and self.retime(what, void):
                 continue  # neither the window nor the calibrator's beside it is kept: timed again
             self.windows.append(clocked)
             self.beside_at.append(None)
+            self.paired_at.append(paired if calibrated_window is not None else None)
             if calibrated_window is not None:
                 self.beside_at[-1] = len(self.costs)
                 self.costs.append(calibrated_window)
@@ -333,23 +348,28 @@ class Series:
 
     @tuning.costed("calibrator")
     def calibrate(self, clocked: clock.Clocked, input_sets: list[list], plan: handoff.Plan | None, what: str,
-                  void: list[str], wanted: bool = True) -> tuple[clock.Clocked | None, float]:
+                  void: list[str], wanted: bool = True) -> tuple[clock.Clocked | None, float, clock.Clocked | None]:
         """The calibrator's window beside the candidate's `clocked` one where `wanted` (see `run`), with the
-        candidate's processes held and the device idle before and after it (also where none is wanted); its pace.
+        candidate's processes held and the device idle before and after it (also where none is wanted); its pace; then
+        eager's on the same inputs where it is beside (`eager`: on the CPU), each held through the other's window.
         Why it is void is added to `void`."""
         session = self.session
         referee = session.referee
-        calibrated, paced = None, 0.0
+        calibrated, paced, paired = None, 0.0, None
         with held(session.link):
             try:
                 idle(session, f"after {what} had returned")
                 if wanted:
                     paced = self.pace_for(clocked)
-                    calibrated = referee.calibrator.window(input_sets, paced, plan)
+                    with held(self.eager.link if self.eager else None):
+                        calibrated = referee.calibrator.window(input_sets, paced, plan)
                     idle(session, f"through the calibrator's window after {what}")
+                    if self.eager is not None and calibrated is not None:
+                        with held(referee.calibrator.link):
+                            paired = self.eager.window(input_sets, 0.0, plan)
             except SharedBusy as busy:
                 void.append(str(busy))
-                return None, 0.0
+                return None, 0.0, None
             around = "around the calibrator's window" if wanted else "between its windows"
             own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
             if own:
@@ -359,7 +379,7 @@ class Series:
                     "cannot be trusted)"))
             if why := referee.held_elsewhere_broken():
                 void.append(f"in the calibrator's window beside it, {why}" if wanted else f"while held after it, {why}")
-        return calibrated, paced
+        return calibrated, paced, paired
 
     def retime(self, what: str, void: list[str]) -> bool:
         """A void window (something held beside it, not the candidate's own, ran or died inside it or inside the

@@ -75,6 +75,7 @@ def judge_twin(referee, process, round_: int, again: bool = False, defer: bool =
         keys = referee.keys.derive("twin", round_, "again") if again else referee.keys.derive("twin", round_)
         session = referee.session_for(referee.twin, process, keys)
         session.defer_replay = defer and replay.DEFER != "candidates"
+        session.eager_beside = False  # eager itself: nothing to pair it with
         return process, phases.begin(session, compile_only=False)
     except BaseException:
         if fresh:  # one given is its caller's to close

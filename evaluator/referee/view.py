@@ -76,6 +76,7 @@ class RefereeView(Protocol):
     reference_kernels: list[str]
     current_round: Round | None
     calibrator: CalibratorView
+    eager_beside: CalibratorView | None  # eager beside a CPU candidate's windows (calibrator.EagerBeside), or None
     zygote: Zygote | None  # what its executors are forked from (evaluator.referee.forking)
     # the buffers a training call changes and whether the output reads them (evaluator.referee.replay.state_use), once
     # probed; None before

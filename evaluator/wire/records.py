@@ -25,7 +25,8 @@ SPEEDUP_RULE = (
     "A speedup divides a baseline's median time by the candidate's, both measured by the referee on the same GPU in "
     "the same batch: the candidate's by the referee's clock around each call, less what that clock's window costs "
     "(measured by its calibrator beside each window), never by anything the candidate's process reports. Eager is the "
-    "reference itself judged as a candidate in every baseline round, through the same checks and windows; the other "
+    "reference itself judged as a candidate in every baseline round, through the same checks and windows (on the CPU, "
+    "eager's windows alternate with the candidate's own, on the same inputs, and give its eager); the other "
     "baselines (TF32, torch.compile, the ceilings) are timed by device events in the referee's own process, so where "
     "calls are bound by their launches a speedup over those can read high, and where a GPU candidate's calls are "
     "handed off on the device it holds its copy out and theirs none, so it can read low by that copy.")
@@ -346,6 +347,10 @@ class BaselineSource(Record):
         "once the batch is over (empty until then, or where no round followed). A speedup's 95% interval is widened "
         "by the baseline's move to it (harness.core.intervals): the device's drift and one executor's figure against "
         "another's, error the per-call figures cannot show."))
+    paired: list[str] = Field(default_factory=list, description=(
+        "Baselines timed beside this candidate's own windows, a window of theirs after each of its, on the same "
+        "inputs (on the CPU: eager, evaluator.referee.calibrator.EagerBeside): their figures in `baselines` are this "
+        "verdict's, not the round's, and the rounds' moves bear on neither its flags nor its intervals."))
 
 
 class Verdict(Record):

@@ -54,12 +54,18 @@ def _seeded(*sides: np.ndarray) -> np.random.Generator:
 
 
 def speedup_interval(candidate: TimingStats | None, baseline: TimingStats | None,
-                     level: float = LEVEL) -> tuple[float, float] | None:
-    """(low, high) of baseline median / candidate median at `level`, or None where either side has too few figures."""
+                     level: float = LEVEL, paired: bool = False) -> tuple[float, float] | None:
+    """(low, high) of baseline median / candidate median at `level`, or None where either side has too few figures.
+    `paired`: the baseline was timed beside the candidate's windows, a window of its after each of the candidate's
+    (`BaselineSource.paired`): the pairs are resampled together, so what moved both windows of a pair alike (a CPU's
+    memory) moves both medians of a draw alike."""
     ours, theirs = _figures(candidate), _figures(baseline)
     if ours is None or theirs is None:
         return None
     draw = _seeded(ours, theirs)
+    if paired and len(ours) == len(theirs):
+        pick = draw.integers(0, len(ours), (DRAWS, len(ours)))
+        return _ends(np.median(theirs[pick], axis=1) / np.median(ours[pick], axis=1), level)
     ours_medians = _medians(draw, ours)
     return _ends(_medians(draw, theirs) / ours_medians, level)
 
@@ -94,7 +100,8 @@ def verdict_interval(verdict: Verdict, name: str) -> tuple[float, float] | None:
     if name not in verdict.speedup:
         return None
     baseline = verdict.baselines.get(name)
-    interval = speedup_interval(verdict.timing, baseline)
+    paired = verdict.baseline_source is not None and name in verdict.baseline_source.paired
+    interval = speedup_interval(verdict.timing, baseline, paired=paired)
     if interval is None:
         return None
     next_ms = verdict.baseline_source.next_round_ms.get(name) if verdict.baseline_source is not None else None

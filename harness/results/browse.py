@@ -107,7 +107,9 @@ def verdict_text(verdict: Verdict) -> list[tuple[str, str]]:
                                       "closed"))
     for name, stats in verdict.baselines.items():
         speedup = verdict.speedup.get(name)
-        lines.append((f"baseline {name}", f"{stats.median_ms:.4f} ms" + (f" -> {speedup:.3f}x" if speedup else "")))
+        beside = verdict.baseline_source is not None and name in verdict.baseline_source.paired
+        lines.append((f"baseline {name}", f"{stats.median_ms:.4f} ms" + (f" -> {speedup:.3f}x" if speedup else "")
+                      + (" (timed beside its windows, a window after each of its own)" if beside else "")))
     if verdict.baseline_source is not None:
         s = verdict.baseline_source
         lines.append(("baseline round", f"batch {s.batch}, round {s.round}, after {s.after_candidates} candidate(s)"

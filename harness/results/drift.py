@@ -54,7 +54,8 @@ def referee_loop_bias(rounds: Sequence[Any]) -> str | None:
 
 def _round_pairs(verdicts: Sequence[Verdict], rounds: Sequence[Any]) -> dict[int, tuple[dict, dict]]:
     """Positions of the correct verdicts with speedups whose round has a next one in the batch (same referee), with
-    each baseline's median in both: (the verdict's round, the round after it)."""
+    each baseline's median in both, but those timed beside the verdict's windows (`BaselineSource.paired`): (the
+    verdict's round, the round after it)."""
     by_round = {(r.batch, r.index): r for r in rounds if r.baselines}
     pairs = {}
     for position, verdict in enumerate(verdicts):
@@ -63,7 +64,9 @@ def _round_pairs(verdicts: Sequence[Verdict], rounds: Sequence[Any]) -> dict[int
             continue
         before, after = by_round.get((source.batch, source.round)), by_round.get((source.batch, source.round + 1))
         if before is not None and after is not None:
-            pairs[position] = (_medians(before), _medians(after))
+            # a baseline timed beside the verdict's own windows is its own, not the round's: no round moves it
+            own = set(source.paired)
+            pairs[position] = tuple({n: ms for n, ms in _medians(r).items() if n not in own} for r in (before, after))
     return pairs
 
 
