@@ -16,7 +16,7 @@ from evaluator.wire.records import Status
 from harness.bench.golden import control_candidate
 from evaluator.referee.headers import share_headers
 from evaluator.referee.session import RUN_FLOOR_S, scaled_run_limit
-from evaluator.parent.sandbox import (CandidateFile, EvalOptions, Evaluator, RefereeClient, default_cache_dir, evaluate,
+from evaluator.parent.sandbox import (CandidateFile, Evaluator, RefereeClient, default_cache_dir, evaluate,
                                       parse_problem)
 
 @pytest.mark.parametrize("path", BAD_INPUTS, ids=lambda p: p.stem)

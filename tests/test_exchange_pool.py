@@ -14,7 +14,7 @@ import torch
 
 import local_executor
 from evaluator.wire import exchange as exchanges
-from evaluator.wire.exchange import Exchange, ExchangePool
+from evaluator.wire.exchange import ExchangePool
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "gemm_scale_bn"
 SIZE = 1 << 20

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError

@@ -361,7 +361,7 @@ class _Raw:
     @staticmethod
     def post(port: int, headers: dict[str, str], body_bytes: int, chunked: bool = False) -> tuple[int, str, int]:
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        lines = [f"POST /v1/evaluations HTTP/1.1", "Host: x", "Content-Type: application/json",
+        lines = ["POST /v1/evaluations HTTP/1.1", "Host: x", "Content-Type: application/json",
                  *(f"{k}: {v}" for k, v in headers.items())]
         lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {body_bytes}")
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())

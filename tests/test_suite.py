@@ -14,7 +14,7 @@ from evaluator.wire.records import Status, Verdict
 from harness.core.outcomes import Outcome
 from harness.problems.suite import SuiteError, assign_candidates, load_suite, suite_of
 from harness.results.board import Board, Entry, Filters
-from harness.results.render import to_csv, to_json, to_markdown
+from harness.results.render import to_csv, to_json
 from harness.results.suite_board import suite_boards
 
 ROOT = Path(__file__).resolve().parent.parent
