@@ -105,3 +105,24 @@ def test_a_suite_bench_parks_under_the_environment_its_next_batch_has(tmp_path):
         assert key() != parking
     with referee_profile(tmp_path / "p001"):  # problem 1's batch
         assert key() == parking
+
+
+def test_a_suites_referees_parked_ahead_are_ended_one_batch_late_and_all_at_the_end(monkeypatch):
+    """ParkedAhead, what `eval --problems` and the suite bench share: the referees parked for the next batch while one
+    runs; once a batch is done, those parked for it that its lanes did not take are ended, and every one left at the
+    end, an interruption included."""
+    from evaluator.parent import park_next
+
+    ended = []
+    monkeypatch.setattr(park_next, "park_for", lambda options: [f"for {options}"])
+    monkeypatch.setattr(parked, "end", lambda keys: ended.append(list(keys)))
+    monkeypatch.setattr(parked, "end_all", lambda: ended.append("all"))
+    with pytest.raises(KeyboardInterrupt):
+        with park_next.ParkedAhead() as ahead:
+            for batch, following in ((1, 2), (2, 3), (3, None)):
+                if following is not None:
+                    ahead.park(following)
+                ahead.batch_done()
+                assert ended[-1] == ([f"for {batch}"] if batch > 1 else [])  # parked for the batch just done
+            raise KeyboardInterrupt
+    assert ended == [[], ["for 2"], ["for 3"], "all"]

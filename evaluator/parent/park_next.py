@@ -38,3 +38,27 @@ def park_for(options) -> list[tuple]:
     except Exception as err:  # a batch that finds none starts its own referee
         print(f"no referee parked for the next problem: {err}", file=sys.stderr)
         return []
+
+
+class ParkedAhead:
+    """A suite's referees parked one problem ahead (`park_for`), as a context manager: each batch's left-overs (those its
+    lanes did not take) ended once it is done, and every one still parked at the end."""
+
+    def __init__(self) -> None:
+        self.now: list[tuple] = []  # the keys of the referees parked for the batch about to run
+        self.coming: list[tuple] = []  # and for the one after it
+
+    def __enter__(self) -> "ParkedAhead":
+        return self
+
+    def park(self, options) -> None:
+        """Referees for the batch after the one about to run (`options`: its settings), their imports made meanwhile."""
+        self.coming = park_for(options)
+
+    def batch_done(self) -> None:
+        """The batch about to run is over: its left-overs ended; the next batch's are the ones about to run."""
+        parked.end(self.now)
+        self.now, self.coming = self.coming, []
+
+    def __exit__(self, *exc) -> None:
+        parked.end_all()

@@ -26,8 +26,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evaluator.parent import parked
-from evaluator.parent.park_next import park_for
+from evaluator.parent.park_next import ParkedAhead
 from evaluator.parent.sandbox import CandidateFile, EvalOptions
 from evaluator.wire.problem import load_problem
 from harness.bench.costs import largest_costs
@@ -90,21 +89,19 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
                          if v}
                 settings.append(EvalOptions(problem=entry.location, size=sizes[entry.name], device=device,
                                             cache_dir=work / "cache", log_root=work / "logs", store=store.path, **extra))
-            parked_now: list[tuple] = []  # the keys of the referees parked for the batch about to run
-            for index, (entry, options) in enumerate(zip(suite.problems, settings)):
-                parked_next = []
-                if index + 1 < len(settings):  # the next problem's referees' imports made meanwhile, as `eval` does,
-                    with referee_profile(profiles / f"pass{number}" / f"p{index + 1:03d}"):  # with its environment
-                        parked_next = park_for(settings[index + 1])
-                profile = profiles / f"pass{number}" / f"p{index:03d}"
-                problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
-                parked.end(parked_now)  # those this batch's lanes did not take
-                parked_now = parked_next
-                console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first verdict "
-                              f"after {nan_for(result['first_s']):.1f} s (set-up "
-                              f"{nan_for(result['setup_s']):.1f} s); {result['statuses']}")
-                for why in result["round_warnings"]:  # stored figures dropped: that problem's set-up and rounds slower
-                    console.print(f"  [yellow]{why}[/]")
+            with ParkedAhead() as referees_ahead:
+                for index, (entry, options) in enumerate(zip(suite.problems, settings)):
+                    if index + 1 < len(settings):  # the next problem's referees' imports made meanwhile, as `eval`
+                        with referee_profile(profiles / f"pass{number}" / f"p{index + 1:03d}"):  # does, its environment
+                            referees_ahead.park(settings[index + 1])
+                    profile = profiles / f"pass{number}" / f"p{index:03d}"
+                    problems[entry.name] = result = run_pass(copies[entry.name], options, store, profile=profile)
+                    referees_ahead.batch_done()
+                    console.print(f"{name} {entry.name}: {result['candidates']} in {result['wall_s']:.1f} s, first "
+                                  f"verdict after {nan_for(result['first_s']):.1f} s (set-up "
+                                  f"{nan_for(result['setup_s']):.1f} s); {result['statuses']}")
+                    for why in result["round_warnings"]:  # stored figures dropped: that problem's set-up, rounds slower
+                        console.print(f"  [yellow]{why}[/]")
             report["passes"][name] = summary = suite_pass(problems, profiles / f"pass{number}")
             if kept and name == "cold":
                 write_record(work, what, "done")  # its stored baselines are there for a warm part
@@ -116,7 +113,6 @@ def run_suite_throughput(count: int, suite: Suite, sizes: dict[str, str], *, dev
             if out:
                 out.write_text(json.dumps(report, indent=2, default=str))
     finally:
-        parked.end_all()
         store.close()
         if not kept:
             shutil.rmtree(work, ignore_errors=True)

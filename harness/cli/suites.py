@@ -18,8 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
-from evaluator.parent import parked
-from evaluator.parent.park_next import park_for
+from evaluator.parent.park_next import ParkedAhead
 from harness.cli.commands import EvalLines, _err, candidate_files, eval_command, leaderboard_command
 from harness.problems.suite import Suite, SuiteError, assign_candidates, check_sizes, load_suite, suite_of
 from harness.results.board import Filters
@@ -68,23 +67,19 @@ def eval_suite(suite: Suite, files: Sequence[Path], options: Any, *, json_lines:
         "backend": chosen[name].backend or options.backend, "precision": chosen[name].precision or options.precision})
         for name in by_problem}
     names = list(by_problem)
-    parked_now: list[tuple] = []  # the keys of the referees parked for the batch about to run
-    try:
+    with ParkedAhead() as referees_ahead:
         for position, name in enumerate(names):
             later = position + 1 < len(names) and sizes_device == "cuda"  # never beside a CPU's windows (run_suite)
             # the next problem's candidates, gated by its own checks, built while this one's are judged
             ahead = next_builds(names[position + 1], by_problem, settings) if later else []
-            # and its referees' imports made, on cores no lane uses (evaluator.parent.parked)
-            parked_next = park_for(settings[names[position + 1]]) if later else []
+            if later:  # and its referees' imports made, on cores no lane uses (evaluator.parent.parked)
+                referees_ahead.park(settings[names[position + 1]])
             code = max(code, eval_command(by_problem[name], settings[name], json_lines=json_lines, store=store,
                                           record=record, console=console, lines=lines,
                                           retime_baselines=retime_baselines, prebuild=ahead))
-            parked.end(parked_now)  # those this batch's lanes did not take
-            parked_now = parked_next
+            referees_ahead.batch_done()
             if code == 130:  # interrupted (Ctrl-C or SIGTERM): the problems after it are not started
                 return 130
-    finally:
-        parked.end_all()
     if record and not json_lines:
         print_suite_board(suite, store, [f for fs in by_problem.values() for f in fs], sizes, console)
     results = [f / "eval_results.json" for f in files if (f / "eval_results.json").is_file()]
