@@ -215,6 +215,7 @@ class EagerBeside(Calibrator):
     for that candidate (`BaselineSource.paired`); the round's twin is still judged, for everything else."""
 
     SOURCE = EAGER_BESIDE_SOURCE
+    WARM_S, WARM_CALLS = 0.5, 20  # its untimed warm-up each round (`prepare`)
 
     def window(self, input_sets: list[list], pace_ms: float = 0.0, plan=None) -> clock.Clocked | None:
         return super().window(input_sets, 0.0, plan)
@@ -228,8 +229,6 @@ class EagerBeside(Calibrator):
         while not self.broken and (calls < self.WARM_CALLS or time.perf_counter() - started < self.WARM_S):
             self.window([referee.draw(referee.problem.distributions[0], referee.keys.next_seed("eager beside"))])
             calls += 1
-
-    WARM_S, WARM_CALLS = 0.5, 20
 
 
 # KH_EAGER_BESIDE=0: eager not timed beside a CPU candidate's windows (EagerBeside), for measuring the two

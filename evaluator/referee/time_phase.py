@@ -211,8 +211,8 @@ class Series:
         timer = referee.timer
         first = len(self.windows)
         estimate = max(self.windows[-1].per_call_ms * calls, 1e-3)  # one window's ms, from the last one's calls
-        if self.eager is not None and self.paired_at and self.paired_at[-1] is not None:  # and eager's beside it: a
-            estimate += self.paired_at[-1].per_call_ms * calls  # fast candidate's windows are not a slow eager's
+        if self.paired_at and self.paired_at[-1] is not None:  # and eager's beside it: a fast candidate's windows
+            estimate += self.paired_at[-1].per_call_ms * calls  # are not a slow eager's
         fit = max(1, SERIES_BYTES[referee.device] // (calls * referee.layout.span))
         if plan is not None:
             fit = min(fit, max(1, relay.HANDOFF_SERIES_CALLS // calls))
@@ -248,13 +248,13 @@ class Series:
                 "times are whole windows, longer than the calls"))])
         tuning.profile_windows(session.name, windows, beside)
         stats = summarize(clock.referee_times(windows, cost.cost_ms if cost else 0.0), timed.start)
-        paired = self.paired_at[timed]  # eager's beside each window (calibrator.paired_figures), else the round's stands
-        usable = self.eager is not None and cost is not None and not self.uncalibrated and paired and None not in paired
-        figures = paired_figures(windows, paired, cost.cost_ms, timed.start) if usable else None
-        self.paired, self.paired_spread = figures or (None, None)
-        if self.eager is not None and cost is not None and not self.uncalibrated and figures is None:  # never a choice
-            session.add([Flag(name="shaky_timing", reason=(  # between eager beside and the round's for a ranked figure
-                f"eager's windows beside its own gave no figure ({self.eager.error or 'a window all cost'}): not ranked"))])
+        paired, figures = self.paired_at[timed], None  # eager's beside each window (calibrator.paired_figures)
+        if self.eager is not None and cost is not None and not self.uncalibrated:
+            figures = paired_figures(windows, paired, cost.cost_ms, timed.start) if None not in paired else None
+            if figures is None:  # never a choice between eager beside and the round's for a ranked figure
+                why = self.eager.error or "a window all cost"
+                session.add([Flag(name="shaky_timing", reason=f"eager's windows beside its own gave no figure ({why}): not ranked")])
+        self.paired, self.paired_spread = figures or (None, None)  # None: the round's eager stands
         return stats.model_copy(update={"handed_off": windows[0].handed_off}), cost
 
     def run(self, count: int, calls: int, beside: bool = True, plan: handoff.Plan | None = None,
@@ -318,7 +318,7 @@ class Series:
                 continue  # neither the window nor the calibrator's beside it is kept: timed again
             self.windows.append(clocked)
             self.beside_at.append(None)
-            self.paired_at.append(paired if calibrated_window is not None else None)
+            self.paired_at.append(paired)  # None where the calibrator's is (`calibrate`)
             if calibrated_window is not None:
                 self.beside_at[-1] = len(self.costs)
                 self.costs.append(calibrated_window)

@@ -40,6 +40,7 @@ class CalibratorView(Protocol):
     """What the phases use of the calibrator (evaluator.referee.calibrator.Calibrator)."""
 
     error: str | None
+    broken: bool  # failed since the last round
     link: object | None  # its executor (held through a candidate's windows)
 
     def window(self, input_sets: list[list], pace_ms: float = 0.0, plan=None) -> clock.Clocked | None: ...
