@@ -52,6 +52,30 @@ def test_the_judge_hashes_sources_not_a_version_string(edited_evaluator):
     assert len(keys) == 3
 
 
+def test_a_verdict_judged_with_a_measuring_knob_is_keyed_apart(monkeypatch):
+    """KH_EAGER_BESIDE=0 and the other timing knobs judge by another rule: the Judge names them and its fingerprint,
+    and so the verdict's key, differ; with none set the fingerprint is the one judges had before knobs were named."""
+    from evaluator.wire.records import json_digest
+
+    problem = load_problem()
+    for name in identity.JUDGE_KNOBS:
+        monkeypatch.delenv(name, raising=False)
+    published = identity.judge_identity(problem)
+    assert published.knobs == {} and published.fingerprint == json_digest(published.model_dump(
+        mode="json", exclude={"knobs"}))
+    monkeypatch.setenv("KH_EAGER_BESIDE", "0")
+    measuring = identity.judge_identity(problem)
+    assert measuring.knobs == {"KH_EAGER_BESIDE": "0"} and measuring.fingerprint != published.fingerprint
+    assert identity.verdict_key("s", "p", "small", "cpu", measuring) != identity.verdict_key("s", "p", "small", "cpu",
+                                                                                              published)
+    verdict = Verdict(candidate="c", source_sha256="s", problem="gemm_scale_bn", size="small", device="cpu",
+                      status=Status.correct, judge=measuring)
+    assert current_rules()(verdict) is None  # current where the same knobs are set
+    monkeypatch.delenv("KH_EAGER_BESIDE")
+    assert "measuring knobs" in current_rules()(verdict)  # stale under the published rules
+    assert current_rules()(verdict.model_copy(update={"judge": published})) is None
+
+
 def test_the_problem_hash_follows_its_files(tmp_path):
     folder = tmp_path / "scaled_relu"
     shutil.copytree(FIXTURES / "problems" / "scaled_relu", folder)

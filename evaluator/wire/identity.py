@@ -53,12 +53,24 @@ def problem_sha256(problem: ProblemSpec) -> str:
     return _files_digest(sorted(problem.definition_files()), problem.folder)
 
 
+# The referee's knobs for measuring one timing rule against another (each where it is read says what it sets): eager
+# beside a CPU candidate's windows or not, the calibrator's least, its pace's cap. A verdict judged with one set was
+# judged by another rule, so its Judge names it and its key differs from the published rules' verdict.
+JUDGE_KNOBS = ("KH_EAGER_BESIDE", "KH_CALIBRATED_LEAST", "KH_PACE_CAP_MS")
+
+
 def judge_identity(problem: ProblemSpec) -> Judge:
-    """The Judge of verdicts on `problem` made by this interpreter (imports torch)."""
+    """The Judge of verdicts on `problem` made by this interpreter (imports torch), with the JUDGE_KNOBS set in its
+    environment (the referee it starts inherits them)."""
     import torch
 
     return Judge(evaluator_sha256=evaluator_sha256(), problem_sha256=problem_sha256(problem),
-                 torch_version=torch.__version__, cuda_version=torch.version.cuda)
+                 torch_version=torch.__version__, cuda_version=torch.version.cuda, knobs=judge_knobs())
+
+
+def judge_knobs() -> dict[str, str]:
+    """The JUDGE_KNOBS set in this environment, by name."""
+    return {name: os.environ[name] for name in JUDGE_KNOBS if name in os.environ}
 
 
 def usable_cores() -> int:

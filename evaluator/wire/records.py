@@ -50,10 +50,16 @@ class Judge(BaseModel):
     problem_sha256: str = Field(description="SHA-256 over the problem's definition files (spec and reference).")
     torch_version: str = Field(description="torch.__version__ of the judging interpreter.")
     cuda_version: str | None = Field(description="torch.version.cuda (None for a CPU-only torch).")
+    knobs: dict[str, str] = Field(default_factory=dict, description=(
+        "The referee's measuring knobs set where it judged (evaluator.wire.identity.JUDGE_KNOBS), each another rule "
+        "for the timing: empty with none set."))
 
     @property
     def fingerprint(self) -> str:
-        return json_digest(self.model_dump(mode="json"))
+        dumped = self.model_dump(mode="json")
+        if not dumped["knobs"]:  # none set: the fingerprint judges had before knobs were named
+            del dumped["knobs"]
+        return json_digest(dumped)
 
     @property
     def short(self) -> str:

@@ -14,12 +14,12 @@ StalenessCheck = Callable[[Verdict], "str | None"]
 def current_rules() -> StalenessCheck:
     """The staleness check of this harness: a verdict is current when its judge's evaluator hash
     is this evaluator's and its problem hash is that of the problem as it is now (when the
-    problem can still be found). Torch and CUDA versions are measurement context, shown but not
-    judged here: a store read on another machine is not stale for that."""
-    from evaluator.wire.identity import evaluator_sha256, problem_sha256
+    problem can still be found), and its measuring knobs (identity.JUDGE_KNOBS) are the ones set here. Torch and CUDA
+    versions are measurement context, shown but not judged here: a store read on another machine is not stale for that."""
+    from evaluator.wire.identity import evaluator_sha256, judge_knobs, problem_sha256
     from evaluator.wire.problem import load_problem
 
-    mine = evaluator_sha256()
+    mine, knobs = evaluator_sha256(), judge_knobs()
     problems: dict[str, str | None] = {}
 
     def problem_hash(name: str) -> str | None:
@@ -38,6 +38,9 @@ def current_rules() -> StalenessCheck:
         if judge.evaluator_sha256 != mine:
             return (f"judged by evaluator {judge.evaluator_sha256[:12]}, this one is {mine[:12]}: "
                     f"judge it again to rank it")
+        if judge.knobs != knobs:
+            return (f"judged with the measuring knobs {judge.knobs or 'none'}, here {knobs or 'none'}: judge it again "
+                    "to rank it")
         current = problem_hash(verdict.problem)
         if current is not None and judge.problem_sha256 != current:
             return f"problem {verdict.problem} changed since it was judged: judge it again to rank it"
