@@ -100,6 +100,37 @@ def _eval(store: Path, *extra: str, profile: Path | None = None) -> dict:
     return json.loads(result.stdout.splitlines()[0])
 
 
+def test_a_round_that_timed_every_baseline_after_a_failed_spot_check_stands_in_for_the_stored_figures(monkeypatch):
+    """A spot check beyond the bound drops the stored figures: that round times every baseline, and its figures are
+    then spot-checked in the batch's later rounds as stored ones are, rather than every baseline timed in each. A
+    round timed with a failure, on a busy device, or spreading beyond the bound does not stand in."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import stored
+
+    def figure(ms: float, iqr: float = 0.01) -> TimingStats:
+        return TimingStats.model_validate(stats(ms, iqr)).model_copy(update={"handed_off": True})
+
+    timed = {"eager": figure(11.0), "eager_tf32": figure(2.0)}  # what a re-timing reads today
+    referee = SimpleNamespace(config=SimpleNamespace(cached_baselines={"eager": figure(10.0), "eager_tf32": figure(1.6)},
+                                                     baselines=["eager", "eager_tf32"], cached_note="timed on X"),
+                              cache_dropped=None, cached_said="", handed_off=True, rounds=[None], twin=None,
+                              timer=SimpleNamespace(warmup=1), warm_seconds=lambda name: 0.0,
+                              run_untimed=lambda name, calls, seconds=0.0: None, time_baseline=timed.__getitem__)
+    monkeypatch.setattr(stored, "spot_checked", lambda names, first_round=False: ["eager_tf32"])
+    assert stored.stored_figures(referee) is None and "beyond the bound" in referee.cache_dropped  # 2.0 against 1.6
+    for refused in [({"eager": "RuntimeError"}, None), ({}, "the device ran other work"), ({}, None)]:
+        baselines = timed if refused != ({}, None) else {**timed, "eager": figure(11.0, iqr=4.0)}  # spread 36%
+        stored.adopt_round(referee, baselines, *refused, index=1)
+        assert referee.cache_dropped and referee.config.cached_note == "timed on X"
+    stored.adopt_round(referee, timed, {}, None, index=1)
+    assert referee.cache_dropped is None and referee.config.cached_baselines == timed
+    figures = stored.stored_figures(referee)  # the next round: a spot check against this batch's round 1
+    assert figures == timed and "timed in this batch's round 1" in referee.cached_said and "+0%" in referee.cached_said
+    timed["eager_tf32"] = figure(2.5)  # and its figures are checked as stored ones are
+    assert stored.stored_figures(referee) is None and "beyond the bound" in referee.cache_dropped
+
+
 @pytest.mark.slow
 def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_times_them_all(tmp_path):
     store = tmp_path / "r.sqlite"
@@ -121,7 +152,7 @@ def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_tim
     second = _eval(store)
     said = second["baseline_source"]["cached"]
     assert said.startswith("stored figures (timed on CPU")
-    if "every baseline is timed in this batch" in said:  # a busy machine moved eager beyond 10%, or its spot check
+    if "every baseline is timed again" in said:  # a busy machine moved eager beyond 10%, or its spot check
         # spread beyond 20%: the stored figures were dropped and every baseline timed again
         assert second["baselines"]["eager"]["median_ms"] != figure
     else:  # divided by the stored figure itself
@@ -134,7 +165,7 @@ def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_tim
             db.db.execute("UPDATE baselines SET record = ? WHERE key = ?", (json.dumps(record), key))
     poisoned = _eval(store, profile=tmp_path / "profile")
     assert "beyond the bound" in poisoned["baseline_source"]["cached"]
-    # the referee's profile says so too, as the throughput bench's passes do (a dropped cache slows every later round)
+    # the referee's profile says so too, as the throughput bench's passes do (a dropped cache slows its round)
     [log] = (tmp_path / "profile").glob("referee-*.jsonl")
     rounds = [e for e in map(json.loads, log.read_text().splitlines()) if e.get("event") == "baseline_round"]
     assert rounds and not rounds[0]["stored"] and "beyond the bound" in rounds[0]["cached"]
@@ -144,7 +175,7 @@ def test_a_batch_reads_stored_baselines_a_poisoned_one_is_dropped_and_retime_tim
 
 
 def test_a_throughput_pass_names_stored_figures_dropped_mid_pass_once_and_a_busy_device_before_a_round():
-    """A lane whose spot check failed times every baseline in every later round (seconds a round, not tenths): the
+    """A lane whose spot check failed times every baseline in that round (seconds, not tenths): the
     pass says why, once, so a slow pass is not read as a slow judge; and so for a round the device was busy before."""
     from harness.bench.throughput import round_warnings
 

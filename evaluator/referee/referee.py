@@ -328,8 +328,8 @@ class Referee:
                 failed[name] = f"{type(err).__name__}: {err}"[:400]
             finally:
                 torch.set_float32_matmul_precision("highest")
+        stored_baselines.adopt_round(self, baselines, failed, busy, index := len(self.rounds))
         cost = self.calibrator.measure()
-        index = len(self.rounds)
         source = BaselineSource(batch=self.batch, round=index, measured_at=time.time(), after_candidates=self.judged,
                                 cached=self.cached_said or None)
         self.rounds.append(BaselineRound(index=index, batch=self.batch, measured_at=source.measured_at,

@@ -1,8 +1,8 @@
 """Baselines stored from an earlier batch (RefereeConfig.cached_baselines): a round divides by them, and times
 one baseline as a spot check. Which one is drawn at random among those that need no torch.compile (the compile
 of a compiled baseline is most of what storing saves), so no candidate knows which will be checked; beyond the
-drift bound every baseline is timed again, as without stored figures, for the rest of the batch. The bound is half
-the rounds' (SHAKY_DRIFT): a stored figure can be off today's by at most that much and still stand, and every
+drift bound every baseline is timed again in that round, and the round's figures stand in for the stored ones for the
+rest of the batch, spot-checked alike (`adopt_round`). The bound is half the rounds' (SHAKY_DRIFT): a stored figure can be off today's by at most that much and still stand, and every
 speedup divided by it would be off as much, so it is kept tighter than the noise a round may show."""
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ def spot_check(name: str, measured: TimingStats, stored: TimingStats, note: str)
     if abs(moved) <= STORED_DRIFT and spread <= SHAKY_SPREAD:
         return True, said
     why = "beyond the bound" if abs(moved) > STORED_DRIFT else f"its spread {spread:.0%} beyond {SHAKY_SPREAD:.0%}"
-    return False, f"{said}: {why}, so every baseline is timed in this batch from this round on"
+    return False, f"{said}: {why}, so every baseline is timed again in this round"
 
 
 def stored_figures(referee) -> dict[str, TimingStats] | None:
     """The stored figures (RefereeConfig.cached_baselines) where they stand for `referee` (evaluator.referee.referee
-    .Referee): its spot checks each within the bounds. None: every baseline is to be timed (and, once a spot check
-    failed, for the rest of the batch: `referee.cache_dropped` says why)."""
+    .Referee): its spot checks each within the bounds. None: every baseline is to be timed (once a spot check
+    failed, until a round timed whole stands in: `referee.cache_dropped` says why)."""
     import torch
 
     stored, config = referee.config.cached_baselines, referee.config
@@ -70,3 +70,18 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
             return None
     referee.cached_said = "; ".join(said)
     return {n: stored[n] for n in names}
+
+
+def adopt_round(referee, baselines: dict[str, TimingStats], failed: dict, busy: str | None, index: int) -> None:
+    """After a round that timed every baseline because a spot check dropped the stored figures: its figures stand in
+    for them in later rounds of the batch, spot-checked as stored ones are. A GPU's clocks follow its recent work (a
+    TF32 GEMM read 1.36-1.60 ms on one H200 by how long it had idled: docs/results.md), so a batch whose work differs
+    from the one that stored the figures can find them off; timing every baseline in every later round (seconds a
+    round, not tenths) would read today's figures no better than one full round checked each round. Only a round
+    timed whole on an idle device, each baseline within the spread bound, stands in."""
+    if (not referee.cache_dropped or failed or busy or not baselines
+            or any(s.median_ms <= 0 or s.iqr_ms / s.median_ms > SHAKY_SPREAD for s in baselines.values())):
+        return
+    referee.config.cached_baselines = dict(baselines)
+    referee.config.cached_note = f"timed in this batch's round {index}, after the stored ones were dropped"
+    referee.cache_dropped = None

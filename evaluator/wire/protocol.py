@@ -350,7 +350,8 @@ class RefereeConfig(BaseModel):
         "Figures of every baseline stored from an earlier batch on this device model, judge and torch (written by "
         "the parent from its result store, which no executor can reach): a round then times one baseline as a "
         "spot check and divides by these, unless the spot check is beyond the drift bound, when every baseline is "
-        "timed again for the rest of the batch. None: every round times every baseline."))
+        "timed again in that round, whose figures then stand in for these (evaluator.referee.stored.adopt_round). "
+        "None: every round times every baseline."))
     cached_note: str = Field("", description="Where the stored figures come from, for the verdicts (BaselineSource.cached).")
     seed: int | None = Field(None, description=(
         "The user's pinned seed: every candidate's reference starts from the weights it gives (None: fresh "
