@@ -1136,11 +1136,38 @@ def test_a_frozen_groups_deaths_and_cpu_time_are_seen():
         child.wait(timeout=10)
         why = group.changed_since(held)
         assert why is not None and "ended" in why and "CPU time" in why, why
+        assert not why.cpu_time_alone  # a death is the candidate's verdict, never a window timed again
     finally:
         group.thaw()
         child.kill()
         child.wait()
         group.remove(wait_s=5)
+
+
+def test_a_frozen_group_charged_cpu_time_alone_is_told_apart_from_one_whose_tasks_moved(tmp_path):
+    """CPU time charged to a frozen group, every task still there and the group still frozen, is what a task
+    preempted on its way into the freezer leaves (seen of an honest candidate, cold, beside builds): a void window,
+    timed again; a task ended or appeared, or the group thawed, stays the candidate's `runtime_error`."""
+    from evaluator.wire import cgroups
+
+    group = cgroups.Group(tmp_path)
+
+    def files(usage: int, threads: str, frozen: int = 1) -> None:
+        (tmp_path / "cpu.stat").write_text(f"usage_usec {usage}\nuser_usec {usage}\nsystem_usec 0\n")
+        (tmp_path / "cgroup.threads").write_text(threads)
+        (tmp_path / "cgroup.events").write_text(f"populated 1\nfrozen {frozen}\n")
+
+    files(1000, "11\n12\n")
+    held = cgroups.Held(tasks=group.tasks(), usage_usec=group.usage_usec())
+    assert group.changed_since(held) is None
+    files(1106, "11\n12\n")
+    alone = group.changed_since(held)
+    assert alone == "106 us of CPU time was charged to it" and alone.cpu_time_alone
+    for usage, threads, frozen in [(1106, "11\n", 1), (1106, "11\n12\n13\n", 1), (1106, "11\n12\n", 0),
+                                   (1000, "11\n", 1)]:
+        files(usage, threads, frozen)
+        moved = group.changed_since(held)
+        assert moved and not moved.cpu_time_alone, moved
 
 
 @pytest.mark.slow

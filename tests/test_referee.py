@@ -446,6 +446,34 @@ def test_each_side_is_stopped_through_the_other_sides_windows():
     assert windows["candidate"] == windows["calibrator"] + BACK_TO_BACK_WINDOWS and windows["calibrator"] > 3
 
 
+@pytest.mark.slow  # over 0.4 s: out of the fast subset
+def test_cpu_time_alone_charged_to_a_held_candidate_voids_a_window_and_anything_more_is_its_verdict():
+    """An honest candidate's frozen group was once charged 106 us while held, every task still there (a task
+    preempted on its way into the freezer, cold, beside builds): the window is void and timed again, not the
+    candidate's `runtime_error`; a task that ended while held still is (evaluator.wire.cgroups.Moved)."""
+    from evaluator.referee.time_phase import time_phase
+    from evaluator.wire.cgroups import Moved
+
+    def moved(text: str, alone: bool) -> Moved:
+        said = Moved(text)
+        said.cpu_time_alone = alone
+        return said
+
+    for alone, text in [(True, "106 us of CPU time was charged to it"),
+                        (False, "106 us of CPU time was charged to it; 1 of its task(s) ended (4242)")]:
+        session, built, checked = local_executor.checked(local_executor.Honest)
+        said = [moved(text, alone)]
+        session.link.ran_while_held = lambda: said.pop() if said else None
+        if not alone:
+            with pytest.raises(Judged, match="void on purpose") as judged:
+                time_phase(session, checked, built)
+            assert judged.value.status == Status.runtime_error
+            continue
+        timed = time_phase(session, checked, built)
+        check = timed.check
+        assert len(check.void_windows) == 1 and "its own frozen group: 106 us" in check.void_windows[0], check
+
+
 def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):
     """The first round is not measured cold: each baseline runs untimed first (at least the warm-up's
     calls), for FIRST_ROUND_WARM_S before the calibrator's start (which waits for the zygote's imports), then the

@@ -372,19 +372,19 @@ class Series:
                 return None, 0.0, None
             around = "around the calibrator's window" if wanted else "between its windows"
             own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
-            if own:
+            if own and not getattr(own, "cpu_time_alone", False):  # CPU time alone: void, timed again (cgroups.Moved)
                 raise Judged(Status.runtime_error, Phase.time, (
                     f"held {around} after {what}, its processes did what held processes cannot unless they "
                     f"arranged it ({own}): a window void on purpose (that window's cost, taken off every call, "
                     "cannot be trusted)"))
-            if why := referee.held_elsewhere_broken():
+            if why := referee.held_elsewhere_broken() or (own and f"its own frozen group: {own}"):
                 void.append(f"in the calibrator's window beside it, {why}" if wanted else f"while held after it, {why}")
         return calibrated, paced, paired
 
     def retime(self, what: str, void: list[str]) -> bool:
-        """A void window (something held beside it, not the candidate's own, ran or died inside it or inside the
-        calibrator's window beside it): whether it is timed again (up to MAX_VOID_WINDOWS a candidate); past them it
-        is kept and the verdict flagged `shaky_timing`, never ranked."""
+        """A void window (something held beside it ran or died in it or in the calibrator's beside it, or the candidate's
+        frozen group was charged CPU time alone): whether it is timed again (up to MAX_VOID_WINDOWS a candidate); past
+        them it is kept and the verdict flagged `shaky_timing`, never ranked."""
         self.void.append(f"{what}: {'; '.join(void)}")
         if len(self.void) <= MAX_VOID_WINDOWS:
             return True
