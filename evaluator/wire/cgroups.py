@@ -179,10 +179,11 @@ class Group:
 
     def changed_since(self, held: Held) -> Moved | None:
         """What the group did since `held` although frozen (None: nothing): tasks that ended or appeared, CPU time
-        charged to it, or the group no longer frozen."""
+        charged to it, or the group no longer frozen. Frozen is read before and after the rest: a task dying of a
+        signal leaves the frozen state until its teardown is over, so a death begun between the reads is not CPU
+        time alone."""
         what = []
-        if not self.frozen():
-            what.append("its cgroup was no longer frozen")
+        frozen = self.frozen()
         usage = self.usage_usec()
         if usage is not None and held.usage_usec is not None and usage != held.usage_usec:
             what.append(f"{usage - held.usage_usec} us of CPU time was charged to it")
@@ -191,6 +192,8 @@ class Group:
             what.append(f"{len(ended)} of its task(s) ended ({_few(ended)})")
         if born := sorted(tasks - held.tasks):
             what.append(f"{len(born)} task(s) appeared in it ({_few(born)})")
+        if not (frozen and self.frozen()):
+            what.insert(0, "its cgroup was no longer frozen")
         if not what:
             return None
         moved = Moved("; ".join(what))
