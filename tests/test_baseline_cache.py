@@ -119,9 +119,11 @@ def test_a_round_that_timed_every_baseline_after_a_failed_spot_check_stands_in_f
                               run_untimed=lambda name, calls, seconds=0.0: None, time_baseline=timed.__getitem__)
     monkeypatch.setattr(stored, "spot_checked", lambda names, first_round=False: ["eager_tf32"])
     assert stored.stored_figures(referee) is None and "beyond the bound" in referee.cache_dropped  # 2.0 against 1.6
-    for refused in [({"eager": "RuntimeError"}, None), ({}, "the device ran other work"), ({}, None)]:
-        baselines = timed if refused != ({}, None) else {**timed, "eager": figure(11.0, iqr=4.0)}  # spread 36%
-        stored.adopt_round(referee, baselines, *refused, index=1)
+    refusals = [(timed, {"eager": "RuntimeError"}, None), (timed, {}, "the device ran other work"),
+                ({**timed, "eager": figure(11.0, iqr=4.0)}, {}, None),  # a baseline spread by 36%
+                ({**timed, "eager_tf32": figure(2.4)}, {}, None)]  # 20% off what its spot check read just before
+    for baselines, failed, busy in refusals:
+        stored.adopt_round(referee, baselines, failed, busy, index=1)
         assert referee.cache_dropped and referee.config.cached_note == "timed on X"
     stored.adopt_round(referee, timed, {}, None, index=1)
     assert referee.cache_dropped is None and referee.config.cached_baselines == timed

@@ -447,11 +447,13 @@ def test_each_side_is_stopped_through_the_other_sides_windows():
 
 
 @pytest.mark.slow  # over 0.4 s: out of the fast subset
-def test_cpu_time_alone_charged_to_a_held_candidate_voids_a_window_and_anything_more_is_its_verdict():
+def test_cpu_time_alone_charged_to_a_held_candidate_retakes_the_calibrators_window_and_anything_more_is_its_verdict():
     """An honest candidate's frozen group was once charged 106 us while held, every task still there (a task
-    preempted on its way into the freezer, cold, beside builds): the window is void and timed again, not the
-    candidate's `runtime_error`; a task that ended while held still is (evaluator.wire.cgroups.Moved)."""
-    from evaluator.referee.time_phase import time_phase
+    preempted on its way into the freezer, cold, beside builds): its window, closed before the hold, stands, and the
+    calibrator's beside it is taken again in a fresh hold, never kept; not the candidate's `runtime_error`. A task that
+    ended while held still is, and so is CPU time charged past MAX_VOID_WINDOWS times (an attacker's review: a
+    candidate able to void windows at will would choose which of its windows are dropped)."""
+    from evaluator.referee.time_phase import MAX_VOID_WINDOWS, time_phase
     from evaluator.wire.cgroups import Moved
 
     def moved(text: str, alone: bool) -> Moved:
@@ -459,19 +461,32 @@ def test_cpu_time_alone_charged_to_a_held_candidate_voids_a_window_and_anything_
         said.cpu_time_alone = alone
         return said
 
-    for alone, text in [(True, "106 us of CPU time was charged to it"),
-                        (False, "106 us of CPU time was charged to it; 1 of its task(s) ended (4242)")]:
+    alone, ended = "106 us of CPU time was charged to it", "106 us of CPU time was charged to it; 1 of its task(s) ended (4242)"
+    from evaluator.referee.time_phase import BACK_TO_BACK_WINDOWS
+    from evaluator.wire.protocol import Go, Handoff
+
+    session, built, checked = local_executor.checked(local_executor.Honest)
+    said = [moved(alone, True)]
+    session.link.ran_while_held = lambda: said.pop() if said else None
+    windows = {"candidate": 0, "calibrator": 0}
+    for side, link in (("candidate", session.link), ("calibrator", session.referee.calibrator.link)):
+        request = link.request
+        link.request = lambda command, deadline, during=None, side=side, request=request: (
+            windows.__setitem__(side, windows[side] + isinstance(command, (Go, Handoff))),
+            request(command, deadline, during))[1]
+    timed = time_phase(session, checked, built)
+    [retaken] = timed.check.void_windows
+    assert "its own frozen group: 106 us" in retaken, retaken
+    # the candidate's window stood (none timed again) and the calibrator's beside it was taken twice
+    assert windows["calibrator"] == windows["candidate"] - BACK_TO_BACK_WINDOWS + 1, windows
+    for text, is_alone in [(ended, False), (alone, True)]:  # a task ended: at once; CPU time alone: past the limit
         session, built, checked = local_executor.checked(local_executor.Honest)
-        said = [moved(text, alone)]
-        session.link.ran_while_held = lambda: said.pop() if said else None
-        if not alone:
-            with pytest.raises(Judged, match="void on purpose") as judged:
-                time_phase(session, checked, built)
-            assert judged.value.status == Status.runtime_error
-            continue
-        timed = time_phase(session, checked, built)
-        check = timed.check
-        assert len(check.void_windows) == 1 and "its own frozen group: 106 us" in check.void_windows[0], check
+        holds = []
+        session.link.ran_while_held = lambda text=text, is_alone=is_alone: holds.append(1) or moved(text, is_alone)
+        with pytest.raises(Judged, match="void on purpose") as judged:
+            time_phase(session, checked, built)
+        assert judged.value.status == Status.runtime_error and (is_alone or "ended" in str(judged.value))
+        assert len(holds) == (MAX_VOID_WINDOWS + 1 if is_alone else 1)
 
 
 def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):

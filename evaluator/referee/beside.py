@@ -63,8 +63,10 @@ def close_ahead(waiting: dict, process: ExecutorProcess) -> None:
 class Beside:
     """What `hold` holds, and what broke its hold: each build's group apart, and each executor started ahead. A part that
     ran or died although held is ended at once (`drop`: an executor started ahead, started again in its turn; a build
-    killed, its verdict the build's own): a neighbour can void one window of another candidate's, never keep voiding
-    them until that candidate is `shaky_timing`."""
+    killed, its verdict the build's own): a neighbour can void a window or two of another candidate's, never keep
+    voiding them until that candidate is `shaky_timing`. A build's group charged CPU time alone (evaluator.wire.cgroups.Moved:
+    every task still there, still frozen), as a task preempted on its way into the freezer leaves, is spared once: the
+    window is void all the same, and a second time the build is killed."""
 
     def __init__(self, builds: cgroups.Group | None, drop: Callable[[ExecutorProcess], None] = lambda process: None):
         self.builds, self.drop = builds, drop
@@ -72,6 +74,7 @@ class Beside:
         self.builds_held: dict[Path, cgroups.Held] | None = None  # each build's frozen group as `hold` found it
         self.paused: list[ExecutorProcess] = []                    # the executors started ahead that `hold` holds
         self.killed: set[Path] = set()                               # the builds' groups this hold killed
+        self.spared: set[Path] = set()                               # builds charged CPU time alone once (all holds)
 
     def hold(self, waiting: list[ExecutorProcess]) -> None:
         self.builds_held, self.killed = None, set()
@@ -109,6 +112,10 @@ class Beside:
                     group = cgroups.Group(path)
                     if (broken := group.changed_since(held) if path.exists() else
                             ("its group was removed" if held.tasks else None)) is not None:
+                        if getattr(broken, "cpu_time_alone", False) and path not in self.spared:
+                            self.spared.add(path)
+                            why.append(f"a build: {broken} (spared once)")
+                            continue
                         why.append(f"a build: {broken} (killed)")
                         group.kill()
                         self.killed.add(path)

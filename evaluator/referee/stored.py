@@ -67,6 +67,7 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
         said.append(line if not said else line.split("; ", 1)[1])
         if not stands:
             referee.cache_dropped = referee.cached_said = "; ".join(said)
+            referee.spot_checked = {name: measured}  # what `adopt_round` holds the round's own figure to
             return None
     referee.cached_said = "; ".join(said)
     return {n: stored[n] for n in names}
@@ -78,9 +79,15 @@ def adopt_round(referee, baselines: dict[str, TimingStats], failed: dict, busy: 
     TF32 GEMM read 1.36-1.60 ms on one H200 by how long it had idled: docs/results.md), so a batch whose work differs
     from the one that stored the figures can find them off; timing every baseline in every later round (seconds a
     round, not tenths) would read today's figures no better than one full round checked each round. Only a round
-    timed whole on an idle device, each baseline within the spread bound, stands in."""
+    timed whole on an idle device stands in, each baseline within the spread bound, and the spot-checked one within
+    STORED_DRIFT of what its spot check read moments before (else the device moved within the round: every later
+    round times every baseline, as before)."""
     if (not referee.cache_dropped or failed or busy or not baselines
             or any(s.median_ms <= 0 or s.iqr_ms / s.median_ms > SHAKY_SPREAD for s in baselines.values())):
+        return
+    checked = getattr(referee, "spot_checked", None) or {}  # (a test's stand-in referee has none)
+    if any(name not in baselines or abs(baselines[name].median_ms / spot.median_ms - 1) > STORED_DRIFT
+           for name, spot in checked.items()):
         return
     referee.config.cached_baselines = dict(baselines)
     referee.config.cached_note = f"timed in this batch's round {index}, after the stored ones were dropped"

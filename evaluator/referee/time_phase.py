@@ -352,34 +352,40 @@ class Series:
         """The calibrator's window beside the candidate's `clocked` one where `wanted` (see `run`), with the
         candidate's processes held and the device idle before and after it (also where none is wanted); its pace; then
         eager's on the same inputs where it is beside (`eager`: on the CPU), each held through the other's window.
-        Why it is void is added to `void`."""
+        Why it is void is added to `void`. Where the candidate's frozen group was charged CPU time alone
+        (evaluator.wire.cgroups.Moved), its window, closed before the hold, stands, and the calibrator's and eager's
+        are taken again in a fresh hold (at most MAX_VOID_WINDOWS times a candidate, then its verdict)."""
         session = self.session
         referee = session.referee
-        calibrated, paced, paired = None, 0.0, None
-        with held(session.link):
-            try:
-                idle(session, f"after {what} had returned")
-                if wanted:
-                    paced = self.pace_for(clocked)
-                    with held(self.eager.link if self.eager else None):
-                        calibrated = referee.calibrator.window(input_sets, paced, plan)
-                    idle(session, f"through the calibrator's window after {what}")
-                    if self.eager is not None and calibrated is not None:
-                        with held(referee.calibrator.link):
-                            paired = self.eager.window(input_sets, 0.0, plan)
-            except SharedBusy as busy:
-                void.append(str(busy))
-                return None, 0.0, None
-            around = "around the calibrator's window" if wanted else "between its windows"
-            own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
-            if own and not getattr(own, "cpu_time_alone", False):  # CPU time alone: void, timed again (cgroups.Moved)
-                raise Judged(Status.runtime_error, Phase.time, (
-                    f"held {around} after {what}, its processes did what held processes cannot unless they "
-                    f"arranged it ({own}): a window void on purpose (that window's cost, taken off every call, "
-                    "cannot be trusted)"))
-            if why := referee.held_elsewhere_broken() or (own and f"its own frozen group: {own}"):
-                void.append(f"in the calibrator's window beside it, {why}" if wanted else f"while held after it, {why}")
-        return calibrated, paced, paired
+        paced = self.pace_for(clocked) if wanted else 0.0
+        while True:
+            calibrated, paired = None, None
+            with held(session.link):
+                try:
+                    idle(session, f"after {what} had returned")
+                    if wanted:
+                        with held(self.eager.link if self.eager else None):
+                            calibrated = referee.calibrator.window(input_sets, paced, plan)
+                        idle(session, f"through the calibrator's window after {what}")
+                        if self.eager is not None and calibrated is not None:
+                            with held(referee.calibrator.link):
+                                paired = self.eager.window(input_sets, 0.0, plan)
+                except SharedBusy as busy:
+                    void.append(str(busy))
+                    return None, 0.0, None
+                around = "around the calibrator's window" if wanted else "between its windows"
+                own = session.link.ran_while_held() if hasattr(session.link, "ran_while_held") else None
+                if own and not (getattr(own, "cpu_time_alone", False) and len(self.void) < MAX_VOID_WINDOWS):
+                    raise Judged(Status.runtime_error, Phase.time, (
+                        f"held {around} after {what}, its processes did what held processes cannot unless they "
+                        f"arranged it ({own}): a window void on purpose (that window's cost, taken off every call, "
+                        "cannot be trusted)"))
+                if why := referee.held_elsewhere_broken():
+                    void.append(f"in the calibrator's window beside it, {why}" if wanted else f"while held after it, {why}")
+            if own:
+                self.void.append(f"held {around} after {what}, its own frozen group: {own}")
+            if not own or void or not wanted:
+                return calibrated, paced, paired
 
     def retime(self, what: str, void: list[str]) -> bool:
         """A void window (something held beside it ran or died in it or in the calibrator's beside it, or the candidate's
@@ -405,17 +411,11 @@ class Series:
 
     def pace_for(self, clocked: clock.Clocked) -> float:
         """How long each call of the calibrator's window beside the last window is to keep the device busy (CUDA): the
-        candidate's call by the referee's clock (the median of its last PACE_COSTS windows, that one included, and
-        never more than that one, less the median cost of the calibrator's last windows, else the round's), less the
-        calibrator's own copy, at most PACE_CAP_MS. So its windows cost what the candidate's cost around a call of that
-        length: the executor's host steps overlap device work alike, and a longer device call makes the window around
-        it dearer (`PACE_CAP_MS`). The median smooths a window's noise (0.3 ms around a 0.1 ms call at `small`); the
-        bound by the window itself keeps a candidate from lengthening the pace beside its fast windows (with the
-        median alone, slow windows in three of every five, 40% of them, paced more than half the calibrator's windows
-        long, and the median cost taken off every window was then a long call's: an attacker's review), as one pace
-        from the warm-up did for a candidate slow there; the costs of long paces beside slow windows are left out of
-        the figure's (`not_beside_slow`), which a sample of the windows needs. Paced windows hold one call each
-        (back-to-back windows have no calibrator beside them)."""
+        candidate's call by the referee's clock (the median of its last PACE_COSTS windows, never more than the last
+        one), less the median cost of the calibrator's last windows (else the round's), less the calibrator's own copy,
+        at most PACE_CAP_MS; so its windows cost what the candidate's cost around a call that long. Why the median and
+        why the bound by the window itself (a candidate lengthening the pace beside its fast windows): docs/timing.md,
+        "The pace". Paced windows hold one call each (back-to-back windows have no calibrator beside them)."""
         referee = self.session.referee
         if referee.device != "cuda":
             return 0.0

@@ -46,7 +46,8 @@ class Moved(str):
     """What a frozen group did although frozen (`Group.changed_since`), as a sentence. `cpu_time_alone`: CPU time
     charged and nothing else, every task still there and the group still frozen. That is seen of honest executors:
     a task preempted on its way into the freezer after it had counted itself frozen is charged once it switches
-    out (an honest candidate's group was charged 106 us once in 64, cold, beside builds on a 16-core host)."""
+    out (an honest candidate's group was charged 106 us once in 64, cold, beside builds on a 16-core host); a handled
+    signal sent to a frozen task does the same (it wakes in the kernel and freezes again)."""
 
     cpu_time_alone: bool = False
 
