@@ -64,9 +64,9 @@ class Beside:
     """What `hold` holds, and what broke its hold: each build's group apart, and each executor started ahead. A part that
     ran or died although held is ended at once (`drop`: an executor started ahead, started again in its turn; a build
     killed, its verdict the build's own): a neighbour can void a window or two of another candidate's, never keep
-    voiding them until that candidate is `shaky_timing`. A build's group charged CPU time alone (evaluator.wire.cgroups.Moved:
-    every task still there, still frozen), as a task preempted on its way into the freezer leaves, is spared once: the
-    window is void all the same, and a second time the build is killed."""
+    voiding them until that candidate is `shaky_timing`. A build's group charged CPU time alone (evaluator.wire.
+    cgroups.Moved: every task still there, still frozen), as a task preempted on its way into the freezer leaves, is
+    spared once: the window is void all the same, and a second time the build is killed."""
 
     def __init__(self, builds: cgroups.Group | None, drop: Callable[[ExecutorProcess], None] = lambda process: None):
         self.builds, self.drop = builds, drop

@@ -144,7 +144,7 @@ class Referee:
         self.compiled: dict[str, torch.nn.Module] = {}
         self.warmed_early: dict[str, float] = {}  # when the first round's early warm-up of each baseline ended
         self.rounds, self.current_round = [], None  # BaselineRound each, and the Round verdicts divide by
-        self.cache_dropped, self.spot_checked = None, {}  # why stored baselines no longer stand; the spot check's figure
+        self.cache_dropped, self.spot_check_read = None, {}  # why stored figures were dropped; what that check read
         self.buffer_use: tuple[set[str], bool] | None = None  # replay.state_use, probed by the batch's first candidate
         self.cached_said = ""  # what the verdicts dividing by stored figures say of them
         self.judged, self.timed_since_round, self.sessions = 0, 0, 0  # sessions: candidates begun (their keys' numbers)

@@ -2,8 +2,9 @@
 one baseline as a spot check. Which one is drawn at random among those that need no torch.compile (the compile
 of a compiled baseline is most of what storing saves), so no candidate knows which will be checked; beyond the
 drift bound every baseline is timed again in that round, and the round's figures stand in for the stored ones for the
-rest of the batch, spot-checked alike (`adopt_round`). The bound is half the rounds' (SHAKY_DRIFT): a stored figure can be off today's by at most that much and still stand, and every
-speedup divided by it would be off as much, so it is kept tighter than the noise a round may show."""
+rest of the batch, spot-checked alike (`adopt_round`). The bound is half the rounds' (SHAKY_DRIFT): a stored figure
+can be off today's by at most that much and still stand, and every speedup divided by it would be off as much, so it
+is kept tighter than the noise a round may show."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
         said.append(line if not said else line.split("; ", 1)[1])
         if not stands:
             referee.cache_dropped = referee.cached_said = "; ".join(said)
-            referee.spot_checked = {name: measured}  # what `adopt_round` holds the round's own figure to
+            referee.spot_check_read = {name: measured}  # what `adopt_round` holds the round's own figure to
             return None
     referee.cached_said = "; ".join(said)
     return {n: stored[n] for n in names}
@@ -85,9 +86,8 @@ def adopt_round(referee, baselines: dict[str, TimingStats], failed: dict, busy: 
     if (not referee.cache_dropped or failed or busy or not baselines
             or any(s.median_ms <= 0 or s.iqr_ms / s.median_ms > SHAKY_SPREAD for s in baselines.values())):
         return
-    checked = getattr(referee, "spot_checked", None) or {}  # (a test's stand-in referee has none)
     if any(name not in baselines or abs(baselines[name].median_ms / spot.median_ms - 1) > STORED_DRIFT
-           for name, spot in checked.items()):
+           for name, spot in referee.spot_check_read.items()):
         return
     referee.config.cached_baselines = dict(baselines)
     referee.config.cached_note = f"timed in this batch's round {index}, after the stored ones were dropped"

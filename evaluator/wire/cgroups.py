@@ -186,7 +186,8 @@ class Group:
         what = []
         frozen = self.frozen()
         usage = self.usage_usec()
-        if usage is not None and held.usage_usec is not None and usage != held.usage_usec:
+        charged = usage is not None and held.usage_usec is not None and usage != held.usage_usec
+        if charged:
             what.append(f"{usage - held.usage_usec} us of CPU time was charged to it")
         tasks = self.tasks()
         if ended := sorted(held.tasks - tasks):
@@ -198,7 +199,7 @@ class Group:
         if not what:
             return None
         moved = Moved("; ".join(what))
-        moved.cpu_time_alone = len(what) == 1 and what[0].endswith("of CPU time was charged to it")
+        moved.cpu_time_alone = charged and len(what) == 1
         return moved
 
     def children(self) -> list[Group]:

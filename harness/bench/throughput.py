@@ -180,8 +180,8 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
 def round_warnings(rounds: list) -> list[str]:
     """What the pass's baseline rounds said that slows or blurs it, each once: why stored figures were dropped (a
     lane's spot check failed: that round times every baseline, seconds, not tenths, and so does each later one where
-    it could not stand in for them), and
-    a device that stayed busy before a round (work of another process on the GPU)."""
+    it could not stand in for them), and a device that stayed busy before a round (work of another process on the
+    GPU)."""
     dropped = [r.cached for r in rounds if not r.stored and r.cached]  # later rounds say it again
     busy = [f"before round {r.index}: {r.device_busy}" for r in rounds if r.device_busy]
     return list(dict.fromkeys(dropped)) + busy
