@@ -116,13 +116,14 @@ def cpu_verdicts(tmp_path_factory):
     return {v.candidate: v for v in verdicts}
 
 
-# Fixtures caught by chance: an attack that lands by a race with the hold (a helper must die after a hold has settled;
-# its verdict, where it did not land, `correct`, having gained nothing), one the secret sample of compared calls
-# misses with probability under 1% (evaluator.referee.replay), and those that tell clocked calls by their pace (in a
-# loaded batch a window's call can come 10 ms after the one before: then they do nothing wrong, and are `correct`).
+# Fixtures caught by chance: an attack that lands by a race with the hold (a helper must die, or a signal land, after
+# a hold has settled; its verdict, where it did not land, `correct`, having gained nothing), one the secret sample of
+# compared calls misses with probability under 1% (evaluator.referee.replay), and those that tell clocked calls by
+# their pace (in a loaded batch a window's call can come 10 ms after the one before: then they do nothing wrong, and
+# are `correct`).
 # Where the batch's verdict is not the EXPECT's, it is judged alone again, up to RACE_TRIES times, and the first
 # verdict that is its EXPECT's stands; missed every time (about 1e-6 for the sample) is a failure.
-RACES = {"freeze_kill", "wrong_quarter_of_clocked_calls", "wrong_mid_series"}
+RACES = {"freeze_kill", "signal_in_hold", "wrong_quarter_of_clocked_calls", "wrong_mid_series"}
 RACE_TRIES = 2
 _race_verdicts: dict = {}
 
