@@ -72,8 +72,11 @@ def init_phase(session: Session, imported: Imported) -> Built:
     # a pinned seed pins the weights (which the candidate is handed anyway), never an input
     pinned = referee.config.seed
     reference = referee.new_reference(pinned if pinned is not None else session.keys.seed("reference"))
-    fixed = referee.exchange_tensors(session.link.exchange)
-    reply = session.request(referee.construct(fixed, session.keys.seed("construct")))
+    if session.link.constructing is not None:  # sent once it imported, ahead of its turn (evaluator.referee.ahead)
+        reply = session.answer(session.link.constructing, "Construct")
+    else:
+        reply = session.request(referee.construct(referee.exchange_tensors(session.link.exchange),
+                                                  session.keys.seed("construct")))
     if reply.error_kind == "not_module":
         raise Judged(Status.incorrect, Phase.init, reply.error)
     if reply.error:

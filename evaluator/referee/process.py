@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -117,6 +118,8 @@ class ExecutorProcess:
         self.ended: Ended | None = None
         self._ahead: threading.Thread | None = None
         self._ahead_result: Reply | Ended | None = None
+        self.keys = None  # the candidate's keys (evaluator.referee.keys), where drawn at its start ahead
+        self.constructing: int | None = None  # the id of a Construct sent ahead (evaluator.referee.ahead)
         self.paused = False
         self.paused_pids: list[int] | None = None  # its processes, while paused (pause_all)
         self.held_pids: list[int] | None = None  # its processes, while held (hold)
@@ -220,14 +223,17 @@ class ExecutorProcess:
             pinning.join()
             self._pinning = None
 
-    def import_ahead(self, deadline: float) -> None:
+    def import_ahead(self, deadline: float, then: Callable[[], None] | None = None) -> None:
         """Read its import's reply in the background (memory watched, as `reply(0)` would), so it
-        imports while another candidate holds the device; `reply(0)` then hands over the result."""
+        imports while another candidate holds the device; `reply(0)` then hands over the result. `then()`, on the same
+        thread, once it imported without error (evaluator.referee.ahead: its Construct sent)."""
         def read() -> None:
             try:
                 self._ahead_result = self.reply(0, deadline, poll_memory=True)
             except Ended as ended:
                 self._ahead_result = ended
+            if then is not None and isinstance(self._ahead_result, Reply) and not self._ahead_result.error:
+                then()
 
         self._ahead = threading.Thread(target=read, daemon=True)
         self._ahead.start()
@@ -464,9 +470,8 @@ class ExecutorProcess:
                 _ = self.frozen_by_group  # whether its launcher joined its cgroup, read while it is alive (_reap)
             return message.reply
 
-    def request(self, command, deadline: float, during=None) -> Reply:
-        """Send one command (its `id` is set here) and read its reply; `during(deadline, answered)` runs in between
-        (seconds it returns are credited: the deadline moves on by them)."""
+    def send(self, command) -> int:
+        """Send one command (its `id` is set here), its reply read later (`reply`): the id."""
         self._ids += 1
         command = command.model_copy(update={"id": self._ids})
         try:
@@ -474,6 +479,12 @@ class ExecutorProcess:
             self._commands.flush()
         except (BrokenPipeError, OSError, ValueError, AttributeError):  # AttributeError: closed (`_reap`)
             raise self._end(Ended("closed"), kill=False)
+        return self._ids
+
+    def request(self, command, deadline: float, during=None) -> Reply:
+        """Send one command and read its reply; `during(deadline, answered)` runs in between (seconds it returns are
+        credited: the deadline moves on by them)."""
+        self.send(command)
         if during is not None:  # a handed-off window's relay (evaluator.referee.relay): has the executor answered?
             deadline += during(deadline, lambda: b"\n" in self._buffer or readable(self._channel_fd, 0)) or 0.0
         clocked = isinstance(command, (Go, Put)) and self.device == "cuda"  # replies that end windows: polled for

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from evaluator.referee import (
-    baselines, clock, device_share, forking, memory, phases, relay, stored as stored_baselines, tuning, twin)
+    ahead, baselines, clock, device_share, forking, memory, phases, relay, stored as stored_baselines, tuning, twin)
 from evaluator.referee.environment import cpu_call_cores
 from evaluator.referee.session import Session, candidate_text, own_credit, release_cached, run_limit
 from evaluator.referee import inputs as draws
@@ -391,7 +391,7 @@ class Referee:
             except Exception:
                 traceback.print_exc()  # it is started again in its turn
                 continue
-            process.import_ahead(time.monotonic() + self.config.compile_timeout_s)
+            process.import_ahead(time.monotonic() + self.config.compile_timeout_s, ahead.prepare(self, process, request))
             self.waiting[key] = process
             profile_log({"event": "start_ahead", "name": request.name, "steps": process.start_seconds})
 
@@ -469,7 +469,7 @@ class Referee:
             size=self.size, device=self.device, compile_timeout_s=config.compile_timeout_s,
             run_timeout_s=limit, run_limit_scaled=config.run_timeout_scaled,
             own_credit_s=own_credit(limit, on_host=self.judge_device != self.device),
-            memory_limit_gb=config.compile_memory_limit_gb, keys=keys, exclusive=self.exclusive,
+            memory_limit_gb=config.compile_memory_limit_gb, keys=process.keys or keys, exclusive=self.exclusive,
             source=candidate_text(request.path) if config.backend == "triton" else "")
 
     def close(self) -> list[BaselineRound]:

@@ -102,7 +102,7 @@ class Session:
     """What one candidate's phases share: see the module's docstring."""
 
     referee: RefereeView | None      # None: a build only (the parent's parallel builds)
-    link: object                     # evaluator.referee.process.ExecutorProcess, or anything with its request/reply
+    link: object  # evaluator.referee.process.ExecutorProcess, or anything with its request/reply/constructing
     name: str
     digest: str
     problem: str
@@ -161,6 +161,13 @@ class Session:
                 begun = time.monotonic()
                 meanwhile()
                 return self._credit(time.monotonic() - begun)  # this reply's deadline, and every later one's
+        return self._answered(type(command).__name__, lambda: self.link.request(command, self.deadline, during))
+
+    def answer(self, command_id: int, kind: str) -> Reply:
+        """The reply to a command sent earlier (`kind`, its class's name), as `request` reads one."""
+        return self._answered(kind, lambda: self.link.reply(command_id, self.deadline))
+
+    def _answered(self, kind: str, read: Callable[[], Reply]) -> Reply:
         started = time.monotonic()
         if self._own_since:
             # the run limit is the executor's: the referee's own work since its last reply (drawing inputs, the
@@ -168,11 +175,10 @@ class Session:
             # judged in host memory, a checked call's comparisons take seconds), up to own_credit_s in all
             self._credit(started - self._own_since)
         try:
-            reply = self.link.request(command, self.deadline, during)
+            reply = read()
         except Ended as ended:
             raise self.ended(ended) from None
         finally:
-            kind = type(command).__name__
             self.command_seconds[kind] = self.command_seconds.get(kind, 0.0) + time.monotonic() - started
             self._own_since = time.monotonic() if self._own_since else 0.0
         self.add(reply.flags)
