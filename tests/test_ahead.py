@@ -158,9 +158,10 @@ def test_the_warm_ups_room_comes_out_of_the_kept_copies_cap_never_out_of_the_rep
     assert planned.beside_bytes == max(0, without - KEPT_CAP["cuda"])
 
 
-def test_no_warm_up_where_no_executor_is_started_ahead_or_off_a_gpu():
+def test_no_warm_up_where_no_executor_is_started_ahead():
     relu = [4096, 393216]  # KernelBench's 19_ReLU: judged in host memory on an H100, nothing ahead
     assert not plan("cuda", int(H100), ahead=4, **sizes(layout_of(relu, relu), relu)).warm_up
     layout = layout_of(KERNELBENCH["x"], KERNELBENCH["out"])
     assert not plan("cuda", int(H200), ahead=0, **sizes(layout, KERNELBENCH["out"])).warm_up
-    assert not plan("cpu", 0, ahead=2, **sizes(layout_of([64, 32], [64, 16]), [64, 16])).warm_up
+    on_a_cpu = sizes(layout_of([64, 32], [64, 16]), [64, 16])
+    assert plan("cpu", 0, ahead=2, **on_a_cpu).warm_up and not plan("cpu", 0, ahead=0, **on_a_cpu).warm_up

@@ -3,8 +3,9 @@ judged, so that neither is part of the candidate's own turn.
 
 An executor started ahead imports its candidate while the lane judges the one before (evaluator.referee.referee
 .start_ahead). Once its import has answered without error, its import's reader thread sends its `Construct` at once,
-with `warm_up` on a GPU: ModelNew is built, moved to the device and called once on inputs the executor draws itself
-(never compared, never timed), which loads its kernels and does its first call's set-up. A warm lane spent about 0.27 s
+with `warm_up` where the memory plan has room for it (on the CPU, wherever executors are started ahead): ModelNew is
+built, moved to the device and called once on inputs the executor draws itself (never compared, never timed), which
+loads its kernels and does its first call's set-up. A warm lane spent about 0.27 s
 of each candidate's turn constructing it and 0.2 s more in its first checked call, which waited for its kernels' loading
 and the stream hold behind it (docs/throughput.md).
 

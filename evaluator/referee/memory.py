@@ -58,11 +58,13 @@ class MemoryPlan:
 
 def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, output_bytes: int, state_bytes: int,
          ahead: int, beside: int = 0) -> MemoryPlan:
-    """The plan for a GPU of `device_bytes` (see the module's docstring); off a GPU, everything where it is. `beside`:
+    """The plan for a GPU of `device_bytes` (see the module's docstring); off a GPU, everything where it is (and executors
+    started ahead warm up). `beside`:
     the referee's own executors started ahead beside the candidates' (the reference's twin, each round: its stage
     comes out of theirs)."""
     if device != "cuda" or device_bytes <= 0:
-        return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0, kept_bytes=KEPT_CAP["cpu"])
+        return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0, kept_bytes=KEPT_CAP["cpu"],
+                          warm_up=device == "cpu" and ahead > 0)  # a CPU call's memory: host memory, as ever
     i, o, s = input_bytes, output_bytes, state_bytes
     held = (2 * stage_bytes                # the candidate's stage and the calibrator's
             + 2 * i + o + s                # the candidate's executor
