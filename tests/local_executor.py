@@ -47,6 +47,7 @@ class LocalLink:
         self.executor = Executor(request, self.exchange, self.stage)
         self.executor.module = SimpleNamespace(ModelNew=model_class)
         self.ids = 0
+        self.keys = None  # none drawn at a start ahead: the session's own
         self.constructing = None  # no Construct sent ahead (evaluator.referee.ahead)
         self.sent = {}
 
