@@ -93,6 +93,22 @@ def test_the_init_phase_reads_the_construct_sent_ahead_and_an_honest_candidate_p
     assert int(session.link.executor.model.state_dict()["bn.num_batches_tracked"]) == tracked
 
 
+def test_the_warm_up_call_makes_the_executors_own_check_after_a_call_too(monkeypatch):
+    """The first checked call's own check (its output against the copy taken as forward returned) launches comparison
+    kernels of its own: the warm-up call makes it, so that their first launch is not the first checked call's."""
+    from evaluator.wire import tensors
+
+    compared, same_values = [], tensors.same_values
+    monkeypatch.setattr(tensors, "same_values", lambda a, b: compared.append(a.shape) or same_values(a, b))
+    judge = local_executor.referee()
+    session = local_executor.session_for(local_executor.Honest, judge)
+    command = judge.construct([], session.keys.seed("construct"))
+    session.link.send(command.model_copy(update={"warm_up": True, "train": True}))
+    assert len(compared) == 1
+    session.link.send(command.model_copy(update={"warm_up": False}))
+    assert len(compared) == 1
+
+
 def test_a_global_flag_changed_in_the_warm_up_call_alone_is_flagged_as_in_any_call():
     """Hostile: TF32 matmuls switched on in its first call only, which is the warm-up's: the warm-up's guard sees it
     (precision_flags, reject) and puts the flag back, so no checked or timed call runs with it."""
