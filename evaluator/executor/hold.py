@@ -94,15 +94,3 @@ def inputs_behind_hold(given: list, hold: StreamHold, device: str) -> list:
         for x, source in held:
             x.copy_(source)  # still queued behind the hold when the candidate is called
     return inputs
-
-
-def inputs_of_its_own(given: list) -> list | None:
-    """Inputs for a warm-up call (Construct.warm_up): each floating tensor of `given` (the stage's first input set, not
-    yet written) drawn afresh from a normal distribution, plain values as they are; None where a tensor is not
-    floating (its values unwritten could index out of bounds and fault the context the checks then run in)."""
-    if any(isinstance(x, torch.Tensor) and not x.is_floating_point() for x in given):
-        return None
-    try:
-        return [torch.randn_like(x) if isinstance(x, torch.Tensor) else x for x in given]
-    except torch.OutOfMemoryError:
-        return None

@@ -40,7 +40,7 @@ from evaluator.wire.protocol import (Call, Construct, ExecutorMessage, ExecutorR
 from evaluator.wire.records import Containment, Flag, FlagPolicy, Phase
 from evaluator.wire.stage import Stage
 from evaluator.executor.forward import RoomRefused, handed_off_forwards, timed_forwards
-from evaluator.executor.hold import StagingOutOfMemory, StreamHold, inputs_behind_hold, inputs_of_its_own
+from evaluator.executor.hold import StagingOutOfMemory, StreamHold, inputs_behind_hold
 from evaluator.executor.observe import cpu_extension_calls, cuda_kernels
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
@@ -192,32 +192,7 @@ class Executor:
         except BaseException:
             return Reply(id=command.id, error=describe_exception("ModelNew.state_dict() raised"), error_kind="raised",
                          flags=flags)
-        if command.warm_up:  # where the referee's memory plan has room (evaluator.referee.memory)
-            flags += self.warm_up(command.train)
         return Reply(id=command.id, state=state, flags=flags)
-
-    def warm_up(self, train: bool) -> list[Flag]:
-        """One forward on inputs of its own before the checks (Construct.warm_up): its kernels loaded and its first
-        call's set-up done. Whatever it does is judged by the checked calls, which make the same call; its memory is
-        given back. Global flags it changes are flagged as any forward's are (guard_flags: restored)."""
-        inputs = inputs_of_its_own(self.staged)
-        if inputs is None:
-            return []
-        flags_before = guards.read_global_flags()
-        try:
-            self.model.to(self.device)  # LoadState moves it there anyway
-            self.model.train(train)
-            with torch.no_grad():
-                out, seen, error = self.forward(inputs)
-                if error is None and seen is not None:  # the check each checked call makes after it: its kernels too
-                    cmp.same_values(seen, out)
-            self.sync()
-        except BaseException:
-            pass  # the checked calls make this call again, and judge it
-        finally:
-            out = seen = inputs = None
-            torch.cuda.empty_cache()
-        return self.guard_flags(flags_before, "ModelNew.forward (a warm-up call on inputs of its own, before checks)")
 
     def load_state(self, command: LoadState) -> Reply:
         state = {slot.name.removeprefix("state."): self.exchange.read(slot, "cpu") for slot in command.tensors}

@@ -1,21 +1,18 @@
-"""Executors started ahead, built ahead: ModelNew constructed (and, on a GPU, called once) while another candidate is
-judged, so that neither is part of the candidate's own turn.
+"""Executors started ahead, built ahead: ModelNew constructed while another candidate is judged, so that its
+construction (the candidate's `__init__`, its weights drawn on the CPU: about 0.17 s a candidate at `kernelbench` on an
+H200 host) is no part of its own turn.
 
 An executor started ahead imports its candidate while the lane judges the one before (evaluator.referee.referee
-.start_ahead). Once its import has answered without error, its import's reader thread sends its `Construct` at once,
-with `warm_up` where the memory plan has room for it (on the CPU, wherever executors are started ahead): ModelNew is
-built, moved to the device and called once on inputs the executor draws itself (never compared, never timed), which
-loads its kernels and does its first call's set-up. A warm lane spent about 0.27 s
-of each candidate's turn constructing it and 0.2 s more in its first checked call, which waited for its kernels' loading
-and the stream hold behind it (docs/throughput.md).
+.start_ahead). Once its import has answered without error, its import's reader thread sends its `Construct` at once;
+the init phase reads the reply (its flags, a failure to build, the parameters' names and shapes) and then loads the
+reference's weights as it always has. Nothing else of the judgement moves, and the order of what the candidate sees is
+the same (built, its weights loaded, called): only when it is built. What a candidate does while built ahead it could
+do at its import (work on the device while another candidate's checks run, never inside a window: it is held then, and
+the device waited idle before each; CPU time on its own cores). Its seeds are drawn from its own keys, drawn at its
+start and kept for its session (`Correctness.check_key` still makes every seed again).
 
-Nothing of the judgement moves: the init phase reads the reply (its flags, a failure to build, the parameters' names
-and shapes) and loads the reference's weights as it would have; the checks and the windows run as before. What a
-candidate does while built ahead it could do at its import: work on the device while another candidate's checks run
-(never inside a window: it is held then, and the device waited idle before each), CPU time on its own cores, memory
-planned for (evaluator.referee.memory: a warm-up call's input, output and state per executor started ahead). A global
-flag its warm-up call changes is flagged and put back, as any forward's. Its seeds are drawn from its own keys, drawn
-at its start and kept for its session (`Correctness.check_key` still makes every seed again).
+No call is made before the weights are loaded: a candidate may derive tensors from its weights on its first call (a
+transpose kept, a folded scale), which a call before `LoadState` would derive from the wrong weights.
 
 Not built ahead: a problem with fixed tensor inputs (written into the executor's exchange from the referee's device,
 which no thread may touch beside a window); an executor started in its turn. Those construct in the init phase.
@@ -39,9 +36,7 @@ def prepare(referee, process, request) -> Callable[[], None] | None:
 
     def send() -> None:  # on the import's reader thread: nothing here touches the device
         try:
-            command = referee.construct([], process.keys.seed("construct"))
-            process.constructing = process.send(command.model_copy(update={
-                "warm_up": referee.memory.warm_up, "train": referee.problem.mode == "train"}))
+            process.constructing = process.send(referee.construct([], process.keys.seed("construct")))
         except Ended:
             pass  # closed meanwhile: its turn finds it ended
         except Exception:

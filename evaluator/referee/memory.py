@@ -7,9 +7,7 @@ At once, on the device (I, O, S: a call's input, output and state bytes; the sta
 - the referee in fp32: a call's drawn inputs, a window's copy of the outputs, the reference and baselines' state;
 - the referee's float64 judge: the reference's float64 twin, its inputs and expected output (and a window's
   stack of them), and the executor's shipped tensors read back (about 3I + 5O + 3S);
-- each executor started ahead: a stage more, and where there is room its warm-up call (evaluator.referee.ahead: an
-  input set, an output and the model's state, on the device beside the rest until it is over), whose room comes out
-  of the kept copies' cap (below) before anything else.
+- each executor started ahead: a stage more.
 
 What is left after that (at most KEPT_CAP) keeps clocked calls' copies until the calls to compare are drawn
 (evaluator.referee.replay); with less, they are drawn from sooner, in more draws. What is left after those
@@ -44,7 +42,6 @@ class MemoryPlan:
     kept_bytes: int = KEPT_CAP["cpu"]  # clocked calls' copies kept for the replay's draw (evaluator.referee.replay)
     judge_bytes: int = 0   # the float64 judge's own copies (its reference's inputs, outputs and state)
     beside_bytes: int = 0  # what is left past the kept copies' room: a candidate's replay beside the next (replay.Later)
-    warm_up: bool = False  # executors started ahead call ModelNew once before their turn (evaluator.referee.ahead)
 
     def said(self) -> str | None:
         """What a verdict says of a judge moved to host memory (None where it stayed on the device)."""
@@ -58,13 +55,11 @@ class MemoryPlan:
 
 def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, output_bytes: int, state_bytes: int,
          ahead: int, beside: int = 0) -> MemoryPlan:
-    """The plan for a GPU of `device_bytes` (see the module's docstring); off a GPU, everything where it is (and executors
-    started ahead warm up). `beside`:
+    """The plan for a GPU of `device_bytes` (see the module's docstring); off a GPU, everything where it is. `beside`:
     the referee's own executors started ahead beside the candidates' (the reference's twin, each round: its stage
     comes out of theirs)."""
     if device != "cuda" or device_bytes <= 0:
-        return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0, kept_bytes=KEPT_CAP["cpu"],
-                          warm_up=device == "cpu" and ahead > 0)  # a CPU call's memory: host memory, as ever
+        return MemoryPlan(judge_device=device, ahead=ahead, need_bytes=0, device_bytes=0, kept_bytes=KEPT_CAP["cpu"])
     i, o, s = input_bytes, output_bytes, state_bytes
     held = (2 * stage_bytes                # the candidate's stage and the calibrator's
             + 2 * i + o + s                # the candidate's executor
@@ -79,13 +74,6 @@ def plan(device: str, device_bytes: int, stage_bytes: int, input_bytes: int, out
     started = max(0, min(ahead, fits_ahead - beside)) if judge_device == device else 0
     # what the executors started ahead (and the referee's beside them) leave; none where the judge is in host memory
     spare = room - need - (started + beside) * (stage_bytes + CONTEXT_BYTES)
-    warm = (started + beside) * (i + o + s)  # their warm-up calls at once, at most
-    warm_up = judge_device == device and started > 0 and spare >= warm
-    if warm_up:  # out of the kept copies' cap: what is left past it (a replay beside the next candidate) stays
-        spare, cap = spare - warm, max(0, KEPT_CAP["cuda"] - warm)
-    else:
-        cap = KEPT_CAP["cuda"]
-    kept = max(0, min(cap, spare)) if judge_device == device else 0
+    kept = max(0, min(KEPT_CAP["cuda"], spare)) if judge_device == device else 0
     return MemoryPlan(judge_device=judge_device, ahead=started, need_bytes=need, device_bytes=device_bytes,
-                      kept_bytes=kept, judge_bytes=judge, beside_bytes=max(0, spare - kept) if kept else 0,
-                      warm_up=warm_up)
+                      kept_bytes=kept, judge_bytes=judge, beside_bytes=max(0, spare - kept) if kept else 0)

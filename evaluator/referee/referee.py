@@ -380,7 +380,7 @@ class Referee:
             zygote=self.zygote, cores=self.call_cores, exchanges=self.exchanges)
 
     def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
-        """Start the executors of the next `ahead` queued candidates: each imports its candidate now."""
+        """Start the executors of the next `ahead` queued candidates: each imports its candidate now, then builds it."""
         for request in upcoming[:self.memory.ahead]:
             key = (request.path, request.digest)
             if request.kind != "judge" or request.compile_only or key in self.waiting:

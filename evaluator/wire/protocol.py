@@ -104,11 +104,6 @@ class Construct(Message):
         "The reference's parameters and buffers, by state-dict name: the only state shipped back (none named: all). "
         "A candidate's own tensors beyond them (a workspace, a cached transpose) are never compared, and shipped "
         "they could outgrow the exchange."))
-    warm_up: bool = Field(False, description=(
-        "CUDA: once built, ModelNew moved to the device and called once on inputs the executor draws itself "
-        "(never compared), so that the first checked call does not pay for loading kernels: sent to an executor "
-        "started ahead, which does it while another candidate is judged (evaluator.referee.ahead)."))
-    train: bool = Field(False, description="The mode of the warm-up's call (the problem's: training or eval).")
 
 
 class LoadState(Message):
