@@ -115,6 +115,7 @@ def test_a_round_that_timed_every_baseline_after_a_failed_spot_check_stands_in_f
     referee = SimpleNamespace(config=SimpleNamespace(cached_baselines={"eager": figure(10.0), "eager_tf32": figure(1.6)},
                                                      baselines=["eager", "eager_tf32"], cached_note="timed on X"),
                               cache_dropped=None, cached_said="", handed_off=True, rounds=[None], twin=None,
+                              spot_plan=None,
                               timer=SimpleNamespace(warmup=1), warm_seconds=lambda name: 0.0,
                               run_untimed=lambda name, calls, seconds=0.0: None, time_baseline=timed.__getitem__)
     monkeypatch.setattr(stored, "spot_checked", lambda names, first_round=False: ["eager_tf32"])

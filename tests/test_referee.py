@@ -845,6 +845,55 @@ def test_stored_figures_never_stand_in_for_the_twins_eager(monkeypatch):
     assert referee.current_round.baselines["eager_tf32"].median_ms == 5.0
 
 
+def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_compiles_before_its_turn(monkeypatch):
+    """Stored figures stand: the first round's spot checks are drawn before it, and only those baselines run before
+    its exclusive turn, the compiled one (its torch.compile) first; in the turn each is timed after the warm-up's calls
+    alone, nothing compiles there, and no other baseline runs at all. The next round draws its own checks afresh."""
+    import contextlib
+
+    from evaluator.referee import referee as referee_module
+    from evaluator.referee import stored
+
+    referee, _ = _twin_referee(monkeypatch)
+    monkeypatch.setattr(referee_module, "FIRST_ROUND_WARM_S", 0.25)
+    names = ["eager", "eager_tf32", "compile", "compile_tf32", "part:gemm_tf32"]
+    referee.config.baselines = names
+    referee.config.cached_baselines = {n: _stats(5.0, 0.1).model_copy(update={"handed_off": referee.handed_off})
+                                       for n in names}
+    draws = iter([["part:gemm_tf32", "compile_tf32"], ["eager_tf32"]])
+    drawn = []
+    monkeypatch.setattr(stored, "spot_checked",
+                        lambda names, first_round=False: drawn.append((list(names), first_round)) or next(draws))
+    runs, in_turn = [], []
+    monkeypatch.setattr(referee, "run_untimed", lambda name, calls, seconds=0.0: runs.append(
+        (name, seconds, bool(in_turn))))
+    monkeypatch.setattr(referee, "time_baseline", lambda name: runs.append((name, "timed", bool(in_turn))) or _stats(
+        5.0, 0.1))
+    exclusive = referee.exclusive
+
+    @contextlib.contextmanager
+    def marked(*args, **kwargs):
+        with exclusive(*args, **kwargs):
+            in_turn.append(True)
+            try:
+                yield
+            finally:
+                in_turn.pop()
+
+    monkeypatch.setattr(referee, "exclusive", marked)
+    referee.ensure_round()
+    before = [(name, seconds) for name, seconds, turn in runs if not turn]
+    assert before == [("compile_tf32", 0.25), ("part:gemm_tf32", 0.25)]  # compiled first, each its full warm-up
+    assert [(name, seconds) for name, seconds, turn in runs if turn] == [
+        ("part:gemm_tf32", 0.0), ("part:gemm_tf32", "timed"), ("compile_tf32", 0.0), ("compile_tf32", "timed")]
+    assert drawn == [([n for n in names if n != "eager"], True)]  # drawn once, the twin's eager never among them
+    assert referee.spot_plan is None and "`compile_tf32` re-timed" in referee.current_round.source.cached
+    runs.clear()
+    referee.baseline_round()  # a later round: its own draw, nothing run before its turn
+    assert drawn[1] == ([n for n in names if n != "eager"], False)
+    assert [name for name, _, turn in runs if not turn] == [] and [r[0] for r in runs] == ["eager_tf32", "eager_tf32"]
+
+
 def test_a_stuck_stream_in_the_twins_judgement_ends_the_referee_and_no_round_keeps_the_referees_own_eager(monkeypatch):
     """While the twin is judged the round has no eager (nothing that escapes leaves the referee's own loop's figure in
     its place), and a stream stuck on the device ends the referee as a candidate's would (its lane starts another)."""

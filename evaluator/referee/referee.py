@@ -144,7 +144,7 @@ class Referee:
         self.compiled: dict[str, torch.nn.Module] = {}
         self.warmed_early: dict[str, float] = {}  # when the first round's early warm-up of each baseline ended
         self.rounds, self.current_round = [], None  # BaselineRound each, and the Round verdicts divide by
-        self.cache_dropped, self.spot_check_read = None, {}  # why stored figures were dropped; what that check read
+        self.cache_dropped, self.spot_check_read, self.spot_plan = None, {}, None  # evaluator.referee.stored's
         self.buffer_use: tuple[set[str], bool] | None = None  # replay.state_use, probed by the batch's first candidate
         self.cached_said = ""  # what the verdicts dividing by stored figures say of them
         self.judged, self.timed_since_round, self.sessions = 0, 0, 0  # sessions: candidates begun (their keys' numbers)
@@ -240,7 +240,7 @@ class Referee:
             self.warm_baselines(early=True)
         for own in self.measuring():
             own.start_early()
-        self.start_ahead([self.twin] if self.twin else [])  # its imports overlap the compile (held while anything is timed)
+        self.start_ahead(([self.twin] if self.twin else []) + self.queued())  # imports beside the compile (held when timed)
         self.compile_baselines()
         self.start_ahead(self.queued())  # requests that came while it compiled: their imports overlap the round
         for own in self.measuring():
@@ -275,23 +275,24 @@ class Referee:
         return closed
 
     def compile_baselines(self) -> None:
-        """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; none while
-        stored figures stand (the one compiled baseline a batch's first round spot-checks compiles as it runs)."""
+        """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; while stored
+        figures stand, only those of the batch's first round's spot checks (stored.warm_spot_checks)."""
         if self.config.cached_baselines and not self.cache_dropped:
-            return
+            return stored_baselines.warm_spot_checks(self)
         for name in self.config.baselines:
             if name.startswith("compile") and name not in self.compiled:
                 self.run_untimed(name, calls=1)
 
-    def warm_baselines(self, early: bool = False) -> None:
-        """Before the batch's first round: each baseline runs untimed for FIRST_ROUND_WARM_S (at least the warm-up's
-        calls), so the first round is not measured cold (thread pools, allocator, clocks: on a CPU the first round once
-        read eager at 8.9 ms and the next at 1.2, a fake 5.9x for a candidate). `early`, those that need no
-        torch.compile, before the calibrator's start, which waits for the zygote's imports (1-2 s on 2 cores): the round
-        then runs only the warm-up's calls of these."""
-        for name in [n for n in self.config.baselines if not (early and (n.startswith("compile") or n in self.warmed_early))]:
+    def warm_baselines(self, early: bool = False, only: list[str] = ()) -> None:
+        """Before the batch's first round: each baseline (`only`: those) runs untimed for FIRST_ROUND_WARM_S (at least
+        the warm-up's calls), so the first round is not measured cold (thread pools, allocator, clocks: a CPU's first
+        round once read eager at 8.9 ms and the next at 1.2). `early`, before the calibrator's start (it waits for the
+        zygote's imports), those with no torch.compile, and none where stored figures stand (stored.warm_spot_checks)."""
+        if early and stored_baselines.planned(self) is not None:
+            return
+        for name in only or [n for n in self.config.baselines if not (early and (n.startswith("compile") or n in self.warmed_early))]:
             self.run_untimed(name, calls=self.timer.warmup, seconds=self.warm_seconds(name))
-            if early:
+            if early or only:
                 self.warmed_early[name] = time.perf_counter()
 
     def warm_seconds(self, name: str) -> float:

@@ -40,12 +40,9 @@ def spot_check(name: str, measured: TimingStats, stored: TimingStats, note: str)
     return False, f"{said}: {why}, so every baseline is timed again in this round"
 
 
-def stored_figures(referee) -> dict[str, TimingStats] | None:
-    """The stored figures (RefereeConfig.cached_baselines) where they stand for `referee` (evaluator.referee.referee
-    .Referee): its spot checks each within the bounds. None: every baseline is to be timed (once a spot check
-    failed, until a round timed whole stands in: `referee.cache_dropped` says why)."""
-    import torch
-
+def standing_names(referee) -> list[str] | None:
+    """The baselines whose stored figures a round of `referee` would divide by (all but the twin's); None where every
+    baseline is to be timed: nothing stored for one of them, or the figures dropped (`referee.cache_dropped`)."""
     stored, config = referee.config.cached_baselines, referee.config
     # eager judged as a candidate is timed in every round, never read (evaluator.referee.twin)
     names = [n for n in config.baselines if referee.twin is None or n != twin.TIMED]
@@ -54,8 +51,43 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
     if any(stored[name].handed_off != referee.handed_off for name in names):
         referee.cache_dropped = referee.cached_said = "stored figures dropped: timed otherwise than this batch's calls"
         return None
+    return names
+
+
+def planned(referee) -> list[str] | None:
+    """The coming round's spot checks (spot_checked), drawn once, in the referee, and kept until that round times
+    them (stored_figures); None where stored figures would not stand in for it. Drawn before the round so that a
+    batch's first round warms and compiles only these, before its exclusive turn (warm_spot_checks)."""
+    names = standing_names(referee)
+    if names is None:
+        referee.spot_plan = None
+    elif referee.spot_plan is None:
+        referee.spot_plan = spot_checked(names, first_round=not referee.rounds)
+    return referee.spot_plan
+
+
+def warm_spot_checks(referee) -> None:
+    """Before a batch's first round takes its exclusive turn, where stored figures stand: the baselines its spot checks
+    will time run untimed (Referee.warm_baselines), a compiled one first (its torch.compile, seconds, overlaps the
+    calibrator's start and the executors' imports, where it sat in the turn with every executor held), the others
+    after, so that each is still fresh when timed; no other baseline runs before the round."""
+    checks = planned(referee) if not referee.rounds else None
+    if checks:
+        referee.warm_baselines(only=sorted(checks, key=lambda name: not name.startswith("compile")))
+
+
+def stored_figures(referee) -> dict[str, TimingStats] | None:
+    """The stored figures (RefereeConfig.cached_baselines) where they stand for `referee` (evaluator.referee.referee
+    .Referee): its spot checks (`planned`) each within the bounds. None: every baseline is to be timed (once a spot
+    check failed, until a round timed whole stands in: `referee.cache_dropped` says why)."""
+    import torch
+
+    stored, config = referee.config.cached_baselines, referee.config
+    checks, referee.spot_plan = planned(referee), None
+    if checks is None:
+        return None
     said: list[str] = []
-    for name in spot_checked(names, first_round=not referee.rounds):
+    for name in checks:
         try:
             referee.run_untimed(name, calls=referee.timer.warmup, seconds=referee.warm_seconds(name) if not referee.rounds else 0.0)
             measured = referee.time_baseline(name)
@@ -71,7 +103,7 @@ def stored_figures(referee) -> dict[str, TimingStats] | None:
             referee.spot_check_read = {name: measured}  # what `adopt_round` holds the round's own figure to
             return None
     referee.cached_said = "; ".join(said)
-    return {n: stored[n] for n in names}
+    return {n: stored[n] for n in standing_names(referee)}
 
 
 def adopt_round(referee, baselines: dict[str, TimingStats], failed: dict, busy: str | None, index: int) -> None:
