@@ -5,6 +5,7 @@ referee's `ahead` with real CPU candidates, whose verdicts must be what they are
 """
 
 import importlib.util
+import json
 import sys
 import threading
 import time
@@ -248,6 +249,30 @@ def test_where_torch_has_no_bytecode_the_referee_caches_it_for_its_executors(tmp
     assert cached(importlib.util.find_spec("torch").origin).is_file()
     assert cached(importlib.util.find_spec("torch._dynamo").origin).is_file()
     assert cached(importlib.util.find_spec("evaluator.executor.serve").origin).is_file()
+    # marked as cached: the next batch's zygote starts beside the referee's own imports, and judges alike
+    assert (cache / "pycache" / "executor-modules").is_file()
+    monkeypatch.setenv("KH_REFEREE_PROFILE", str(tmp_path / "profile"))
+    again = list(Evaluator(options).evaluate_all(files[:1]))
+    assert [v.status for v in again] == [Status.correct], [v.error for v in again]
+    [log] = (tmp_path / "profile").glob("referee-*.jsonl")
+    [start] = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "start"]
+    assert start["zygote_early"] is True
+
+
+def test_the_bytecode_mark_holds_only_for_the_installs_it_was_written_for(tmp_path, monkeypatch):
+    """The referee marks its bytecode cache once the executors' modules are in it; the mark stands for the same
+    Python and packages only (a package installed again, or no cache at all, and the zygote waits as before)."""
+    from evaluator.referee import __main__ as referee_main
+
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    assert not referee_main.bytecode_cached()
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path))
+    assert not referee_main.bytecode_cached()
+    referee_main.cache_executor_bytecode()  # imported already here: only the mark is new
+    assert referee_main.bytecode_cached() and "torch " in (tmp_path / referee_main.BYTECODE_MARK).read_text()
+    installed = referee_main.installs()
+    monkeypatch.setattr(referee_main, "installs", lambda: installed.replace("torch ", "torch (reinstalled) "))
+    assert not referee_main.bytecode_cached()
 
 
 def test_a_build_folder_travels_whole_to_the_same_folder_of_another_cache(tmp_path):

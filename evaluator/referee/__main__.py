@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -36,12 +38,42 @@ from evaluator.wire.records import Phase, Status, Verdict
 
 def cache_executor_bytecode() -> None:
     """What every executor imports (EXECUTOR_MODULES), imported here first, so that their bytecode is in the cache
-    executors and their zygote read (environment.bytecode_cache) before they start."""
+    executors and their zygote read (environment.bytecode_cache) before they start; the cache then marked as holding
+    it for these installs (`bytecode_cached`)."""
     for name in EXECUTOR_MODULES:
         try:
             importlib.import_module(name)
         except Exception:
             traceback.print_exc()  # the executor's own import says what is wrong
+            return
+    if sys.pycache_prefix:
+        with contextlib.suppress(OSError):
+            (Path(sys.pycache_prefix) / BYTECODE_MARK).write_text(installs())
+
+
+BYTECODE_MARK = "executor-modules"  # in the bytecode cache: what `installs` said once the executors' modules were in it
+
+
+def installs() -> str:
+    """Python's version and where each package the executors import lies, with its time (a package installed again
+    is a new time): read without importing any of them."""
+    lines = [sys.version]
+    for top in sorted({name.split(".")[0] for name in EXECUTOR_MODULES}):
+        spec = importlib.util.find_spec(top)
+        origin = spec.origin if spec is not None and spec.origin else ""
+        lines.append(f"{top} {origin} {os.stat(origin).st_mtime_ns if os.path.isfile(origin) else 0}")
+    return "\n".join(lines)
+
+
+def bytecode_cached() -> bool:
+    """The bytecode cache (sys.pycache_prefix) holds the executors' modules for these installs: the zygote can then
+    start before the referee's own imports and make its own beside them (3 s of a batch's start on an H200 host). A
+    module whose bytecode is missing or stale after all costs the zygote its compile, never a wrong import: Python
+    checks each cached file against its source."""
+    try:
+        return bool(sys.pycache_prefix) and (Path(sys.pycache_prefix) / BYTECODE_MARK).read_text() == installs()
+    except (OSError, ImportError, ValueError):
+        return False
 
 
 class Inbox:
@@ -162,17 +194,19 @@ def serve(argv: list[str] | None = None) -> int:
     referee, setup_error = None, None
     inbox = Inbox(requests)  # reading before the referee is up: a round at start sees what is queued
     started = time.perf_counter()
+    # every executor of the batch is forked from it: its imports made once, while the referee sets up (and, where
+    # their bytecode is cached already, while the referee makes its imports)
+    zygote = early = forking.for_executors(config.device, Path(config.cache_dir)) if bytecode_cached() else None
     if sys.pycache_prefix:  # the cache executors read (environment.bytecode_cache) is written here
         cache_executor_bytecode()
     imported = time.perf_counter()
-    # every executor of the batch is forked from it: its imports made once, while the referee sets up
-    zygote = forking.for_executors(config.device, Path(config.cache_dir))
+    zygote = zygote or forking.for_executors(config.device, Path(config.cache_dir))
     from evaluator.referee.referee import Referee  # torch, while the zygote imports its own
 
     try:
         referee = Referee(config, zygote)
         referee.queued = inbox.queued
-        profile_log({"event": "start", "executor_modules_s": imported - started, "parked_s": parked_s,
+        profile_log({"event": "start", "executor_modules_s": imported - started, "parked_s": parked_s, "zygote_early": early is not None,
                      "setup_s": time.perf_counter() - imported, "setup_steps": referee.start_seconds})
         if config.round_at_start:  # its twin's calls left for later replayed as the first candidate starts
             referee.ensure_round(defer=True)
