@@ -845,10 +845,10 @@ def test_stored_figures_never_stand_in_for_the_twins_eager(monkeypatch):
     assert referee.current_round.baselines["eager_tf32"].median_ms == 5.0
 
 
-def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_compiles_before_its_turn(monkeypatch):
-    """Stored figures stand: the first round's spot checks are drawn before it, and only those baselines run before
-    its exclusive turn, the compiled one (its torch.compile) first; in the turn each is timed after the warm-up's calls
-    alone, nothing compiles there, and no other baseline runs at all. The next round draws its own checks afresh."""
+def _first_round_runs(monkeypatch, stored_figures: bool, beside: bool) -> tuple:
+    """A twin referee's first round over eager, eager_tf32, compile, compile_tf32 and part:gemm_tf32, with their
+    figures stored or not and with a candidate's executor started ahead beside it or not: (the referee, each untimed
+    run and timing as (name, its seconds or "timed", whether in the exclusive turn), each spot-check draw)."""
     import contextlib
 
     from evaluator.referee import referee as referee_module
@@ -858,8 +858,9 @@ def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_comp
     monkeypatch.setattr(referee_module, "FIRST_ROUND_WARM_S", 0.25)
     names = ["eager", "eager_tf32", "compile", "compile_tf32", "part:gemm_tf32"]
     referee.config.baselines = names
-    referee.config.cached_baselines = {n: _stats(5.0, 0.1).model_copy(update={"handed_off": referee.handed_off})
-                                       for n in names}
+    if stored_figures:
+        referee.config.cached_baselines = {n: _stats(5.0, 0.1).model_copy(update={"handed_off": referee.handed_off})
+                                           for n in names}
     draws = iter([["part:gemm_tf32", "compile_tf32"], ["eager_tf32"]])
     drawn = []
     monkeypatch.setattr(stored, "spot_checked",
@@ -873,7 +874,7 @@ def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_comp
 
     @contextlib.contextmanager
     def marked(*args, **kwargs):
-        with exclusive(*args, **kwargs):
+        with contextlib.nullcontext() if beside else exclusive(*args, **kwargs):
             in_turn.append(True)
             try:
                 yield
@@ -881,7 +882,18 @@ def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_comp
                 in_turn.pop()
 
     monkeypatch.setattr(referee, "exclusive", marked)
+    if beside:  # a candidate's executor started ahead (a warm Judge's first call starts its own before the round)
+        referee.waiting[("candidate.py", "digest")] = object()
     referee.ensure_round()
+    return referee, runs, drawn
+
+
+def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_compiles_before_its_turn(monkeypatch):
+    """Stored figures stand: the first round's spot checks are drawn before it, and only those baselines run before
+    its exclusive turn, the compiled one (its torch.compile) first; in the turn each is timed after the warm-up's calls
+    alone, nothing compiles there, and no other baseline runs at all. The next round draws its own checks afresh."""
+    referee, runs, drawn = _first_round_runs(monkeypatch, stored_figures=True, beside=False)
+    names = referee.config.baselines
     before = [(name, seconds) for name, seconds, turn in runs if not turn]
     assert before == [("compile_tf32", 0.25), ("part:gemm_tf32", 0.25)]  # compiled first, each its full warm-up
     assert [(name, seconds) for name, seconds, turn in runs if turn] == [
@@ -892,6 +904,20 @@ def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_comp
     referee.baseline_round()  # a later round: its own draw, nothing run before its turn
     assert drawn[1] == ([n for n in names if n != "eager"], False)
     assert [name for name, _, turn in runs if not turn] == [] and [r[0] for r in runs] == ["eager_tf32", "eager_tf32"]
+
+
+@pytest.mark.parametrize("stored_figures", [True, False])
+def test_no_baseline_compiles_beside_a_candidates_executor(monkeypatch, stored_figures):
+    """A compiled baseline's first call autotunes (Inductor times its kernels' configurations on the device and keeps
+    the winner for later batches): with a candidate's executor alive beside the round (a warm Judge's first call, or
+    a round whose executors were started before it), it compiles in the exclusive turn, every executor held, never
+    before it; the cheap spot check is still warmed before it."""
+    referee, runs, _ = _first_round_runs(monkeypatch, stored_figures=stored_figures, beside=True)
+    assert not [name for name, _, turn in runs if name.startswith("compile") and not turn]
+    assert [name for name, seconds, turn in runs if name.startswith("compile") and turn and seconds != "timed"]
+    if stored_figures:
+        assert [(name, seconds) for name, seconds, turn in runs if not turn] == [("part:gemm_tf32", 0.25)]
+        assert ("compile_tf32", 0.25, True) in runs  # its full warm-up in the turn: not warmed before it
 
 
 def test_a_stuck_stream_in_the_twins_judgement_ends_the_referee_and_no_round_keeps_the_referees_own_eager(monkeypatch):

@@ -40,13 +40,14 @@ def cache_executor_bytecode() -> None:
     """What every executor imports (EXECUTOR_MODULES), imported here first, so that their bytecode is in the cache
     executors and their zygote read (environment.bytecode_cache) before they start; the cache then marked as holding
     it for these installs (`bytecode_cached`)."""
+    failed = False
     for name in EXECUTOR_MODULES:
         try:
             importlib.import_module(name)
         except Exception:
             traceback.print_exc()  # the executor's own import says what is wrong
-            return
-    if sys.pycache_prefix:
+            failed = True
+    if sys.pycache_prefix and not failed:
         with contextlib.suppress(OSError):
             (Path(sys.pycache_prefix) / BYTECODE_MARK).write_text(installs())
 

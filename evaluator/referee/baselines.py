@@ -110,6 +110,16 @@ def time_baseline(referee, name: str) -> TimingStats:
     return summarize(kept, referee.timer.warmup + 1).model_copy(update={"handed_off": referee.handed_off})
 
 
+def may_compile(referee) -> bool:
+    """Whether a compiled baseline's first call (its compile) may run before a round's exclusive turn: only with no
+    candidate's executor alive beside it (the twin's runs the reference's own code). That call autotunes: Inductor
+    times its kernels' configurations on the device and keeps the winner in its cache for later batches, so a
+    candidate's device work beside it could make a compiled baseline slower for good, and every speedup over it
+    larger. Else it compiles in the turn, every executor held."""
+    twin = (referee.twin.path, referee.twin.digest) if referee.twin is not None else None
+    return all(key == twin for key in referee.waiting)
+
+
 @tuning.costed("untimed runs")  # warm-ups, and a compiled baseline's compile: a round's start, in the profile
 def run_untimed(referee, name: str, calls: int, seconds: float = 0.0) -> None:
     """Baseline `name` run untimed on one draw of inputs, `calls` times and for at least `seconds`, the

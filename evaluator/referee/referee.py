@@ -240,7 +240,7 @@ class Referee:
             self.warm_baselines(early=True)
         for own in self.measuring():
             own.start_early()
-        self.start_ahead(([self.twin] if self.twin else []) + self.queued())  # imports beside the compile (held when timed)
+        self.start_ahead([self.twin] if self.twin else [])  # its imports overlap the compile (held while anything is timed)
         self.compile_baselines()
         self.start_ahead(self.queued())  # requests that came while it compiled: their imports overlap the round
         for own in self.measuring():
@@ -275,12 +275,12 @@ class Referee:
         return closed
 
     def compile_baselines(self) -> None:
-        """torch.compile's compilations (CPU work, tens of seconds the first time) before the round; while stored
-        figures stand, only those of the batch's first round's spot checks (stored.warm_spot_checks)."""
+        """torch.compile's compilations (CPU work, tens of seconds the first time) before the round, where no
+        candidate runs beside (baselines.may_compile); with stored figures, its spot checks' (stored.warm_spot_checks)."""
         if self.config.cached_baselines and not self.cache_dropped:
             return stored_baselines.warm_spot_checks(self)
         for name in self.config.baselines:
-            if name.startswith("compile") and name not in self.compiled:
+            if name.startswith("compile") and name not in self.compiled and baselines.may_compile(self):
                 self.run_untimed(name, calls=1)
 
     def warm_baselines(self, early: bool = False, only: list[str] = ()) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 
-from evaluator.referee import twin
+from evaluator.referee import baselines, twin
 from evaluator.wire.records import SHAKY_DRIFT, SHAKY_SPREAD, TimingStats
 
 STORED_DRIFT = SHAKY_DRIFT / 2  # 10%: how far a spot check may be from the stored figure
@@ -69,11 +69,14 @@ def planned(referee) -> list[str] | None:
 def warm_spot_checks(referee) -> None:
     """Before a batch's first round takes its exclusive turn, where stored figures stand: the baselines its spot checks
     will time run untimed (Referee.warm_baselines), a compiled one first (its torch.compile, seconds, overlaps the
-    calibrator's start and the executors' imports, where it sat in the turn with every executor held), the others
-    after, so that each is still fresh when timed; no other baseline runs before the round."""
-    checks = planned(referee) if not referee.rounds else None
-    if checks:
-        referee.warm_baselines(only=sorted(checks, key=lambda name: not name.startswith("compile")))
+    calibrator's start and the twin's import, where it sat in the turn with every executor held), the others after, so
+    that each is still fresh when timed; no other baseline runs before the round. A compiled one with a candidate's
+    executor alive beside it compiles in the turn as before (baselines.may_compile)."""
+    compiles = baselines.may_compile(referee)
+    warmed = [name for name in sorted(planned(referee) or [], key=lambda name: not name.startswith("compile"))
+              if compiles or not name.startswith("compile")] if not referee.rounds else []
+    if warmed:
+        referee.warm_baselines(only=warmed)
 
 
 def stored_figures(referee) -> dict[str, TimingStats] | None:
