@@ -72,9 +72,11 @@ def warm_spot_checks(referee) -> None:
     calibrator's start and the twin's import, where it sat in the turn with every executor held), the others after, so
     that each is still fresh when timed; no other baseline runs before the round. A compiled one with a candidate's
     executor alive beside it compiles in the turn as before (baselines.may_compile)."""
+    if referee.rounds:
+        return
     compiles = baselines.may_compile(referee)
-    warmed = [name for name in sorted(planned(referee) or [], key=lambda name: not name.startswith("compile"))
-              if compiles or not name.startswith("compile")] if not referee.rounds else []
+    checks = sorted(planned(referee) or [], key=lambda name: not name.startswith("compile"))
+    warmed = [name for name in checks if compiles or not name.startswith("compile")]
     if warmed:
         referee.warm_baselines(only=warmed)
 
