@@ -1,5 +1,7 @@
 """What moves a GEMM timed by device events on a GPU: the time the device sat idle before it, and load on the host's
-other cores (builds). Prints, for each condition, the median of the first calls and of the rest (ms)."""
+other cores (builds). Prints, for each condition, the median of the first calls and of the rest (ms).
+`--warm`: instead, after the device idled or ran the GEMM back to back for PRIOR_S, how long an untimed run of it
+(each call waited for, as a baseline's warm-up) brings its time to the same figure either way."""
 import os
 import statistics
 import subprocess
@@ -35,12 +37,42 @@ def load(cores: list[int]) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", code % c]) for c in cores]
 
 
+PRIOR_S = 3.0
+
+
+def run_for(step, seconds: float) -> None:
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        step()
+        torch.cuda.synchronize()
+
+
+def warm_table(step) -> None:
+    rows = []
+    for warm_s in (0.0, 0.1, 0.25, 0.5, 1.0):
+        for prior in ("idle", "busy"):
+            firsts, rests = [], []
+            for _ in range(2):
+                torch.cuda.synchronize()
+                time.sleep(PRIOR_S) if prior == "idle" else run_for(step, PRIOR_S)
+                run_for(step, warm_s)
+                times = timed_calls(step, 40)
+                firsts.append(statistics.median(times[:10]))
+                rests.append(statistics.median(times[10:]))
+            rows.append((warm_s, prior, statistics.median(firsts), statistics.median(rests), clocks()))
+    print(f"{'warm s':>6} {'prior ' + str(PRIOR_S) + ' s':>12} {'calls 1-10 ms':>13} {'calls 11-40 ms':>14}  clocks after")
+    for warm_s, prior, first, rest, clock in rows:
+        print(f"{warm_s:6.2f} {prior:>12} {first:13.3f} {rest:14.3f}  {clock}")
+
+
 def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     x = torch.randn(16384, 4096, device="cuda")
     w = torch.randn(4096, 4096, device="cuda")
     step = lambda: torch.mm(x, w.t())  # noqa: E731 - the GEMM of part:gemm_tf32 at `kernelbench`
     timed_calls(step, 200)
+    if "--warm" in sys.argv:
+        return warm_table(step)
     rows = []
 
     def measure(label: str, idle_s: float, repeats: int = 3) -> None:
