@@ -515,6 +515,30 @@ def test_baselines_are_run_untimed_before_the_first_round_only(monkeypatch):
     assert len(calls) >= timed_calls + referee.timer.warmup
 
 
+def test_each_baseline_runs_untimed_for_its_devices_clock_warm_right_before_its_series(monkeypatch):
+    """A GPU's clocks follow its recent work (a TF32 GEMM read 1.38 ms after 3 s idle and 1.61 after 3 s busy on an
+    H200): each baseline's series follows CLOCK_WARM_S of its own untimed calls, so that a spot check after an idle
+    spell reads what a round after busy work stored. None on the CPU."""
+    from evaluator.referee import baselines
+
+    for warm_s in (0.0, 0.3):
+        monkeypatch.setitem(baselines.CLOCK_WARM_S, "cpu", warm_s)
+        referee = local_executor.referee(baselines=["eager"])
+        stamps, first_timed = [], []
+        forward = referee.baseline_model.forward
+        monkeypatch.setattr(referee.baseline_model, "forward", lambda *a: stamps.append(time.perf_counter()) or forward(*a))
+        one = referee.timer.one
+        monkeypatch.setattr(referee.timer, "one", lambda *a, **k: first_timed.append(len(stamps)) or one(*a, **k))
+        started = time.perf_counter()
+        stats = referee.time_baseline("eager")
+        untimed = stamps[:first_timed[0]]
+        assert stats.median_ms > 0 and untimed and untimed[0] - started < 0.1
+        if warm_s:  # for the whole warm, its last call just before the sizing call
+            assert untimed[-1] - started >= warm_s - stats.max_ms / 1e3 and stamps[first_timed[0]] - untimed[-1] < 0.1
+        else:  # the warm-up's calls alone
+            assert len(untimed) == referee.timer.warmup
+
+
 def test_a_round_records_how_far_each_baseline_moved_since_the_one_before(monkeypatch):
     from evaluator.referee import referee as referee_module
     from evaluator.wire.records import TimingStats

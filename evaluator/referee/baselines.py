@@ -43,14 +43,20 @@ def forward_ms(referee, model: torch.nn.Module, inputs: list) -> float:
 
 
 VOID_SERIES = 3  # series a baseline is timed in at most, while void windows leave it fewer than the timer's fewest
+# How long a baseline runs untimed right before its series, by device. A GPU's clocks follow its recent work: on an
+# H200 a TF32 GEMM read 1.38 ms after 3 s idle and 1.61 ms after 3 s of GEMMs back to back, but 1.54-1.67 ms from
+# either after 0.1-1 s of its own calls (docs/results.md). A figure timed straight after an idle spell is one a round
+# timed after busy work cannot read again (spot checks failed between the two), so each is timed where sustained
+# work leaves the clocks, whatever came before: the state a candidate's time phase, calls back to back, runs in too.
+CLOCK_WARM_S = {"cuda": 0.25, "cpu": 0.0}
 
 
 def time_baseline(referee, name: str) -> TimingStats:
-    """As a candidate is timed: warm-up, one call to size the series, the series; fresh inputs drawn for every
-    call outside the timed window. A call at a time, or where candidates' calls are handed off (`handed_off`), as
-    theirs are: windows of calls back to back (relay.baseline_calls), each call's copies in its time (relay.CopiedCalls:
-    on the device, none). A window in which something held beside it ran or died (evaluator.referee.beside) is
-    dropped from the figure."""
+    """As a candidate is timed: warm-up (on a GPU, at least CLOCK_WARM_S), one call to size the series, the series;
+    fresh inputs drawn for every call outside the timed window. A call at a time, or where candidates' calls are
+    handed off (`handed_off`), as theirs are: windows of calls back to back (relay.baseline_calls), each call's copies
+    in its time (relay.CopiedCalls: on the device, none). A window in which something held beside it ran or died
+    (evaluator.referee.beside) is dropped from the figure."""
     model = callable_for(referee, name)
     referee.baseline_model.train(referee.problem.mode == "train")
     distribution = referee.problem.distributions[0]
@@ -89,8 +95,10 @@ def time_baseline(referee, name: str) -> TimingStats:
         last.clear()
 
     with torch.no_grad():
-        warm = drawing(referee.keys.next_seed("baseline"))
+        warm, started = drawing(referee.keys.next_seed("baseline")), time.perf_counter()
         referee.timer.untimed(fn, referee.timer.warmup, warm)
+        while time.perf_counter() - started < CLOCK_WARM_S[referee.device]:
+            referee.timer.untimed(fn, 1, warm)
         estimate = referee.timer.one(fn, Call(referee.timer.warmup), warm, calls=calls)[1]
         # until the median is known to 0.5% (at most the budget's calls): a round takes seconds, not tens; a series
         # that void windows leave short is followed by another (at most VOID_SERIES in all)
