@@ -532,9 +532,9 @@ def test_each_baseline_runs_untimed_for_its_devices_clock_warm_right_before_its_
         started = time.perf_counter()
         stats = referee.time_baseline("eager")
         untimed = stamps[:first_timed[0]]
-        assert stats.median_ms > 0 and untimed and untimed[0] - started < 0.1
+        assert stats.median_ms > 0 and untimed and untimed[0] - started < 0.25
         if warm_s:  # for the whole warm, its last call just before the sizing call
-            assert untimed[-1] - started >= warm_s - stats.max_ms / 1e3 and stamps[first_timed[0]] - untimed[-1] < 0.1
+            assert untimed[-1] - started >= warm_s - stats.max_ms / 1e3 and stamps[first_timed[0]] - untimed[-1] < 0.25
         else:  # the warm-up's calls alone
             assert len(untimed) == referee.timer.warmup
 
