@@ -1,7 +1,9 @@
 """What moves a GEMM timed by device events on a GPU: the time the device sat idle before it, and load on the host's
 other cores (builds). Prints, for each condition, the median of the first calls and of the rest (ms).
 `--warm`: instead, after the device idled or ran the GEMM back to back for PRIOR_S, how long an untimed run of it
-(each call waited for, as a baseline's warm-up) brings its time to the same figure either way."""
+(each call waited for, as a baseline's warm-up) brings its time to the same figure either way. `--contexts`: the
+same after the work a referee's round does before a baseline's series: a twin judged (checked calls behind idle
+holds, then windows of a few fp32 calls), or a full round's earlier baselines (seconds of GEMMs back to back)."""
 import os
 import statistics
 import subprocess
@@ -65,6 +67,38 @@ def warm_table(step) -> None:
         print(f"{warm_s:6.2f} {prior:>12} {first:13.3f} {rest:14.3f}  {clock}")
 
 
+def twin_like(fp32) -> None:
+    """About what judging the reference as a candidate puts on the device at `kernelbench`: nine checked calls, each
+    behind a 66 ms hold with the device idle, then about 30 windows of three fp32 calls with short gaps between."""
+    for _ in range(9):
+        time.sleep(0.066)
+        fp32()
+        torch.cuda.synchronize()
+    for _ in range(30):
+        for _ in range(3):
+            fp32()
+        torch.cuda.synchronize()
+        time.sleep(0.005)
+
+
+def context_table(step, fp32) -> None:
+    rows = []
+    for warm_s in (0.25, 0.5, 1.0, 2.0):
+        for context in ("twin", "full round"):
+            firsts, rests = [], []
+            for _ in range(2):
+                time.sleep(2.0)  # the device's state before the round: whatever the candidate left, let go
+                twin_like(fp32) if context == "twin" else (run_for(fp32, 1.0), run_for(step, 1.5))
+                run_for(step, warm_s)
+                times = timed_calls(step, 40)
+                firsts.append(statistics.median(times[:10]))
+                rests.append(statistics.median(times[10:]))
+            rows.append((warm_s, context, statistics.median(firsts), statistics.median(rests), clocks()))
+    print(f"{'warm s':>6} {'after':>12} {'calls 1-10 ms':>13} {'calls 11-40 ms':>14}  clocks after")
+    for warm_s, context, first, rest, clock in rows:
+        print(f"{warm_s:6.2f} {context:>12} {first:13.3f} {rest:14.3f}  {clock}")
+
+
 def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     x = torch.randn(16384, 4096, device="cuda")
@@ -73,6 +107,12 @@ def main() -> None:
     timed_calls(step, 200)
     if "--warm" in sys.argv:
         return warm_table(step)
+    if "--contexts" in sys.argv:
+        def fp32():  # the reference's GEMM at `kernelbench` without TF32, about 11 ms
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.mm(x, w.t())
+            torch.backends.cuda.matmul.allow_tf32 = True
+        return context_table(step, fp32)
     rows = []
 
     def measure(label: str, idle_s: float, repeats: int = 3) -> None:
