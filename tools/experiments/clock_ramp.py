@@ -49,22 +49,24 @@ def run_for(step, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
-def warm_table(step) -> None:
+def warm_table(step, warms: tuple, befores: dict) -> None:
+    """For each untimed run's length and each condition before it (`befores`: a name and what the device is given),
+    the medians over two repeats of the GEMM's calls 1-10 and 11-40 after both, and the clocks after."""
     rows = []
-    for warm_s in (0.0, 0.1, 0.25, 0.5, 1.0):
-        for prior in ("idle", "busy"):
+    for warm_s in warms:
+        for before, give in befores.items():
             firsts, rests = [], []
             for _ in range(2):
                 torch.cuda.synchronize()
-                time.sleep(PRIOR_S) if prior == "idle" else run_for(step, PRIOR_S)
+                give()
                 run_for(step, warm_s)
                 times = timed_calls(step, 40)
                 firsts.append(statistics.median(times[:10]))
                 rests.append(statistics.median(times[10:]))
-            rows.append((warm_s, prior, statistics.median(firsts), statistics.median(rests), clocks()))
-    print(f"{'warm s':>6} {'prior ' + str(PRIOR_S) + ' s':>12} {'calls 1-10 ms':>13} {'calls 11-40 ms':>14}  clocks after")
-    for warm_s, prior, first, rest, clock in rows:
-        print(f"{warm_s:6.2f} {prior:>12} {first:13.3f} {rest:14.3f}  {clock}")
+            rows.append((warm_s, before, statistics.median(firsts), statistics.median(rests), clocks()))
+    print(f"{'warm s':>6} {'after':>12} {'calls 1-10 ms':>13} {'calls 11-40 ms':>14}  clocks after")
+    for warm_s, before, first, rest, clock in rows:
+        print(f"{warm_s:6.2f} {before:>12} {first:13.3f} {rest:14.3f}  {clock}")
 
 
 def twin_like(fp32) -> None:
@@ -81,24 +83,6 @@ def twin_like(fp32) -> None:
         time.sleep(0.005)
 
 
-def context_table(step, fp32) -> None:
-    rows = []
-    for warm_s in (0.25, 0.5, 1.0, 2.0):
-        for context in ("twin", "full round"):
-            firsts, rests = [], []
-            for _ in range(2):
-                time.sleep(2.0)  # the device's state before the round: whatever the candidate left, let go
-                twin_like(fp32) if context == "twin" else (run_for(fp32, 1.0), run_for(step, 1.5))
-                run_for(step, warm_s)
-                times = timed_calls(step, 40)
-                firsts.append(statistics.median(times[:10]))
-                rests.append(statistics.median(times[10:]))
-            rows.append((warm_s, context, statistics.median(firsts), statistics.median(rests), clocks()))
-    print(f"{'warm s':>6} {'after':>12} {'calls 1-10 ms':>13} {'calls 11-40 ms':>14}  clocks after")
-    for warm_s, context, first, rest, clock in rows:
-        print(f"{warm_s:6.2f} {context:>12} {first:13.3f} {rest:14.3f}  {clock}")
-
-
 def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     x = torch.randn(16384, 4096, device="cuda")
@@ -106,13 +90,17 @@ def main() -> None:
     step = lambda: torch.mm(x, w.t())  # noqa: E731 - the GEMM of part:gemm_tf32 at `kernelbench`
     timed_calls(step, 200)
     if "--warm" in sys.argv:
-        return warm_table(step)
+        return warm_table(step, (0.0, 0.1, 0.25, 0.5, 1.0), {f"idle {PRIOR_S:g} s": lambda: time.sleep(PRIOR_S),
+                                                              f"busy {PRIOR_S:g} s": lambda: run_for(step, PRIOR_S)})
     if "--contexts" in sys.argv:
         def fp32():  # the reference's GEMM at `kernelbench` without TF32, about 11 ms
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.mm(x, w.t())
             torch.backends.cuda.matmul.allow_tf32 = True
-        return context_table(step, fp32)
+        # 2 s idle first: whatever the candidate before left, let go
+        return warm_table(step, (0.25, 0.5, 1.0, 2.0), {
+            "twin": lambda: (time.sleep(2.0), twin_like(fp32)),
+            "full round": lambda: (time.sleep(2.0), run_for(fp32, 1.0), run_for(step, 1.5))})
     rows = []
 
     def measure(label: str, idle_s: float, repeats: int = 3) -> None:
