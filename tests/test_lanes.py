@@ -208,6 +208,78 @@ def test_a_lane_lends_its_cores_only_while_it_waits_with_nothing_queued_after_it
     assert events == ["send c0", "send c1", "lend 1", "back 1", "send c2", "lend 1", "back 1"]
 
 
+def test_a_lane_queues_its_referees_close_behind_the_batchs_last_candidate_and_lends_no_cores_at_the_end(tmp_path):
+    """Once every job is taken, the close goes to the referee behind the last candidates sent, before their verdicts
+    are read (its last round then follows the last candidate at once, its twin started beside it), once per referee;
+    and with nothing more to come the lane's cores are not lent."""
+    events = []
+
+    class FakeReferee:
+        proc = object()
+
+        def submit(self, name, source, digest):
+            events.append(f"send {name}")
+            return name
+
+        def collect(self, name):
+            events.append(f"verdict {name}")
+            return fake_verdict(name), b"", b""
+
+        def close_after_queued(self):
+            events.append("close queued")
+
+    class Lender:
+        def can_lend(self):
+            return True
+
+        def lend(self, lane):
+            events.append("lend")
+
+        def take_back(self, lane):
+            events.append("back")
+
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=1, log_root=tmp_path / "logs"))
+    evaluator.placement = Lender()
+    worker = LaneWorker(evaluator, gpu=None, lane=0)
+    worker.referee = FakeReferee()
+    ready = ReadyQueue()
+    for index in range(3):
+        ready.put(Job(index=index, name=f"c{index}", source=b"", digest=""))
+    ready.finish()
+    assert [j.job.name for j in worker.stream(ready, ending=ready.exhausted)] == ["c0", "c1", "c2"]
+    assert events == ["send c0", "send c1", "verdict c0", "send c2", "close queued", "verdict c1", "close queued",
+                      "verdict c2"]  # the referee's own client sends it once (RefereeClient.close_after_queued)
+
+    events.clear()  # without `ending` (a warm Judge, a Ray actor's list) nothing is queued; the cores lent as before
+    worker.judged = 0
+    queue = [Job(index=0, name="c0", source=b"", digest="")]
+    assert [j.job.name for j in worker.stream(lambda block: queue.pop() if queue else None)] == ["c0"]
+    assert events == ["send c0", "verdict c0", "lend", "back"]
+
+
+def test_the_referee_client_sends_its_close_once_and_reads_the_rounds_as_its_reply(tmp_path):
+    """close_after_queued writes the close at once, once per referee process; `close` then only reads its reply."""
+    from evaluator.wire.protocol import JudgeReply
+
+    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
+    sent, asked = [], []
+    client.close_after_queued()
+    assert sent == [] and not client.close_sent  # no referee: nothing to close
+    client.proc = object()
+    client.send = lambda request: sent.append(request.kind)
+    client.receive = lambda timeout_s: JudgeReply(rounds=[])
+    client.ask = lambda request, timeout_s: asked.append(request.kind) or JudgeReply(rounds=[])
+    client.stop = lambda: None
+    client.close_after_queued()
+    client.close_after_queued()
+    assert sent == ["close"] and client.close_sent
+    client.close()
+    assert asked == []  # its reply read, not asked for again
+    client.close_sent = False
+    client.close()
+    assert asked == ["close"]
+
+
 @pytest.mark.slow
 def test_executors_started_ahead_change_no_verdict(tmp_path):
     """Real CPU candidates judged with two executors started ahead: the same statuses and flags as one at

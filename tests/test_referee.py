@@ -623,6 +623,9 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
     referee.timed_since_round, before = every - 1, len(starts)
     referee.judge(JudgeRequest(name="alone", path="/alone", digest="a"))  # a warm Judge's call, nothing queued
     assert twin.NAME not in sum(starts[before:], [])  # no twin idling on the device between its calls
+    referee.timed_since_round, before = 0, len(starts)
+    referee.judge(JudgeRequest(name="last", path="/last", digest="l"), [JudgeRequest(kind="close")])
+    assert twin.NAME in sum(starts[before:], [])  # the batch's close queued behind it: its last round follows
 
     closed, at_round = [], []
     kept, other = SimpleNamespace(close=lambda wait_s: closed.append("twin")), object()
@@ -631,10 +634,17 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
                         lambda waiting, process: closed.append(process) or waiting.pop(next(
                             k for k, p in waiting.items() if p is process)))
     referee.current_round = SimpleNamespace()
-    monkeypatch.setattr(referee, "baseline_round", lambda: at_round.append(dict(referee.waiting)))
-    referee.closing.clear()  # no reply was made here (`finish`, which closes each judged executor, never ran)
+    monkeypatch.setattr(referee, "baseline_round", lambda: closed.append("round") or at_round.append(dict(referee.waiting)))
+
+    class Closing:  # the last candidate's executor closing (no reply was made here: `finish` never ran)
+        def wait(self):
+            closed.append("waited")
+
+    referee.closing[:] = [Closing()]
     referee.close()
-    assert closed == [other] and list(at_round[0].values()) == [kept]  # the last round finds the twin imported
+    assert list(at_round[0].values()) == [kept]  # the last round finds the twin imported, and begins beside the last
+    # executor's exit and replays, as any round after a candidate does (its exclusive turn waits for them)
+    assert closed == [other, "round", "waited"]
 
 
 def test_a_twin_that_is_not_correct_leaves_eager_failed_with_the_reason(monkeypatch):

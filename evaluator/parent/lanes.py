@@ -128,19 +128,23 @@ class LaneWorker:
             except Exception:
                 traceback.print_exc()  # started again with the first candidate
 
-    def stream(self, take: Callable[[bool], Job | None]) -> Iterator[Judged]:
+    def stream(self, take: Callable[[bool], Job | None], ending: Callable[[], bool] | None = None) -> Iterator[Judged]:
         """Judged jobs in the order taken. `take(block)` gives the next job, None when there are no
-        more; with block=False it may also give None when none is ready yet."""
+        more; with block=False it may also give None when none is ready yet. `ending()`, where given, says that
+        every job has been taken (the batch's last ones are those sent): the referee's close is then queued behind
+        them, so that its last round follows the last candidate at once, its twin started beside that candidate."""
         pending: deque[tuple[Job, object]] = deque()
         done = False
         while True:
             while not done and len(pending) <= self.ahead:
-                job = self._take(take, pending)  # blocks only when nothing is pending
+                job = self._take(take, pending, ending)  # blocks only when nothing is pending
                 if job is None:
                     done = not pending  # a blocking take that gives nothing: there is no more
                     break
                 pending.append((job, None))
                 self._send(pending, len(pending) - 1)
+            if pending and ending is not None and ending():
+                self.referee.close_after_queued()
             if not pending:
                 return
             job, path = pending.popleft()
@@ -149,12 +153,14 @@ class LaneWorker:
             judged.verdict.judged_on = self.place
             yield judged
 
-    def _take(self, take: Callable[[bool], Job | None], pending: deque) -> Job | None:
+    def _take(self, take: Callable[[bool], Job | None], pending: deque,
+              ending: Callable[[], bool] | None = None) -> Job | None:
         """The next job; where the lane would wait for one with nothing queued at its referee, after its first
         verdict, its cores are lent to the builds meanwhile (evaluator.parent.placement) and taken back before the
-        job is sent."""
+        job is sent (not where every job has been taken: nothing comes to wait for)."""
         placement = self.evaluator.placement
-        if pending or not self.judged or placement is None or not placement.can_lend():
+        if (pending or not self.judged or placement is None or not placement.can_lend()
+                or (ending is not None and ending())):
             return take(not pending)
         job = take(False)
         if job is not None:
@@ -211,6 +217,11 @@ class ReadyQueue:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+
+    def exhausted(self) -> bool:
+        """Every job taken: finished, and none left."""
+        with self.cond:
+            return self.closed and not self.heap
 
     def take(self, block: bool) -> Job | None:
         with self.cond:
@@ -320,7 +331,7 @@ class Scheduler:
         try:
             if hasattr(worker, "start"):
                 worker.start()
-            for judged in worker.stream(ready):
+            for judged in worker.stream(ready, ending=ready.exhausted):
                 out.put(judged)
         except Exception as err:  # the lane itself broke: what it took is lost, so say so per job
             traceback.print_exc()

@@ -124,7 +124,8 @@ class RayLane:
         self.actor = make_actor()
         self.rounds: list[BaselineRound] = []
 
-    def stream(self, take: Callable[[bool], Job | None]) -> Iterator[Judged]:
+    def stream(self, take: Callable[[bool], Job | None], ending: Callable[[], bool] | None = None) -> Iterator[Judged]:
+        # `ending` unused: an actor's referee outlives each `judge_many`, and its close comes with the actor's
         while True:
             job = take(True)
             if job is None:

@@ -118,6 +118,7 @@ class RefereeClient:
         self.stopping = threading.Lock()
         self.rounds: list[BaselineRound] = []
         self.batches = 0
+        self.close_sent = False  # the close queued behind the last candidates (close_after_queued), this process's
 
     def config(self) -> RefereeConfig:
         ev, options = self.evaluator, self.evaluator.options
@@ -299,12 +300,27 @@ class RefereeClient:
     def judge(self, name: str, source: bytes, digest: str) -> tuple[Verdict, bytes, bytes]:
         return self.collect(self.submit(name, source, digest))
 
+    def close_after_queued(self) -> None:
+        """The close sent now, behind the candidates queued (no more will come): the referee reads it while it judges
+        the last, so its batch's last round begins as that one is judged, with its twin imported beside it, not once
+        the parent has read that verdict and asked. Its reply is `close`'s. Once per referee process."""
+        if self.proc is None or self.close_sent:
+            return
+        try:
+            self.send(JudgeRequest(kind="close"))
+            self.close_sent = True
+        except RuntimeError:
+            pass  # gone: the replies still owed say so
+
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds; the referee exits."""
         if self.proc is None:
             return self.rounds
         try:
-            reply = self.ask(JudgeRequest(kind="close"), REFEREE_ALLOWANCE_S)
+            if self.close_sent:
+                reply = self.receive(REFEREE_ALLOWANCE_S)
+            else:
+                reply = self.ask(JudgeRequest(kind="close"), REFEREE_ALLOWANCE_S)
             self.rounds += reply.rounds
         except RuntimeError:
             pass
@@ -350,7 +366,7 @@ class RefereeClient:
                     close()
                 except OSError:
                     pass
-            code, self.proc = proc.returncode, None
+            code, self.proc, self.close_sent = proc.returncode, None, False
             remove_tree(self.folder)
             for path in list(self.submitted):  # sources of requests never answered
                 discard(path)

@@ -181,8 +181,7 @@ class Referee:
     def construct(self, fixed: list[TensorSlot], seed: int) -> Construct:
         """Build ModelNew (torch seeded with `seed`), knowing the forward's inputs and the stage's layout."""
         return Construct(id=0, init_inputs=pack(self.init_inputs), seed=seed, dtype=dtype_name(self.dtype),
-                         inputs=self.specs, fixed=fixed,
-                         values=pack(self.values), stream_delay_ms=self.stream_delay_ms,
+                         inputs=self.specs, fixed=fixed, values=pack(self.values), stream_delay_ms=self.stream_delay_ms,
                          staged=list(self.layout.inputs), sets=self.layout.sets, set_stride=self.layout.stride,
                          staged_state=self.buffer_names, state_names=self.state_names)
 
@@ -437,8 +436,9 @@ class Referee:
             process = self.executor_for(request)
             process.start()
         self.start_ahead(list(upcoming))
-        # a round begins the next turn: the twin imports now, not held in the round (a warm Judge, nothing queued: no)
-        if self.twin and upcoming and not request.compile_only and self.timed_since_round + 1 >= self.config.baseline_every:
+        # a round begins the next turn, or ends the batch (its close queued): the twin imports now (a warm Judge: no)
+        if self.twin and upcoming and not request.compile_only and (any(r.kind == "close" for r in upcoming)
+                                                                    or self.timed_since_round + 1 >= self.config.baseline_every):
             self.start_ahead([self.twin])
         steps["start"] = time.perf_counter()
         tuning.take_spent()  # none of it this candidate's
@@ -476,12 +476,12 @@ class Referee:
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds, after a last one when candidates were timed since the last."""
         device_share.take_turn(self)  # its executors' teardown is device work too
-        for closed in self.closing:  # the last candidates' executors closed, their replays over (settling.reply)
-            closed.wait()
         last = self.current_round is not None and self.timed_since_round
         self.close_waiting(keep=self.twin if last else None)  # started for requests that never came, but the twin's
         if last:
             self.baseline_round()
+        for closed in self.closing:  # the last executors closed, their replays over (the round's twin judged beside)
+            closed.wait()
         for own in self.measuring():
             own.close()
         if self.groups is not None:
