@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator.executor import hold, lockdown, serve
+from evaluator.executor import first_use, hold, lockdown, serve
 from evaluator.wire.containment import IN_FORCE_ENV, OFF_ENV
 from evaluator.wire.exchange import Exchange
 from evaluator.wire.polling import CLOCKED_POLL_S, readable
@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     hold_error = None
     if cuda_up and not request.compile_only:
         hold_error = hold.prepare()  # the stream hold's driver call, looked up before the candidate exists
+        try:
+            first_use.load(request.device)  # the checked calls' own kernels, not loaded behind the first hold
+        except Exception:
+            pass  # only time: what is wrong with CUDA the checks will say
     serve.STARTUP["cuda"] = time.time()
     channel.containment(Containment(mechanisms=[Mechanism(**lockdown.deny_unix_sockets(off))]))
     channel.phase(Phase.compile)
