@@ -257,6 +257,43 @@ def test_a_lane_queues_its_referees_close_behind_the_batchs_last_candidate_and_l
     assert events == ["send c0", "verdict c0", "lend", "back"]
 
 
+def test_gpu_lanes_start_once_the_first_candidate_passes_the_gate_not_after_the_last(tmp_path, monkeypatch):
+    """A batch's GPU lanes (their placement planned first) start their referees as soon as a candidate will run, so
+    that the referees import and time their first round while the parent gates the rest; the scheduler judges with
+    those same lanes. A batch none of whose candidates runs starts none."""
+    from evaluator.parent import lanes, sandbox
+    from evaluator.parent.placement import Placement
+
+    events, made = [], []
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=0, log_root=tmp_path / "logs",
+                                      cache_dir=tmp_path / "cache"))
+    evaluator.device = "cuda"  # its lanes GPUs (no GPU is touched: the referees' start is recorded, not made)
+    prepare = evaluator._prepare
+    monkeypatch.setattr(evaluator, "_prepare", lambda candidate, compile_only: events.append(f"gate {candidate.name}")
+                        or prepare(candidate, compile_only))
+    monkeypatch.setattr(lanes, "choose_gpus", lambda spec: ["0", "1"])
+    monkeypatch.setattr(lanes, "plan_placement", lambda count: events.append(f"placement {count}") or Placement("niced"))
+    monkeypatch.setattr(lanes.LaneWorker, "start", lambda worker: events.append(f"start lane {worker.lane}"))
+
+    def run(scheduler, jobs, lanes=True):
+        made.append([worker.lane for worker in scheduler.make_workers()])
+        events.append(f"judge {[job.name for job in jobs]}")
+        return iter(())
+
+    monkeypatch.setattr(sandbox.Scheduler, "run", run)
+    rejected = tmp_path / "rejected.py"
+    rejected.write_text("import os\nos.system('true')\nclass ModelNew:\n    pass\n")
+    files = [CandidateFile(name="rejected", path=rejected)] + sources(tmp_path / "c", 3, builds=False)
+    list(evaluator.evaluate_all(files))
+    assert events == ["gate rejected", "gate c0", "placement 2", "start lane 0", "start lane 1", "gate c1", "gate c2",
+                      "judge ['c0', 'c1', 'c2']"]
+    assert made == [[0, 1]]  # the lanes started early judge the batch
+
+    events.clear()
+    list(evaluator.evaluate_all([CandidateFile(name="rejected", path=rejected)]))
+    assert events == ["gate rejected"]
+
+
 def test_the_referee_client_sends_its_close_once_and_reads_the_rounds_as_its_reply(tmp_path):
     """close_after_queued writes the close at once, once per referee process; `close` then only reads its reply."""
     from evaluator.wire.protocol import JudgeReply

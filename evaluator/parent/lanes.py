@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from evaluator.parent.artifacts import place
+from evaluator.parent.placement import plan as plan_placement
 from evaluator.parent.referee_client import RefereeClient
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Status, Verdict
@@ -99,6 +100,20 @@ def lane_workers(evaluator, gpus: list[str | None]) -> list[LaneWorker]:
     """A LaneWorker per entry of `gpus` (None: the CPU), lane by lane; a GPU named twice gets two lanes, which take
     turns on it (evaluator.referee.device_share)."""
     return [LaneWorker(evaluator, gpu, lane, gpus.count(gpu) if gpu is not None else 1) for lane, gpu in enumerate(gpus)]
+
+
+def early_lanes(evaluator) -> list[LaneWorker]:
+    """A local batch's GPU lanes, the batch's placement planned (their cores) and their referees started now: as soon
+    as one candidate passed the gate, so that they import and time their first round while the parent gates the rest
+    (a gate is tens of milliseconds a candidate, seconds in a batch of thousands). None on the CPU or under Ray
+    (their lanes start with the scheduler): an empty list."""
+    if evaluator.options.executor != "local" or evaluator.device != "cuda" or not (gpus := choose_gpus(evaluator.options.gpus)):
+        return []
+    evaluator.placement = plan_placement(len(gpus))
+    workers = lane_workers(evaluator, gpus)
+    for worker in workers:
+        worker.start()
+    return workers
 
 
 def crashed(job: Job, error: str, device: str) -> Judged:

@@ -36,7 +36,7 @@ from evaluator.parent.artifacts import place
 from evaluator.parent.build import BUILD_NICE, build_candidate
 from evaluator.parent.jobserver import JobServer, build_slots, default_build_jobs, ninja_takes_jobserver
 from evaluator.parent.placement import Placement, plan as plan_placement
-from evaluator.parent.lanes import Job, Judged, Scheduler, resolve_device
+from evaluator.parent.lanes import Job, Judged, Scheduler, early_lanes, resolve_device
 from evaluator.parent.referee_client import RefereeClient
 from evaluator.referee import headers
 from evaluator.referee.environment import toolchain_digest
@@ -368,6 +368,7 @@ class Evaluator:
         verdicts: dict[int, Verdict] = {}
         jobs: list[Job] = []
         context: dict[int, tuple] = {}
+        early: list | None = None  # the lanes, started once a candidate will run (lanes.early_lanes)
         for index, candidate in enumerate(candidates):
             prepared = self._prepare(candidate, self.options.compile_only)
             if isinstance(prepared, Verdict):
@@ -376,6 +377,7 @@ class Evaluator:
             base, source, digest, flags, compile_only = prepared
             context[index] = (candidate, base, digest, flags, compile_only)
             jobs.append(Job(index=index, name=candidate.name, source=source, digest=digest))
+            early = early_lanes(self) if early is None and not compile_only else early
         ahead_of_time = range(len(candidates), len(candidates) + len(prebuild))
         for index, (name, source, digest) in zip(ahead_of_time, prebuild):
             if self.options.executor == "ray" or not self.built_before(digest):
@@ -438,14 +440,14 @@ class Evaluator:
                     on_verdict(verdict)
                 yield verdict
 
-        workers = None
+        workers = (lambda: early) if early else None
         if self.options.executor == "ray":  # each lane a Ray actor (ray is an optional dependency)
             from evaluator.parent.ray_lanes import ray_workers
 
             workers = functools.partial(ray_workers, self, evaluator_from_options)
         scheduler = Scheduler(self, build, pool_builds, workers, build_slots=cluster.slots if cluster else None)
         if running and self.options.executor == "local":
-            self.placement = plan_placement(len(scheduler.lanes()))
+            self.placement = self.placement or plan_placement(len(scheduler.lanes()))
             builds_here = builds_here and builds_beside_windows(self.device, self.placement)
         self.rounds, self.build_cpu = [], []
         try:
