@@ -298,17 +298,20 @@ def test_the_referee_client_sends_its_close_once_and_reads_the_rounds_as_its_rep
     """close_after_queued writes the close at once, once per referee process; `close` then only reads its reply."""
     from evaluator.wire.protocol import JudgeReply
 
+    import io
+
     client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
-    sent, asked = [], []
+    asked = []
+    client.send = lambda request: asked.append("a referee started")
     client.close_after_queued()
-    assert sent == [] and not client.close_sent  # no referee: nothing to close
-    client.proc = object()
-    client.send = lambda request: sent.append(request.kind)
+    assert asked == [] and not client.close_sent  # no referee: nothing to close, and none started for it
+    client.proc, client.requests = object(), io.StringIO()
     client.receive = lambda timeout_s: JudgeReply(rounds=[])
     client.ask = lambda request, timeout_s: asked.append(request.kind) or JudgeReply(rounds=[])
     client.stop = lambda: None
     client.close_after_queued()
     client.close_after_queued()
+    sent = [json.loads(line)["kind"] for line in client.requests.getvalue().splitlines()]
     assert sent == ["close"] and client.close_sent
     client.close()
     assert asked == []  # its reply read, not asked for again

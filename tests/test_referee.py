@@ -624,8 +624,11 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
     referee.judge(JudgeRequest(name="alone", path="/alone", digest="a"))  # a warm Judge's call, nothing queued
     assert twin.NAME not in sum(starts[before:], [])  # no twin idling on the device between its calls
     referee.timed_since_round, before = 0, len(starts)
-    referee.judge(JudgeRequest(name="last", path="/last", digest="l"), [JudgeRequest(kind="close")])
-    assert twin.NAME in sum(starts[before:], [])  # the batch's close queued behind it: its last round follows
+    close = JudgeRequest(kind="close")
+    referee.judge(JudgeRequest(name="one", path="/one", digest="o"), [JudgeRequest(name="l", path="/l", digest="l"), close])
+    assert twin.NAME not in sum(starts[before:], [])  # the close behind another candidate: not yet
+    referee.judge(JudgeRequest(name="last", path="/last", digest="l"), [close])
+    assert twin.NAME in sum(starts[before:], [])  # the batch's close next behind it: its last round follows
 
     closed, at_round = [], []
     kept, other = SimpleNamespace(close=lambda wait_s: closed.append("twin")), object()
@@ -678,8 +681,15 @@ def test_a_twin_started_beside_a_candidate_that_fails_is_judged_again_from_a_fre
     monkeypatch.setattr(referee, "close_later", lambda process: closed.append(process))
     monkeypatch.setattr(referee, "exclusive", lambda *args: contextlib.nullcontext())  # nothing real to hold here
     referee.waiting[(referee.twin.path, referee.twin.digest)] = crowded
+
+    class Closing:  # the candidate judged before, still closing
+        def wait(self):
+            closed.append(f"waited, {len(started)} started")
+
+    referee.closing[:] = [Closing()]
     referee.ensure_round()
     assert crowded in closed and len(started) == 1  # one fresh executor, after the one started ahead failed
+    assert "waited, 0 started" in closed  # and once the candidate before was gone
     assert "eager" in referee.current_round.baselines and "eager" not in referee.current_round.failed
 
 

@@ -306,11 +306,12 @@ class RefereeClient:
         the parent has read that verdict and asked. Its reply is `close`'s. Once per referee process."""
         if self.proc is None or self.close_sent:
             return
-        try:
-            self.send(JudgeRequest(kind="close"))
+        try:  # to this process only (`send` would start another where one was stopped meanwhile)
+            self.requests.write(JudgeRequest(kind="close").model_dump_json() + "\n")
+            self.requests.flush()
             self.close_sent = True
-        except RuntimeError:
-            pass  # gone: the replies still owed say so
+        except (OSError, ValueError):
+            pass  # gone or stopped: the replies still owed say so
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds; the referee exits."""

@@ -230,6 +230,7 @@ def serve(argv: list[str] | None = None) -> int:
                     rounds = referee.close()
                 except Exception:
                     traceback.print_exc()
+                    rounds = list(referee.rounds)  # those timed before it failed
             send(None, functools.partial(JudgeReply, rounds=rounds))
             break
         if referee is None:

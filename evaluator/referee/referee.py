@@ -436,8 +436,8 @@ class Referee:
             process = self.executor_for(request)
             process.start()
         self.start_ahead(list(upcoming))
-        # a round begins the next turn, or ends the batch (its close queued): the twin imports now (a warm Judge: no)
-        if self.twin and upcoming and not request.compile_only and (any(r.kind == "close" for r in upcoming)
+        # a round begins the next turn, or ends the batch (its close next): the twin imports now (a warm Judge: no)
+        if self.twin and upcoming and not request.compile_only and (upcoming[0].kind == "close"
                                                                     or self.timed_since_round + 1 >= self.config.baseline_every):
             self.start_ahead([self.twin])
         steps["start"] = time.perf_counter()

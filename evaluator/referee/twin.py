@@ -112,9 +112,11 @@ def run(referee, index: int, defer: bool) -> Run:
         verdict = judgement.verdict() if judgement.rest is None else None
         if started_ahead and verdict is not None and verdict.status != Status.correct:
             # its executor started beside a candidate (Referee.judge), which could crowd it out of the device as it
-            # started: judged once more from an executor of its own, started with no candidate beside it
+            # started: judged once more from an executor of its own, started once that candidate's is gone
             referee.close_later(process)
             process = None
+            for closed in list(referee.closing):  # the executors judged before, this one's too, closed
+                closed.wait()
             said = f"the twin started ahead was {verdict.status.value}: {verdict.error}"[:400]
             print(f"round {index}: {said}; judged again from a fresh executor", file=sys.stderr)
             profile_log({"event": "twin_again", "round": index, "first": said})
