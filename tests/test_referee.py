@@ -964,6 +964,23 @@ def test_no_baseline_compiles_beside_a_candidates_executor(monkeypatch, stored_f
         assert ("compile_tf32", 0.25, True) in runs  # its full warm-up in the turn: not warmed before it
 
 
+def test_a_judged_executor_still_closing_keeps_a_compile_out_of_the_time_before_the_turn():
+    """may_compile: an executor started ahead other than the twin's, or a judged one not yet closed (its exit and
+    replays run on the referee's reply thread), is a candidate's code alive beside a compile."""
+    from types import SimpleNamespace
+
+    from evaluator.referee import baselines
+
+    twin = SimpleNamespace(path="/twin", digest="t")
+    closing = threading.Event()
+    referee = SimpleNamespace(twin=twin, waiting={("/twin", "t"): object()}, closing=[closing])
+    assert not baselines.may_compile(referee)
+    closing.set()
+    assert baselines.may_compile(referee)
+    referee.waiting[("/c", "c")] = object()
+    assert not baselines.may_compile(referee)
+
+
 def test_a_stuck_stream_in_the_twins_judgement_ends_the_referee_and_no_round_keeps_the_referees_own_eager(monkeypatch):
     """While the twin is judged the round has no eager (nothing that escapes leaves the referee's own loop's figure in
     its place), and a stream stuck on the device ends the referee as a candidate's would (its lane starts another)."""

@@ -123,9 +123,9 @@ def may_compile(referee) -> bool:
     candidate's executor alive beside it (the twin's runs the reference's own code). That call autotunes: Inductor
     times its kernels' configurations on the device and keeps the winner in its cache for later batches, so a
     candidate's device work beside it could make a compiled baseline slower for good, and every speedup over it
-    larger. Else it compiles in the turn, every executor held."""
+    larger. Else it compiles in the turn, every executor held. A judged executor still closing counts as alive."""
     twin = (referee.twin.path, referee.twin.digest) if referee.twin is not None else None
-    return all(key == twin for key in referee.waiting)
+    return all(key == twin for key in referee.waiting) and all(closed.is_set() for closed in referee.closing)
 
 
 @tuning.costed("untimed runs")  # warm-ups, and a compiled baseline's compile: a round's start, in the profile
