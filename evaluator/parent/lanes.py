@@ -105,9 +105,10 @@ def lane_workers(evaluator, gpus: list[str | None]) -> list[LaneWorker]:
 def early_lanes(evaluator) -> list[LaneWorker]:
     """A local batch's GPU lanes, the batch's placement planned (their cores) and their referees started now: as soon
     as one candidate passed the gate, so that they import and time their first round while the parent gates the rest
-    (a gate is tens of milliseconds a candidate, seconds in a batch of thousands). None on the CPU or under Ray
-    (their lanes start with the scheduler): an empty list."""
-    if evaluator.options.executor != "local" or evaluator.device != "cuda" or not (gpus := choose_gpus(evaluator.options.gpus)):
+    (a gate is tens of milliseconds a candidate, seconds in a batch of thousands). On the CPU or under Ray, whose
+    lanes start with the scheduler, none (an empty list)."""
+    gpus = choose_gpus(evaluator.options.gpus) if evaluator.device == "cuda" else []
+    if evaluator.options.executor != "local" or not gpus:
         return []
     evaluator.placement = plan_placement(len(gpus))
     workers = lane_workers(evaluator, gpus)
