@@ -107,8 +107,8 @@ def early_lanes(evaluator) -> list[LaneWorker]:
     as one candidate passed the gate, so that they import and time their first round while the parent gates the rest
     (a gate is tens of milliseconds a candidate, seconds in a batch of thousands). On the CPU or under Ray, whose
     lanes start with the scheduler, none (an empty list)."""
-    gpus = choose_gpus(evaluator.options.gpus) if evaluator.device == "cuda" else []
-    if evaluator.options.executor != "local" or not gpus:
+    local_gpus = evaluator.options.executor == "local" and evaluator.device == "cuda"
+    if not (gpus := choose_gpus(evaluator.options.gpus) if local_gpus else []):
         return []
     evaluator.placement = plan_placement(len(gpus))
     workers = lane_workers(evaluator, gpus)
