@@ -140,6 +140,22 @@ def test_the_largest_costs_are_read_from_the_referees_own_logs(tmp_path):
     assert "float64 replays" in replay.what and abs(replay.seconds - 1.2) < 1e-9 and replay.per_judged == replay.seconds / 3
 
 
+def test_a_pass_reads_when_its_first_referee_began_from_the_referees_own_logs(tmp_path):
+    """The earliest referee start at or after the pass began (a folder kept from an earlier run may hold older ones);
+    None where no referee logged one then (an older log's start has no `at`)."""
+    import json
+
+    from harness.bench.costs import referees_began
+
+    events = [{"event": "start", "at": 90.0}, {"event": "start", "at": 105.5}, {"event": "candidate", "at": 101.0},
+              {"event": "start"}]
+    (tmp_path / "referee-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (tmp_path / "referee-2.jsonl").write_text(json.dumps({"event": "start", "at": 103.25}) + "\n")
+    logs = sorted(tmp_path.glob("*.jsonl"))
+    assert referees_began(logs, since=100.0) == 103.25
+    assert referees_began(logs, since=110.0) is None
+
+
 def test_a_costed_step_counts_its_wall_seconds_once_and_only_where_profiled(tmp_path):
     """`tuning.costed`: nothing added without KH_REFEREE_PROFILE (the function as it is); with it, the outermost
     costed step takes the seconds of those inside it (steps never overlap), and `take_spent` hands them over once."""

@@ -194,7 +194,7 @@ def serve(argv: list[str] | None = None) -> int:
 
     referee, setup_error = None, None
     inbox = Inbox(requests)  # reading before the referee is up: a round at start sees what is queued
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     # every executor of the batch is forked from it: its imports made once, while the referee sets up (and, where
     # their bytecode is cached already, while the referee makes its imports)
     zygote = early = forking.for_executors(config.device, Path(config.cache_dir)) if bytecode_cached() else None
@@ -207,7 +207,7 @@ def serve(argv: list[str] | None = None) -> int:
     try:
         referee = Referee(config, zygote)
         referee.queued = inbox.queued
-        profile_log({"event": "start", "executor_modules_s": imported - started, "parked_s": parked_s, "zygote_early": early is not None,
+        profile_log({"event": "start", "at": started_at, "executor_modules_s": imported - started, "parked_s": parked_s, "zygote_early": early is not None,
                      "setup_s": time.perf_counter() - imported, "setup_steps": referee.start_seconds})
         if config.round_at_start:  # its twin's calls left for later replayed as the first candidate starts
             referee.ensure_round(defer=True)

@@ -47,3 +47,11 @@ def largest_costs(logs: list[Path], count: int = 5) -> list[Cost]:
                     calls[step] = calls.get(step, 0) + 1
     ranked = sorted(seconds, key=seconds.get, reverse=True)[:count]
     return [Cost(STEPS[k], seconds[k], calls[k], seconds[k] / max(judged, 1)) for k in ranked]
+
+
+def referees_began(logs: list[Path], since: float) -> float | None:
+    """When the first referee of `logs` to begin at `since` or later began, its config read (the wall clock,
+    `time.time()`); None without one (a folder may keep an earlier run's logs)."""
+    began = [row["at"] for log in logs for row in records(log)
+             if row.get("event") == "start" and row.get("at", 0.0) >= since]
+    return min(began) if began else None

@@ -45,7 +45,7 @@ from evaluator.wire.problem import DEFAULT_PROBLEM
 from evaluator.wire.records import Verdict
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, default_cache_dir
 from evaluator.parent.referee_side import share_headers
-from harness.bench.costs import largest_costs
+from harness.bench.costs import largest_costs, referees_began
 from harness.core.store import Store
 from harness.results.baseline_cache import for_evaluator, remember_evaluator
 
@@ -142,7 +142,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
     """One pass over the copies: wall time, verdicts' phases and statuses, GPU busy fractions, and with `profile` (a
     folder) the referees' largest costs (they log their steps there: harness.bench.costs). With `store`, the
     baselines stored there are read (unless `retime_baselines`) and this pass's are stored, as `harness eval` does."""
-    started = time.perf_counter()
+    started, began_at = time.perf_counter(), time.time()
     with referee_profile(profile):
         evaluator = Evaluator(options)
         baselines = for_evaluator(store, evaluator, retime=retime_baselines) if store is not None else ""
@@ -157,6 +157,8 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
     wall_s = time.perf_counter() - started
     if store is not None:
         remember_evaluator(store, evaluator)
+    logs = sorted(profile.glob("*.jsonl")) if profile else []
+    referee_began = referees_began(logs, since=began_at)
     phases: dict[str, list[float]] = {}
     for verdict in verdicts:
         for phase, seconds in verdict.phase_seconds.items():
@@ -172,7 +174,9 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         "lanes": dict(Counter(str(v.environment.gpu) if v.environment else "-" for v in verdicts)),
         "median_ms": statistics.median([v.runtime_ms for v in verdicts if v.runtime_ms] or [float("nan")]),
         "baseline_rounds": len(evaluator.rounds), "baselines": baselines, "round_warnings": round_warnings(evaluator.rounds),
-        "costs": [cost.__dict__ for cost in largest_costs(sorted(profile.glob("*.jsonl")))] if profile else [],
+        "costs": [cost.__dict__ for cost in largest_costs(logs)],
+        # the seconds from the pass's start to its first referee's (its config read): the parent's gate and set-up
+        "referee_began_s": referee_began - began_at if referee_began is not None else None,
         "builds": build_summary(evaluator.build_cpu),
     }
 
@@ -275,9 +279,10 @@ def run_throughput(count: int, *, problem: str = DEFAULT_PROBLEM, size: str | No
             if kept and index == 0:
                 write_record(work, copies, "done")  # its builds and baselines are there for a warm part
             then = f" ({result['then_per_minute']:.2f}/min after the first verdict)" if result.get("then_per_minute") else ""
+            began = f"; its referee began {result['referee_began_s']:.2f} s in" if result.get("referee_began_s") else ""
             console.print(f"{name}: {result['candidates']} in {result['wall_s']:.1f} s = "
                           f"{result['per_minute']:.2f}/min{then}; {result['statuses']}; lanes {result['lanes']}; "
-                          f"{result['baselines']}")
+                          f"{result['baselines']}{began}")
             for error in result["errors"]:
                 console.print(f"[dim]  {error}[/]")
             for why in result["round_warnings"]:
