@@ -49,6 +49,47 @@ def fake_verdict(name: str) -> Verdict:
                    status=Status.correct)
 
 
+class RecordingReferee:
+    """A referee client with no process: what the lane sends it, and (with `verdicts`) each verdict it reads, into
+    `events`."""
+
+    proc = object()
+
+    def __init__(self, events: list, verdicts: bool = False):
+        self.events, self.verdicts = events, verdicts
+
+    def submit(self, name, source, digest):
+        self.events.append(f"send {name}")
+        return name
+
+    def collect(self, name):
+        if self.verdicts:
+            self.events.append(f"verdict {name}")
+        return fake_verdict(name), b"", b""
+
+    def close_after_queued(self):
+        self.events.append("close queued")
+
+    def close(self):
+        return []
+
+
+class RecordingLender:
+    """A placement whose lanes may lend their cores: each lend and take-back into `events`."""
+
+    def __init__(self, events: list):
+        self.events = events
+
+    def can_lend(self):
+        return True
+
+    def lend(self, lane):
+        self.events.append(f"lend {lane}")
+
+    def take_back(self, lane):
+        self.events.append(f"back {lane}")
+
+
 def sources(tmp_path: Path, count: int, builds: bool = True) -> list[CandidateFile]:
     """Candidates whose text names an extension build (so the pool builds them, as a GPU machine's lanes would have
     it: `builds_beside_windows`), or, with `builds` false, names none (a Triton or PyTorch candidate)."""
@@ -164,34 +205,10 @@ def test_a_lane_lends_its_cores_only_while_it_waits_with_nothing_queued_after_it
     """Its cores go to the builds only where its referee times nothing (after the round at its start, with no
     candidate queued) and come back before the next candidate is sent."""
     events = []
-
-    class FakeReferee:
-        proc = object()
-
-        def submit(self, name, source, digest):
-            events.append(f"send {name}")
-            return name
-
-        def collect(self, name):
-            return fake_verdict(name), b"", b""
-
-        def close(self):
-            return []
-
-    class Lender:
-        def can_lend(self):
-            return True
-
-        def lend(self, lane):
-            events.append(f"lend {lane}")
-
-        def take_back(self, lane):
-            events.append(f"back {lane}")
-
     evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=0, log_root=tmp_path / "logs"))
-    evaluator.placement = Lender()
+    evaluator.placement = RecordingLender(events)
     worker = LaneWorker(evaluator, gpu=None, lane=1)
-    worker.referee = FakeReferee()
+    worker.referee = RecordingReferee(events)
     ready = [None, "c0", "c1", None, "c2", None, None]  # None: not built yet (a take that does not block gets nothing)
 
     def take(block):
@@ -213,35 +230,10 @@ def test_a_lane_queues_its_referees_close_behind_the_batchs_last_candidate_and_l
     are read (its last round then follows the last candidate at once, its twin started beside it), once per referee;
     and with nothing more to come the lane's cores are not lent."""
     events = []
-
-    class FakeReferee:
-        proc = object()
-
-        def submit(self, name, source, digest):
-            events.append(f"send {name}")
-            return name
-
-        def collect(self, name):
-            events.append(f"verdict {name}")
-            return fake_verdict(name), b"", b""
-
-        def close_after_queued(self):
-            events.append("close queued")
-
-    class Lender:
-        def can_lend(self):
-            return True
-
-        def lend(self, lane):
-            events.append("lend")
-
-        def take_back(self, lane):
-            events.append("back")
-
     evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=1, log_root=tmp_path / "logs"))
-    evaluator.placement = Lender()
+    evaluator.placement = RecordingLender(events)
     worker = LaneWorker(evaluator, gpu=None, lane=0)
-    worker.referee = FakeReferee()
+    worker.referee = RecordingReferee(events, verdicts=True)
     ready = ReadyQueue()
     for index in range(3):
         ready.put(Job(index=index, name=f"c{index}", source=b"", digest=""))
@@ -254,7 +246,7 @@ def test_a_lane_queues_its_referees_close_behind_the_batchs_last_candidate_and_l
     worker.judged = 0
     queue = [Job(index=0, name="c0", source=b"", digest="")]
     assert [j.job.name for j in worker.stream(lambda block: queue.pop() if queue else None)] == ["c0"]
-    assert events == ["send c0", "verdict c0", "lend", "back"]
+    assert events == ["send c0", "verdict c0", "lend 0", "back 0"]
 
 
 def test_gpu_lanes_start_once_the_first_candidate_passes_the_gate_not_after_the_last(tmp_path, monkeypatch):
