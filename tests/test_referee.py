@@ -950,6 +950,20 @@ def test_with_stored_figures_the_first_round_warms_only_its_spot_checks_and_comp
     assert [name for name, _, turn in runs if not turn] == [] and [r[0] for r in runs] == ["eager_tf32", "eager_tf32"]
 
 
+def test_where_each_series_warms_the_clocks_the_first_rounds_spot_checks_run_their_warm_up_calls_alone(monkeypatch):
+    """On a device whose series each warm its clocks first (baselines.CLOCK_WARM_S: a GPU's), the first round's spot
+    checks run before its turn for the warm-up's calls alone (the compile and first calls), as any later round's do,
+    not FIRST_ROUND_WARM_S more; nothing else of the round changes. Elsewhere, their full warm-up (above)."""
+    from evaluator.referee import baselines
+
+    monkeypatch.setitem(baselines.CLOCK_WARM_S, "cpu", 0.3)
+    referee, runs, _ = _first_round_runs(monkeypatch, stored_figures=True, beside=False)
+    assert [(name, seconds) for name, seconds, turn in runs if not turn] == [("compile_tf32", 0.0), ("part:gemm_tf32", 0.0)]
+    assert [(name, seconds) for name, seconds, turn in runs if turn] == [
+        ("part:gemm_tf32", 0.0), ("part:gemm_tf32", "timed"), ("compile_tf32", 0.0), ("compile_tf32", "timed")]
+    assert "`compile_tf32` re-timed" in referee.current_round.source.cached
+
+
 @pytest.mark.parametrize("stored_figures", [True, False])
 def test_no_baseline_compiles_beside_a_candidates_executor(monkeypatch, stored_figures):
     """A compiled baseline's first call autotunes (Inductor times its kernels' configurations on the device and keeps

@@ -282,15 +282,15 @@ class Referee:
             if name.startswith("compile") and name not in self.compiled and baselines.may_compile(self):
                 self.run_untimed(name, calls=1)
 
-    def warm_baselines(self, early: bool = False, only: list[str] = ()) -> None:
-        """Before the batch's first round: each baseline (`only`: those) runs untimed for FIRST_ROUND_WARM_S (at least
-        the warm-up's calls), so the first round is not measured cold (thread pools, allocator, clocks: a CPU's first
-        round once read eager at 8.9 ms and the next at 1.2). `early`, before the calibrator's start (it waits for the
-        zygote's imports), those with no torch.compile, and none where stored figures stand (stored.warm_spot_checks)."""
+    def warm_baselines(self, early: bool = False, only: list[str] = (), seconds: float | None = None) -> None:
+        """Before the batch's first round: each baseline (`only`: those) runs untimed for FIRST_ROUND_WARM_S (`seconds`
+        where given; at least the warm-up's calls), so the first round is not measured cold (thread pools, allocator,
+        clocks: a CPU's first round once read eager at 8.9 ms and the next at 1.2). `early`, before the calibrator's
+        start (it waits for the zygote's imports), those with no torch.compile, and none where stored figures stand."""
         if early and stored_baselines.planned(self) is not None:
             return
         for name in only or [n for n in self.config.baselines if not (early and (n.startswith("compile") or n in self.warmed_early))]:
-            self.run_untimed(name, calls=self.timer.warmup, seconds=self.warm_seconds(name))
+            self.run_untimed(name, calls=self.timer.warmup, seconds=self.warm_seconds(name) if seconds is None else seconds)
             if early or only:
                 self.warmed_early[name] = time.perf_counter()
 

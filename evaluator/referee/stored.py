@@ -71,14 +71,17 @@ def warm_spot_checks(referee) -> None:
     will time run untimed (Referee.warm_baselines), a compiled one first (its torch.compile, seconds, overlaps the
     calibrator's start and the twin's import, where it sat in the turn with every executor held), the others after, so
     that each is still fresh when timed; no other baseline runs before the round. A compiled one with a candidate's
-    executor alive beside it compiles in the turn as before (baselines.may_compile)."""
+    executor alive beside it compiles in the turn as before (baselines.may_compile). Where each series warms the
+    device's clocks itself (baselines.CLOCK_WARM_S, a GPU's), the warm-up's calls alone, as before any later round's
+    spot check: their first calls and the compile, not FIRST_ROUND_WARM_S of calls (a second of a batch's first
+    verdict on an H200, a spot check of each kind)."""
     if referee.rounds:
         return
     compiles = baselines.may_compile(referee)
     checks = sorted(planned(referee) or [], key=lambda name: not name.startswith("compile"))
     warmed = [name for name in checks if compiles or not name.startswith("compile")]
     if warmed:
-        referee.warm_baselines(only=warmed)
+        referee.warm_baselines(only=warmed, seconds=0.0 if baselines.CLOCK_WARM_S[referee.device] else None)
 
 
 def stored_figures(referee) -> dict[str, TimingStats] | None:
