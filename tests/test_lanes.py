@@ -249,14 +249,13 @@ def test_a_lane_queues_its_referees_close_behind_the_batchs_last_candidate_and_l
     assert events == ["send c0", "verdict c0", "lend 0", "back 0"]
 
 
-def test_gpu_lanes_start_once_the_first_candidate_passes_the_gate_not_after_the_last(tmp_path, monkeypatch):
-    """A batch's GPU lanes (their placement planned first) start their referees as soon as a candidate will run, so
-    that the referees import and time their first round while the parent gates the rest; the scheduler judges with
-    those same lanes. A batch none of whose candidates runs starts none."""
-    from evaluator.parent import lanes, sandbox
+def _early_lanes_batch(tmp_path, monkeypatch, events: list):
+    """An evaluator whose GPU lanes are recorded, not started: the gate of each candidate, the placement planned and
+    closed, each lane's start (and whether its referee then waits for the gate), its `gated` and its stop."""
+    from evaluator.parent import lanes
     from evaluator.parent.placement import Placement
+    from evaluator.parent.referee_client import RefereeClient
 
-    events, made = [], []
     evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=0, log_root=tmp_path / "logs",
                                       cache_dir=tmp_path / "cache"))
     evaluator.device = "cuda"  # its lanes GPUs (no GPU is touched: the referees' start is recorded, not made)
@@ -264,8 +263,26 @@ def test_gpu_lanes_start_once_the_first_candidate_passes_the_gate_not_after_the_
     monkeypatch.setattr(evaluator, "_prepare", lambda candidate, compile_only: events.append(f"gate {candidate.name}")
                         or prepare(candidate, compile_only))
     monkeypatch.setattr(lanes, "choose_gpus", lambda spec: ["0", "1"])
-    monkeypatch.setattr(lanes, "plan_placement", lambda count: events.append(f"placement {count}") or Placement("niced"))
-    monkeypatch.setattr(lanes.LaneWorker, "start", lambda worker: events.append(f"start lane {worker.lane}"))
+    placement = Placement("niced")
+    monkeypatch.setattr(placement, "close", lambda: events.append("placement closed"))
+    monkeypatch.setattr(lanes, "plan_placement", lambda count: events.append(f"placement {count}") or placement)
+    monkeypatch.setattr(lanes.LaneWorker, "start", lambda worker: events.append(
+        f"start lane {worker.lane}{' (gate pending)' if worker.referee.gate_pending else ''}"))
+    monkeypatch.setattr(RefereeClient, "gated", lambda client: events.append(f"gated lane {client.lane}"))
+    monkeypatch.setattr(RefereeClient, "interrupt", lambda client: events.append(f"stop lane {client.lane}"))
+    monkeypatch.setattr(RefereeClient, "finish_interrupt", lambda client, wait_s: None)
+    return evaluator
+
+
+def test_gpu_lanes_start_once_the_first_candidate_passes_the_gate_and_time_only_once_it_is_over(tmp_path, monkeypatch):
+    """A batch's GPU lanes (their placement planned first) start their referees as soon as a candidate will run, so
+    that the referees import and prepare their first round while the parent gates the rest; they time nothing until
+    the parent tells them the gate is over (a source can make the gate's work last, and it is not kept off the lanes'
+    cores). The scheduler judges with those same lanes. A batch none of whose candidates runs starts none."""
+    from evaluator.parent import sandbox
+
+    events, made = [], []
+    evaluator = _early_lanes_batch(tmp_path, monkeypatch, events)
 
     def run(scheduler, jobs, lanes=True):
         made.append([worker.lane for worker in scheduler.make_workers()])
@@ -277,13 +294,36 @@ def test_gpu_lanes_start_once_the_first_candidate_passes_the_gate_not_after_the_
     rejected.write_text("import os\nos.system('true')\nclass ModelNew:\n    pass\n")
     files = [CandidateFile(name="rejected", path=rejected)] + sources(tmp_path / "c", 3, builds=False)
     list(evaluator.evaluate_all(files))
-    assert events == ["gate rejected", "gate c0", "placement 2", "start lane 0", "start lane 1", "gate c1", "gate c2",
-                      "judge ['c0', 'c1', 'c2']"]
+    assert events == ["gate rejected", "gate c0", "placement 2", "start lane 0 (gate pending)",
+                      "start lane 1 (gate pending)", "gate c1", "gate c2", "gated lane 0", "gated lane 1",
+                      "judge ['c0', 'c1', 'c2']", "placement closed"]
     assert made == [[0, 1]]  # the lanes started early judge the batch
 
     events.clear()
     list(evaluator.evaluate_all([CandidateFile(name="rejected", path=rejected)]))
     assert events == ["gate rejected"]
+
+
+@pytest.mark.parametrize("failure", [OSError, KeyboardInterrupt])
+def test_lanes_started_early_are_stopped_where_the_batch_fails_before_its_scheduler_takes_them(tmp_path, monkeypatch,
+                                                                                                failure):
+    """An error or an interrupt while the parent still gates (or prepares the builds) after the lanes started early:
+    their referees are stopped and the batch's placement closed, not left waiting with their GPU contexts."""
+    events = []
+    evaluator = _early_lanes_batch(tmp_path, monkeypatch, events)
+    prepare = evaluator._prepare
+
+    def gate(candidate, compile_only):
+        if candidate.name == "c1":
+            raise failure("the gate failed")
+        return prepare(candidate, compile_only)
+
+    monkeypatch.setattr(evaluator, "_prepare", gate)
+    with pytest.raises(failure):
+        list(evaluator.evaluate_all(sources(tmp_path / "c", 3, builds=False)))
+    assert events == ["gate c0", "placement 2", "start lane 0 (gate pending)", "start lane 1 (gate pending)",
+                      "stop lane 0", "stop lane 1", "placement closed"]  # never told the gate is over
+    assert evaluator.placement is None
 
 
 def test_the_referee_client_sends_its_close_once_and_reads_the_rounds_as_its_reply(tmp_path):

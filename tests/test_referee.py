@@ -539,6 +539,42 @@ def test_each_baseline_runs_untimed_for_its_devices_clock_warm_right_before_its_
             assert len(untimed) == referee.timer.warmup
 
 
+def test_a_referee_started_while_the_parent_gates_times_nothing_until_told_the_gate_is_over(monkeypatch):
+    """RefereeConfig.gate_pending: the inbox holds `gated` until the parent's request (never queued as a candidate),
+    or until the parent is gone; the referee's first exclusive turn (its first round's baselines) waits for it, its
+    preparation does not."""
+    import os
+
+    from evaluator.referee import referee as referee_module
+    from evaluator.referee.__main__ import Inbox
+    from evaluator.wire.protocol import JudgeRequest
+
+    monkeypatch.setattr(referee_module, "FIRST_ROUND_WARM_S", 0.0)
+    assert Inbox(iter(()), gate_pending=False).gated.is_set()
+    read, write = os.pipe()
+    with os.fdopen(read) as requests, os.fdopen(write, "w") as parent:
+        inbox = Inbox(requests, gate_pending=True)
+        parent.write(JudgeRequest(name="c0").model_dump_json() + "\n")
+        parent.flush()
+        time.sleep(0.2)
+        assert not inbox.gated.is_set() and [r.name for r in inbox.queued()] == ["c0"]
+        referee = local_executor.referee(baselines=["eager"])
+        referee.gate_over = inbox.gated.wait
+        timed = []
+        monkeypatch.setattr(referee, "time_baseline", lambda name: timed.append(name) or _stats(5.0, 0.1))
+        first_round = threading.Thread(target=referee.ensure_round)
+        first_round.start()
+        time.sleep(0.5)
+        assert timed == [] and first_round.is_alive()  # prepared, nothing timed
+        parent.write(JudgeRequest(kind="gated").model_dump_json() + "\n")
+        parent.flush()
+        first_round.join(timeout=60)
+        assert timed == ["eager"] and len(referee.rounds) == 1
+        assert [r.name for r in inbox.queued()] == ["c0"]  # `gated` is no candidate
+    gone = Inbox(iter([]), gate_pending=True)  # the parent gone: nothing will come
+    assert gone.gated.wait(timeout=5)
+
+
 def test_a_round_records_how_far_each_baseline_moved_since_the_one_before(monkeypatch):
     from evaluator.referee import referee as referee_module
     from evaluator.wire.records import TimingStats

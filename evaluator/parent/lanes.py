@@ -102,19 +102,55 @@ def lane_workers(evaluator, gpus: list[str | None]) -> list[LaneWorker]:
     return [LaneWorker(evaluator, gpu, lane, gpus.count(gpu) if gpu is not None else 1) for lane, gpu in enumerate(gpus)]
 
 
-def early_lanes(evaluator) -> list[LaneWorker]:
-    """A local batch's GPU lanes, the batch's placement planned (their cores) and their referees started now: as soon
-    as one candidate passed the gate, so that they import and time their first round while the parent gates the rest
-    (a gate is tens of milliseconds a candidate, seconds in a batch of thousands). On the CPU or under Ray, whose
-    lanes start with the scheduler, none (an empty list)."""
-    local_gpus = evaluator.options.executor == "local" and evaluator.device == "cuda"
-    if not (gpus := choose_gpus(evaluator.options.gpus) if local_gpus else []):
-        return []
-    evaluator.placement = plan_placement(len(gpus))
-    workers = lane_workers(evaluator, gpus)
-    for worker in workers:
-        worker.start()
-    return workers
+class EarlyLanes:
+    """A local batch's GPU lanes, started as soon as one candidate passed the gate (`start`: the batch's placement
+    planned, their referees started), so that they import and prepare their first round while the parent gates the
+    rest (a gate is tens of milliseconds a candidate, seconds in a batch of thousands). They time nothing until the
+    gate is over (`gated`): a source can make the gate's work last (evaluator.checks.bounded), and it is not kept off
+    the lanes' cores. On the CPU or under Ray, whose lanes start with the scheduler, none. Used as a context: where the
+    batch fails before its scheduler takes them, they are stopped and the placement closed."""
+
+    def __init__(self, evaluator):
+        self.evaluator = evaluator
+        self.workers: list[LaneWorker] = []
+        self.tried = False
+
+    def start(self, compile_only: bool = False) -> None:
+        """Once, for the first candidate that will run (not `compile_only`)."""
+        evaluator = self.evaluator
+        if self.tried or compile_only:
+            return
+        self.tried = True
+        local_gpus = evaluator.options.executor == "local" and evaluator.device == "cuda"
+        if not (gpus := choose_gpus(evaluator.options.gpus) if local_gpus else []):
+            return
+        evaluator.placement = plan_placement(len(gpus))
+        self.workers = lane_workers(evaluator, gpus)
+        for worker in self.workers:
+            worker.referee.gate_pending = True
+            worker.start()
+
+    def gated(self) -> None:
+        """The parent's gate is over: the referees may time."""
+        for worker in self.workers:
+            worker.referee.gated()
+
+    def __enter__(self) -> EarlyLanes:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is None:
+            return
+        for worker in self.workers:  # each referee asked to end, then killed with what it started
+            worker.referee.interrupt()
+        for worker in self.workers:
+            worker.referee.finish_interrupt(STOP_WAIT_S)
+        if self.evaluator.placement is not None:
+            self.evaluator.placement.close()
+            self.evaluator.placement = None
+
+
+STOP_WAIT_S = 5.0  # for an early lane's referee to end its executors once asked (EarlyLanes.__exit__)
 
 
 def crashed(job: Job, error: str, device: str) -> Judged:

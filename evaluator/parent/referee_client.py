@@ -119,6 +119,7 @@ class RefereeClient:
         self.rounds: list[BaselineRound] = []
         self.batches = 0
         self.close_sent = False  # the close queued behind the last candidates (close_after_queued), this process's
+        self.gate_pending = False  # started while the parent gates the batch: it times nothing until `gated`
 
     def config(self) -> RefereeConfig:
         ev, options = self.evaluator, self.evaluator.options
@@ -132,7 +133,7 @@ class RefereeClient:
             output_cap_bytes=options.output_cap_bytes,
             compile_memory_limit_gb=options.compile_memory_limit_gb, cache_dir=str(ev.cache_dir),
             protect=[str(p) for p in protected_paths(ev)], ahead=ev.ahead, round_at_start=self.early,
-            device_lanes=self.device_lanes, **self.placed())
+            gate_pending=self.gate_pending, device_lanes=self.device_lanes, **self.placed())
 
     def placed(self) -> dict:
         """Where this lane runs and how its builds are kept from its clock (evaluator.parent.placement)."""
@@ -312,6 +313,18 @@ class RefereeClient:
             self.close_sent = True
         except (OSError, ValueError):
             pass  # gone or stopped: the replies still owed say so
+
+    def gated(self) -> None:
+        """The parent's gate is over (RefereeConfig.gate_pending): the referee may time. Written to this process only;
+        one started later reads it in its config."""
+        self.gate_pending = False
+        if self.proc is None:
+            return
+        try:
+            self.requests.write(JudgeRequest(kind="gated").model_dump_json() + "\n")
+            self.requests.flush()
+        except (OSError, ValueError):
+            pass  # gone: the replies still owed say so
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds; the referee exits."""

@@ -1,13 +1,13 @@
 """The parent side of evaluation: candidates in, verdicts out, nothing of the candidate imported here.
 
-For each batch the parent starts one referee (evaluator.referee, a process that never runs candidate code and
-owns the reference, the inputs, the baselines, the tolerances and every comparison) and sends it the candidates
-one at a time; the referee starts one contained executor per candidate (evaluator.executor through
-evaluator.executor.launcher) and answers with the verdict. The parent reads each source first: one that cannot be
-a candidate is a `parse_error`, and one the static checks reject is `rejected` without its code ever running
-(unless `run_rejected`). Builds (`compile_only`, and the parallel builds that fill the extension cache before a
-batch is judged) need no referee: the parent starts those executors itself. A referee that dies or hangs costs
-the candidate it was judging (`crashed`, with the reason) and is started afresh for the next one.
+For each batch the parent starts one referee (evaluator.referee, a process that never runs candidate code and owns the
+reference, the inputs, the baselines, the tolerances and every comparison) and sends it the candidates one at a time;
+the referee starts one contained executor per candidate (evaluator.executor through evaluator.executor.launcher) and
+answers with the verdict. The parent reads each source first: one that cannot be a candidate is a `parse_error`, and
+one the static checks reject is `rejected` without its code ever running (unless `run_rejected`). Builds
+(`compile_only`, and the parallel builds that fill the extension cache before a batch is judged) need no referee: the
+parent starts those executors itself. A referee that dies or hangs costs the candidate it was judging (`crashed`, with
+the reason) and is started afresh for the next one.
 
 The parent stamps every verdict with what judged it (`Verdict.judge`, evaluator.wire.identity), merges
 the static flags into it and writes its logs (the candidate's capped stdout and stderr, the verdict).
@@ -36,7 +36,7 @@ from evaluator.parent.artifacts import place
 from evaluator.parent.build import BUILD_NICE, build_candidate
 from evaluator.parent.jobserver import JobServer, build_slots, default_build_jobs, ninja_takes_jobserver
 from evaluator.parent.placement import Placement, plan as plan_placement
-from evaluator.parent.lanes import Job, Judged, Scheduler, early_lanes, resolve_device
+from evaluator.parent.lanes import EarlyLanes, Job, Judged, Scheduler, resolve_device
 from evaluator.parent.referee_client import RefereeClient
 from evaluator.referee import headers
 from evaluator.referee.environment import toolchain_digest
@@ -207,8 +207,7 @@ class Evaluator:
 
     @functools.cached_property
     def judge(self) -> Judge:
-        """What judges this batch (see evaluator.wire.identity): stamped on every verdict here, in the
-        parent, whatever the referee sent."""
+        """What judges this batch (evaluator.wire.identity): stamped on every verdict here, whatever the referee sent."""
         return identity.judge_identity(self.problem)
 
     @functools.cached_property
@@ -368,87 +367,89 @@ class Evaluator:
         verdicts: dict[int, Verdict] = {}
         jobs: list[Job] = []
         context: dict[int, tuple] = {}
-        early: list | None = None  # the lanes, started once a candidate will run (lanes.early_lanes)
-        for index, candidate in enumerate(candidates):
-            prepared = self._prepare(candidate, self.options.compile_only)
-            if isinstance(prepared, Verdict):
-                verdicts[index] = prepared
-                continue
-            base, source, digest, flags, compile_only = prepared
-            context[index] = (candidate, base, digest, flags, compile_only)
-            jobs.append(Job(index=index, name=candidate.name, source=source, digest=digest))
-            early = early_lanes(self) if early is None and not compile_only else early
-        ahead_of_time = range(len(candidates), len(candidates) + len(prebuild))
-        for index, (name, source, digest) in zip(ahead_of_time, prebuild):
-            if self.options.executor == "ray" or not self.built_before(digest):
-                context[index] = (CandidateFile(name=name, path=Path(name)), {}, digest, [], True)
-                jobs.append(Job(index=index, name=name, source=source, digest=digest))
-        # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
-        # for those too (else the executor that imports a candidate builds it, in its lane).
-        running = sum(not c[4] for c in context.values())
-        cluster = None  # builds as Ray tasks, spread over the cluster's machines
-        if self.options.executor == "ray" and jobs:
-            from evaluator.parent.ray_lanes import cluster_builds
+        early = EarlyLanes(self)  # the lanes, started once a candidate will run (lanes.EarlyLanes)
+        with early:  # stopped, with the placement, where the batch fails before its scheduler takes them
+            for index, candidate in enumerate(candidates):
+                prepared = self._prepare(candidate, self.options.compile_only)
+                if isinstance(prepared, Verdict):
+                    verdicts[index] = prepared
+                    continue
+                base, source, digest, flags, compile_only = prepared
+                context[index] = (candidate, base, digest, flags, compile_only)
+                jobs.append(Job(index=index, name=candidate.name, source=source, digest=digest))
+                early.start(compile_only)
+            early.gated()  # their first rounds may be timed: no gate's work is left beside them
+            ahead_of_time = range(len(candidates), len(candidates) + len(prebuild))
+            for index, (name, source, digest) in zip(ahead_of_time, prebuild):
+                if self.options.executor == "ray" or not self.built_before(digest):
+                    context[index] = (CandidateFile(name=name, path=Path(name)), {}, digest, [], True)
+                    jobs.append(Job(index=index, name=name, source=source, digest=digest))
+            # Builds of their own for candidates only built, and, with several candidates to run and `jobs` > 1,
+            # for those too (else the executor that imports a candidate builds it, in its lane).
+            running = sum(not c[4] for c in context.values())
+            cluster = None  # builds as Ray tasks, spread over the cluster's machines
+            if self.options.executor == "ray" and jobs:
+                from evaluator.parent.ray_lanes import cluster_builds
 
-            cluster = cluster_builds(self, evaluator_from_options, lanes=running > 0)
-            if cluster is None:  # no CPU left for builds on the cluster: the next batch's are its own lanes' to make
-                jobs = [job for job in jobs if job.index not in ahead_of_time]
-        builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
-        if sum(1 for c in context.values() if c[4] or builds_here) > 1 and ninja_takes_jobserver():
-            self.jobserver = JobServer(build_slots(self.device))
-        to_build = [job.source.decode(errors="replace") for job in jobs if not self.built_before(job.digest)]
-        wanted = headers.missing(self.cache_dir, self.device, to_build) if self.options.executor == "local" else []
-        header_builds = headers.HeaderBuilds(self.cache_dir, self.device, wanted, nice=BUILD_NICE,
-                                             jobserver=self.jobserver)
+                cluster = cluster_builds(self, evaluator_from_options, lanes=running > 0)
+                if cluster is None:  # no CPU left for builds on the cluster: the next batch's are its own lanes' to make
+                    jobs = [job for job in jobs if job.index not in ahead_of_time]
+            builds_here = self.options.executor == "local" and self.jobs > 1 and running > 1
+            if sum(1 for c in context.values() if c[4] or builds_here) > 1 and ninja_takes_jobserver():
+                self.jobserver = JobServer(build_slots(self.device))
+            to_build = [job.source.decode(errors="replace") for job in jobs if not self.built_before(job.digest)]
+            wanted = headers.missing(self.cache_dir, self.device, to_build) if self.options.executor == "local" else []
+            header_builds = headers.HeaderBuilds(self.cache_dir, self.device, wanted, nice=BUILD_NICE,
+                                                 jobserver=self.jobserver)
 
-        def build(job: Job) -> Judged | None:
-            """A build, when it is the last word (compile only, or it failed), else None."""
-            candidate, _, digest, _, compile_only = context[job.index]
-            if cluster is not None and job.index in ahead_of_time:  # the next batch's: submitted, not waited for
-                cluster.build_ahead(candidate.name, job.source, digest)
-                return Judged(job, Verdict(candidate=candidate.name, source_sha256=digest, problem=self.problem.name,
-                                           size=self.size, device=self.device, status=Status.compiled))
-            if cluster is not None:
-                remote = cluster.build(candidate.name, job.source, digest)
-                verdict, stdout, stderr, job.built_on, job.artifact = (remote.verdict, remote.stdout, remote.stderr,
-                                                                        remote.built_on, remote.artifact)
-            else:
-                verdict, stdout, stderr = self.build(candidate.name, job.source, digest)
-                job.built_on = place()
-            if compile_only or verdict.status != Status.compiled:
-                return Judged(job, verdict, stdout, stderr)
-            if cluster is None:  # a folder in this machine's cache
-                self.mark_built(digest)
-            return None
+            def build(job: Job) -> Judged | None:
+                """A build, when it is the last word (compile only, or it failed), else None."""
+                candidate, _, digest, _, compile_only = context[job.index]
+                if cluster is not None and job.index in ahead_of_time:  # the next batch's: submitted, not waited for
+                    cluster.build_ahead(candidate.name, job.source, digest)
+                    return Judged(job, Verdict(candidate=candidate.name, source_sha256=digest, problem=self.problem.name,
+                                               size=self.size, device=self.device, status=Status.compiled))
+                if cluster is not None:
+                    remote = cluster.build(candidate.name, job.source, digest)
+                    verdict, stdout, stderr, job.built_on, job.artifact = (remote.verdict, remote.stdout, remote.stderr,
+                                                                            remote.built_on, remote.artifact)
+                else:
+                    verdict, stdout, stderr = self.build(candidate.name, job.source, digest)
+                    job.built_on = place()
+                if compile_only or verdict.status != Status.compiled:
+                    return Judged(job, verdict, stdout, stderr)
+                if cluster is None:  # a folder in this machine's cache
+                    self.mark_built(digest)
+                return None
 
-        def pool_builds(job: Job) -> bool:
-            """Only-built candidates always; the others when builds run here, this source was never built here
-            before and it calls for an extension (by its text): a build of a candidate with none would only import
-            it, and its executor imports it anyway (the mark would only save a start)."""
-            compile_only = context[job.index][4]
-            return compile_only or cluster is not None or (builds_here and not self.built_before(job.digest)
-                                                           and calls_for_extension(job.source))
+            def pool_builds(job: Job) -> bool:
+                """Only-built candidates always; the others when builds run here, this source was never built here
+                before and it calls for an extension (by its text): a build of a candidate with none would only import
+                it, and its executor imports it anyway (the mark would only save a start)."""
+                compile_only = context[job.index][4]
+                return compile_only or cluster is not None or (builds_here and not self.built_before(job.digest)
+                                                               and calls_for_extension(job.source))
 
-        next_index = 0
+            next_index = 0
 
-        def in_order() -> Iterator[Verdict]:
-            nonlocal next_index
-            while next_index in verdicts:
-                verdict = verdicts.pop(next_index)
-                next_index += 1
-                if on_verdict:
-                    on_verdict(verdict)
-                yield verdict
+            def in_order() -> Iterator[Verdict]:
+                nonlocal next_index
+                while next_index in verdicts:
+                    verdict = verdicts.pop(next_index)
+                    next_index += 1
+                    if on_verdict:
+                        on_verdict(verdict)
+                    yield verdict
 
-        workers = (lambda: early) if early else None
-        if self.options.executor == "ray":  # each lane a Ray actor (ray is an optional dependency)
-            from evaluator.parent.ray_lanes import ray_workers
+            workers = (lambda: early.workers) if early.workers else None
+            if self.options.executor == "ray":  # each lane a Ray actor (ray is an optional dependency)
+                from evaluator.parent.ray_lanes import ray_workers
 
-            workers = functools.partial(ray_workers, self, evaluator_from_options)
-        scheduler = Scheduler(self, build, pool_builds, workers, build_slots=cluster.slots if cluster else None)
-        if running and self.options.executor == "local":
-            self.placement = self.placement or plan_placement(len(scheduler.lanes()))
-            builds_here = builds_here and builds_beside_windows(self.device, self.placement)
+                workers = functools.partial(ray_workers, self, evaluator_from_options)
+            scheduler = Scheduler(self, build, pool_builds, workers, build_slots=cluster.slots if cluster else None)
+            if running and self.options.executor == "local":
+                self.placement = self.placement or plan_placement(len(scheduler.lanes()))
+                builds_here = builds_here and builds_beside_windows(self.device, self.placement)
         self.rounds, self.build_cpu = [], []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():

@@ -81,20 +81,29 @@ class Inbox:
     """The parent's requests, read as they come (a thread), so the referee sees those queued behind
     the one it judges and can start their executors ahead."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, gate_pending: bool = False):
         self.items: collections.deque = collections.deque()
         self.ready = threading.Condition()
         self.done = False
+        # set once the parent's gate is over (RefereeConfig.gate_pending: its `gated` request), or the parent is gone
+        self.gated = threading.Event()
+        if not gate_pending:
+            self.gated.set()
         threading.Thread(target=self._read, args=(stream,), daemon=True).start()
 
     def _read(self, stream) -> None:
         try:
             for line in stream:
                 request = JudgeRequest.model_validate_json(line)
+                if request.kind in ("gated", "close"):  # a close comes after the gate
+                    self.gated.set()
+                if request.kind == "gated":
+                    continue
                 with self.ready:
                     self.items.append(request)
                     self.ready.notify()
         finally:
+            self.gated.set()  # nothing more will come: a close, or an end to the process
             with self.ready:
                 self.done = True
                 self.ready.notify()
@@ -193,7 +202,7 @@ def serve(argv: list[str] | None = None) -> int:
         outbox.submit(run)
 
     referee, setup_error = None, None
-    inbox = Inbox(requests)  # reading before the referee is up: a round at start sees what is queued
+    inbox = Inbox(requests, config.gate_pending)  # reading before the referee is up: a round at start sees what is queued
     started, started_at = time.perf_counter(), time.time()
     # every executor of the batch is forked from it: its imports made once, while the referee sets up (and, where
     # their bytecode is cached already, while the referee makes its imports)
@@ -206,7 +215,7 @@ def serve(argv: list[str] | None = None) -> int:
 
     try:
         referee = Referee(config, zygote)
-        referee.queued = inbox.queued
+        referee.queued, referee.gate_over = inbox.queued, inbox.gated.wait
         profile_log({"event": "start", "at": started_at, "executor_modules_s": imported - started, "parked_s": parked_s, "zygote_early": early is not None,
                      "setup_s": time.perf_counter() - imported, "setup_steps": referee.start_seconds})
         if config.round_at_start:  # its twin's calls left for later replayed as the first candidate starts

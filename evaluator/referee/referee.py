@@ -6,16 +6,15 @@ Started by the parent (evaluator.parent.sandbox) once per batch. It owns everyth
 
 * the reference (`Model` from the problem, a fresh one per candidate, with its own seed) and its
   float64 twin, the seeds, every checked call's inputs, the tolerances and every comparison (evaluator.referee.phases);
-* the baselines (eager, torch.compile, with and without TF32, the problem's ceilings), timed here
-  with the same timing loop as the candidates (evaluator.referee.timing), in rounds: one before the batch's
-  first candidate, again after every `baseline_every` candidates and once at the end, always with
-  no executor alive on the device (or figures stored from an earlier batch, one baseline spot-checked:
-  evaluator.referee.stored). A verdict divides by the last round before it and names it
-  (`Verdict.baseline_source`); the rounds come back to the parent when the batch closes, so drift shows;
-* its own clock around every clocked call of a candidate (evaluator.referee.clock), and the cost of such a
-  window, measured in every baseline round with the calibrator: an executor of the referee's own
-  (contained like any other, the same code and path) whose forward does known work and reports its
-  device time truthfully (`Calibrator`).
+* the baselines (eager, torch.compile, with and without TF32, the problem's ceilings), timed here with the same timing
+  loop as the candidates (evaluator.referee.timing), in rounds: one before the batch's first candidate, again after
+  every `baseline_every` candidates and once at the end, always with no executor alive on the device (or figures
+  stored from an earlier batch, one baseline spot-checked: evaluator.referee.stored). A verdict divides by the last
+  round before it and names it (`Verdict.baseline_source`); the rounds come back to the parent when the batch closes,
+  so drift shows;
+* its own clock around every clocked call of a candidate (evaluator.referee.clock), and the cost of such a window,
+  measured in every baseline round with the calibrator: an executor of the referee's own (contained like any other,
+  the same code and path) whose forward does known work and reports its device time truthfully (`Calibrator`).
 
 Per candidate: one executor (evaluator.referee.process, contained by evaluator.executor.lockdown), the phases, and the
 verdict and capped output to the parent (JSON lines: evaluator.wire.protocol).
@@ -157,6 +156,7 @@ class Referee:
         self.eager_beside = EagerBeside(self) if self.device == "cpu" and self.twin is not None and EAGER_BESIDE else None
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
+        self.gate_over: Callable[[], object] = bool  # returns once the parent's gate is over (main's inbox)
         laps("the rest")
         self.start_seconds = laps.seconds
 
@@ -266,8 +266,7 @@ class Referee:
         return [c for c in (self.calibrator, self.eager_beside) if c is not None]
 
     def close_later(self, process: ExecutorProcess) -> threading.Event:
-        """A judged executor closed in the background (tenths of a second), over before anything is timed (`exclusive`);
-        set once it is."""
+        """A judged executor closed in the background (tenths of a second; over before anything is timed): set once."""
         self.closing.append(closed := threading.Event())
         process.will_close()
         threading.Thread(target=_closing, args=(process, closed), daemon=True).start()
@@ -400,7 +399,8 @@ class Referee:
         """The device and the CPU to one candidate (or to the baselines): every executor started ahead is held, the
         builds too where they share this lane's cores (their cgroup frozen), the exchanges' page-locking is over; the
         other lanes on this GPU out of their turns (device_share.timed_turn: `link`, the candidate's, held meanwhile;
-        `excuse`, given the seconds waited for turns)."""
+        `excuse`, given the seconds waited for turns). Nothing is timed before the parent's gate is over."""
+        self.gate_over()
         for closed in self.closing:  # judged executors are gone (each within about two seconds)
             closed.wait()
         self.closing.clear()

@@ -276,9 +276,10 @@ class ExecutorMessage(Message):
 # ------------------------------------------------------------------------------------------ parent <-> referee
 
 class JudgeRequest(Message):
-    """Judge one candidate (its source copied to `path`)."""
+    """Judge one candidate (its source copied to `path`); `close`: the batch is over; `gated`: the parent's gate is
+    over (RefereeConfig.gate_pending)."""
 
-    kind: Literal["judge", "close"] = "judge"
+    kind: Literal["judge", "close", "gated"] = "judge"
     name: str = ""
     path: str = ""
     digest: str = ""
@@ -390,6 +391,10 @@ class RefereeConfig(BaseModel):
     round_at_start: bool = Field(False, description=(
         "Time the first baseline round as soon as the referee is up, before any request (a lane starts its "
         "referee while the first builds run)."))
+    gate_pending: bool = Field(False, description=(
+        "Started while the parent still gates the batch's candidates (its static checks, whose work a source can make "
+        "last): nothing is timed until a `gated` request comes (or the parent is gone), so no baseline's figure is "
+        "taken beside that work."))
     ahead: int = Field(0, ge=0, description=(
         "Executors started before their turn, from the requests already queued: each imports its candidate "
         "(its extension loaded) while another is judged, and is stopped (SIGSTOP) while any candidate is timed "
