@@ -138,6 +138,38 @@ def test_the_gate_runs_bounded_and_a_source_it_cannot_finish_rejects_that_candid
     assert "within 5 s" in evaluator.evaluate(CandidateFile(name="x", path=tmp_path / "exponential_fold.py")).error
 
 
+def test_the_gates_worker_runs_at_the_lowest_priority_and_where_a_batch_keeps_its_builds(monkeypatch):
+    """A source can keep the checks' worker busy for its whole limit while lanes time (a suite's next problem gated
+    while one is judged, a warm judge's call beside its other lanes): it runs at niceness 19, and while a batch's
+    placement keeps builds on cores of their own it runs there, a worker started again included; once that placement
+    closes it may run anywhere again, unless another batch placed it since."""
+    import os
+
+    from evaluator.checks import bounded
+    from evaluator.parent.placement import Placement
+
+    def worker_pid() -> int:
+        bounded.bounded_flags("x = 1\n")
+        return bounded._worker.proc.pid
+
+    everywhere = os.sched_getaffinity(0)
+    assert os.getpriority(os.PRIO_PROCESS, worker_pid()) == bounded.NICE
+    first = sorted(everywhere)[:1]
+    batch = Placement("cores", lane_cores=[sorted(everywhere)[1:]], build_cores=first)
+    other = Placement("cores", lane_cores=[], build_cores=sorted(everywhere))
+    try:
+        bounded.keep_beside_builds(batch.keep_gate)
+        assert os.sched_getaffinity(worker_pid()) == set(first)
+        bounded._worker.kill()  # started again: placed again
+        assert os.sched_getaffinity(worker_pid()) == set(first)
+        other.close()  # not the one that placed it: nothing moves
+        assert os.sched_getaffinity(worker_pid()) == set(first)
+        batch.close()
+        assert os.sched_getaffinity(worker_pid()) == everywhere
+    finally:
+        bounded.keep_beside_builds(None)
+
+
 def test_a_source_over_a_mebibyte_is_never_read(tmp_path):
     source = (HACKS / "torch_fallback.py").read_text()
     path = tmp_path / "big.py"

@@ -7,6 +7,10 @@ worker process (one, kept for the process's life, its memory capped by RLIMIT_AS
 that overruns is killed, one that dies is started again, and the candidate is rejected with the reason
 (evaluator.parent.sandbox's `_prepare`). Sources over syntax.MAX_SOURCE_BYTES are not read at all.
 
+A source can keep the worker busy for LIMIT_S while lanes time (a suite gates its next problem's candidates while one
+is judged; a warm judge gates each call beside its other lanes): it runs at the lowest priority, its session's too,
+and while a batch keeps its builds on cores of their own it runs there (`keep_beside_builds`).
+
     python -m evaluator.checks.bounded      the worker: JSON lines in on stdin, out on stdout
 """
 
@@ -19,13 +23,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from evaluator.wire.cgroups import pin
 from evaluator.wire.polling import readable
 from evaluator.wire.problem import Rules
 from evaluator.wire.records import Flag
 
 LIMIT_S = 30.0  # honest candidates take milliseconds, a large one a tenth of a second
+NICE = 19
 MEMORY_BYTES = 4 << 30
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,6 +78,27 @@ class _Worker:
 
 _worker: _Worker | None = None
 _lock = threading.Lock()
+_place: Callable[[int], None] | None = None  # where the worker runs while a batch keeps its builds apart
+
+
+def keep_beside_builds(place: Callable[[int], None] | None, only: Callable[[int], None] | None = None) -> None:
+    """The worker placed by `place` (given its pid: evaluator.parent.placement keeps it where the batch's builds run),
+    now and whenever it is started again; None: back on the cores this process may use (`only`: if `only` placed it,
+    so that another batch's placement stays)."""
+    global _place
+    with _lock:
+        if place is None and only is not None and _place != only:
+            return
+        _place = place
+        if _worker is not None and _worker.proc.poll() is None:
+            _placed(_worker.proc.pid)
+
+
+def _placed(pid: int) -> None:
+    try:
+        _place(pid) if _place is not None else pin(pid, os.sched_getaffinity(0))
+    except OSError:
+        pass  # gone, or not ours to move: it still runs niced (serve)
 
 
 def bounded_flags(source: str, rules: Rules | None = None, backend: str | None = None) -> list[Flag]:
@@ -83,6 +111,7 @@ def bounded_flags(source: str, rules: Rules | None = None, backend: str | None =
         for attempt in range(2):  # a worker found dead (killed from outside, say) is started again once
             if _worker is None or _worker.proc.poll() is not None:
                 _worker = _Worker()
+                _placed(_worker.proc.pid)
             try:
                 reply = _worker.ask(request)
                 break
@@ -114,6 +143,12 @@ def serve() -> None:
         pass
     if os.getppid() != parent:
         return
+    os.nice(NICE)  # beside lanes timing: the lowest priority, its session's too (autogroup scheduling)
+    try:
+        with open("/proc/self/autogroup", "w") as autogroup:
+            autogroup.write(str(NICE))
+    except OSError:
+        pass  # no autogroup scheduling here: plain niceness is what counts
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     for line in sys.stdin.buffer:
         request = json.loads(line)

@@ -21,7 +21,8 @@ run on them (`take_back`). A build cannot move itself (seccomp), so only what it
 wider set, and is moved back with it.
 
 Where neither is possible (few cores and no cgroup the harness may make), builds only run niced, and each
-verdict says so (`TimingCheck.builds`). `HARNESS_BUILD_ISOLATION=cores|frozen|niced` chooses one, and
+verdict says so (`TimingCheck.builds`). The static checks' worker, which a source can keep busy, runs niced always and
+in mode `cores` on the builds' cores (`keep_gate`). `HARNESS_BUILD_ISOLATION=cores|frozen|niced` chooses one, and
 `HARNESS_LEND_CORES=0` keeps every lane's cores from the builds, for measuring what each costs.
 """
 
@@ -31,6 +32,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from evaluator.checks import bounded
 from evaluator.wire import cgroups
 
 MODES = ("cores", "frozen", "niced")
@@ -120,7 +122,12 @@ class Placement:
     def _allowed(self) -> set[int]:
         return set(self.build_cores or []).union(*(self.lane_cores[lane] for lane in self.lent))
 
+    def keep_gate(self, pid: int) -> None:
+        """The static checks' worker (evaluator.checks.bounded), which a source can keep busy, on the builds' cores."""
+        cgroups.pin(pid, self.build_cores or sorted(os.sched_getaffinity(0)))
+
     def close(self) -> None:
+        bounded.keep_beside_builds(None, only=self.keep_gate)  # where it was, unless another batch placed it since
         if self.lane_groups:
             self.lane_groups[0].remove(wait_s=5.0)
         elif self.builds is not None:
@@ -145,7 +152,9 @@ def plan(lanes: int) -> Placement:
     why = []
     if split is not None:
         # a group each all the same (never frozen here): a build's whole group is killed when it ends
-        return Placement("cores", lane_cores=split[0], build_cores=split[1], builds=cgroups.root_group("builds"))
+        placement = Placement("cores", lane_cores=split[0], build_cores=split[1], builds=cgroups.root_group("builds"))
+        bounded.keep_beside_builds(placement.keep_gate)  # the static checks' worker with them
+        return placement
     if wanted == "cores":
         cores = len(os.sched_getaffinity(0))
         why.append(f"{cores} cores are too few for {lanes} lane(s) of {lane_core_count(cores, lanes)} and "
