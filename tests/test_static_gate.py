@@ -140,7 +140,7 @@ def test_the_gate_runs_bounded_and_a_source_it_cannot_finish_rejects_that_candid
 
 def test_the_gates_worker_runs_at_the_lowest_priority_and_where_a_batch_keeps_its_builds(monkeypatch):
     """A source can keep the checks' worker busy for its whole limit while lanes time (a suite's next problem gated
-    while one is judged, a warm judge's call beside its other lanes): it runs at niceness 19, and while a batch's
+    while one is judged, a warm judge's call beside its other lanes): it runs niced as a build is, and while a batch's
     placement keeps builds on cores of their own it runs there, a worker started again included; once that placement
     closes it may run anywhere again, unless another batch placed it since."""
     import os

@@ -8,8 +8,8 @@ that overruns is killed, one that dies is started again, and the candidate is re
 (evaluator.parent.sandbox's `_prepare`). Sources over syntax.MAX_SOURCE_BYTES are not read at all.
 
 A source can keep the worker busy for LIMIT_S while lanes time (a suite gates its next problem's candidates while one
-is judged; a warm judge gates each call beside its other lanes): it runs at the lowest priority, its session's too,
-and while a batch keeps its builds on cores of their own it runs there (`keep_beside_builds`).
+is judged; a warm judge gates each call beside its other lanes): it runs niced as a build is, its session too, and
+while a batch keeps its builds on cores of their own it runs there (`keep_beside_builds`).
 
     python -m evaluator.checks.bounded      the worker: JSON lines in on stdin, out on stdout
 """
@@ -32,7 +32,7 @@ from evaluator.wire.problem import Rules
 from evaluator.wire.records import Flag
 
 LIMIT_S = 30.0  # honest candidates take milliseconds, a large one a tenth of a second
-NICE = 19
+NICE = 10  # as a build (evaluator.parent.build.BUILD_NICE): lower, a gate under builds' load could overrun
 MEMORY_BYTES = 4 << 30
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,7 +143,7 @@ def serve() -> None:
         pass
     if os.getppid() != parent:
         return
-    os.nice(NICE)  # beside lanes timing: the lowest priority, its session's too (autogroup scheduling)
+    os.nice(NICE)  # beside lanes timing, as a build: its session too (autogroup scheduling)
     try:
         with open("/proc/self/autogroup", "w") as autogroup:
             autogroup.write(str(NICE))
