@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -166,6 +168,16 @@ def test_the_gates_worker_runs_at_the_lowest_priority_and_where_a_batch_keeps_it
         assert os.sched_getaffinity(worker_pid()) == set(first)
         batch.close()
         assert os.sched_getaffinity(worker_pid()) == everywhere
+        # a gate under way (a suite's next problem, in a thread of its own) never holds up a batch's placement
+        ask = bounded._Worker.ask
+        monkeypatch.setattr(bounded._Worker, "ask", lambda worker, request: time.sleep(2) or ask(worker, request))
+        gating = threading.Thread(target=bounded.bounded_flags, args=("x = 1\n",))
+        gating.start()
+        time.sleep(0.5)
+        started = time.perf_counter()
+        bounded.keep_beside_builds(batch.keep_gate)
+        assert time.perf_counter() - started < 1.0 and gating.is_alive()
+        gating.join()
     finally:
         bounded.keep_beside_builds(None)
 

@@ -79,6 +79,7 @@ class _Worker:
 _worker: _Worker | None = None
 _lock = threading.Lock()
 _place: Callable[[int], None] | None = None  # where the worker runs while a batch keeps its builds apart
+_placing = threading.Lock()  # for `_place` and the worker's moves: never held through a gate under way (`_lock`)
 
 
 def keep_beside_builds(place: Callable[[int], None] | None, only: Callable[[int], None] | None = None) -> None:
@@ -86,15 +87,17 @@ def keep_beside_builds(place: Callable[[int], None] | None, only: Callable[[int]
     now and whenever it is started again; None: back on the cores this process may use (`only`: if `only` placed it,
     so that another batch's placement stays)."""
     global _place
-    with _lock:
+    with _placing:
         if place is None and only is not None and _place != only:
             return
         _place = place
-        if _worker is not None and _worker.proc.poll() is None:
-            _placed(_worker.proc.pid)
+        worker = _worker
+        if worker is not None and worker.proc.poll() is None:
+            _placed(worker.proc.pid)
 
 
 def _placed(pid: int) -> None:
+    """Worker `pid` where `_place` says (`_placing` held)."""
     try:
         _place(pid) if _place is not None else pin(pid, os.sched_getaffinity(0))
     except OSError:
@@ -111,7 +114,8 @@ def bounded_flags(source: str, rules: Rules | None = None, backend: str | None =
         for attempt in range(2):  # a worker found dead (killed from outside, say) is started again once
             if _worker is None or _worker.proc.poll() is not None:
                 _worker = _Worker()
-                _placed(_worker.proc.pid)
+                with _placing:
+                    _placed(_worker.proc.pid)
             try:
                 reply = _worker.ask(request)
                 break
