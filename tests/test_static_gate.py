@@ -140,7 +140,7 @@ def test_the_gate_runs_bounded_and_a_source_it_cannot_finish_rejects_that_candid
     assert "within 5 s" in evaluator.evaluate(CandidateFile(name="x", path=tmp_path / "exponential_fold.py")).error
 
 
-def test_the_gates_worker_runs_at_the_lowest_priority_and_where_a_batch_keeps_its_builds(monkeypatch):
+def test_the_gates_worker_runs_niced_as_a_build_and_where_a_batch_keeps_its_builds(monkeypatch):
     """A source can keep the checks' worker busy for its whole limit while lanes time (a suite's next problem gated
     while one is judged, a warm judge's call beside its other lanes): it runs niced as a build is, and while a batch's
     placement keeps builds on cores of their own it runs there, a worker started again included; once that placement

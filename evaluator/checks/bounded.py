@@ -32,7 +32,7 @@ from evaluator.wire.problem import Rules
 from evaluator.wire.records import Flag
 
 LIMIT_S = 30.0  # honest candidates take milliseconds, a large one a tenth of a second
-NICE = 10  # as a build (evaluator.parent.build.BUILD_NICE): lower, a gate under builds' load could overrun
+NICE = 10  # as a build (evaluator.parent.build.BUILD_NICE); any lower a priority and a gate under their load could overrun
 MEMORY_BYTES = 4 << 30
 ROOT = Path(__file__).resolve().parents[2]
 
