@@ -124,7 +124,7 @@ class Placement:
 
     def keep_gate(self, pid: int) -> None:
         """The static checks' worker (evaluator.checks.bounded), which a source can keep busy, on the builds' cores."""
-        cgroups.pin(pid, self.build_cores or sorted(os.sched_getaffinity(0)))
+        cgroups.pin(pid, self.build_cores)
 
     def close(self) -> None:
         bounded.keep_beside_builds(None, only=self.keep_gate)  # where it was, unless another batch placed it since

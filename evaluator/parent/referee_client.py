@@ -305,26 +305,26 @@ class RefereeClient:
         """The close sent now, behind the candidates queued (no more will come): the referee reads it while it judges
         the last, so its batch's last round begins as that one is judged, with its twin imported beside it, not once
         the parent has read that verdict and asked. Its reply is `close`'s. Once per referee process."""
-        if self.proc is None or self.close_sent:
-            return
-        try:  # to this process only (`send` would start another where one was stopped meanwhile)
-            self.requests.write(JudgeRequest(kind="close").model_dump_json() + "\n")
-            self.requests.flush()
-            self.close_sent = True
-        except (OSError, ValueError):
-            pass  # gone or stopped: the replies still owed say so
+        if not self.close_sent:
+            self.close_sent = self.tell(JudgeRequest(kind="close"))
 
     def gated(self) -> None:
         """The parent's gate is over (RefereeConfig.gate_pending): the referee may time. Written to this process only;
         one started later reads it in its config."""
         self.gate_pending = False
+        self.tell(JudgeRequest(kind="gated"))
+
+    def tell(self, request: JudgeRequest) -> bool:
+        """`request` written to this referee process only (`send` would start another where one was stopped
+        meanwhile), no reply read; False where there is none or it is gone (the replies still owed say so)."""
         if self.proc is None:
-            return
+            return False
         try:
-            self.requests.write(JudgeRequest(kind="gated").model_dump_json() + "\n")
+            self.requests.write(request.model_dump_json() + "\n")
             self.requests.flush()
+            return True
         except (OSError, ValueError):
-            pass  # gone: the replies still owed say so
+            return False
 
     def close(self) -> list[BaselineRound]:
         """The batch's baseline rounds; the referee exits."""

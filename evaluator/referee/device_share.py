@@ -91,14 +91,20 @@ def open_for(config, device: str) -> DeviceShare | None:
     return share
 
 
+def executors_closed(referee) -> None:
+    """Returns once `referee`'s judged executors are closed (their contexts' teardown, device work too) and what
+    waited for that is over (their compared calls replayed later): each of `referee.closing` set."""
+    for closed in list(referee.closing):
+        closed.wait()
+
+
 def hold_still(referee) -> None:
     """Nothing of `referee`'s own left to reach the device: its judged executors closed (their contexts' teardown),
     those started ahead held (one that cannot be is closed, started again in its turn), its own queued work done.
     (The executor being judged: `timed_turn`.)"""
     from evaluator.referee.beside import close_ahead, hold_ahead
 
-    for closed in list(referee.closing):
-        closed.wait()
+    executors_closed(referee)
     hold_ahead(list(referee.waiting.values()), lambda process: close_ahead(referee.waiting, process))
     referee._sync()
 

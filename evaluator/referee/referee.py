@@ -401,8 +401,7 @@ class Referee:
         other lanes on this GPU out of their turns (device_share.timed_turn: `link`, the candidate's, held meanwhile;
         `excuse`, given the seconds waited for turns). Nothing is timed before the parent's gate is over."""
         self.gate_over()
-        for closed in self.closing:  # judged executors are gone (each within about two seconds)
-            closed.wait()
+        device_share.executors_closed(self)  # judged executors are gone (each within about two seconds)
         self.closing.clear()
         if self.zygote is not None:
             self.zygote.wait_ready()  # its imports (a core for seconds) are over
@@ -480,8 +479,7 @@ class Referee:
         self.close_waiting(keep=self.twin if last else None)  # started for requests that never came, but the twin's
         if last:
             self.baseline_round()
-        for closed in self.closing:  # the last executors closed, their replays over (the round's twin judged beside)
-            closed.wait()
+        device_share.executors_closed(self)  # the last ones, their replays over (the round's twin judged beside)
         for own in self.measuring():
             own.close()
         if self.groups is not None:

@@ -22,7 +22,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from evaluator.referee import phases, replay
+from evaluator.referee import device_share, phases, replay
 from evaluator.referee.relay import StreamStuck
 from evaluator.referee.session import release_cached
 from evaluator.referee import tuning
@@ -115,8 +115,7 @@ def run(referee, index: int, defer: bool) -> Run:
             # started: judged once more from an executor of its own, started once that candidate's is gone
             referee.close_later(process)
             process = None
-            for closed in list(referee.closing):  # the executors judged before, this one's too, closed
-                closed.wait()
+            device_share.executors_closed(referee)  # the executors judged before, this one's too
             said = f"the twin started ahead was {verdict.status.value}: {verdict.error}"[:400]
             print(f"round {index}: {said}; judged again from a fresh executor", file=sys.stderr)
             profile_log({"event": "twin_again", "round": index, "first": said})
