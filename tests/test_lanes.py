@@ -352,6 +352,34 @@ def test_the_referee_client_sends_its_close_once_and_reads_the_rounds_as_its_rep
     assert asked == ["close"]
 
 
+def test_a_referee_interrupted_before_its_pipe_opens_is_stopped_and_its_folder_removed(tmp_path, monkeypatch):
+    """An interrupt right after the referee's process started, before the parent opened its end of the pipes
+    (stop_everything: `interrupt`, then `finish_interrupt`): the process is killed and its folder removed, with no
+    error that would cut the stopping of the others short."""
+    import subprocess
+
+    from evaluator.parent import referee_client
+
+    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
+    started, popen = [], subprocess.Popen
+
+    def interrupted(*args, **kwargs):  # the referee started, then Ctrl-C before the parent opens its pipe ends
+        started.append(popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                        start_new_session=True))
+        return started[-1]
+
+    monkeypatch.setattr(referee_client.subprocess, "Popen", interrupted)
+    monkeypatch.setattr(referee_client.os, "fdopen", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        client.start()
+    monkeypatch.undo()
+    assert client in referee_client.LIVE and client.requests is None and client.folder.exists()
+    client.interrupt()
+    client.finish_interrupt(5.0)
+    assert started[0].poll() is not None and client.proc is None and not client.folder.exists()
+    assert client not in referee_client.LIVE
+
+
 @pytest.mark.slow
 def test_executors_started_ahead_change_no_verdict(tmp_path):
     """Real CPU candidates judged with two executors started ahead: the same statuses and flags as one at

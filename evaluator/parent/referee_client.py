@@ -5,6 +5,7 @@ read (`protected_paths`). Used by the lanes (evaluator.parent.lanes) and by a ba
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import secrets
 import signal
@@ -15,7 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from evaluator.parent import parked
 from evaluator.referee.environment import CPU_MALLOC, HARNESS_SET_THP, bytecode_cache
@@ -114,6 +115,9 @@ class RefereeClient:
         self.device_lanes = device_lanes  # lanes on this GPU (`--gpus 0,0`: two), their referees taking turns on it
         self.early = early  # started before its first candidate is ready: its first baseline round at once
         self.proc: subprocess.Popen | None = None
+        # its pipe's ends, once open: an interrupt between the referee's start and their opening stops it all the same
+        self.requests: TextIO | None = None
+        self.replies: int | None = None
         # an interrupt stops the referee from the main thread while its lane's thread may be stopping it too
         self.stopping = threading.Lock()
         self.rounds: list[BaselineRound] = []
@@ -155,6 +159,8 @@ class RefereeClient:
         config_file.write_text(config.model_dump_json())
         requests_r, requests_w = os.pipe()
         replies_r, replies_w = os.pipe()
+        self.requests = self.replies = None  # a batch before's, closed (its descriptor's number may be another's now)
+        self.folder = folder
         log = self.log_file()
         try:
             self.proc = subprocess.Popen(
@@ -167,7 +173,6 @@ class RefereeClient:
             if log is not subprocess.DEVNULL:
                 log.close()
         LIVE.add(self)
-        self.folder = folder
         self.requests = os.fdopen(requests_w, "w", buffering=1)
         self.replies = replies_r
         self.buffer = bytearray()
@@ -357,7 +362,8 @@ class RefereeClient:
                 proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 pass
-            self.requests.close()
+            if self.requests is not None:
+                self.requests.close()
             self.stop()
 
     def stop(self) -> int | None:
@@ -367,7 +373,8 @@ class RefereeClient:
                 return None
             LIVE.discard(self)
             try:
-                proc.wait(timeout=30 if proc.poll() is None and self.requests.closed is False else 0)
+                asking = self.requests is not None and not self.requests.closed
+                proc.wait(timeout=30 if proc.poll() is None and asking else 0)
             except subprocess.TimeoutExpired:
                 pass
             try:
@@ -375,11 +382,12 @@ class RefereeClient:
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-            for close in (self.requests.close, lambda: os.close(self.replies)):
-                try:
-                    close()
-                except OSError:
-                    pass
+            if self.requests is not None:
+                with contextlib.suppress(OSError):
+                    self.requests.close()
+            if self.replies is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self.replies)
             code, self.proc, self.close_sent = proc.returncode, None, False
             remove_tree(self.folder)
             for path in list(self.submitted):  # sources of requests never answered
