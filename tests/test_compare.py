@@ -88,6 +88,21 @@ def test_the_one_pass_comparison_reads_each_reference_chunk_once(monkeypatch):
     assert moved.count(torch.float64) == 11
 
 
+def test_outputs_torch_cannot_subtract_from_float64_and_references_not_in_float64_are_compared_as_before():
+    """A float8 output is converted to float64 before the subtraction (torch promotes no float8 type); a reference not
+    in float64 (a problem's float64 forward that returns float32) is compared value by value, in float64, so that no
+    difference is rounded onto a tier's bound."""
+    tolerances = {"edge": Tolerance(atol=1.0, rtol=0.0)}
+    want = torch.tensor([1.0, 2.0, -0.5], dtype=torch.float64)
+    for dtype in [t for t in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if t]:
+        result = compare.compare_tensor("out", want.to(dtype), want, tolerances, 1e-3)
+        assert result == compare._compare_each("out", want.to(dtype), want, tolerances, 1e-3, want.device)
+        assert result.failure is None and result.tiers == {"edge": True}
+    # in float32 the difference would round to 1.0, on the bound; in float64 it is past it
+    result = compare.compare_tensor("out", torch.tensor([-1e-9]), torch.tensor([1.0]), tolerances, 1e-3)
+    assert result.max_abs > 1.0 and result.tiers == {"edge": False}
+
+
 @pytest.mark.gpu
 def test_the_one_pass_comparison_gives_the_value_by_value_verdict_on_a_gpu(monkeypatch):
     """The same cases on the GPU, where a floating output is subtracted from the float64 reference as it is (the
