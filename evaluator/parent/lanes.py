@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from evaluator.parent.artifacts import place
-from evaluator.parent.placement import plan as plan_placement
+from evaluator.parent.placement import plan as plan_placement, release as release_placement
 from evaluator.parent.referee_client import RefereeClient
+from evaluator.referee.process import stop_now
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Status, Verdict
 
@@ -141,13 +142,8 @@ class EarlyLanes:
     def __exit__(self, kind, error, trace) -> None:
         if kind is None:
             return
-        for worker in self.workers:  # each referee asked to end, then killed with what it started
-            worker.referee.interrupt()
-        for worker in self.workers:
-            worker.referee.finish_interrupt(STOP_WAIT_S)
-        if self.evaluator.placement is not None:
-            self.evaluator.placement.close()
-            self.evaluator.placement = None
+        stop_now([worker.referee for worker in self.workers], STOP_WAIT_S)  # each referee with what it started
+        release_placement(self.evaluator)
 
 
 STOP_WAIT_S = 5.0  # for an early lane's referee to end its executors once asked (EarlyLanes.__exit__)

@@ -134,6 +134,13 @@ class Placement:
             self.builds.remove(wait_s=5.0)
 
 
+def release(holder) -> None:
+    """The placement a batch's holder (an Evaluator) keeps, closed and forgotten, where it keeps one."""
+    if holder.placement is not None:
+        holder.placement.close()
+        holder.placement = None
+
+
 def core_split(lanes: int) -> tuple[list[list[int]], list[int]] | None:
     """Mode `cores` for a batch of `lanes` lanes on this machine: each lane's cores and the builds'; None where it is
     not taken (too few cores, or HARNESS_BUILD_ISOLATION names another mode)."""

@@ -35,7 +35,7 @@ from evaluator.checks.bounded import bounded_flags
 from evaluator.parent.artifacts import place
 from evaluator.parent.build import BUILD_NICE, build_candidate
 from evaluator.parent.jobserver import JobServer, build_slots, default_build_jobs, ninja_takes_jobserver
-from evaluator.parent.placement import Placement, plan as plan_placement
+from evaluator.parent.placement import Placement, plan as plan_placement, release as release_placement
 from evaluator.parent.lanes import EarlyLanes, Job, Judged, Scheduler, resolve_device
 from evaluator.parent.referee_client import RefereeClient
 from evaluator.referee import headers
@@ -466,9 +466,7 @@ class Evaluator:
         finally:
             self.rounds = scheduler.rounds
             header_builds.stop()
-            if self.placement is not None:
-                self.placement.close()
-                self.placement = None
+            release_placement(self)
             if self.jobserver is not None:
                 self.jobserver.close()
                 self.jobserver = None

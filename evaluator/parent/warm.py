@@ -13,7 +13,7 @@ import threading
 from collections import deque
 
 from evaluator.parent.lanes import Job, choose_gpus, crashed, lane_workers
-from evaluator.parent.placement import plan as plan_placement
+from evaluator.parent.placement import plan as plan_placement, release as release_placement
 from evaluator.parent.sandbox import CandidateFile, EvalOptions, Evaluator, evaluator_from_options
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Verdict
@@ -103,8 +103,6 @@ class WarmJudge:
         rounds: list[BaselineRound] = []
         for lane in self.lanes:
             rounds += lane.close()
-        if self.evaluator.placement is not None:
-            self.evaluator.placement.close()
-            self.evaluator.placement = None
+        release_placement(self.evaluator)
         self.evaluator.rounds = rounds
         return rounds

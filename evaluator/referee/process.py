@@ -55,17 +55,20 @@ LIVE: set = set()  # this process's executors and referees not yet closed (stop_
 
 
 def stop_everything() -> int:
-    """Every executor and referee this process started and has not closed, stopped now with what they started
-    (an interrupt): referees are asked to end (SIGTERM: each closes its executors and their folders) and killed
-    after a few seconds. Returns how many there were."""
-    live = list(LIVE)
-    for process in live:
-        process.interrupt()
-    deadline = time.monotonic() + 5.0
-    for process in live:
-        process.finish_interrupt(max(0.0, deadline - time.monotonic()))
+    """Every executor and referee this process started and has not closed, stopped now (an interrupt: stop_now);
+    how many there were."""
+    stop_now(live := list(LIVE))
     LIVE.clear()
     return len(live)
+
+
+def stop_now(processes: list, wait_s: float = 5.0) -> None:
+    """Executors or referees asked to end (a referee closes its executors), then killed with all they started."""
+    for process in processes:
+        process.interrupt()
+    deadline = time.monotonic() + wait_s
+    for process in processes:
+        process.finish_interrupt(max(0.0, deadline - time.monotonic()))
 
 
 def resume_all(processes: list[ExecutorProcess]) -> None:
