@@ -90,8 +90,9 @@ def compare_tensor(name: str, actual, expected: _Tensor, tolerances: dict, rel_f
 
 
 def _errors(piece: _Tensor, wanted: _Tensor, on: torch.device) -> tuple[_Tensor, _Tensor]:
-    """One chunk's |got - want| and |want| in float64 `on` a device. A floating `got` is subtracted as it is: the
-    subtraction converts it to float64 element by element (exactly, as a whole float64 copy would), without that copy."""
+    """One chunk's |got - want| and |want| in float64 `on` a device. An fp16, bf16 or fp32 `got` is subtracted as it is:
+    the subtraction converts it to float64 element by element (exactly, as a whole float64 copy would), without that
+    copy on a GPU; any other is converted first."""
     got, want = onto(piece, on), onto(wanted, on)
     if got.dtype not in SUBTRACTED_AS_THEY_ARE:
         got = _to(got, _float64)
