@@ -539,13 +539,14 @@ def test_each_baseline_runs_untimed_for_its_devices_clock_warm_right_before_its_
             assert len(untimed) == referee.timer.warmup
 
 
-def test_a_referee_started_while_the_parent_gates_times_nothing_until_told_the_gate_is_over(monkeypatch):
+def test_a_referee_started_while_the_parent_gates_times_nothing_until_told_the_gate_is_over(monkeypatch, tmp_path):
     """RefereeConfig.gate_pending: the inbox holds `gated` until the parent's request (never queued as a candidate),
     or until the parent is gone; the referee's first exclusive turn (its first round's baselines) waits for it, its
-    preparation does not."""
+    preparation does not; a lane sharing its GPU with others holds no turn while it waits (another lane times)."""
     import os
 
     from evaluator.referee import referee as referee_module
+    from evaluator.referee.device_share import EXCLUSIVE, NONE, DeviceShare
     from evaluator.referee.__main__ import Inbox
     from evaluator.wire.protocol import JudgeRequest
 
@@ -560,17 +561,24 @@ def test_a_referee_started_while_the_parent_gates_times_nothing_until_told_the_g
         assert not inbox.gated.is_set() and [r.name for r in inbox.queued()] == ["c0"]
         referee = local_executor.referee(baselines=["eager"])
         referee.gate_over = inbox.gated.wait
+        referee.share, other_lane = DeviceShare(tmp_path, "GPU-x"), DeviceShare(tmp_path, "GPU-x")
         timed = []
         monkeypatch.setattr(referee, "time_baseline", lambda name: timed.append(name) or _stats(5.0, 0.1))
         first_round = threading.Thread(target=referee.ensure_round)
         first_round.start()
         time.sleep(0.5)
         assert timed == [] and first_round.is_alive()  # prepared, nothing timed
+        timing = threading.Event()  # another lane on the GPU takes its exclusive turn meanwhile
+        threading.Thread(target=lambda: (other_lane.take(EXCLUSIVE), timing.set()), daemon=True).start()
+        assert timing.wait(5)  # the lane waiting for the gate holds no turn
+        other_lane.take(NONE)
         parent.write(JudgeRequest(kind="gated").model_dump_json() + "\n")
         parent.flush()
         first_round.join(timeout=60)
         assert timed == ["eager"] and len(referee.rounds) == 1
         assert [r.name for r in inbox.queued()] == ["c0"]  # `gated` is no candidate
+        referee.share.close()
+        other_lane.close()
     gone = Inbox(iter([]), gate_pending=True)  # the parent gone: nothing will come
     assert gone.gated.wait(timeout=5)
 

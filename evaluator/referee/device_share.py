@@ -125,6 +125,15 @@ def take_turn(referee) -> None:
         resume_all(list(referee.waiting.values()))
 
 
+def gate_passed(referee) -> None:
+    """Once the parent's gate is over (Referee.gate_over: a lane started while the parent gates its batch); the shared
+    turn let go while it waits, so that the other lanes on this GPU are not kept from theirs."""
+    if not referee.gate_over(0):
+        step_aside(referee)
+        referee.gate_over()
+        take_turn(referee)
+
+
 def step_aside(referee) -> None:
     """The turn let go while `referee` waits for requests (its processes held still first)."""
     if referee.share is not None and referee.share.state != NONE:

@@ -156,7 +156,8 @@ class Referee:
         self.eager_beside = EagerBeside(self) if self.device == "cpu" and self.twin is not None and EAGER_BESIDE else None
         self.idle_probe: torch.Tensor | None = None  # device_idle's tiny kernel's operand
         self.queued: Callable[[], list[JudgeRequest]] = list  # the requests waiting behind (main's inbox)
-        self.gate_over: Callable[[], object] = bool  # returns once the parent's gate is over (main's inbox)
+        # whether the parent's gate is over, once it is or within `timeout` s (main's inbox: its `gated` event's wait)
+        self.gate_over: Callable[..., bool] = lambda timeout=None: True
         laps("the rest")
         self.start_seconds = laps.seconds
 
@@ -400,7 +401,7 @@ class Referee:
         builds too where they share this lane's cores (their cgroup frozen), the exchanges' page-locking is over; the
         other lanes on this GPU out of their turns (device_share.timed_turn: `link`, the candidate's, held meanwhile;
         `excuse`, given the seconds waited for turns). Nothing is timed before the parent's gate is over."""
-        self.gate_over()
+        device_share.gate_passed(self)
         device_share.executors_closed(self)  # judged executors are gone (each within about two seconds)
         self.closing.clear()
         if self.zygote is not None:
