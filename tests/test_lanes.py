@@ -380,6 +380,29 @@ def test_a_referee_interrupted_before_its_pipe_opens_is_stopped_and_its_folder_r
     assert client not in referee_client.LIVE
 
 
+def test_a_referee_dead_before_a_line_was_sent_is_stopped_with_the_others(tmp_path, monkeypatch):
+    """A referee that died (a crash) leaves a line it never read in the parent's pipe buffer (`tell` swallows the broken
+    pipe): stopping it flushes nothing that raises, and the processes after it in the same stop are stopped too."""
+    import subprocess
+
+    from evaluator.parent import referee_client
+    from evaluator.referee.process import stop_now
+    from evaluator.wire.protocol import JudgeRequest
+
+    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
+    popen = subprocess.Popen
+    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: popen(
+        [sys.executable, "-c", "pass"], start_new_session=True, pass_fds=k.get("pass_fds", ())))
+    client.start()
+    monkeypatch.undo()
+    client.proc.wait()
+    assert client.tell(JudgeRequest(kind="gated")) is False
+    stopped = []
+    other = type("Other", (), {"interrupt": lambda self: None, "finish_interrupt": lambda self, wait_s: stopped.append(1)})
+    stop_now([client, other()], 1.0)
+    assert stopped == [1] and client.proc is None and not client.folder.exists()
+
+
 @pytest.mark.slow
 def test_executors_started_ahead_change_no_verdict(tmp_path):
     """Real CPU candidates judged with two executors started ahead: the same statuses and flags as one at

@@ -149,10 +149,10 @@ class RefereeClient:
                 "builds_group": str(group.path) if group is not None else None}
 
     def start(self) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))
+        self.folder = folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))  # known before a referee is this lane's
         config, env = self.config(), self.environment()
         if self.adopt(config, env):
-            self.folder, self.buffer = folder, bytearray()
+            self.buffer = bytearray()
             self.batches += 1
             return
         config_file = folder / "config.json"
@@ -160,7 +160,6 @@ class RefereeClient:
         requests_r, requests_w = os.pipe()
         replies_r, replies_w = os.pipe()
         self.requests = self.replies = None  # a batch before's, closed (its descriptor's number may be another's now)
-        self.folder = folder
         log = self.log_file()
         try:
             self.proc = subprocess.Popen(
@@ -363,7 +362,8 @@ class RefereeClient:
             except subprocess.TimeoutExpired:
                 pass
             if self.requests is not None:
-                self.requests.close()
+                with contextlib.suppress(OSError):  # a line a dead referee never read: flushed, the pipe broken
+                    self.requests.close()
             self.stop()
 
     def stop(self) -> int | None:
