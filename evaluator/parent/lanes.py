@@ -142,11 +142,8 @@ class EarlyLanes:
     def __exit__(self, kind, error, trace) -> None:
         if kind is None:
             return
-        stop_now([worker.referee for worker in self.workers], STOP_WAIT_S)  # each referee with what it started
+        stop_now([worker.referee for worker in self.workers])  # as an interrupt stops them: 5 s for them all
         release_placement(self.evaluator)
-
-
-STOP_WAIT_S = 5.0  # for an early lane's referee to end its executors once asked (EarlyLanes.__exit__)
 
 
 def crashed(job: Job, error: str, device: str) -> Judged:

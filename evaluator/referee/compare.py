@@ -138,8 +138,7 @@ def _compare_finite(name: str, flat_actual: _Tensor, flat_expected: _Tensor, tol
             scale = max(scale, float(_item(_amax(ref_abs))))
         largests.append(largest)
         for tier, tol in tolerances.items():
-            atol = tol.atol_for(name)
-            if tier not in scaled and _needs_bound(tiers[tier], largest, atol, tol):
+            if tier not in scaled and _needs_bound(tiers[tier], largest, atol := tol.atol_for(name), tol):
                 tiers[tier] = _within(diff, ref_abs, atol, tol)
     atols = {tier: tolerances[tier].atol_for(name, scale) for tier in scaled}
     # the last chunk first, while its tensors are at hand; then each chunk before that needs its bound, taken again
