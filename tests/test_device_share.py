@@ -70,8 +70,11 @@ def test_a_gpu_named_twice_gives_two_lanes_that_take_turns_and_plan_on_half_its_
 class _Process:
     """What hold_still and take_turn touch of an executor started ahead (evaluator.referee.process.ExecutorProcess)."""
 
-    def __init__(self):
-        self.proc, self.paused, self.events = None, False, []
+    def __init__(self, order=None):
+        self.proc, self.paused, self.events, self.order = None, False, [], order
+
+    def wait_pinned(self):
+        self.order.append("pinned")
 
 
 def test_a_referee_steps_aside_only_once_its_closings_are_over_and_takes_its_turn_before_resuming(tmp_path, monkeypatch):
@@ -81,7 +84,7 @@ def test_a_referee_steps_aside_only_once_its_closings_are_over_and_takes_its_tur
     closing = threading.Event()
     referee = type("R", (), {})()
     referee.share = DeviceShare(tmp_path, "GPU-x")
-    referee.closing, referee.waiting = [closing], {("a", "1"): _Process()}
+    referee.closing, referee.waiting = [closing], {("a", "1"): _Process(order)}
     referee._sync = lambda: order.append("synchronized")
     monkeypatch.setattr(beside, "pause_all", lambda processes: order.append(("paused", len(processes))))
     monkeypatch.setattr(process, "resume_all", lambda processes: order.append(("resumed", len(processes))))
@@ -89,8 +92,8 @@ def test_a_referee_steps_aside_only_once_its_closings_are_over_and_takes_its_tur
     assert referee.share.state == SHARED and order == [("resumed", 1)]
     order.clear()
     threading.Timer(0.2, lambda: (order.append("closed"), closing.set())).start()
-    device_share.step_aside(referee)  # waits for the judged executor's teardown before it lets go
-    assert order == ["closed", ("paused", 1), "synchronized"] and referee.share.state == NONE
+    device_share.step_aside(referee)  # waits for the judged executor's teardown and the page-locking before it lets go
+    assert order == ["closed", ("paused", 1), "pinned", "synchronized"] and referee.share.state == NONE
     other = DeviceShare(tmp_path, "GPU-x")
     assert other.take(EXCLUSIVE) < 1.0  # nothing of the referee's holds a turn now
     other.close()

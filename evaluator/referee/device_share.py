@@ -100,12 +100,15 @@ def executors_closed(referee) -> None:
 
 def hold_still(referee) -> None:
     """Nothing of `referee`'s own left to reach the device: its judged executors closed (their contexts' teardown),
-    those started ahead held (one that cannot be is closed, started again in its turn), its own queued work done.
+    those started ahead held (one that cannot be is closed, started again in its turn) and their exchanges'
+    page-locking over (the driver's work, beside another lane's windows otherwise), its own queued work done.
     (The executor being judged: `timed_turn`.)"""
     from evaluator.referee.beside import close_ahead, hold_ahead
 
     executors_closed(referee)
     hold_ahead(list(referee.waiting.values()), lambda process: close_ahead(referee.waiting, process))
+    for process in list(referee.waiting.values()):
+        process.wait_pinned()
     referee._sync()
 
 
