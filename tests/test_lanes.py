@@ -6,6 +6,7 @@ referee's `ahead` with real CPU candidates, whose verdicts must be what they are
 
 import importlib.util
 import json
+import os
 import sys
 import threading
 import time
@@ -352,32 +353,107 @@ def test_the_referee_client_sends_its_close_once_and_reads_the_rounds_as_its_rep
     assert asked == ["close"]
 
 
-def test_a_referee_interrupted_before_its_pipe_opens_is_stopped_and_its_folder_removed(tmp_path, monkeypatch):
-    """An interrupt right after the referee's process started, before the parent opened its end of the pipes
-    (stop_everything: `interrupt`, then `finish_interrupt`): the process is killed and its folder removed, with no
-    error that would cut the stopping of the others short."""
+def test_a_referee_interrupted_as_it_starts_is_stopped_its_pipe_ends_closed_and_its_folder_removed(tmp_path, monkeypatch):
+    """An interrupt while the referee's process starts (stop_everything: `interrupt`, then `finish_interrupt`): the
+    parent's pipe ends are the client's before the process is, so they are closed, the process killed once it is the
+    client's and its folder removed, with no error that would cut the stopping of the others short."""
+    import subprocess
+
+    from evaluator.parent import referee_client
+
+    def open_descriptors():
+        return set(os.listdir("/proc/self/fd"))
+
+    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
+    before = open_descriptors()
+    popen, started = subprocess.Popen, []
+
+    def interrupted(command, *args, **kwargs):  # Ctrl-C inside the referee's Popen (not the others: `rm` of its folder)
+        if "evaluator.referee" in command:
+            raise KeyboardInterrupt()
+        return popen(command, *args, **kwargs)
+
+    monkeypatch.setattr(referee_client.subprocess, "Popen", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        client.start()
+    assert client not in referee_client.LIVE and client.proc is None and not client.folder.exists()
+    assert open_descriptors() <= before  # its four pipe descriptors closed
+
+    class Log:  # the interrupt lands as the log is closed, the referee started
+        def __init__(self):
+            self.file = open(tmp_path / "referee.log", "wb")
+
+        def fileno(self):
+            return self.file.fileno()
+
+        def close(self):
+            self.file.close()
+            raise KeyboardInterrupt()
+
+    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: started.append(popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)) or started[-1])
+    monkeypatch.setattr(client, "log_file", Log)
+    with pytest.raises(KeyboardInterrupt):
+        client.start()
+    monkeypatch.undo()
+    assert client in referee_client.LIVE and client.proc is started[0] and client.folder.exists()
+    client.interrupt()
+    client.finish_interrupt(5.0)
+    assert started[0].poll() is not None and client.proc is None and not client.folder.exists()
+    assert client not in referee_client.LIVE and open_descriptors() <= before
+
+
+def _raise(error):
+    raise error
+
+
+def test_a_lane_reading_its_referee_while_an_interrupt_stops_it_reads_no_other_file(tmp_path, monkeypatch):
+    """A lane thread waits in `receive` while the main thread's interrupt stops its referee and closes the replies
+    descriptor, whose number a pipe opened next then takes: the lane raises that the referee was stopped, and reads
+    nothing of that pipe."""
     import subprocess
 
     from evaluator.parent import referee_client
 
     client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
-    started, popen = [], subprocess.Popen
-
-    def interrupted(*args, **kwargs):  # the referee started, then Ctrl-C before the parent opens its pipe ends
-        started.append(popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                        start_new_session=True))
-        return started[-1]
-
-    monkeypatch.setattr(referee_client.subprocess, "Popen", interrupted)
-    monkeypatch.setattr(referee_client.os, "fdopen", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
-    with pytest.raises(KeyboardInterrupt):
-        client.start()
+    popen = subprocess.Popen
+    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: popen(  # alive, never answers
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True, pass_fds=k.get("pass_fds", ())))
+    client.start()
     monkeypatch.undo()
-    assert client in referee_client.LIVE and client.requests is None and client.folder.exists()
+    number, reused, waiting = client.replies, threading.Event(), threading.Event()
+
+    def readable(fd, timeout_s):  # the lane's wait on the descriptor outlasts the stop and the number's reuse
+        waiting.set()
+        reused.wait(10)
+        return True
+
+    monkeypatch.setattr(referee_client, "readable", readable)
+    raised = []
+
+    def lane():
+        try:
+            client.receive(30)
+        except Exception as err:
+            raised.append(err)
+
+    thread = threading.Thread(target=lane)
+    thread.start()
+    assert waiting.wait(10)
     client.interrupt()
     client.finish_interrupt(5.0)
-    assert started[0].poll() is not None and client.proc is None and not client.folder.exists()
-    assert client not in referee_client.LIVE
+    other_r, other_w = os.pipe()
+    os.dup2(other_r, number)  # the closed replies descriptor's number is now another pipe's
+    os.close(other_r)
+    other_r = number
+    os.write(other_w, b"another file's bytes\n")
+    reused.set()
+    thread.join(10)
+    assert not thread.is_alive() and len(raised) == 1
+    assert isinstance(raised[0], RuntimeError) and "stopped" in str(raised[0]), raised
+    assert os.read(other_r, 100) == b"another file's bytes\n"  # left where it was
+    os.close(other_r)
+    os.close(other_w)
 
 
 def test_a_referee_dead_before_a_line_was_sent_is_stopped_with_the_others(tmp_path, monkeypatch):

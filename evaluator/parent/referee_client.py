@@ -120,6 +120,7 @@ class RefereeClient:
         self.replies: int | None = None
         # an interrupt stops the referee from the main thread while its lane's thread may be stopping it too
         self.stopping = threading.Lock()
+        self.reading = threading.Lock()  # the replies descriptor read, or closed (`receive`, `stop`)
         self.rounds: list[BaselineRound] = []
         self.batches = 0
         self.close_sent = False  # the close queued behind the last candidates (close_after_queued), this process's
@@ -159,21 +160,24 @@ class RefereeClient:
         config_file.write_text(config.model_dump_json())
         requests_r, requests_w = os.pipe()
         replies_r, replies_w = os.pipe()
-        self.requests = self.replies = None  # a batch before's, closed (its descriptor's number may be another's now)
+        # the parent's ends are this client's before the referee starts (a batch before's are closed: their numbers may
+        # be another file's now), so that an interrupt once it runs finds them to close (`stop`)
+        self.requests, self.replies = os.fdopen(requests_w, "w", buffering=1), replies_r
+        LIVE.add(self)  # from here on an interrupt's `stop` closes them, and the process once it is this client's
         log = self.log_file()
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.referee", "--config", str(config_file), "--requests", str(requests_r),
                  "--replies", str(replies_w)], pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        except BaseException:
+            self.stop()
+            raise
         finally:
             os.close(requests_r)
             os.close(replies_w)
             if log is not subprocess.DEVNULL:
                 log.close()
-        LIVE.add(self)
-        self.requests = os.fdopen(requests_w, "w", buffering=1)
-        self.replies = replies_r
         self.buffer = bytearray()
         self.batches += 1
 
@@ -254,9 +258,20 @@ class RefereeClient:
             if remaining <= 0:
                 self.stop()
                 raise RuntimeError(f"the referee did not answer within {timeout_s:g} s; it was killed")
-            if not readable(self.replies, min(remaining, 5.0)):
+            # an interrupt's `stop` (the main thread) may close the descriptor meanwhile, and its number may then be
+            # another file's: read only under `reading`, and only while it is still this referee's
+            replies = self.replies
+            if replies is None:
+                raise RuntimeError("the referee was stopped")
+            try:
+                if not readable(replies, min(remaining, 5.0)):
+                    continue
+            except (OSError, ValueError):  # closed under it
                 continue
-            chunk = os.read(self.replies, 1 << 20)
+            with self.reading:
+                if self.replies != replies:
+                    raise RuntimeError("the referee was stopped")
+                chunk = os.read(replies, 1 << 20)
             if not chunk:
                 code = self.stop()
                 raise RuntimeError(f"the referee ended (exit status {code}) without answering; see its log in "
@@ -361,34 +376,39 @@ class RefereeClient:
                 proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 pass
-            if self.requests is not None:
-                with contextlib.suppress(OSError):  # a line a dead referee never read: flushed, the pipe broken
-                    self.requests.close()
-            self.stop()
+        if self.requests is not None:
+            with contextlib.suppress(OSError):  # a line a dead referee never read: flushed, the pipe broken
+                self.requests.close()
+        self.stop()
 
     def stop(self) -> int | None:
+        """The referee killed with its executors, the parent's pipe ends closed, its folder removed; its exit status
+        (None where no process was this client's: a start interrupted before it had one, whose ends are closed)."""
         with self.stopping:  # one caller stops it; a second finds it stopped
             proc = self.proc
-            if proc is None:
-                return None
             LIVE.discard(self)
-            try:
-                asking = self.requests is not None and not self.requests.closed
-                proc.wait(timeout=30 if proc.poll() is None and asking else 0)
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # its executors follow it (their launchers' death signal)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
+            if proc is None and (self.requests is None or self.requests.closed) and self.replies is None:
+                return None
+            if proc is not None:
+                try:
+                    asking = self.requests is not None and not self.requests.closed
+                    proc.wait(timeout=30 if proc.poll() is None and asking else 0)
+                except subprocess.TimeoutExpired:
+                    pass
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # its executors follow it (their launchers' death signal)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait()
             if self.requests is not None:
                 with contextlib.suppress(OSError):
                     self.requests.close()
-            if self.replies is not None:
-                with contextlib.suppress(OSError):
-                    os.close(self.replies)
-            code, self.proc, self.close_sent = proc.returncode, None, False
+            with self.reading:  # never beside a lane thread's read of it (`receive`)
+                if self.replies is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(self.replies)
+                    self.replies = None
+            code, self.proc, self.close_sent = proc.returncode if proc is not None else None, None, False
             remove_tree(self.folder)
             for path in list(self.submitted):  # sources of requests never answered
                 discard(path)
