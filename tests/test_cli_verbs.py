@@ -296,3 +296,17 @@ def test_eval_times_the_baselines_again_before_every_candidate_with_baseline_eve
         verdicts = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
         rounds[every] = [v["baseline_source"]["round"] for v in verdicts if "replaces" not in v]
     assert rounds == {"1": [0, 1], "8": [0, 0]}
+
+
+def test_judge_cost_takes_the_problems_default_size_unless_sizes_names_one(monkeypatch):
+    """A KernelBench file has one size, `default`: the warm Judge's costs are measured there, not at `small`."""
+    from harness.service import judge_cost
+
+    problem = Path(__file__).parent / "fixtures" / "problems" / "kb_leaky_relu_scale.py"
+    asked = []
+    monkeypatch.setattr(judge_cost, "measure", lambda problem, size, device, calls, source: asked.append(size) or
+                        {"enter_s": 0.0, "calls": [], "close_s": 0.0})
+    monkeypatch.setattr(judge_cost, "print_cost", lambda result, console: None)
+    assert invoke("bench", "--judge-cost", "1", "--problem", str(problem)).exit_code == 0
+    assert invoke("bench", "--judge-cost", "1", "--problem", str(problem), "--sizes", "default/2").exit_code == 0
+    assert asked == [None, "default/2"]

@@ -297,7 +297,7 @@ def bench_command(
     if judge_cost:
         from harness.service.judge_cost import measure, print_cost
 
-        print_cost(measure(problem, sizes.split(",")[0].strip(), device, judge_cost,
+        print_cost(measure(problem, first_size, device, judge_cost,  # no --sizes: the problem's default size
                            files[0].read_text() if files else None), console)
         return
     if build_cost:
