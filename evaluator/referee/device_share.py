@@ -8,7 +8,8 @@ referee can do the same beside it. Nothing may run beside a window, though. So e
 - **exclusive** while it times (a candidate's windows and the calibrator's, a baseline round): no other lane's
   referee holds any turn then;
 - **none** while it waits for a request or a turn: then nothing of its own may reach the device. Before it lets go of a
-  turn it holds its processes still (the executors, those started ahead) and waits for its own device work.
+  turn it holds its processes still (the executors, those started ahead) and waits for its own device work (the
+  exchanges' page-locking too).
 
 The turns are `flock` locks on two files of a folder no executor may read (the build cache's `device-share`, keyed by
 the GPU's UUID, so lanes of every run sharing that cache take turns). Every turn is taken through a turnstile (the
