@@ -310,3 +310,34 @@ def test_judge_cost_takes_the_problems_default_size_unless_sizes_names_one(monke
     assert invoke("bench", "--judge-cost", "1", "--problem", str(problem)).exit_code == 0
     assert invoke("bench", "--judge-cost", "1", "--problem", str(problem), "--sizes", "default/2").exit_code == 0
     assert asked == [None, "default/2"]
+
+
+def test_bench_without_sizes_takes_every_size_of_the_problem(tmp_path, monkeypatch):
+    """`harness bench` without --sizes: the problem's own sizes (the default problem's three; a KernelBench file's one,
+    `default`, where `small` would fail)."""
+    from evaluator.parent.sandbox import CandidateFile
+    from harness.bench import golden
+    from rich.console import Console
+
+    class Seen(Exception):
+        pass
+
+    seen = []
+
+    def control_candidate(spec, folder, size):
+        seen.append(size)
+        raise Seen()
+
+    monkeypatch.setattr(golden, "control_candidate", control_candidate)
+    good = Path(__file__).parent / "fixtures" / "candidates" / "cpu" / "torch_ops_correct.py"
+    kernelbench_file = Path(__file__).parent / "fixtures" / "problems" / "kb_leaky_relu_scale.py"
+    for problem in ("gemm_scale_bn", str(kernelbench_file)):
+        with pytest.raises(Seen):
+            golden.run_bench(None, problem, [CandidateFile(name="good", path=good)], "cpu", tmp_path / "bench.json",
+                             Console(), store=tmp_path / "results.sqlite")
+    assert seen == ["small", "default"]
+    asked = []
+    monkeypatch.setattr(golden, "run_bench", lambda sizes, *args, **kwargs: asked.append(sizes) or {})
+    assert invoke("bench", "--problem", str(kernelbench_file), "--device", "cpu", "--no-store", str(good)).exit_code == 0
+    assert invoke("bench", "--sizes", "default/2", "--device", "cpu", "--no-store", str(good)).exit_code == 0
+    assert asked == [None, ["default/2"]]

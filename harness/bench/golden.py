@@ -160,7 +160,7 @@ def target_lines(rows: dict, targets: list[BenchTarget]) -> list[str]:
     return lines
 
 
-def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list[CandidateFile] | None = None,
+def run_bench(sizes: list[str] | None, problem: str = DEFAULT_PROBLEM, candidates: list[CandidateFile] | None = None,
               device: str | None = None, out: Path | None = None, console: Console | None = None,
               store: Path | None = None, record: bool = True) -> dict:
     console = console or Console()
@@ -170,6 +170,7 @@ def run_bench(sizes: list[str], problem: str = DEFAULT_PROBLEM, candidates: list
                          "(plain PyTorch or C++ ModelNew files) as FILES, with --sizes small")
     candidates = candidates or golden_candidates()
     spec = load_problem(problem)
+    sizes = sizes or list(spec.sizes)  # none named: every size the problem has (a KernelBench file: `default`)
     target_size = spec.bench.size or spec.default_size
     report = {"problem": spec.name, "python": platform.python_version(), "sizes": {}}
     if store is None:

@@ -269,7 +269,7 @@ def run_cli(
 
 @app.command("bench")
 def bench_command(
-    sizes: Optional[str] = typer.Option(None, help="Comma list of size presets (default: small,kernelbench,wide)."),
+    sizes: Optional[str] = typer.Option(None, help="Comma list of size presets (default: every size of the problem)."),
     problem: str = typer.Option(DEFAULT_PROBLEM, help="Problem name, folder, or KernelBench-format .py file."),
     files: Optional[list[Path]] = typer.Argument(None, help="Candidates (default: candidates/golden/*.py)."),
     device: Optional[str] = typer.Option(None, help="cuda|cpu (default: cuda when visible)."),
@@ -293,7 +293,6 @@ def bench_command(
     from harness.bench.golden import BenchError, run_bench
 
     first_size = sizes.split(",")[0].strip() if sizes else None  # a suite's: each problem's own where not given
-    sizes = sizes or "small,kernelbench,wide"
     if judge_cost:
         from harness.service.judge_cost import measure, print_cost
 
@@ -328,8 +327,8 @@ def bench_command(
 
     candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
     try:
-        run_bench([s.strip() for s in sizes.split(",") if s.strip()], problem, candidates, device, out, console,
-                  store=store, record=not no_store)
+        named = [s.strip() for s in sizes.split(",") if s.strip()] if sizes else None  # None: the problem's sizes
+        run_bench(named, problem, candidates, device, out, console, store=store, record=not no_store)
     except BenchError as err:
         raise usage_error(str(err))
 
