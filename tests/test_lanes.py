@@ -456,13 +456,65 @@ def test_a_lane_reading_its_referee_while_an_interrupt_stops_it_reads_no_other_f
     os.close(other_w)
 
 
+def test_nothing_starts_once_everything_was_stopped(tmp_path, monkeypatch):
+    """After an interrupt's stop_everything a lane's thread would start a referee for the jobs queued behind the one
+    stopped, and a pool's thread a build or a parked referee, which nothing would stop: each is refused, with no
+    process started."""
+    import subprocess
+
+    from evaluator.parent import parked, referee_client
+    from evaluator.referee import live, process
+
+    started = []
+    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: started.append(a) or _raise(AssertionError()))
+    try:
+        assert live.stop_everything() == 0 and live.STOPPED.is_set()
+        client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
+        with pytest.raises(RuntimeError, match="stopping"):
+            client.start()
+        with pytest.raises(RuntimeError, match="stopping"):
+            parked.park(("key",), {}, subprocess.DEVNULL, None)
+        executor = process.ExecutorProcess.__new__(process.ExecutorProcess)
+        with pytest.raises(RuntimeError, match="stopping"):
+            executor.start()
+    finally:
+        live.STOPPED.clear()  # this test process goes on
+    assert started == [] and client.proc is None and client not in live.LIVE
+
+
+def test_a_referee_started_while_an_interrupt_stops_its_client_is_killed(tmp_path, monkeypatch):
+    """The main thread's interrupt stops the client while its lane's thread is inside the referee's Popen: the process
+    Popen then returns was never stopped, so the start kills it and says so, and the client is left stopped."""
+    import subprocess
+
+    from evaluator.parent import referee_client
+
+    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
+    popen, started = subprocess.Popen, []
+
+    def stopped_meanwhile(command, *args, **kwargs):
+        if "evaluator.referee" not in command:  # `rm` of its folder
+            return popen(command, *args, **kwargs)
+        client.interrupt()
+        client.finish_interrupt(1.0)  # what the main thread's stop_everything does meanwhile
+        started.append(popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True))
+        return started[-1]
+
+    monkeypatch.setattr(referee_client.subprocess, "Popen", stopped_meanwhile)
+    with pytest.raises(RuntimeError, match="stopped as it started"):
+        client.start()
+    monkeypatch.undo()
+    assert started[0].poll() is not None  # killed, not left running with no one to stop it
+    assert client.proc is None and client not in referee_client.LIVE and not client.folder.exists()
+
+
 def test_a_referee_dead_before_a_line_was_sent_is_stopped_with_the_others(tmp_path, monkeypatch):
     """A referee that died (a crash) leaves a line it never read in the parent's pipe buffer (`tell` swallows the broken
     pipe): stopping it flushes nothing that raises, and the processes after it in the same stop are stopped too."""
     import subprocess
 
     from evaluator.parent import referee_client
-    from evaluator.referee.process import stop_now
+    from evaluator.referee.live import stop_now
     from evaluator.wire.protocol import JudgeRequest
 
     client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))

@@ -19,7 +19,7 @@ from evaluator.parent import parked  # noqa: E402
 from evaluator.parent.park_next import park_for  # noqa: E402
 from evaluator.parent.referee_client import RefereeClient  # noqa: E402
 from evaluator.parent.sandbox import CandidateFile, Evaluator  # noqa: E402
-from evaluator.referee.process import LIVE  # noqa: E402
+from evaluator.referee.live import LIVE  # noqa: E402
 from evaluator.wire.records import Status  # noqa: E402
 
 

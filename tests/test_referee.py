@@ -221,6 +221,26 @@ def test_a_pipe_is_polled_through_its_first_stretch_then_waited_on():
             os.close(write_fd)
 
 
+def test_a_pipe_numbered_past_1024_is_waited_on_too():
+    """select() refuses descriptors from FD_SETSIZE (1024) up, which a parent with many lanes, builds and logs can
+    reach; the wait is a poll()."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1500:
+        pytest.skip(f"this process may open {soft} files")
+    read_fd, write_fd = os.pipe()
+    high = os.dup2(read_fd, 1500)
+    os.close(read_fd)
+    try:
+        assert not readable(high, 0.05)
+        os.write(write_fd, b"x")
+        assert readable(high, 1.0) and readable(high, 1.0, poll_s=0.01)
+    finally:
+        os.close(high)
+        os.close(write_fd)
+
+
 def test_commands_are_one_typed_union():
     command = COMMAND.validate_json(Call(id=3, place=4096).model_dump_json())
     assert isinstance(command, Call) and command.place == 4096

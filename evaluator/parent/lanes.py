@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from evaluator.parent.artifacts import place
 from evaluator.parent.placement import plan as plan_placement, release as release_placement
 from evaluator.parent.referee_client import RefereeClient
-from evaluator.referee.process import stop_now
+from evaluator.referee.live import stop_now
 from evaluator.wire.protocol import BaselineRound
 from evaluator.wire.records import Status, Verdict
 

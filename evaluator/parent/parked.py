@@ -9,7 +9,7 @@ the batch it was parked for takes it and sends its config as the first line of i
 Parked only on a GPU whose lanes have cores of their own: on the CPU nothing of the harness's own runs beside a
 window, and where builds are frozen or only niced there are no cores apart to park on. A parked referee is keyed by
 the batch it is for (problem, size, GPU, environment): another batch never takes it, and those no lane took are
-ended when that batch is done, when the suite ends, or with everything on an interrupt (process.LIVE).
+ended when that batch is done, when the suite ends, or with everything on an interrupt (live.LIVE).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from evaluator.referee.process import LIVE
+from evaluator.referee.live import LIVE, STOPPED, refuse_when_stopped
 
 _parked: dict[tuple, list[ParkedReferee]] = {}
 _lock = threading.Lock()
@@ -67,6 +67,9 @@ def batch_key(evaluator, gpu: str | None, env: dict[str, str]) -> tuple:
 
 def park(key: tuple, env: dict[str, str], log, cores: list[int] | None) -> ParkedReferee:
     """A referee started parked (imports on `cores`, None: where it may run), kept under `key`."""
+    if STOPPED.is_set() and log is not subprocess.DEVNULL:
+        log.close()
+    refuse_when_stopped("a parked referee")
     requests_r, requests_w = os.pipe()
     replies_r, replies_w = os.pipe()
     try:
@@ -85,6 +88,9 @@ def park(key: tuple, env: dict[str, str], log, cores: list[int] | None) -> Parke
             log.close()
     referee = ParkedReferee(proc, requests_w, replies_r, cores)
     LIVE.add(referee)
+    if STOPPED.is_set():  # stop_everything took LIVE before this one joined it
+        referee.close()
+        refuse_when_stopped("a parked referee")
     with _lock:
         _parked.setdefault(key, []).append(referee)
     return referee

@@ -20,7 +20,7 @@ from typing import Protocol, TextIO
 
 from evaluator.parent import parked
 from evaluator.referee.environment import CPU_MALLOC, HARNESS_SET_THP, bytecode_cache
-from evaluator.referee.process import LIVE
+from evaluator.referee.live import LIVE, STOPPED, refuse_when_stopped
 from evaluator.wire.polling import readable
 from evaluator.wire.containment import SYSTEM_READ
 from evaluator.wire.folders import remove_tree
@@ -150,6 +150,7 @@ class RefereeClient:
                 "builds_group": str(group.path) if group is not None else None}
 
     def start(self) -> None:
+        refuse_when_stopped("a referee")  # a lane's thread would start one for the jobs queued behind a stopped one
         self.folder = folder = Path(tempfile.mkdtemp(prefix="kh-referee-"))  # known before a referee is this lane's
         config, env = self.config(), self.environment()
         if self.adopt(config, env):
@@ -166,10 +167,18 @@ class RefereeClient:
         LIVE.add(self)  # from here on an interrupt's `stop` closes them, and the process once it is this client's
         log = self.log_file()
         try:
-            self.proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.referee", "--config", str(config_file), "--requests", str(requests_r),
                  "--replies", str(replies_w)], pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            with self.stopping:  # an interrupt's `stop` (the main thread) may have run while it started
+                stopped = STOPPED.is_set() or self.replies != replies_r
+                if not stopped:
+                    self.proc = proc
+            if stopped:  # never this client's: killed here (`stop` below closes what is left)
+                kill_session(proc)
+                refuse_when_stopped("a referee")
+                raise RuntimeError("the referee was stopped as it started")
         except BaseException:
             self.stop()
             raise
@@ -244,7 +253,7 @@ class RefereeClient:
         try:
             self.requests.write(request.model_dump_json() + "\n")
             self.requests.flush()
-        except (BrokenPipeError, OSError) as err:
+        except (OSError, ValueError) as err:  # ValueError: its end closed by an interrupt's `stop` meanwhile
             self.stop()
             raise RuntimeError(f"the referee is gone ({err})") from None
 
@@ -266,8 +275,11 @@ class RefereeClient:
             try:
                 if not readable(replies, min(remaining, 5.0)):
                     continue
-            except (OSError, ValueError):  # closed under it
-                continue
+            except (OSError, ValueError) as err:
+                if self.replies != replies:
+                    continue  # closed under it: said above
+                self.stop()
+                raise RuntimeError(f"the referee's replies could not be read ({err}); it was killed") from None
             with self.reading:
                 if self.replies != replies:
                     raise RuntimeError("the referee was stopped")
@@ -395,11 +407,7 @@ class RefereeClient:
                     proc.wait(timeout=30 if proc.poll() is None and asking else 0)
                 except subprocess.TimeoutExpired:
                     pass
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # its executors follow it (their launchers' death signal)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                proc.wait()
+                kill_session(proc)
             if self.requests is not None:
                 with contextlib.suppress(OSError):
                     self.requests.close()
@@ -414,6 +422,15 @@ class RefereeClient:
                 discard(path)
             self.submitted.clear()
             return code
+
+
+def kill_session(proc: subprocess.Popen) -> None:
+    """A referee killed with all it started (its executors follow it: their launchers' death signal), and waited for."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def discard(path: Path) -> None:

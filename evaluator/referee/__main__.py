@@ -147,14 +147,14 @@ def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    # The parent's interrupt (process.stop_everything): end now, every executor started closed on the way out.
+    # The parent's interrupt (live.stop_everything): end now, every executor started closed on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         return serve(argv)
     finally:
-        process = sys.modules.get("evaluator.referee.process")  # none started where it was never imported
-        if process is not None:
-            process.stop_everything()
+        live = sys.modules.get("evaluator.referee.live")  # none started where it was never imported
+        if live is not None:
+            live.stop_everything()
 
 
 def serve(argv: list[str] | None = None) -> int:

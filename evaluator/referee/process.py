@@ -38,6 +38,7 @@ from evaluator.wire.polling import CLOCKED_POLL_S, readable
 from evaluator.wire.protocol import ExecutorMessage, ExecutorRequest, Go, Put, Reply
 from evaluator.wire.stage import Stage
 from evaluator.wire.zygote import EXECUTOR_ARGV
+from evaluator.referee.live import LIVE, STOPPED, refuse_when_stopped
 
 MEMORY_POLL_S = 0.2   # how often the compile step's memory is read
 MAX_LINE, MAX_CHANNEL = 16 << 20, 64 << 20  # a reply is kilobytes; a longer line is abuse
@@ -49,26 +50,6 @@ class Ended(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(detail or reason)
         self.reason, self.detail = reason, detail
-
-
-LIVE: set = set()  # this process's executors and referees not yet closed (stop_everything)
-
-
-def stop_everything() -> int:
-    """Every executor and referee this process started and has not closed, stopped now (an interrupt: stop_now);
-    how many there were."""
-    stop_now(live := list(LIVE))
-    LIVE.clear()
-    return len(live)
-
-
-def stop_now(processes: list, wait_s: float = 5.0) -> None:
-    """Executors or referees asked to end (a referee closes its executors), then killed with all they started."""
-    for process in processes:
-        process.interrupt()
-    deadline = time.monotonic() + wait_s
-    for process in processes:
-        process.finish_interrupt(max(0.0, deadline - time.monotonic()))
 
 
 def resume_all(processes: list[ExecutorProcess]) -> None:
@@ -136,6 +117,7 @@ class ExecutorProcess:
     # -- lifetime ---------------------------------------------------------------------------------
 
     def start(self) -> None:
+        refuse_when_stopped("an executor")
         marks = [time.perf_counter()]  # its steps' seconds, for the referee's profile (start_seconds)
         self.workdir = Path(tempfile.mkdtemp(prefix="kh-worker-"))
         module_file = self.workdir / f"candidate_{self.digest[:12]}.py"
@@ -213,6 +195,9 @@ class ExecutorProcess:
         marks.append(time.perf_counter())
         self.start_seconds = {name: round(marks[i + 1] - marks[i], 4) for i, name in enumerate(
             ("files", "environment", "plan", "exchange", "spawn", "threads"))}
+        if STOPPED.is_set():  # stop_everything took LIVE before this one joined it
+            self.close(wait_s=1.0)
+            refuse_when_stopped("an executor")
 
     @property
     def exchange(self) -> Exchange | None:

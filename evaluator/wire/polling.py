@@ -23,14 +23,13 @@ def readable(fd: int, timeout_s: float, poll_s: float = 0.0) -> bool:
     """Whether `fd` has data (or its end) within `timeout_s`: asked without sleeping for the first
     `poll_s`, then waited for."""
     timeout_s = max(0.0, timeout_s)
+    poller = select.poll()  # not select(): it refuses descriptors numbered 1024 or more, which a busy parent reaches
+    poller.register(fd, select.POLLIN)
     if poll_s > 0:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
         polled = min(poll_s, timeout_s)
         until = time.perf_counter() + polled
         while time.perf_counter() < until:
             if poller.poll(0):
                 return True
         timeout_s -= polled
-    ready, _, _ = select.select([fd], [], [], timeout_s)
-    return bool(ready)
+    return bool(poller.poll(timeout_s * 1e3))
