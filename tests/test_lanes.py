@@ -467,6 +467,7 @@ def test_nothing_starts_once_everything_was_stopped(tmp_path, monkeypatch):
 
     started = []
     monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: started.append(a) or _raise(AssertionError()))
+    monkeypatch.setattr(live, "LIVE", set())  # what other tests of this process left running is theirs to stop
     try:
         assert live.stop_everything() == 0 and live.STOPPED.is_set()
         client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
@@ -501,11 +502,68 @@ def test_a_referee_started_while_an_interrupt_stops_its_client_is_killed(tmp_pat
         return started[-1]
 
     monkeypatch.setattr(referee_client.subprocess, "Popen", stopped_meanwhile)
-    with pytest.raises(RuntimeError, match="stopped as it started"):
-        client.start()
+    try:
+        with pytest.raises(RuntimeError, match="stopped as it started"):
+            client.start()
+        monkeypatch.undo()
+        assert started[0].poll() is not None  # killed, not left running with no one to stop it
+        assert client.proc is None and client not in referee_client.LIVE and not client.folder.exists()
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_referee_parked_as_everything_is_stopped_is_ended_there(tmp_path, monkeypatch):
+    """stop_everything takes its list while a suite's thread parks a referee: the referee, started, is ended by the
+    park itself, which says so."""
+    import subprocess
+
+    from evaluator.parent import parked
+    from evaluator.referee import live
+
+    popen, started = subprocess.Popen, []
+
+    def stopped_meanwhile(command, *args, **kwargs):
+        live.STOPPED.set()  # the interrupt's stop_everything, between this Popen and the referee's joining LIVE
+        started.append(popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                             pass_fds=kwargs.get("pass_fds", ())))
+        return started[-1]
+
+    monkeypatch.setattr(parked.subprocess, "Popen", stopped_meanwhile)
+    try:
+        with pytest.raises(RuntimeError, match="stopping"):
+            parked.park(("key",), {}, subprocess.DEVNULL, None)
+        monkeypatch.undo()
+        assert started[0].poll() is not None and not any(started[0] is r.proc for r in live.LIVE)
+        assert not parked._parked.get(("key",))
+    finally:
+        live.STOPPED.clear()
+        for proc in started:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_request_that_cannot_be_written_fails_alone_and_the_referee_goes_on(tmp_path, monkeypatch):
+    """A candidate's name that JSON cannot carry (a lone surrogate, as an undecodable file name gives) fails its own
+    request; the referee, and the candidates already sent to it, go on."""
+    import subprocess
+
+    from evaluator.parent import referee_client
+    from evaluator.wire.protocol import JudgeRequest
+
+    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
+    popen = subprocess.Popen
+    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: popen(  # alive, reading nothing
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True, pass_fds=k.get("pass_fds", ())))
+    client.start()
     monkeypatch.undo()
-    assert started[0].poll() is not None  # killed, not left running with no one to stop it
-    assert client.proc is None and client not in referee_client.LIVE and not client.folder.exists()
+    try:
+        with pytest.raises(ValueError):
+            client.send(JudgeRequest(name="bad-\udcff", path="x", digest="d"))
+        assert client.proc is not None and client.proc.poll() is None
+    finally:
+        client.stop()
 
 
 def test_a_referee_dead_before_a_line_was_sent_is_stopped_with_the_others(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evaluator.referee.live import LIVE, STOPPED, refuse_when_stopped
 
@@ -36,6 +36,7 @@ class ParkedReferee:
     requests: int  # the write end of its requests
     replies: int  # the read end of its replies
     cores: list[int] | None  # where it was pinned while parked
+    ends: threading.Lock = field(default_factory=threading.Lock, repr=False)  # its descriptors closed once (`close`)
 
     def interrupt(self) -> None:
         if self.proc.poll() is not None:
@@ -49,14 +50,15 @@ class ParkedReferee:
         self.close()
 
     def close(self) -> None:
-        """Ended unused."""
+        """Ended unused (by one thread's close where two race: an interrupt's and the one that parked it)."""
         LIVE.discard(self)
         self.interrupt()
         self.proc.wait()
-        for fd in (self.requests, self.replies):
+        with self.ends:  # each descriptor closed once: a second close could close a file that took its number
+            fds, self.requests, self.replies = (self.requests, self.replies), -1, -1
+        for fd in fds:
             if fd >= 0:
                 os.close(fd)
-        self.requests = self.replies = -1
 
 
 def batch_key(evaluator, gpu: str | None, env: dict[str, str]) -> tuple:

@@ -165,7 +165,7 @@ class RefereeClient:
         # be another file's now), so that an interrupt once it runs finds them to close (`stop`)
         self.requests, self.replies = os.fdopen(requests_w, "w", buffering=1), replies_r
         LIVE.add(self)  # from here on an interrupt's `stop` closes them, and the process once it is this client's
-        log = self.log_file()
+        log, proc = self.log_file(), None
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.referee", "--config", str(config_file), "--requests", str(requests_r),
@@ -180,6 +180,8 @@ class RefereeClient:
                 refuse_when_stopped("a referee")
                 raise RuntimeError("the referee was stopped as it started")
         except BaseException:
+            if proc is not None and self.proc is not proc:  # an interrupt before it was this client's
+                kill_session(proc)
             self.stop()
             raise
         finally:
@@ -250,8 +252,9 @@ class RefereeClient:
         """Raises RuntimeError when the referee is gone."""
         if self.proc is None:
             self.start()
+        line = request.model_dump_json() + "\n"  # a request that cannot be written fails alone: the referee goes on
         try:
-            self.requests.write(request.model_dump_json() + "\n")
+            self.requests.write(line)
             self.requests.flush()
         except (OSError, ValueError) as err:  # ValueError: its end closed by an interrupt's `stop` meanwhile
             self.stop()

@@ -196,7 +196,7 @@ class ExecutorProcess:
         self.start_seconds = {name: round(marks[i + 1] - marks[i], 4) for i, name in enumerate(
             ("files", "environment", "plan", "exchange", "spawn", "threads"))}
         if STOPPED.is_set():  # stop_everything took LIVE before this one joined it
-            self.close(wait_s=1.0)
+            self.finish_interrupt(1.0)
             refuse_when_stopped("an executor")
 
     @property
