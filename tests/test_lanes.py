@@ -407,20 +407,29 @@ def _raise(error):
     raise error
 
 
-def test_a_lane_reading_its_referee_while_an_interrupt_stops_it_reads_no_other_file(tmp_path, monkeypatch):
-    """A lane thread waits in `receive` while the main thread's interrupt stops its referee and closes the replies
-    descriptor, whose number a pipe opened next then takes: the lane raises that the referee was stopped, and reads
-    nothing of that pipe."""
+def _started_with(code: str, tmp_path) -> RefereeClient:
+    """A CPU batch's referee client started with a stand-in for the referee: `code` run in a process of its own session,
+    handed the pipes' ends a referee gets."""
     import subprocess
 
     from evaluator.parent import referee_client
 
     client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
     popen = subprocess.Popen
-    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: popen(  # alive, never answers
-        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True, pass_fds=k.get("pass_fds", ())))
-    client.start()
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: popen(
+            [sys.executable, "-c", code], start_new_session=True, pass_fds=k.get("pass_fds", ())))
+        client.start()
+    return client
+
+
+def test_a_lane_reading_its_referee_while_an_interrupt_stops_it_reads_no_other_file(tmp_path, monkeypatch):
+    """A lane thread waits in `receive` while the main thread's interrupt stops its referee and closes the replies
+    descriptor, whose number a pipe opened next then takes: the lane raises that the referee was stopped, and reads
+    nothing of that pipe."""
+    from evaluator.parent import referee_client
+
+    client = _started_with("import time; time.sleep(60)", tmp_path)  # alive, never answers
     number, reused, waiting = client.replies, threading.Event(), threading.Event()
 
     def readable(fd, timeout_s):  # the lane's wait on the descriptor outlasts the stop and the number's reuse
@@ -544,20 +553,12 @@ def test_a_referee_parked_as_everything_is_stopped_is_ended_there(tmp_path, monk
             proc.wait()
 
 
-def test_a_request_that_cannot_be_written_fails_alone_and_the_referee_goes_on(tmp_path, monkeypatch):
+def test_a_request_that_cannot_be_written_fails_alone_and_the_referee_goes_on(tmp_path):
     """A candidate's name that JSON cannot carry (a lone surrogate, as an undecodable file name gives) fails its own
     request; the referee, and the candidates already sent to it, go on."""
-    import subprocess
-
-    from evaluator.parent import referee_client
     from evaluator.wire.protocol import JudgeRequest
 
-    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
-    popen = subprocess.Popen
-    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: popen(  # alive, reading nothing
-        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True, pass_fds=k.get("pass_fds", ())))
-    client.start()
-    monkeypatch.undo()
+    client = _started_with("import time; time.sleep(60)", tmp_path)  # alive, reading nothing
     try:
         with pytest.raises(ValueError):
             client.send(JudgeRequest(name="bad-\udcff", path="x", digest="d"))
@@ -566,21 +567,13 @@ def test_a_request_that_cannot_be_written_fails_alone_and_the_referee_goes_on(tm
         client.stop()
 
 
-def test_a_referee_dead_before_a_line_was_sent_is_stopped_with_the_others(tmp_path, monkeypatch):
+def test_a_referee_dead_before_a_line_was_sent_is_stopped_with_the_others(tmp_path):
     """A referee that died (a crash) leaves a line it never read in the parent's pipe buffer (`tell` swallows the broken
     pipe): stopping it flushes nothing that raises, and the processes after it in the same stop are stopped too."""
-    import subprocess
-
-    from evaluator.parent import referee_client
     from evaluator.referee.live import stop_now
     from evaluator.wire.protocol import JudgeRequest
 
-    client = RefereeClient(Evaluator(EvalOptions(device="cpu", size="small", log_root=tmp_path / "logs")))
-    popen = subprocess.Popen
-    monkeypatch.setattr(referee_client.subprocess, "Popen", lambda *a, **k: popen(
-        [sys.executable, "-c", "pass"], start_new_session=True, pass_fds=k.get("pass_fds", ())))
-    client.start()
-    monkeypatch.undo()
+    client = _started_with("pass", tmp_path)
     client.proc.wait()
     assert client.tell(JudgeRequest(kind="gated")) is False
     stopped = []

@@ -36,7 +36,8 @@ BENCH_GPUS_HELP = (
     "a position named twice, two lanes on that GPU (0/0,0).")
 JUDGE_COST_HELP = (
     "Instead: a warm harness.Judge given N distinct copies of one correct candidate (FILES' first, default the CPU "
-    "PyTorch fixture), call by call: wall time, the verdict's own phases and the overhead (size: the first of --sizes, else the problem's default).")
+    "PyTorch fixture), call by call: wall time, the verdict's own phases and the overhead (size: the first of --sizes, "
+    "else the problem's default).")
 WORK_HELP = (
     "With --throughput: keep the copies, their builds and the bench's store in this folder; with --only, a run split "
     "in two parts (cold, then warm on the same folder), each its own device call.")
