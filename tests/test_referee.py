@@ -674,7 +674,7 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
 
     referee, _ = _twin_referee(monkeypatch)
     starts = []
-    monkeypatch.setattr(referee, "start_ahead", lambda requests: starts.append([r.name for r in requests]))
+    monkeypatch.setattr(referee, "start_ahead", lambda requests, now=None: starts.append([r.name for r in requests]))
     monkeypatch.setattr(referee, "ensure_round", lambda defer=False: None)
     monkeypatch.setattr(phases, "begin", lambda session, compile_only: SimpleNamespace(
         results={"timed": object()}, outcome=None, rest=None))
@@ -715,6 +715,28 @@ def test_the_twins_executor_starts_in_the_turn_before_its_round_and_is_kept_for_
     assert list(at_round[0].values()) == [kept]  # the last round finds the twin imported, and begins beside the last
     # executor's exit and replays, as any round after a candidate does (its exclusive turn waits for them)
     assert closed == [other, "round", "waited"]
+
+
+def test_executors_started_for_queued_candidates_start_cublas_ahead_and_the_one_wanted_now_does_not(monkeypatch):
+    """An executor started ahead of its turn says so in its request (ExecutorRequest.ahead: it starts cuBLAS at its
+    start, evaluator.executor.first_use); the one the referee judges next does not, as in a warm Judge's call."""
+    import dataclasses
+
+    from evaluator.referee.process import ExecutorProcess
+    from evaluator.wire.protocol import JudgeRequest
+
+    referee = local_executor.referee(baselines=["eager"])
+    referee.memory = dataclasses.replace(referee.memory, ahead=3)
+    started = {}
+    monkeypatch.setattr(ExecutorProcess, "start", lambda self: started.setdefault(
+        self.digest, self.start_request(Path("/c.py")).ahead))
+    monkeypatch.setattr(ExecutorProcess, "import_ahead", lambda self, deadline, then: None)
+    now, *queued = [JudgeRequest(name=f"c{n}", path=str(Path(__file__)), digest=str(n)) for n in range(4)]
+    referee.start_ahead([now, *queued], now=now)
+    assert started == {"0": False, "1": True, "2": True}  # the third queued one is beyond `ahead`
+    referee.start_ahead([*queued, JudgeRequest(name="c4", path=str(Path(__file__)), digest="4")])
+    assert started["3"] is True
+    referee.waiting.clear()
 
 
 def test_a_twin_that_is_not_correct_leaves_eager_failed_with_the_reason(monkeypatch):

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if cuda_up and not request.compile_only:
         hold_error = hold.prepare()  # the stream hold's driver call, looked up before the candidate exists
         try:
-            first_use.load(request.device)  # the checked calls' own kernels, not loaded behind the first hold
+            first_use.load(request.device, blas=request.ahead)  # not loaded behind the first hold
         except Exception:
             pass  # only time: what is wrong with CUDA the checks will say
     serve.STARTUP["cuda"] = time.time()

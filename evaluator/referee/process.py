@@ -67,7 +67,8 @@ class ExecutorProcess:
                  output_cap: int, memory_limit_gb: float | None, max_jobs: int | None = None,
                  stage_bytes: int | None = None, makeflags: str | None = None, jobs_fifo: Path | None = None,
                  nice: int = 0, group: cgroups.Group | None = None, cores: list[int] | None = None,
-                 arch_list: str | None = None, zygote: Zygote | None = None, exchanges: ExchangePool | None = None):
+                 arch_list: str | None = None, zygote: Zygote | None = None, exchanges: ExchangePool | None = None,
+                 ahead: bool = False):
         # A build's compilers: `makeflags` names a jobserver shared with the other builds in flight (evaluator.parent.
         # jobserver; its FIFO, `jobs_fifo`, the one file outside its folders the executor may write), else `max_jobs`.
         self.max_jobs, self.makeflags, self.jobs_fifo = max_jobs, makeflags, jobs_fifo
@@ -79,6 +80,7 @@ class ExecutorProcess:
         self.in_group: bool | None = None  # whether its launcher joined `group` (known at its first hold)
         self.zygote = zygote  # where it is forked from (evaluator.referee.forking), else a fresh interpreter
         self.source, self.digest, self.device, self.compile_only = source, digest, device, compile_only
+        self.ahead = ahead  # started ahead of its turn: time to start cuBLAS too (evaluator.executor.first_use)
         self.watch, self.cache_dir, self.problem_location, self.protect = watch, cache_dir, problem_location, protect
         self.exchange_bytes, self.memory_limit_gb, self.stage_bytes = exchange_bytes, memory_limit_gb, stage_bytes
         self.stage: Stage | None = None
@@ -114,6 +116,11 @@ class ExecutorProcess:
         self.reading = threading.Event()         # its output is read (not while it is held)
         self.reading.set()
 
+    def start_request(self, module_file: Path) -> ExecutorRequest:
+        """What the executor reads at its start (its folder's request.json)."""
+        return ExecutorRequest(candidate_path=str(module_file), device=self.device, compile_only=self.compile_only,
+                               watch=self.watch, ahead=self.ahead)
+
     # -- lifetime ---------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -123,8 +130,7 @@ class ExecutorProcess:
         module_file = self.workdir / f"candidate_{self.digest[:12]}.py"
         module_file.write_bytes(self.source)
         request_file = self.workdir / "request.json"
-        request_file.write_text(ExecutorRequest(candidate_path=str(module_file), device=self.device,
-                                                compile_only=self.compile_only, watch=self.watch).model_dump_json())
+        request_file.write_text(self.start_request(module_file).model_dump_json())
         self.extension_dir.mkdir(parents=True, exist_ok=True)
         marks.append(time.perf_counter())
         env = scrubbed_environment(self.extension_dir, self.device, self.workdir, bytecode_cache(self.cache_dir))

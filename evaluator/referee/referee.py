@@ -368,7 +368,7 @@ class Referee:
         except OSError:
             return None
 
-    def executor_for(self, request: JudgeRequest) -> ExecutorProcess:
+    def executor_for(self, request: JudgeRequest, ahead: bool = False) -> ExecutorProcess:
         config = self.config
         source = self.twin_source if request.path == twin.PATH else Path(request.path).read_bytes()
         return ExecutorProcess(
@@ -377,16 +377,17 @@ class Referee:
             problem_location=self.problem.location, protect=[Path(p) for p in config.protect],
             exchange_bytes=None if request.compile_only else self.exchange_bytes, output_cap=config.output_cap_bytes,
             memory_limit_gb=config.compile_memory_limit_gb, stage_bytes=self.layout.size, group=self.executor_group(),
-            zygote=self.zygote, cores=self.call_cores, exchanges=self.exchanges)
+            zygote=self.zygote, cores=self.call_cores, exchanges=self.exchanges, ahead=ahead)
 
-    def start_ahead(self, upcoming: list[JudgeRequest]) -> None:
-        """Start the executors of the next `ahead` queued candidates: each imports its candidate now, then builds it."""
+    def start_ahead(self, upcoming: list[JudgeRequest], now: JudgeRequest | None = None) -> None:
+        """Start the executors of the next `ahead` queued candidates: each imports its candidate now, then builds it
+        (`now`'s is wanted at once: no time to start cuBLAS ahead of its first call)."""
         for request in upcoming[:self.memory.ahead]:
             key = (request.path, request.digest)
             if request.kind != "judge" or request.compile_only or key in self.waiting:
                 continue
             try:
-                process = self.executor_for(request)
+                process = self.executor_for(request, ahead=request is not now)
                 process.start()
             except Exception:
                 traceback.print_exc()  # it is started again in its turn
@@ -428,7 +429,7 @@ class Referee:
         if not request.compile_only:
             if not self.rounds:  # before the executors' start, which waits for the zygote's imports
                 self.warm_baselines(early=True)
-            self.start_ahead([request, *upcoming])  # its own executor too: it imports while a round compiles
+            self.start_ahead([request, *upcoming], now=request)  # its own too: it imports while a round compiles
             self.ensure_round(defer=True)
         steps["round"] = time.perf_counter()
         process = self.waiting.pop((request.path, request.digest), None)

@@ -74,6 +74,8 @@ class ExecutorRequest(Message):
     device: Literal["cuda", "cpu"] = Field(description="Where to run.")
     compile_only: bool = Field(False, description="Import (build) only, then exit.")
     watch: list[str] = Field(default_factory=list, description="The problem's `[rules] watch`: classes its guard watches.")
+    ahead: bool = Field(False, description=(
+        "Started ahead of its turn (evaluator.referee.ahead): it also starts cuBLAS (evaluator.executor.first_use)."))
 
 
 class Construct(Message):
