@@ -226,6 +226,70 @@ def test_a_lane_lends_its_cores_only_while_it_waits_with_nothing_queued_after_it
     assert events == ["send c0", "send c1", "lend 1", "back 1", "send c2", "lend 1", "back 1"]
 
 
+def _lane_waiting_for_its_first_candidate(tmp_path, answered_by_this_referee: bool):
+    """A lane whose referee is still in its start (its `ready` reply due in 0.3 s, from this referee process or from
+    one that has since been replaced) while no candidate is built: the events of the lane's first waits."""
+    events, built, finished = [], [], threading.Event()
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=0, log_root=tmp_path / "logs"))
+    lender = RecordingLender(events)
+    lender.lend = lambda lane: events.append(f"lend {lane}") or finished.is_set() or built.append("c0")  # built while lent
+    evaluator.placement = lender
+    worker = LaneWorker(evaluator, gpu=None, lane=1)
+    worker.referee = RecordingReferee(events)
+    worker.referee.proc = this = object()
+
+    def ready() -> None:
+        time.sleep(0.3)
+        events.append("ready")
+        worker.idle_referee = this if answered_by_this_referee else object()
+        if not answered_by_this_referee:  # its cores never lent: the build ends on the builds' own, later
+            threading.Timer(0.3, built.append, ["c0"]).start()
+
+    def take(block):
+        deadline = time.monotonic() + 5  # a lane that never lends would wait for this build for good
+        while block and not built and not finished.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if built:
+            finished.set()  # the batch's one candidate
+            return Job(index=0, name=built.pop(), source=b"", digest="")
+        return None
+
+    worker.readying = threading.Thread(target=ready)
+    worker.readying.start()
+    assert [j.job.name for j in worker.stream(take)] == ["c0"]
+    return events
+
+
+def test_a_lane_lends_its_cores_before_its_first_verdict_once_its_referee_said_it_is_idle(tmp_path):
+    """The referee's start and its round at start time on the lane's cores: none lent before its `ready` reply; from
+    then on, with nothing to send, they go to the builds as after a verdict, and come back before the first candidate
+    is sent. A reply from a referee process since replaced (one that died and was started again) lends nothing."""
+    assert _lane_waiting_for_its_first_candidate(tmp_path / "a", answered_by_this_referee=True) == [
+        "ready", "lend 1", "back 1", "send c0", "lend 1", "back 1"]
+    assert _lane_waiting_for_its_first_candidate(tmp_path / "b", answered_by_this_referee=False) == [
+        "ready", "send c0", "lend 1", "back 1"]
+
+
+@pytest.mark.slow
+def test_a_referee_answers_ready_once_its_start_is_over_and_judges_after_it(tmp_path):
+    """`ready` gets an empty reply, in order, before the verdict of a candidate sent behind it (a CPU referee)."""
+    from evaluator.wire.protocol import JudgeRequest
+
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", run_timeout_s=60, timing_budget_s=0.2,
+                                      baselines=["eager"], log_root=tmp_path / "logs"))
+    client = RefereeClient(evaluator)
+    try:
+        client.start()
+        assert client.tell(JudgeRequest(kind="ready"))
+        path = client.submit("c", (CPU / "torch_ops_correct.py").read_bytes(), "d")
+        reply = client.receive(300)
+        assert reply.verdict is None and reply.error is None and reply.rounds == []
+        verdict, _, _ = client.collect(path)
+        assert verdict.status == Status.correct, verdict.error
+    finally:
+        client.stop()
+
+
 def test_a_lane_queues_its_referees_close_behind_the_batchs_last_candidate_and_lends_no_cores_at_the_end(tmp_path):
     """Once every job is taken, the close goes to the referee behind the last candidates sent, before their verdicts
     are read (its last round then follows the last candidate at once, its twin started beside it), once per referee;

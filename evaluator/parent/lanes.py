@@ -29,8 +29,11 @@ from evaluator.parent.artifacts import place
 from evaluator.parent.placement import plan as plan_placement, release as release_placement
 from evaluator.parent.referee_client import RefereeClient
 from evaluator.referee.live import stop_now
-from evaluator.wire.protocol import BaselineRound
+from evaluator.wire.protocol import BaselineRound, JudgeRequest
 from evaluator.wire.records import Status, Verdict
+
+
+READY_POLL_S = 0.2  # how often a lane whose referee is not yet idle looks for its first job
 
 
 class ClusterError(RuntimeError):
@@ -160,7 +163,11 @@ class LaneWorker:
         self.evaluator = evaluator
         self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True, device_lanes=device_lanes)
         self.lane = lane
-        self.judged = 0  # verdicts collected: after the first, an idle referee times nothing (its round at start done)
+        self.judged = 0  # verdicts collected: after the first, an idle referee times nothing (its round at start over)
+        # its `ready` request's reader (`start`), and the referee process that answered it: idle since, until a
+        # candidate is sent, so that its cores may go to the builds before its first verdict too
+        self.readying: threading.Thread | None = None
+        self.idle_referee = None
         self.ahead = evaluator.ahead
         self.place = place()  # what its verdicts say they were judged on
 
@@ -172,6 +179,33 @@ class LaneWorker:
                 self.referee.start()
             except Exception:
                 traceback.print_exc()  # started again with the first candidate
+                return
+            self._ask_ready()
+
+    def _ask_ready(self) -> None:
+        """Where the lane's cores may be lent (evaluator.parent.placement): a `ready` request, the referee's first, which
+        it answers once its start and its round at start are over; from then on it times nothing until a candidate is
+        sent, so the lane lends its cores while it waits for its first as for any later one (`_take`). Its reply is
+        read on a thread of its own, which every other read of the referee's replies waits for (`_joined`)."""
+        placement, proc = self.evaluator.placement, self.referee.proc
+        if placement is None or not placement.can_lend() or proc is None:
+            return
+
+        def wait() -> None:
+            try:
+                if self.referee.tell(JudgeRequest(kind="ready")):
+                    self.referee.receive(self.referee.reply_timeout_s)
+                    self.idle_referee = proc
+            except Exception:
+                pass  # the referee gone: the candidates' replies say so; its cores lent after a first verdict only
+
+        self.readying = threading.Thread(target=wait, name=f"lane{self.lane}-ready", daemon=True)
+        self.readying.start()
+
+    def _joined(self) -> None:
+        """The `ready` request's reply read (it comes before any other): replies are read by one thread at a time."""
+        if self.readying is not None:
+            self.readying.join()
 
     def stream(self, take: Callable[[bool], Job | None], ending: Callable[[], bool] | None = None) -> Iterator[Judged]:
         """Judged jobs in the order taken. `take(block)` gives the next job, None when there are no
@@ -204,12 +238,17 @@ class LaneWorker:
         verdict, its cores are lent to the builds meanwhile (evaluator.parent.placement) and taken back before the
         job is sent (not where every job has been taken: nothing comes to wait for)."""
         placement = self.evaluator.placement
-        if (pending or not self.judged or placement is None or not placement.can_lend()
-                or (ending is not None and ending())):
+        if pending or placement is None or not placement.can_lend() or (ending is not None and ending()):
             return take(not pending)
         job = take(False)
+        while job is None and not self.judged and self.readying is not None and self.readying.is_alive() \
+                and not (ending is not None and ending()):
+            self.readying.join(READY_POLL_S)  # its start or round at start under way: its cores are its own
+            job = take(False)
         if job is not None:
             return job
+        if not (self.judged or (self.idle_referee is not None and self.idle_referee is self.referee.proc)):
+            return take(True)  # a referee that never said it was idle (another one since, or none asked)
         try:
             placement.lend(self.lane)
             return take(True)
@@ -226,6 +265,7 @@ class LaneWorker:
     def _collect(self, job: Job, sent, pending: deque) -> Judged:
         if isinstance(sent, Exception):
             return crashed(job, f"{REFEREE_FAILED}{type(sent).__name__}: {sent}", self.evaluator.device)
+        self._joined()
         try:
             verdict, stdout, stderr = self.referee.collect(sent)
             return Judged(job, verdict, stdout, stderr)
@@ -242,6 +282,7 @@ class LaneWorker:
         return list(self.stream(lambda block: queue.popleft() if queue else None))
 
     def close(self) -> list[BaselineRound]:
+        self._joined()
         return self.referee.close()
 
 

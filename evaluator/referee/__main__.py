@@ -242,6 +242,9 @@ def serve(argv: list[str] | None = None) -> int:
                     rounds = list(referee.rounds)  # those timed before it failed
             send(None, functools.partial(JudgeReply, rounds=rounds))
             break
+        if request.kind == "ready":  # behind its start and round at start: idle from here until a candidate comes
+            send(None, JudgeReply)
+            continue
         if referee is None:
             verdict = failed_verdict(request, config, f"it could not start: {setup_error}")
             send(request, functools.partial(JudgeReply, verdict=verdict))

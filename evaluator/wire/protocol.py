@@ -279,9 +279,10 @@ class ExecutorMessage(Message):
 
 class JudgeRequest(Message):
     """Judge one candidate (its source copied to `path`); `close`: the batch is over; `gated`: the parent's gate is
-    over (RefereeConfig.gate_pending)."""
+    over (RefereeConfig.gate_pending); `ready`: answered (an empty reply) once what came before it is over, the
+    referee's start and its round at start (evaluator.parent.lanes.LaneWorker._ask_ready)."""
 
-    kind: Literal["judge", "close", "gated"] = "judge"
+    kind: Literal["judge", "close", "gated", "ready"] = "judge"
     name: str = ""
     path: str = ""
     digest: str = ""
