@@ -226,24 +226,38 @@ def test_a_lane_lends_its_cores_only_while_it_waits_with_nothing_queued_after_it
     assert events == ["send c0", "send c1", "lend 1", "back 1", "send c2", "lend 1", "back 1"]
 
 
-def _lane_waiting_for_its_first_candidate(tmp_path, answered_by_this_referee: bool):
-    """A lane whose referee is still in its start (its `ready` reply due in 0.3 s, from this referee process or from
-    one that has since been replaced) while no candidate is built: the events of the lane's first waits."""
+def _lane_waiting_for_its_first_candidate(tmp_path, replaced: str = ""):
+    """A lane whose referee is still in its start (its `ready` reply due in 0.3 s) while no candidate is built; with
+    `replaced`, that referee dies and another is started `before` it answers or just `after`: the lane's events."""
     events, built, finished = [], [], threading.Event()
     evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=0, log_root=tmp_path / "logs"))
     lender = RecordingLender(events)
     lender.lend = lambda lane: events.append(f"lend {lane}") or finished.is_set() or built.append("c0")  # built while lent
     evaluator.placement = lender
     worker = LaneWorker(evaluator, gpu=None, lane=1)
-    worker.referee = RecordingReferee(events)
-    worker.referee.proc = this = object()
+    referee = worker.referee = RecordingReferee(events)
+    referee.proc = worker.ready_owed = first = object()
+    answers_at = time.monotonic() + 0.3
 
-    def ready() -> None:
-        time.sleep(0.3)
+    def another_referee() -> None:
+        referee.proc = object()
+        threading.Timer(0.3, built.append, ["c0"]).start()  # its cores never lent: the build ends on the builds' own
+
+    def reply_waiting(wait_s):
+        time.sleep(min(wait_s, max(0.0, answers_at - time.monotonic())))
+        if time.monotonic() < answers_at:
+            return False
+        if replaced == "before" and referee.proc is first:
+            another_referee()  # the reply never comes
+            return False
+        return True
+
+    def receive(timeout_s):
         events.append("ready")
-        worker.idle_referee = this if answered_by_this_referee else object()
-        if not answered_by_this_referee:  # its cores never lent: the build ends on the builds' own, later
-            threading.Timer(0.3, built.append, ["c0"]).start()
+        if replaced == "after":
+            another_referee()
+
+    referee.reply_waiting, referee.receive, referee.reply_timeout_s = reply_waiting, receive, 60.0
 
     def take(block):
         deadline = time.monotonic() + 5  # a lane that never lends would wait for this build for good
@@ -254,8 +268,6 @@ def _lane_waiting_for_its_first_candidate(tmp_path, answered_by_this_referee: bo
             return Job(index=0, name=built.pop(), source=b"", digest="")
         return None
 
-    worker.readying = threading.Thread(target=ready)
-    worker.readying.start()
     assert [j.job.name for j in worker.stream(take)] == ["c0"]
     return events
 
@@ -263,11 +275,36 @@ def _lane_waiting_for_its_first_candidate(tmp_path, answered_by_this_referee: bo
 def test_a_lane_lends_its_cores_before_its_first_verdict_once_its_referee_said_it_is_idle(tmp_path):
     """The referee's start and its round at start time on the lane's cores: none lent before its `ready` reply; from
     then on, with nothing to send, they go to the builds as after a verdict, and come back before the first candidate
-    is sent. A reply from a referee process since replaced (one that died and was started again) lends nothing."""
-    assert _lane_waiting_for_its_first_candidate(tmp_path / "a", answered_by_this_referee=True) == [
+    is sent. A referee replaced before it answered, or just after, lends nothing before a verdict of its own."""
+    assert _lane_waiting_for_its_first_candidate(tmp_path / "a") == [
         "ready", "lend 1", "back 1", "send c0", "lend 1", "back 1"]
-    assert _lane_waiting_for_its_first_candidate(tmp_path / "b", answered_by_this_referee=False) == [
+    assert _lane_waiting_for_its_first_candidate(tmp_path / "b", replaced="before") == ["send c0", "lend 1", "back 1"]
+    assert _lane_waiting_for_its_first_candidate(tmp_path / "c", replaced="after") == [
         "ready", "send c0", "lend 1", "back 1"]
+
+
+def test_a_lane_asks_ready_before_any_candidate_and_reads_it_before_the_first_verdict(tmp_path):
+    """The `ready` request is written as the referee starts, on the caller's thread, so it is the referee's first; a
+    candidate sent before its reply was read has that reply read first (on the lane's thread, as every reply is)."""
+    import io
+
+    events = []
+    evaluator = Evaluator(EvalOptions(device="cuda", size="small", ahead=0, log_root=tmp_path / "logs"))
+    evaluator.placement = RecordingLender(events)
+    worker = LaneWorker(evaluator, gpu="0", lane=0)
+    client = worker.referee
+    client.start = lambda: setattr(client, "proc", object()) or setattr(client, "requests", io.StringIO())
+    worker.start()
+    assert [json.loads(line)["kind"] for line in client.requests.getvalue().splitlines()] == ["ready"]
+    assert worker.ready_owed is client.proc
+    replies = iter(["ready", "verdict c0"])
+    client.reply_waiting = lambda wait_s: False
+    client.receive = lambda timeout_s: events.append(next(replies))
+    client.submit = lambda name, source, digest: events.append(f"send {name}") or name
+    client.collect = lambda name: events.append(next(replies)) or (fake_verdict(name), b"", b"")
+    queue = [Job(index=0, name="c0", source=b"", digest="")]
+    assert [j.job.name for j in worker.stream(lambda block: queue.pop() if queue else None)] == ["c0"]
+    assert events[:3] == ["send c0", "ready", "verdict c0"] and worker.idle_referee is not None
 
 
 @pytest.mark.slow

@@ -737,6 +737,10 @@ def test_executors_started_for_queued_candidates_start_cublas_ahead_and_the_one_
     referee.start_ahead([*queued, JudgeRequest(name="c4", path=str(Path(__file__)), digest="4")])
     assert started["3"] is True
     referee.waiting.clear()
+    referee.memory = dataclasses.replace(referee.memory, ahead=1)  # a lane's `ready` takes no candidate's place
+    referee.start_ahead([JudgeRequest(kind="ready"), JudgeRequest(name="c5", path=str(Path(__file__)), digest="5")])
+    assert started["5"] is True
+    referee.waiting.clear()
 
 
 def test_a_twin_that_is_not_correct_leaves_eager_failed_with_the_reason(monkeypatch):

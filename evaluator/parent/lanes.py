@@ -33,7 +33,7 @@ from evaluator.wire.protocol import BaselineRound, JudgeRequest
 from evaluator.wire.records import Status, Verdict
 
 
-READY_POLL_S = 0.2  # how often a lane whose referee is not yet idle looks for its first job
+READY_POLL_S = 0.2  # how long a lane whose referee is not yet idle waits for that before it looks for a job again
 
 
 class ClusterError(RuntimeError):
@@ -164,10 +164,9 @@ class LaneWorker:
         self.referee = RefereeClient(evaluator, gpu=gpu, lane=lane, early=True, device_lanes=device_lanes)
         self.lane = lane
         self.judged = 0  # verdicts collected: after the first, an idle referee times nothing (its round at start over)
-        # its `ready` request's reader (`start`), and the referee process that answered it: idle since, until a
-        # candidate is sent, so that its cores may go to the builds before its first verdict too
-        self.readying: threading.Thread | None = None
-        self.idle_referee = None
+        # the referee process whose reply to `ready` is still to be read (`start`), and the one that gave it: idle
+        # since, until a candidate is sent, so that the lane's cores may go to the builds before its first verdict too
+        self.ready_owed = self.idle_referee = None
         self.ahead = evaluator.ahead
         self.place = place()  # what its verdicts say they were judged on
 
@@ -183,29 +182,32 @@ class LaneWorker:
             self._ask_ready()
 
     def _ask_ready(self) -> None:
-        """Where the lane's cores may be lent (evaluator.parent.placement): a `ready` request, the referee's first, which
-        it answers once its start and its round at start are over; from then on it times nothing until a candidate is
-        sent, so the lane lends its cores while it waits for its first as for any later one (`_take`). Its reply is
-        read on a thread of its own, which every other read of the referee's replies waits for (`_joined`)."""
+        """Where the lane's cores may be lent (evaluator.parent.placement): a `ready` request, the referee's first (written
+        here, before any candidate), which it answers once its start and its round at start are over; from then on it
+        times nothing until a candidate is sent, so the lane lends its cores while it waits for its first as for any
+        later one (`_take`). Its reply is read on the lane's thread, as every other is (`_read_ready`)."""
         placement, proc = self.evaluator.placement, self.referee.proc
-        if placement is None or not placement.can_lend() or proc is None:
+        if placement is not None and placement.can_lend() and proc is not None \
+                and self.referee.tell(JudgeRequest(kind="ready")):
+            self.ready_owed = proc
+
+    def _read_ready(self, wait_s: float | None) -> None:
+        """The `ready` reply, where the referee running now owes it: read if it comes within `wait_s` (None: wait for
+        it, as a verdict is waited for; it comes before any). A referee since replaced never answers: nothing owed."""
+        proc = self.ready_owed
+        if proc is None:
             return
-
-        def wait() -> None:
-            try:
-                if self.referee.tell(JudgeRequest(kind="ready")):
-                    self.referee.receive(self.referee.reply_timeout_s)
-                    self.idle_referee = proc
-            except Exception:
-                pass  # the referee gone: the candidates' replies say so; its cores lent after a first verdict only
-
-        self.readying = threading.Thread(target=wait, name=f"lane{self.lane}-ready", daemon=True)
-        self.readying.start()
-
-    def _joined(self) -> None:
-        """The `ready` request's reply read (it comes before any other): replies are read by one thread at a time."""
-        if self.readying is not None:
-            self.readying.join()
+        if proc is not self.referee.proc:
+            self.ready_owed = None
+            return
+        if wait_s is not None and not self.referee.reply_waiting(wait_s):
+            return
+        self.ready_owed = None
+        try:
+            self.referee.receive(self.referee.reply_timeout_s)
+            self.idle_referee = proc
+        except Exception:
+            pass  # the referee gone: the replies owed to candidates say so
 
     def stream(self, take: Callable[[bool], Job | None], ending: Callable[[], bool] | None = None) -> Iterator[Judged]:
         """Judged jobs in the order taken. `take(block)` gives the next job, None when there are no
@@ -241,9 +243,8 @@ class LaneWorker:
         if pending or placement is None or not placement.can_lend() or (ending is not None and ending()):
             return take(not pending)
         job = take(False)
-        while job is None and not self.judged and self.readying is not None and self.readying.is_alive() \
-                and not (ending is not None and ending()):
-            self.readying.join(READY_POLL_S)  # its start or round at start under way: its cores are its own
+        while job is None and not self.judged and self.ready_owed is not None and not (ending is not None and ending()):
+            self._read_ready(READY_POLL_S)  # its start or round at start under way: its cores are its own
             job = take(False)
         if job is not None:
             return job
@@ -265,7 +266,7 @@ class LaneWorker:
     def _collect(self, job: Job, sent, pending: deque) -> Judged:
         if isinstance(sent, Exception):
             return crashed(job, f"{REFEREE_FAILED}{type(sent).__name__}: {sent}", self.evaluator.device)
-        self._joined()
+        self._read_ready(None)
         try:
             verdict, stdout, stderr = self.referee.collect(sent)
             return Judged(job, verdict, stdout, stderr)
@@ -282,7 +283,7 @@ class LaneWorker:
         return list(self.stream(lambda block: queue.popleft() if queue else None))
 
     def close(self) -> list[BaselineRound]:
-        self._joined()
+        self._read_ready(None)
         return self.referee.close()
 
 

@@ -290,6 +290,11 @@ class RefereeClient:
         self.buffer = bytearray(rest)
         return JudgeReply.model_validate_json(line)
 
+    def reply_waiting(self, wait_s: float) -> bool:
+        """Whether `receive` would find a reply (or the referee's end) within `wait_s`, waiting at most that long."""
+        replies = self.replies
+        return b"\n" in self.buffer or (self.proc is not None and replies is not None and readable(replies, wait_s))
+
     def ask(self, request: JudgeRequest, timeout_s: float) -> JudgeReply:
         """One request and its reply; raises RuntimeError when the referee dies or overruns."""
         self.send(request)

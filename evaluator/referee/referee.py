@@ -382,9 +382,9 @@ class Referee:
     def start_ahead(self, upcoming: list[JudgeRequest], now: JudgeRequest | None = None) -> None:
         """Start the executors of the next `ahead` queued candidates: each imports its candidate now, then builds it
         (`now`'s is wanted at once: no time to start cuBLAS ahead of its first call)."""
-        for request in upcoming[:self.memory.ahead]:
+        for request in [r for r in upcoming if r.kind == "judge"][:self.memory.ahead]:  # not a `ready` or `close`
             key = (request.path, request.digest)
-            if request.kind != "judge" or request.compile_only or key in self.waiting:
+            if request.compile_only or key in self.waiting:
                 continue
             try:
                 process = self.executor_for(request, ahead=request is not now)
