@@ -307,6 +307,39 @@ def test_a_lane_asks_ready_before_any_candidate_and_reads_it_before_the_first_ve
     assert events[:3] == ["send c0", "ready", "verdict c0"] and worker.idle_referee is not None
 
 
+def test_a_lane_whose_referee_still_owes_ready_lends_nothing_and_its_death_there_is_the_first_candidates_error(tmp_path):
+    """A verdict the parent made itself (the candidate could not be sent) says nothing of the referee, which may still be
+    in its round at start: nothing is lent while it owes `ready`. Where it dies there, the candidate sent to it is told
+    why (its exit status), as it was before `ready`."""
+    events = []
+    evaluator = Evaluator(EvalOptions(device="cpu", size="small", ahead=0, log_root=tmp_path / "logs"))
+    evaluator.placement = RecordingLender(events)
+    worker = LaneWorker(evaluator, gpu=None, lane=0)
+    referee = worker.referee = RecordingReferee(events)
+    referee.proc = worker.ready_owed = object()
+    referee.reply_timeout_s, referee.reply_waiting = 60.0, lambda wait_s: False
+
+    def no_room(name, source, digest):
+        raise OSError(28, "No space left on device")
+
+    referee.submit = no_room
+    queue = [Job(index=0, name="c0", source=b"", digest="")]
+    [judged] = worker.stream(lambda block: queue.pop() if queue else None)
+    assert judged.verdict.status == Status.crashed and "No space left" in judged.verdict.error
+    assert events == []  # not lent: its referee never said it was idle
+
+    def ended(timeout_s):
+        referee.proc = None
+        raise RuntimeError("the referee ended (exit status 7) without answering; see its log in /logs")
+
+    referee.submit = lambda name, source, digest: events.append(f"send {name}") or name
+    referee.proc = worker.ready_owed = object()
+    referee.receive = ended
+    queue = [Job(index=1, name="c1", source=b"", digest="")]
+    [judged] = worker.stream(lambda block: queue.pop() if queue else None)
+    assert judged.verdict.status == Status.crashed and "exit status 7" in judged.verdict.error
+
+
 @pytest.mark.slow
 def test_a_referee_answers_ready_once_its_start_is_over_and_judges_after_it(tmp_path):
     """`ready` gets an empty reply, in order, before the verdict of a candidate sent behind it (a CPU referee)."""

@@ -191,9 +191,10 @@ class LaneWorker:
                 and self.referee.tell(JudgeRequest(kind="ready")):
             self.ready_owed = proc
 
-    def _read_ready(self, wait_s: float | None) -> None:
+    def _read_ready(self, wait_s: float | None, raising: bool = False) -> None:
         """The `ready` reply, where the referee running now owes it: read if it comes within `wait_s` (None: wait for
-        it, as a verdict is waited for; it comes before any). A referee since replaced never answers: nothing owed."""
+        it, as a verdict is waited for; it comes before any). A referee since replaced never answers: nothing owed.
+        Where the referee died or overran first, `raising` raises why (for the candidate sent to it), else it is logged."""
         proc = self.ready_owed
         if proc is None:
             return
@@ -207,7 +208,9 @@ class LaneWorker:
             self.referee.receive(self.referee.reply_timeout_s)
             self.idle_referee = proc
         except Exception:
-            pass  # the referee gone: the replies owed to candidates say so
+            if raising:
+                raise
+            traceback.print_exc()  # the referee gone before any candidate was sent to it: the next one starts afresh
 
     def stream(self, take: Callable[[bool], Job | None], ending: Callable[[], bool] | None = None) -> Iterator[Judged]:
         """Judged jobs in the order taken. `take(block)` gives the next job, None when there are no
@@ -248,8 +251,9 @@ class LaneWorker:
             job = take(False)
         if job is not None:
             return job
-        if not (self.judged or (self.idle_referee is not None and self.idle_referee is self.referee.proc)):
-            return take(True)  # a referee that never said it was idle (another one since, or none asked)
+        asked = self.ready_owed is not None and self.ready_owed is self.referee.proc  # maybe in its round at start
+        if asked or not (self.judged or (self.idle_referee is not None and self.idle_referee is self.referee.proc)):
+            return take(True)  # a referee that has not said it is idle (another one since, or none asked)
         try:
             placement.lend(self.lane)
             return take(True)
@@ -266,8 +270,8 @@ class LaneWorker:
     def _collect(self, job: Job, sent, pending: deque) -> Judged:
         if isinstance(sent, Exception):
             return crashed(job, f"{REFEREE_FAILED}{type(sent).__name__}: {sent}", self.evaluator.device)
-        self._read_ready(None)
         try:
+            self._read_ready(None, raising=True)  # a referee that died in its start: why, for this candidate
             verdict, stdout, stderr = self.referee.collect(sent)
             return Judged(job, verdict, stdout, stderr)
         except Exception as err:
