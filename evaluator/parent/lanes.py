@@ -182,10 +182,10 @@ class LaneWorker:
             self._ask_ready()
 
     def _ask_ready(self) -> None:
-        """Where the lane's cores may be lent (evaluator.parent.placement): a `ready` request, the referee's first (written
-        here, before any candidate), which it answers once its start and its round at start are over; from then on it
-        times nothing until a candidate is sent, so the lane lends its cores while it waits for its first as for any
-        later one (`_take`). Its reply is read on the lane's thread, as every other is (`_read_ready`)."""
+        """Where the lane's cores may be lent (evaluator.parent.placement): a `ready` request, the referee's first
+        (written here, before any candidate), which it answers once its start and its round at start are over; from then
+        on it times nothing until a candidate is sent, so the lane lends its cores while it waits for its first as for
+        any later one (`_take`). Its reply is read on the lane's thread, as every other is (`_read_ready`)."""
         placement, proc = self.evaluator.placement, self.referee.proc
         if placement is not None and placement.can_lend() and proc is not None \
                 and self.referee.tell(JudgeRequest(kind="ready")):
@@ -194,7 +194,8 @@ class LaneWorker:
     def _read_ready(self, wait_s: float | None, raising: bool = False) -> None:
         """The `ready` reply, where the referee running now owes it: read if it comes within `wait_s` (None: wait for
         it, as a verdict is waited for; it comes before any). A referee since replaced never answers: nothing owed.
-        Where the referee died or overran first, `raising` raises why (for the candidate sent to it), else it is logged."""
+        Where the referee died or overran first, `raising` raises why (for the candidate sent to it), else it is
+        logged."""
         proc = self.ready_owed
         if proc is None:
             return

@@ -15,10 +15,11 @@ the CPU the timing needs, in one of two ways:
 
 In mode `cores` a lane's cores are lent to the builds running while the lane waits for one: nothing queued at its
 referee, which has judged a candidate already or answered its `ready` request, sent first, once its start and the
-round at its start were over (a referee times only within a candidate's judgement and that round). Builds started meanwhile still start on the builds' own cores; the lane takes its cores back before it
-hands its referee the next candidate, the builds frozen meanwhile, and goes on only once no thread of any build may
-run on them (`take_back`). A build cannot move itself (seccomp), so only what it forks while lent inherits the
-wider set, and is moved back with it.
+round at its start were over (a referee times only within a candidate's judgement and that round). Builds started
+meanwhile still start on the builds' own cores; the lane takes its cores back before it hands its referee the next
+candidate, the builds frozen meanwhile, and goes on only once no thread of any build may run on them (`take_back`).
+A build cannot move itself (seccomp), so only what it forks while lent inherits the wider set, and is moved back
+with it.
 
 Where neither is possible (few cores and no cgroup the harness may make), builds only run niced, and each
 verdict says so (`TimingCheck.builds`). The static checks' worker, which a source can keep busy, runs niced always and
