@@ -288,6 +288,12 @@ def test_a_passs_builds_give_the_least_wall_time_their_cpu_seconds_take_on_the_b
     assert builds == {"count": 3, "cpu_s_median": 70.0, "cpu_s_total": 220.0, "cores": 12, "floor_s": 220.0 / 12}
     assert builds_line("cold", builds) == ("cold: 3 builds, 70.0 CPU s each (median), 220 in all: at least 18 s on "
                                            "the builds' 12 cores")
+    # a lane's cores lent 40 s in two stretches, the builds taking 600 CPU s then: 15 cores, and 12 the other 80 s
+    lent = build_summary([(600.0, 12), (960.0, 12)], [(30.0, 450.0), (10.0, 150.0)], wall_s=120.0)
+    assert (lent["lent_count"], lent["lent_s"], lent["lent_cores"], lent["other_cores"]) == (2, 40.0, 15.0, 12.0)
+    assert builds_line("cold", lent).endswith("; a lane's cores lent 40 s in 2 stretches, the builds on 15.0 cores "
+                                              "then, 12.0 the rest of the pass")
+    assert build_summary([(60.0, 12)], [], wall_s=120.0) == build_summary([(60.0, 12)])  # nothing lent: as before
 
 
 @pytest.mark.slow  # one contained build that spends its CPU at import: a few seconds

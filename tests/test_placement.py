@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -403,6 +404,15 @@ def test_a_waiting_lanes_cores_go_to_the_builds_and_none_is_left_there_once_take
             place.take_back(0)
             time.sleep(0.1)  # any fork under way as it returned is seen by now
             assert _on(builds, lane_core) == [] and proc.poll() is None
+        # each stretch lent, with the CPU its builds took meanwhile (the bench's measure of what lending gave them)
+        assert len(place.lent_stretches) == 3
+        assert all(0.2 <= seconds < 5 and cpu > 0 for seconds, cpu in place.lent_stretches)
+        holder = types.SimpleNamespace(placement=place, lent_stretches=[(1.0, 0.5)])
+        stretches = list(place.lent_stretches)
+        builds.kill()
+        proc.wait()
+        placement.release(holder)  # the batch's holder keeps them once its placement is closed
+        assert holder.placement is None and holder.lent_stretches == [(1.0, 0.5), *stretches]
         monkeypatch.setenv("HARNESS_LEND_CORES", "0")
         assert not place.can_lend()
     finally:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from evaluator.checks import bounded
@@ -58,6 +59,10 @@ class Placement:
     why: str = ""
     lent: set[int] = field(default_factory=set)  # mode `cores`: the lanes whose cores the builds may use now
     lending: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # each stretch in which some lane's cores were lent: its wall seconds and the CPU seconds the builds' group took
+    # in it (harness bench --throughput: what lending gave the builds); where the stretch began and at what usage
+    lent_stretches: list[tuple[float, float]] = field(default_factory=list)
+    _lent_since: tuple[float, int] | None = field(default=None, repr=False)
 
     def describe(self, lane: int) -> str:
         """For the verdicts of lane `lane` (TimingCheck.builds)."""
@@ -92,6 +97,9 @@ class Placement:
     def lend(self, lane: int) -> None:
         """Lane `lane`'s cores to every build thread running now (see the module's docstring)."""
         with self.lending:
+            if not self.lent:
+                usage = self.builds.usage_usec()
+                self._lent_since = (time.monotonic(), usage) if usage is not None else None
             self.lent.add(lane)
             _move(self.builds, self._allowed(), every=True)
 
@@ -117,6 +125,12 @@ class Placement:
                             ended.append(build)
             finally:
                 self.builds.thaw()
+            if not self.lent and self._lent_since is not None:
+                since, usage = self._lent_since
+                now = self.builds.usage_usec()
+                if now is not None:
+                    self.lent_stretches.append((time.monotonic() - since, (now - usage) / 1e6))
+                self._lent_since = None
             for build in ended:
                 build.empty_within(5.0)
 
@@ -138,6 +152,7 @@ class Placement:
 def release(holder) -> None:
     """The placement a batch's holder (an Evaluator) keeps, closed and forgotten, where it keeps one."""
     if holder.placement is not None:
+        holder.lent_stretches += holder.placement.lent_stretches
         holder.placement.close()
         holder.placement = None
 

@@ -194,6 +194,7 @@ class Evaluator:
         self.rounds: list[BaselineRound] = []  # the baseline rounds of the last batch (every lane's)
         # the last batch's builds made here: each one's CPU seconds (its cgroup's), and the cores builds could use
         self.build_cpu: list[tuple[float, int]] = []
+        self.lent_stretches: list[tuple[float, float]] = []  # and what lending the lanes' cores gave them (placement)
         self.jobs = options.jobs or default_build_jobs(self.device)
         self.jobserver: JobServer | None = None  # the compilers' shared budget while a batch builds in a pool
         # where a batch's builds run while its lanes time (evaluator.parent.placement); None: no lane times
@@ -450,7 +451,7 @@ class Evaluator:
             if running and self.options.executor == "local":
                 self.placement = self.placement or plan_placement(len(scheduler.lanes()))
                 builds_here = builds_here and builds_beside_windows(self.device, self.placement)
-        self.rounds, self.build_cpu = [], []
+        self.rounds, self.build_cpu, self.lent_stretches = [], [], []
         try:
             for judged in scheduler.run(jobs, lanes=running > 0) if jobs else ():
                 if judged.job.index in ahead_of_time:

@@ -177,7 +177,7 @@ def run_pass(files: list[CandidateFile], options: EvalOptions, store: Store | No
         "costs": [cost.__dict__ for cost in largest_costs(logs)],
         # the seconds from the pass's start to its first referee's (its config read): the parent's gate and set-up
         "referee_began_s": referee_began - began_at if referee_began is not None else None,
-        "builds": build_summary(evaluator.build_cpu),
+        "builds": build_summary(evaluator.build_cpu, evaluator.lent_stretches, wall_s),
     }
 
 
@@ -199,21 +199,38 @@ def then_per_minute(first_s: float | None, last_s: float | None, count: int) -> 
     return 60 * (count - 1) / (last_s - first_s)
 
 
-def build_summary(builds: list[tuple[float, int]]) -> dict | None:
+def build_summary(builds: list[tuple[float, int]], lent: list[tuple[float, float]] = (),
+                  wall_s: float | None = None) -> dict | None:
     """A pass's builds made here (Evaluator.build_cpu): how many, each one's CPU seconds (median) and all of theirs,
     the cores builds could use, and the least wall time those seconds take on them (`floor_s`: where a cold pass's
-    rate is bound by its builds, what no scheduling can beat); None where it built nothing here."""
+    rate is bound by its builds, what no scheduling can beat, but for a lane's cores lent to them); None where it
+    built nothing here. With the stretches in which a waiting lane's cores were lent (evaluator.parent.placement:
+    each one's wall seconds and the builds' CPU seconds in it) and the pass's wall time: the cores the builds used on
+    average while lent and the rest of the pass, which says whether lending reached them."""
     if not builds:
         return None
     seconds = [s for s, _ in builds]
     cores = max(c for _, c in builds)
-    return {"count": len(builds), "cpu_s_median": statistics.median(seconds), "cpu_s_total": sum(seconds),
-            "cores": cores, "floor_s": sum(seconds) / cores}
+    summary = {"count": len(builds), "cpu_s_median": statistics.median(seconds), "cpu_s_total": sum(seconds),
+               "cores": cores, "floor_s": sum(seconds) / cores}
+    if lent and wall_s:
+        lent_s, lent_cpu_s = sum(s for s, _ in lent), sum(c for _, c in lent)
+        summary.update(lent_count=len(lent), lent_s=lent_s, lent_cpu_s=lent_cpu_s,
+                       lent_cores=lent_cpu_s / lent_s if lent_s > 0 else None,
+                       other_cores=(sum(seconds) - lent_cpu_s) / (wall_s - lent_s) if wall_s > lent_s else None)
+    return summary
 
 
 def builds_line(name: str, builds: dict) -> str:
-    return (f"{name}: {builds['count']} builds, {builds['cpu_s_median']:.1f} CPU s each (median), "
-            f"{builds['cpu_s_total']:.0f} in all: at least {builds['floor_s']:.0f} s on the builds' {builds['cores']} cores")
+    line = (f"{name}: {builds['count']} builds, {builds['cpu_s_median']:.1f} CPU s each (median), "
+            f"{builds['cpu_s_total']:.0f} in all: at least {builds['floor_s']:.0f} s on the builds' {builds['cores']} "
+            "cores")
+    if builds.get("lent_count"):
+        average = (lambda x: f"{x:.1f}" if x is not None else "-")
+        line += (f"; a lane's cores lent {builds['lent_s']:.0f} s in {builds['lent_count']} stretches, the builds "
+                 f"on {average(builds['lent_cores'])} cores then, {average(builds['other_cores'])} the rest of the "
+                 "pass")
+    return line
 
 
 def throughput_table(passes: dict[str, dict]) -> Table:
