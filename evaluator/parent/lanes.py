@@ -240,20 +240,24 @@ class LaneWorker:
 
     def _take(self, take: Callable[[bool], Job | None], pending: deque,
               ending: Callable[[], bool] | None = None) -> Job | None:
-        """The next job; where the lane would wait for one with nothing queued at its referee, after its first
-        verdict, its cores are lent to the builds meanwhile (evaluator.parent.placement) and taken back before the
-        job is sent (not where every job has been taken: nothing comes to wait for)."""
+        """The next job; where the lane would wait for one with nothing queued at its referee, which has said it is
+        idle (its first verdict, or its `ready` reply), its cores are lent to the builds meanwhile
+        (evaluator.parent.placement) and taken back before the job is sent (not where every job has been taken:
+        nothing comes to wait for)."""
         placement = self.evaluator.placement
-        if pending or placement is None or not placement.can_lend() or (ending is not None and ending()):
+        ended = ending if ending is not None else (lambda: False)
+        if pending or placement is None or not placement.can_lend() or ended():
             return take(not pending)
         job = take(False)
-        while job is None and not self.judged and self.ready_owed is not None and not (ending is not None and ending()):
+        while job is None and not self.judged and self.ready_owed is not None and not ended():
             self._read_ready(READY_POLL_S)  # its start or round at start under way: its cores are its own
             job = take(False)
         if job is not None:
             return job
-        asked = self.ready_owed is not None and self.ready_owed is self.referee.proc  # maybe in its round at start
-        if asked or not (self.judged or (self.idle_referee is not None and self.idle_referee is self.referee.proc)):
+        current = self.referee.proc
+        asked = current is not None and self.ready_owed is current  # maybe in its round at start
+        idle = current is not None and self.idle_referee is current  # it answered `ready`
+        if asked or not (self.judged or idle):
             return take(True)  # a referee that has not said it is idle (another one since, or none asked)
         try:
             placement.lend(self.lane)

@@ -210,14 +210,14 @@ def build_summary(builds: list[tuple[float, int]], lent: list[tuple[float, float
     if not builds:
         return None
     seconds = [s for s, _ in builds]
-    cores = max(c for _, c in builds)
-    summary = {"count": len(builds), "cpu_s_median": statistics.median(seconds), "cpu_s_total": sum(seconds),
-               "cores": cores, "floor_s": sum(seconds) / cores}
+    total, cores = sum(seconds), max(c for _, c in builds)
+    summary = {"count": len(builds), "cpu_s_median": statistics.median(seconds), "cpu_s_total": total,
+               "cores": cores, "floor_s": total / cores}
     if lent and wall_s:
         lent_s, lent_cpu_s = sum(s for s, _ in lent), sum(c for _, c in lent)
         summary.update(lent_count=len(lent), lent_s=lent_s, lent_cpu_s=lent_cpu_s,
                        lent_cores=lent_cpu_s / lent_s if lent_s > 0 else None,
-                       other_cores=(sum(seconds) - lent_cpu_s) / (wall_s - lent_s) if wall_s > lent_s else None)
+                       other_cores=(total - lent_cpu_s) / (wall_s - lent_s) if wall_s > lent_s else None)
     return summary
 
 
