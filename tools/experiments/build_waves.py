@@ -3,11 +3,12 @@ wave costs. Each build is one thread for its whole length (nvcc's stages run one
 compile beside them is small), so `jobs` builds started together on as many cores finish together; the lane then
 judges the wave one candidate at a time while the next wave builds, and after the last wave nothing builds.
 
-The cores are shared as CFS shares them (each thread at most one core, the rest by weight); the lane's cores go to
-the builds while it waits (lent) and come back while it judges. `extras` builds beside the `jobs` ones run only on
-cores those leave (an idle scheduling class), and the furthest along takes a finished one's place: a policy the
-harness does not have (an unprivileged parent cannot raise an idle-class build's priority again), modelled to see
-what it would give.
+The cores are shared evenly (each thread at most one core): the harness's niceness by position is left out, since
+once nine builds are in flight every new one starts at 19 (and with it the model gave the same seconds). The lane's
+cores go to the builds while it waits (lent) and come back while it judges. `extras` builds beside the `jobs` ones
+run only on cores those leave (an idle scheduling class), and the furthest along takes a finished one's place: a
+policy the harness does not have (an unprivileged parent cannot raise an idle-class build's priority again),
+modelled to see what it would give.
 
     python3 tools/experiments/build_waves.py [--builds 64] [--build-cpu-s 66] [--judge-s 3.7] [--cores 16]
 
@@ -18,24 +19,9 @@ round of about 8 s every 8 candidates: 3.7 s a candidate) took 373.1 s with `--j
 import argparse
 
 
-def weight(nice: int) -> float:
-    return 1024 / 1.25 ** nice
-
-
 def shares(threads: list, cores: float) -> dict:
-    """Each thread's cores: at most one, the rest in proportion to its weight."""
-    rates, left, free = {}, list(threads), cores
-    while left:
-        total = sum(weight(b["nice"]) for b in left)
-        full = [b for b in left if free * weight(b["nice"]) / total >= 1.0]
-        if not full:
-            rates.update({id(b): free * weight(b["nice"]) / total for b in left})
-            return rates
-        for b in full:
-            rates[id(b)] = 1.0
-            free -= 1.0
-            left.remove(b)
-    return rates
+    """Each thread's cores, shared evenly: at most one."""
+    return {id(b): min(1.0, cores / len(threads)) for b in threads}
 
 
 def cold_pass(builds: int, build_cpu_s: float, judge_s: float, cores: int, lane_cores: int, jobs: int,
@@ -46,9 +32,9 @@ def cold_pass(builds: int, build_cpu_s: float, judge_s: float, cores: int, lane_
     def fill():
         nonlocal started
         while started < builds and sum(not b["idle"] for b in flight) < jobs:
-            flight.append(dict(left=build_cpu_s, nice=19, idle=False)); started += 1
+            flight.append(dict(left=build_cpu_s, idle=False)); started += 1
         while started < builds and sum(b["idle"] for b in flight) < extras:
-            flight.append(dict(left=build_cpu_s, nice=19, idle=True)); started += 1
+            flight.append(dict(left=build_cpu_s, idle=True)); started += 1
 
     fill()
     while judged < builds:

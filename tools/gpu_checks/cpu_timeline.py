@@ -24,26 +24,25 @@ def sample() -> tuple[float, int, int, int]:
 def record(path: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with open(path, "w", buffering=1) as out:
-        out.write(f"# cores {os.cpu_count()} clock_ticks {os.sysconf('SC_CLK_TCK')}\n")
+        out.write(f"# cores {os.cpu_count()}\n")
         while True:
             out.write("%.2f %d %d %d\n" % sample())
             time.sleep(1.0)
 
 
 def summary(path: str, bucket_s: float = 30.0) -> None:
-    rows = [line.split() for line in open(path) if not line.startswith("#")]
-    samples = [(float(t), int(b), int(a), int(r)) for t, b, a, r in rows]
+    with open(path) as timeline:
+        lines = timeline.read().splitlines()
+    header = lines[0].split() if lines else []
+    cores = int(header[2]) if header[:2] == ["#", "cores"] else os.cpu_count()
+    samples = [(float(t), int(b), int(a), int(r)) for t, b, a, r in (line.split() for line in lines
+                                                                       if not line.startswith("#"))]
     if len(samples) < 2:
         print("cpu timeline: fewer than two samples")
         return
-    cores = os.cpu_count()
-    header = open(path).readline().split()
-    if header[:2] == ["#", "cores"]:
-        cores = int(header[2])
     start = samples[0][0]
     print(f"busy cores of {cores}, each {bucket_s:.0f} s from the first sample (running: processes runnable, median)")
-    first = samples[0]
-    chunk = [first]
+    chunk = [samples[0]]
     for s in samples[1:]:
         chunk.append(s)
         if s[0] - chunk[0][0] >= bucket_s or s is samples[-1]:
