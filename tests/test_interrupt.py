@@ -91,3 +91,35 @@ def test_an_interrupt_stops_everything_started_and_keeps_the_verdicts_reached(tm
     assert not [pid for pid in started if alive(pid)], "processes the harness started outlived it"
     assert folders(temp) == set()
     assert stored_verdicts(store) == 1
+
+
+@pytest.mark.slow
+def test_a_bench_stopped_by_sigterm_leaves_no_referee_running(tmp_path):
+    """`timeout harness bench --throughput` (as the GPU checks run it): SIGTERM stops every referee and executor the
+    bench started, as Ctrl-C does, so that none is left judging (or holding a GPU) after the bench has gone."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "harness", "bench", "--throughput", "2", "--device", "cpu", "--sizes", "small",
+         "--out", str(tmp_path / "bench.json"), str(FIXTURES / "infinite_loop.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(temp), "HARNESS_STORE": str(tmp_path / "results.sqlite")})
+    try:
+        deadline = time.monotonic() + 300
+        while not any(glob.glob(f"{temp}/kh-candidate-*")):  # a candidate's executor started: it loops from now on
+            assert bench.poll() is None and time.monotonic() < deadline, bench.communicate()
+            time.sleep(0.2)
+        time.sleep(1.5)
+        started = descendants(bench.pid)
+        assert len(started) >= 3  # the referee, its executor and the executor's launcher at least
+        bench.send_signal(signal.SIGTERM)
+        out, err = bench.communicate(timeout=60)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 130, err
+    assert "interrupted:" in err, err
+    gone = time.monotonic() + 5
+    while [pid for pid in started if alive(pid)] and time.monotonic() < gone:
+        time.sleep(0.1)
+    assert not [pid for pid in started if alive(pid)], "processes the bench started outlived it"

@@ -293,44 +293,46 @@ def bench_command(
     from harness.bench.golden import BenchError, run_bench
 
     first_size = sizes.split(",")[0].strip() if sizes else None  # a suite's: each problem's own where not given
-    if judge_cost:
-        from harness.service.judge_cost import measure, print_cost
+    if throughput and problems is not None and (build_cold or retime_baselines or gpus):  # a suite: cold then warm
+        raise usage_error("--build-cold, --retime-baselines and --gpus are for one problem, not --problems")
+    from harness.cli.commands import exit_on_interrupt
+    with exit_on_interrupt(f"the bench's table ({out}) is written only at its end"):
+        if judge_cost:
+            from harness.service.judge_cost import measure, print_cost
 
-        print_cost(measure(problem, first_size, device, judge_cost,  # no --sizes: the problem's default size
-                           files[0].read_text() if files else None), console)
-        return
-    if build_cost:
-        from harness.bench.build_cost import run_build_cost
+            print_cost(measure(problem, first_size, device, judge_cost,  # no --sizes: the problem's default size
+                               files[0].read_text() if files else None), console)
+            return
+        if build_cost:
+            from harness.bench.build_cost import run_build_cost
 
-        run_build_cost(files[0].read_text() if files else None, console=console)
-        return
-    if throughput and problems is not None:
-        from harness.bench.suite_throughput import SuiteError, WorkError, bench_suite
+            run_build_cost(files[0].read_text() if files else None, console=console)
+            return
+        if throughput and problems is not None:
+            from harness.bench.suite_throughput import SuiteError, WorkError, bench_suite
 
-        if build_cold or retime_baselines or gpus:  # a suite's passes: cold then warm, every GPU
-            raise usage_error("--build-cold, --retime-baselines and --gpus are for one problem, not --problems")
+            try:
+                return bench_suite(throughput, problems, first_size, device=device, jobs=jobs, out=out, console=console,
+                                   work=work, only=only)
+            except (SuiteError, WorkError) as err:
+                raise usage_error(str(err))
+        if throughput:
+            from harness.bench.throughput import WorkError, run_throughput
+
+            try:
+                run_throughput(throughput, problem=problem, size=first_size, device=device,
+                               source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console,
+                               retime_baselines=retime_baselines, build_cold=build_cold, work=work, only=only)
+            except WorkError as err:
+                raise usage_error(str(err))
+            return
+
+        candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
         try:
-            return bench_suite(throughput, problems, first_size, device=device, jobs=jobs, out=out, console=console,
-                               work=work, only=only)
-        except (SuiteError, WorkError) as err:
+            named = [s.strip() for s in sizes.split(",") if s.strip()] if sizes else None  # None: the problem's sizes
+            run_bench(named, problem, candidates, device, out, console, store=store, record=not no_store)
+        except BenchError as err:
             raise usage_error(str(err))
-    if throughput:
-        from harness.bench.throughput import WorkError, run_throughput
-
-        try:
-            run_throughput(throughput, problem=problem, size=first_size, device=device,
-                           source=files[0] if files else None, jobs=jobs, gpus=gpus, out=out, console=console,
-                           retime_baselines=retime_baselines, build_cold=build_cold, work=work, only=only)
-        except WorkError as err:
-            raise usage_error(str(err))
-        return
-
-    candidates = [CandidateFile(name=str(f), path=f) for f in files] if files else None
-    try:
-        named = [s.strip() for s in sizes.split(",") if s.strip()] if sizes else None  # None: the problem's sizes
-        run_bench(named, problem, candidates, device, out, console, store=store, record=not no_store)
-    except BenchError as err:
-        raise usage_error(str(err))
 
 
 # -- reading the store (harness/cli/commands.py holds the implementations) -----------------------------

@@ -168,6 +168,17 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def exit_on_interrupt(kept: str) -> Iterator[None]:
+    """Work that Ctrl-C or SIGTERM stops as `interrupted` says, exiting 130: `timeout harness bench` leaves no referee
+    judging on a GPU after it."""
+    try:
+        with terminate_as_interrupt():
+            yield
+    except KeyboardInterrupt:
+        raise SystemExit(interrupted(_err, kept))
+
+
 def interrupted(console: Console, kept: str) -> int:
     """After Ctrl-C or SIGTERM: every referee, executor and build this process started, stopped with
     their folders; what was kept said. The exit code (130)."""
