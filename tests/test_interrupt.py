@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,3 +124,53 @@ def test_a_bench_stopped_by_sigterm_leaves_no_referee_running(tmp_path):
     while [pid for pid in started if alive(pid)] and time.monotonic() < gone:
         time.sleep(0.1)
     assert not [pid for pid in started if alive(pid)], "processes the bench started outlived it"
+
+
+def test_a_referee_stops_once_its_parent_has_died_and_not_before(monkeypatch):
+    """`watch_parent` sleeps while the parent lives and stops the referee (`orphaned`) once it has exited; one whose
+    parent is gone already stops at once."""
+    from evaluator.referee import __main__ as referee_main
+
+    stops = []
+    monkeypatch.setattr(referee_main, "orphaned", lambda: stops.append(True))
+    parent = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(referee_main.os, "getppid", lambda: parent.pid)  # the watcher's view: its parent is `sleep`
+    watcher = threading.Thread(target=referee_main.watch_parent, args=(parent.pid,), daemon=True)
+    watcher.start()
+    time.sleep(0.3)
+    assert watcher.is_alive() and stops == []
+    parent.kill()
+    parent.wait()
+    watcher.join(timeout=5)
+    assert not watcher.is_alive() and stops == [True]
+    monkeypatch.setattr(referee_main.os, "getppid", lambda: 1)  # reparented: the parent died before the watch began
+    referee_main.watch_parent(parent.pid)
+    assert stops == [True, True]
+
+
+@pytest.mark.slow
+def test_a_harness_killed_outright_leaves_no_referee_or_executor_judging(tmp_path):
+    """SIGKILL (the OOM killer, a scheduler's kill) gives the harness no chance to stop anything: its referee sees its
+    requests end with its parent gone and stops itself, closing its executors, so that nothing judges (or holds a GPU)
+    for no one."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "harness", "eval", str(FIXTURES / "infinite_loop.py"),
+         str(FIXTURES / "torch_ops_correct.py"), "--device", "cpu", "--size", "small", "--baselines", "eager",
+         "--run-timeout", "300", "--no-store"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        deadline = time.monotonic() + 300
+        while len(descendants(harness.pid)) < 5:  # the referee, its zygote and an executor's three processes
+            assert harness.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(2)  # the first candidate loops by now, its close already queued behind the second
+        started = descendants(harness.pid)
+    finally:
+        harness.kill()
+        harness.wait()
+    gone = time.monotonic() + 30
+    while [pid for pid in started if alive(pid)] and time.monotonic() < gone:
+        time.sleep(0.2)
+    assert not [pid for pid in started if alive(pid)], "processes the killed harness started went on"

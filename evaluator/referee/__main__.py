@@ -17,6 +17,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import select
 import signal
 import sys
 import threading
@@ -75,6 +76,37 @@ def bytecode_cached() -> bool:
         return bool(sys.pycache_prefix) and (Path(sys.pycache_prefix) / BYTECODE_MARK).read_text() == installs()
     except (OSError, ImportError, ValueError):
         return False
+
+
+ORPHAN_GRACE_S = 30.0  # an orphaned referee's stop (its executors closed) before it ends regardless
+
+
+def watch_parent(parent: int) -> None:
+    """(A thread of its own, asleep until then.) Where the parent dies without closing this referee (SIGKILL, the OOM
+    killer, a scheduler's kill), the referee stops (`orphaned`). Its pidfd says when (readable once it has exited);
+    not the end of the requests (a lane sends its close behind its last candidates and closes them while those are
+    judged), nor the replies' (the kernel closes a dying process's files before its children are given a new
+    parent, so nothing could yet tell its death from a close)."""
+    try:
+        exited = os.pidfd_open(parent)
+    except (AttributeError, OSError):  # a kernel before 5.3 has none: asked once a second
+        exited = None
+    if exited is None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+    elif os.getppid() == parent:  # else it died before its pidfd was opened (the number may be another's now)
+        select.select([exited], [], [])
+    orphaned()
+
+
+def orphaned() -> None:
+    """Stop as the parent's interrupt stops a referee (SIGTERM: every executor closed on the way out), so that
+    nothing goes on judging, or holding a GPU, for no one; end regardless after ORPHAN_GRACE_S should the main thread
+    not get back to Python."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = threading.Timer(ORPHAN_GRACE_S, os._exit, (128 + signal.SIGTERM,))
+    deadline.daemon = True
+    deadline.start()
 
 
 class Inbox:
@@ -149,6 +181,7 @@ def failed_verdict(request: JudgeRequest, config: RefereeConfig, error: str) -> 
 def main(argv: list[str] | None = None) -> int:
     # The parent's interrupt (live.stop_everything): end now, every executor started closed on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True).start()  # its death does the same
     try:
         return serve(argv)
     finally:
