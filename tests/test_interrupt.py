@@ -151,8 +151,8 @@ def test_a_referee_stops_once_its_parent_has_died_and_not_before(monkeypatch):
 @pytest.mark.slow
 def test_a_harness_killed_outright_leaves_no_referee_or_executor_judging(tmp_path):
     """SIGKILL (the OOM killer, a scheduler's kill) gives the harness no chance to stop anything: its referee sees its
-    requests end with its parent gone and stops itself, closing its executors, so that nothing judges (or holds a GPU)
-    for no one."""
+    parent exit (`watch_parent`) and stops itself, closing its executors, so that nothing judges (or holds a GPU) for
+    no one."""
     temp = tmp_path / "tmp"
     temp.mkdir()
     harness = subprocess.Popen(
