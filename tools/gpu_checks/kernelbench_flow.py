@@ -19,9 +19,10 @@ compare with nothing. Prints a table last.
     python3 tools/gpu_checks/kernelbench_flow.py --kb .kb --kb-site /tmp/kbsite --out OUT [--count 16] [--workers 16]
         [--staggers 0,2.6] [--no-kernelbench]
 
-`--staggers` runs the harness's flow once for each HARNESS_BUILD_STAGGER_S, each cold in a folder of its own (an A/B
-of staggered build starts in one call); `--no-kernelbench` leaves KernelBench's flow out (two harness flows fit one
-device call, not with it).
+`--staggers` runs the harness's flow once for each HARNESS_BUILD_STAGGER_S, each cold in a folder of its own (0,2.6,0:
+staggered build starts against none, in the order A, B, A, so that what an earlier flow left warm, the machine's page
+cache, favours neither); `--no-kernelbench` leaves KernelBench's flow out (three harness flows fit one device call,
+not with it).
 """
 
 from __future__ import annotations
@@ -132,9 +133,9 @@ def main() -> None:
             sys.exit(f"KernelBench's flow judged {rows[0][2]['samples']} of {args.count} (exit {rows[0][2]['exit']}): "
                      "its log's end is above")
     if args.staggers:
-        for stagger in args.staggers.split(","):
-            rows.append((f"harness eval, stagger {stagger} s", *harness_flow(kb, run, scratch / f"stagger_{stagger}",
-                                                                            stagger)))
+        for index, stagger in enumerate(args.staggers.split(",")):  # each its own cache: a value named twice is cold
+            rows.append((f"harness eval, stagger {stagger} s",
+                         *harness_flow(kb, run, scratch / f"harness_{index}_stagger_{stagger}", stagger)))
     else:
         rows.append(("harness eval", *harness_flow(kb, run, scratch)))
     print(f"{args.count} distinct sources of level {LEVEL} problem {PROBLEM_ID}, cold, one after the other")
