@@ -17,7 +17,7 @@ Where KernelBench's flow judges fewer than COUNT samples (within --kb-limit), th
 compare with nothing. Prints a table last.
 
     python3 tools/gpu_checks/kernelbench_flow.py --kb .kb --kb-site /tmp/kbsite --out OUT [--count 16] [--workers 16]
-        [--staggers 0,2.6] [--no-kernelbench]
+        [--staggers 0,2.6,0] [--no-kernelbench]
 
 `--staggers` runs the harness's flow once for each HARNESS_BUILD_STAGGER_S, each cold in a folder of its own (0,2.6,0:
 staggered build starts against none, in the order A, B, A, so that what an earlier flow left warm, the machine's page
@@ -117,7 +117,7 @@ def main() -> None:
                         help="KernelBench's CPU build workers (default: the cores this may use)")
     parser.add_argument("--kb-limit", type=float, default=360, help="seconds KernelBench's flow may take")
     parser.add_argument("--staggers", help="HARNESS_BUILD_STAGGER_S values, comma-separated: the harness's flow once "
-                        "with each, each cold (e.g. 0,2.6)")
+                        "with each, each cold (e.g. 0,2.6,0)")
     parser.add_argument("--no-kernelbench", action="store_true", help="the harness's flow(s) only")
     args = parser.parse_args()
     kb, scratch = args.kb.resolve(), args.out.resolve()
