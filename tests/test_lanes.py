@@ -167,58 +167,6 @@ def test_a_candidate_with_nothing_to_build_is_judged_while_the_pools_builds_run(
     assert all(v.status == Status.correct for v in verdicts)
 
 
-def staggered_build_starts(tmp_path, monkeypatch, stagger: str, count: int, jobs: int, build_s: float,
-                           after_first=None) -> dict[str, tuple[float, float]]:
-    """Each pooled build's (start, end) in seconds from the batch's start, with HARNESS_BUILD_STAGGER_S=`stagger`;
-    `after_first` is called once the first build has begun."""
-    spans, began = {}, time.monotonic()
-
-    def build(self, name, source, digest, max_jobs=None):
-        start = time.monotonic() - began
-        if name == "c0" and after_first is not None:
-            after_first()
-        time.sleep(build_s)
-        spans[name] = (start, time.monotonic() - began)
-        return fake_verdict(name).model_copy(update={"status": Status.compiled}), b"", b""
-
-    monkeypatch.setenv("HARNESS_BUILD_STAGGER_S", stagger)
-    monkeypatch.setattr(Evaluator, "build", build)
-    monkeypatch.setattr(RefereeClient, "submit", lambda self, name, source, digest: name)
-    monkeypatch.setattr(RefereeClient, "collect", lambda self, name: (fake_verdict(name), b"", b""))
-    monkeypatch.setattr("evaluator.parent.sandbox.builds_beside_windows", lambda device, placement: True)
-    evaluator = Evaluator(EvalOptions(device="cpu", size="small", jobs=jobs, log_root=tmp_path / "logs",
-                                      cache_dir=tmp_path / "cache"))
-    verdicts = list(evaluator.evaluate_all(sources(tmp_path, count)))
-    assert [v.status for v in verdicts] == [Status.correct] * count
-    return spans
-
-
-def test_staggered_builds_start_the_first_wave_apart_and_the_rest_as_slots_free(tmp_path, monkeypatch):
-    """HARNESS_BUILD_STAGGER_S: the first wave's builds start that many seconds apart (never sooner), a later one when
-    a slot frees; unset, the first wave starts together (each begins before the first ends)."""
-    spans = staggered_build_starts(tmp_path / "apart", monkeypatch, "0.5", count=4, jobs=3, build_s=0.8)
-    starts = [spans[f"c{i}"][0] for i in range(4)]
-    assert starts[1] - starts[0] >= 0.45 and starts[2] - starts[1] >= 0.45, starts
-    assert starts[3] >= min(end for _, end in (spans["c0"], spans["c1"], spans["c2"])) - 0.05, spans
-    together = staggered_build_starts(tmp_path / "together", monkeypatch, "0", count=3, jobs=3, build_s=1.5)
-    assert max(start for start, _ in together.values()) < together["c0"][1], together
-
-
-def test_an_interrupt_ends_a_staggered_builds_wait(tmp_path, monkeypatch):
-    """A build waiting for its staggered start (60 s apart here: the longest allowed is under 60) starts at once when
-    everything is stopped (`live.STOPPED`), so no pool thread outlives an interrupt by the wait."""
-    from evaluator.referee import live
-
-    stop = threading.Timer(0.3, live.STOPPED.set)
-    try:
-        spans = staggered_build_starts(tmp_path, monkeypatch, "59", count=2, jobs=2, build_s=0.1,
-                                       after_first=stop.start)
-    finally:
-        stop.cancel()
-        live.STOPPED.clear()  # this test process goes on
-    assert spans["c1"][0] < 10, spans
-
-
 def test_a_lane_keeps_ahead_candidates_queued_and_a_dead_referee_costs_one_candidate(tmp_path, monkeypatch):
     """With ahead=2, three candidates are sent before the first reply is read; when the referee dies
     around the first, it alone is `crashed` and the two queued behind it go to a fresh referee."""

@@ -139,18 +139,6 @@ def default_build_jobs(device: str) -> int:
     return max(1, min(cores, int(memory_gib // 4), 32))
 
 
-def build_stagger_s() -> float:
-    """Seconds between the starts of a batch's first builds, `HARNESS_BUILD_STAGGER_S` (0, the default: all at once).
-    Builds started together end together (each is one thread for most of its length), so a batch that fits in one
-    wave waits for the first while the others crowd it, then judges the rest back to back; started about one
-    judgement apart, the first has fewer beside it. Opt-in: not yet measured against starting them together."""
-    try:
-        seconds = float(os.environ.get("HARNESS_BUILD_STAGGER_S", "0"))
-    except ValueError:
-        return 0.0
-    return seconds if 0 < seconds < 60 else 0.0
-
-
 def build_slots(device: str) -> int:
     """Compiler jobs shared by the builds of a batch. On a GPU machine twice the cores: a build's binding and
     CUDA sources compile side by side, and the builds' niceness (BUILD_NICE, plus one per build ahead of it)

@@ -20,17 +20,15 @@ from __future__ import annotations
 import heapq
 import os
 import threading
-import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from evaluator.parent.artifacts import place
-from evaluator.parent.jobserver import build_stagger_s
 from evaluator.parent.placement import plan as plan_placement, release as release_placement
 from evaluator.parent.referee_client import RefereeClient
-from evaluator.referee.live import STOPPED, stop_now
+from evaluator.referee.live import stop_now
 from evaluator.wire.protocol import BaselineRound, JudgeRequest
 from evaluator.wire.records import Status, Verdict
 
@@ -401,11 +399,7 @@ class Scheduler:
         """Each job to the lanes as soon as its build succeeds; a failed build is the job's verdict."""
         from concurrent.futures import ThreadPoolExecutor
 
-        stagger, began = build_stagger_s(), time.monotonic()
-
-        def build_one(position: int, job: Job) -> None:
-            if stagger and position < self.build_slots:  # the first wave, one start every `stagger` seconds
-                STOPPED.wait(max(0.0, began + position * stagger - time.monotonic()))  # an interrupt ends the wait
+        def build_one(job: Job) -> None:
             try:
                 judged = self.build(job)
             except Exception as err:  # the harness's own failure: the job fails alone
@@ -425,7 +419,7 @@ class Scheduler:
                     ready.put(job)
             if pooled:
                 with ThreadPoolExecutor(self.build_slots) as pool:
-                    list(pool.map(build_one, range(len(pooled)), pooled))
+                    list(pool.map(build_one, pooled))
         finally:
             ready.finish()
 

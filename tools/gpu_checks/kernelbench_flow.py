@@ -17,12 +17,6 @@ Where KernelBench's flow judges fewer than COUNT samples (within --kb-limit), th
 compare with nothing. Prints a table last.
 
     python3 tools/gpu_checks/kernelbench_flow.py --kb .kb --kb-site /tmp/kbsite --out OUT [--count 16] [--workers 16]
-        [--staggers 0,2.6,0] [--no-kernelbench]
-
-`--staggers` runs the harness's flow once for each HARNESS_BUILD_STAGGER_S, each cold in a folder of its own (0,2.6,0:
-staggered build starts against none, in the order A, B, A, so that what an earlier flow left warm, the machine's page
-cache, favours neither); `--no-kernelbench` leaves KernelBench's flow out (three harness flows fit one device call,
-not with it).
 """
 
 from __future__ import annotations
@@ -89,13 +83,9 @@ def kernelbench_flow(kb: Path, kb_site: Path, run: str, count: int, workers: int
     return wall, said
 
 
-def harness_flow(kb: Path, run: str, scratch: Path, stagger: str | None = None) -> tuple[float, dict]:
-    """`harness eval` on the same folder, cold: its wall seconds and its verdicts' statuses. `stagger`: the
-    HARNESS_BUILD_STAGGER_S it runs with (None: as this process has it)."""
-    scratch.mkdir(parents=True, exist_ok=True)
+def harness_flow(kb: Path, run: str, scratch: Path) -> tuple[float, dict]:
+    """`harness eval` on the same folder, cold: its wall seconds and its verdicts' statuses."""
     env = dict(os.environ, HARNESS_CACHE_DIR=str(scratch / "harness_cache"), HARNESS_STORE=str(scratch / "store.sqlite"))
-    if stagger is not None:
-        env["HARNESS_BUILD_STAGGER_S"] = stagger
     command = [sys.executable, "-m", "harness", "eval", "--problems", str(kb / "KernelBench" / f"level{LEVEL}"),
                str(kb / "runs" / run), "--json"]
     started = time.perf_counter()
@@ -116,35 +106,23 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="KernelBench's CPU build workers (default: the cores this may use)")
     parser.add_argument("--kb-limit", type=float, default=360, help="seconds KernelBench's flow may take")
-    parser.add_argument("--staggers", help="HARNESS_BUILD_STAGGER_S values, comma-separated: the harness's flow once "
-                        "with each, each cold (e.g. 0,2.6,0)")
-    parser.add_argument("--no-kernelbench", action="store_true", help="the harness's flow(s) only")
     args = parser.parse_args()
     kb, scratch = args.kb.resolve(), args.out.resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     run = f"kh_flow_{int(time.time())}"
     run_folder(kb, run, args.count)
-    rows = []
-    if not args.no_kernelbench:
-        rows.append(("KernelBench's batch flow", *kernelbench_flow(kb, args.kb_site.resolve(), run, args.count,
-                                                                  args.workers, scratch, args.kb_limit)))
-        if rows[0][2]["samples"] < args.count:
-            print((scratch / "kernelbench.log").read_text(errors="replace")[-3000:])
-            sys.exit(f"KernelBench's flow judged {rows[0][2]['samples']} of {args.count} (exit {rows[0][2]['exit']}): "
-                     "its log's end is above")
-    if args.staggers:
-        for index, stagger in enumerate(args.staggers.split(",")):  # each its own cache: a value named twice is cold
-            rows.append((f"harness eval, stagger {stagger} s",
-                         *harness_flow(kb, run, scratch / f"harness_{index}_stagger_{stagger}", stagger)))
-    else:
-        rows.append(("harness eval", *harness_flow(kb, run, scratch)))
+    rows = [("KernelBench's batch flow", *kernelbench_flow(kb, args.kb_site.resolve(), run, args.count, args.workers,
+                                                         scratch, args.kb_limit))]
+    if rows[0][2]["samples"] < args.count:
+        print((scratch / "kernelbench.log").read_text(errors="replace")[-3000:])
+        sys.exit(f"KernelBench's flow judged {rows[0][2]['samples']} of {args.count} (exit {rows[0][2]['exit']}): its "
+                 "log's end is above")
+    rows.append(("harness eval", *harness_flow(kb, run, scratch)))
     print(f"{args.count} distinct sources of level {LEVEL} problem {PROBLEM_ID}, cold, one after the other")
-    print(f"{'flow':<32}{'wall s':>10}{'per min':>10}  what it said")
+    print(f"{'flow':<28}{'wall s':>10}{'per min':>10}  what it said")
     for name, wall, said in rows:
-        print(f"{name:<32}{wall:>10.1f}{args.count / wall * 60:>10.2f}  {said}")
-    if not args.no_kernelbench:
-        for name, wall, _ in rows[1:]:
-            print(f"{name} against KernelBench's flow: {rows[0][1] / wall:.2f}x")
+        print(f"{name:<28}{wall:>10.1f}{args.count / wall * 60:>10.2f}  {said}")
+    print(f"harness eval against KernelBench's flow: {rows[0][1] / rows[1][1]:.2f}x")
 
 
 if __name__ == "__main__":
